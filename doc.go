@@ -1,0 +1,61 @@
+// Package skiplock is a job queue for Go services that already run PostgreSQL.
+//
+// Jobs live in a Postgres table. A service enqueues them inside its own business
+// transaction with [Client.EnqueueTx]: if the transaction rolls back there is no job, if it
+// commits there is — no dual write to a broker, no outbox. A [Worker] claims due jobs with
+// one FOR UPDATE SKIP LOCKED statement, in batches, runs the typed handler registered for
+// each kind with [Handle], and records the outcome. LISTEN/NOTIFY wakes workers at once;
+// a fallback poll catches everything notifications miss.
+//
+// # A tour
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	_ = skiplock.Migrate(ctx, pool)                      // once, at deploy or start
+//	client, _ := skiplock.NewClient(pool, skiplock.Config{})
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... insert the order with tx ...
+//	_, _ = client.EnqueueTx(ctx, tx, SendEmail{OrderID: 42}, nil)
+//	_ = tx.Commit(ctx)
+//
+//	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+//		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 100}},
+//	})
+//	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendEmail]) error {
+//		return send(ctx, job.Args)
+//	})
+//	_ = w.Run(ctx) // until ctx is cancelled; then a graceful shutdown
+//
+// # States
+//
+// A job is queued, then running while a worker holds it, then one of:
+//
+//   - succeeded: the handler returned nil. By default the row moves to jobs_archive
+//     (see [Completion]);
+//   - queued again with a later run_at: the handler failed and attempts remain; the delay
+//     comes from the [RetryPolicy] (jittered exponential backoff by default);
+//   - dead: the handler failed and the attempts are used up;
+//   - failed: the handler returned [Permanent] (or the payload did not decode): no retry;
+//   - cancelled: [Client.Cancel], or the handler returned [CancelJob].
+//
+// [Snooze] puts a job back for later without using an attempt. A handler panic is
+// recovered and recorded, with its stack, as a failed attempt. A job whose kind has no
+// handler is a failed attempt too, retried with backoff, so a rolling deploy heals.
+// [Client.Requeue] brings dead and failed jobs back.
+//
+// # Guarantees
+//
+// Two workers never hold the same attempt of a job: the claim is one atomic statement and
+// every later update is fenced on (id, attempts, locked_by). Execution is at least once:
+// a job whose worker dies is taken back by the [Sweeper] after the visibility timeout and
+// run again, so handlers must be idempotent — for example, record an idempotency key
+// (the job ID) in the same transaction as the handler's own write, and skip the work when
+// the key is already there. Every enqueued job reaches a final state or stays visibly
+// queued or running.
+//
+// # Concurrency and cost
+//
+// [Client], [Worker] and [Sweeper] are safe for concurrent use. Enqueue costs one
+// statement; [Client.EnqueueMany] a constant number (COPY) whatever the count. A worker
+// claims up to its free slots per statement and records successes in batches.
+package skiplock

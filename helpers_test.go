@@ -1,0 +1,106 @@
+package skiplock_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// bundle is what setup hands a test: a migrated schema of its own and a client on it.
+type bundle struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	client *skiplock.Client
+	schema string
+}
+
+// setup migrates a fresh schema and returns a client for it.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}))
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: testLogger()})
+	require.NoError(t, err)
+	return &bundle{ctx: ctx, pool: pool, client: client, schema: schema}
+}
+
+// newPool opens another pool on the test database, closed at cleanup.
+func newPool(t *testing.T, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("SKIPLOCK_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// count runs a count(*) query against the test's schema; {s} is replaced by the schema.
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(query), args...).Scan(&n))
+	return n
+}
+
+// q puts the test schema into a query written with {s}.
+func (b *bundle) q(query string) string {
+	out := ""
+	for i := 0; i < len(query); i++ {
+		if i+3 <= len(query) && query[i:i+3] == "{s}" {
+			out += `"` + b.schema + `"`
+			i += 2
+			continue
+		}
+		out += string(query[i])
+	}
+	return out
+}
+
+// eventually polls cond (a database check) until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Job kinds used by the tests.
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type emailArgs struct {
+	OrderID int64  `json:"order_id"`
+	To      string `json:"to"`
+}
+
+func (emailArgs) Kind() string { return "send_email" }

@@ -1,0 +1,243 @@
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/migrations"
+)
+
+// MigrateConfig says where and how far [Migrate] and [MigrateDown] go. The zero value
+// migrates the default schema to the latest version.
+type MigrateConfig struct {
+	// Schema to migrate. It is created if missing. Defaults to "skiplock".
+	Schema string
+	// TargetVersion is the version to stop at. For Migrate, 0 means the latest; for
+	// MigrateDown, 0 means remove every migration.
+	TargetVersion int
+}
+
+// MigrationStatus is the state of a schema's migrations.
+type MigrationStatus struct {
+	Current int   // the highest applied version, 0 when none
+	Latest  int   // the highest version this build knows
+	Applied []int // applied versions, ascending
+}
+
+type migration struct {
+	version  int
+	name     string
+	up, down string
+}
+
+// migrateLockKey is the first key of the transaction-scoped advisory lock that serializes
+// migrations; the second is the hash of the schema name, so schemas migrate independently.
+const migrateLockKey = 0x736b6970 // "skip"
+
+// loadMigrations reads the embedded SQL files in version order.
+func loadMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]*migration{}
+	for _, e := range entries {
+		name := e.Name()
+		var dir string
+		switch {
+		case strings.HasSuffix(name, ".up.sql"):
+			dir = "up"
+		case strings.HasSuffix(name, ".down.sql"):
+			dir = "down"
+		default:
+			continue
+		}
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("skiplock: migration file %q: name must be NNN_name.up.sql", name)
+		}
+		body, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			return nil, err
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &migration{version: v, name: strings.TrimSuffix(strings.TrimSuffix(rest, ".up.sql"), ".down.sql")}
+			byVersion[v] = m
+		}
+		if dir == "up" {
+			m.up = string(body)
+		} else {
+			m.down = string(body)
+		}
+	}
+	out := make([]migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		if m.up == "" || m.down == "" {
+			return nil, fmt.Errorf("skiplock: migration %d needs both an up and a down file", m.version)
+		}
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+func migrateConfig(cfg []MigrateConfig) (MigrateConfig, error) {
+	var c MigrateConfig
+	if len(cfg) > 1 {
+		return c, errors.New("skiplock: pass at most one MigrateConfig")
+	}
+	if len(cfg) == 1 {
+		c = cfg[0]
+	}
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.TargetVersion < 0 {
+		return c, fmt.Errorf("skiplock: TargetVersion %d is negative", c.TargetVersion)
+	}
+	return c, validSchema(c.Schema)
+}
+
+// Migrate applies the pending up migrations to the schema in cfg (default "skiplock"),
+// creating it if needed. It runs in one transaction under an advisory lock, so any number
+// of processes may call it at once: one applies each version, the others wait and find
+// nothing to do. When the schema is current it changes nothing.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
+	c, err := migrateConfig(cfg)
+	if err != nil {
+		return err
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	target := c.TargetVersion
+	if target == 0 {
+		target = all[len(all)-1].version
+	}
+	return migrateTx(ctx, pool, c.Schema, func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error {
+		for _, m := range all {
+			if m.version > target || applied[m.version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.up); err != nil {
+				return fmt.Errorf("skiplock: migration %d (%s) up: %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// MigrateDown reverts applied migrations, newest first, down to cfg.TargetVersion
+// (0: all of them, which drops skiplock's tables and every job in them; the schema
+// itself and its bookkeeping table stay).
+func MigrateDown(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
+	c, err := migrateConfig(cfg)
+	if err != nil {
+		return err
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	return migrateTx(ctx, pool, c.Schema, func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error {
+		for i := len(all) - 1; i >= 0; i-- {
+			m := all[i]
+			if m.version <= c.TargetVersion || !applied[m.version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.down); err != nil {
+				return fmt.Errorf("skiplock: migration %d (%s) down: %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE version = $1`, m.version); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GetMigrationStatus reports which migrations the schema in cfg has.
+func GetMigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) (MigrationStatus, error) {
+	c, err := migrateConfig(cfg)
+	if err != nil {
+		return MigrationStatus{}, err
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		return MigrationStatus{}, err
+	}
+	st := MigrationStatus{Latest: all[len(all)-1].version}
+	var exists bool
+	err = pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`,
+		pgx.Identifier{c.Schema, "schema_migrations"}.Sanitize()).Scan(&exists)
+	if err != nil || !exists {
+		return st, err
+	}
+	rows, err := pool.Query(ctx, `SELECT version FROM `+pgx.Identifier{c.Schema, "schema_migrations"}.Sanitize()+` ORDER BY version`)
+	if err != nil {
+		return st, err
+	}
+	st.Applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	if len(st.Applied) > 0 {
+		st.Current = st.Applied[len(st.Applied)-1]
+	}
+	return st, err
+}
+
+// migrateTx runs fn in a transaction holding the schema's migration lock, with
+// search_path set to the schema so the SQL files need no prefix.
+func migrateTx(ctx context.Context, pool *pgxpool.Pool, schema string,
+	fn func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error,
+) error {
+	if pool == nil {
+		return errors.New("skiplock: migrate: pool is nil")
+	}
+	ident := pgx.Identifier{schema}.Sanitize()
+	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Held until commit: a second migrator waits here, then sees the versions
+		// recorded by the first.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrateLockKey, schema); err != nil {
+			return fmt.Errorf("skiplock: migrate: lock: %w", err)
+		}
+		for _, q := range []string{
+			`CREATE SCHEMA IF NOT EXISTS ` + ident,
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+				version    integer PRIMARY KEY,
+				name       text NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT now())`,
+			`SET LOCAL search_path TO ` + ident,
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("skiplock: migrate schema %q: %w", schema, err)
+			}
+		}
+		rows, err := tx.Query(ctx, `SELECT version FROM `+table)
+		if err != nil {
+			return err
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return err
+		}
+		applied := map[int]bool{}
+		for _, v := range versions {
+			applied[v] = true
+		}
+		return fn(ctx, tx, applied, table)
+	})
+}

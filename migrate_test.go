@@ -1,0 +1,88 @@
+package skiplock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// schemaShape describes a schema's tables, columns, indexes and constraints, to compare
+// two migrations of it.
+func schemaShape(t *testing.T, b *bundle) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `
+		SELECT 'col ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+		FROM information_schema.columns WHERE table_schema = $1
+		UNION ALL
+		SELECT 'idx ' || indexname || ' ' || regexp_replace(indexdef, '"?' || $1 || '"?\.', '', 'g')
+		FROM pg_indexes WHERE schemaname = $1
+		UNION ALL
+		SELECT 'con ' || conname || ' ' || pg_get_constraintdef(c.oid)
+		FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1
+		UNION ALL
+		SELECT 'opt ' || relname || ' ' || coalesce(array_to_string(reloptions, ','), '')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND relkind = 'r'
+		ORDER BY 1`, b.schema)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func TestMigrate_ConcurrentDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := newPool(t, 8)
+	cfg := skiplock.MigrateConfig{Schema: schema}
+
+	// Four migrators at once on a fresh schema: all succeed, each version applied once.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = skiplock.Migrate(ctx, pool, cfg) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	b := &bundle{ctx: ctx, pool: pool, schema: schema}
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.schema_migrations WHERE version = 1`))
+	st, err := skiplock.GetMigrationStatus(ctx, pool, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, st.Latest, st.Current)
+	first := schemaShape(t, b)
+	require.NotEmpty(t, first)
+	assert.Contains(t, first, "idx jobs_claim_idx CREATE INDEX jobs_claim_idx ON jobs USING btree (queue, priority DESC, run_at, id) WHERE (status = 'queued'::text)")
+
+	// Again: a no-op.
+	var applied string
+	require.NoError(t, pool.QueryRow(ctx, b.q(`SELECT applied_at::text FROM {s}.schema_migrations WHERE version = 1`)).Scan(&applied))
+	require.NoError(t, skiplock.Migrate(ctx, pool, cfg))
+	var again string
+	require.NoError(t, pool.QueryRow(ctx, b.q(`SELECT applied_at::text FROM {s}.schema_migrations WHERE version = 1`)).Scan(&again))
+	assert.Equal(t, applied, again)
+	assert.Equal(t, first, schemaShape(t, b))
+
+	// Down removes the tables; up brings back the same schema.
+	require.NoError(t, skiplock.MigrateDown(ctx, pool, cfg))
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'jobs%'`, schema))
+	st, err = skiplock.GetMigrationStatus(ctx, pool, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Current)
+	require.NoError(t, skiplock.Migrate(ctx, pool, cfg))
+	assert.Equal(t, first, schemaShape(t, b))
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS jobs_archive;
+DROP TABLE IF EXISTS jobs;

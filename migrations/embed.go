@@ -1,0 +1,14 @@
+// Package migrations holds skiplock's versioned SQL migrations.
+//
+// Files are named NNN_name.up.sql and NNN_name.down.sql. They create objects without a
+// schema prefix: skiplock.Migrate runs them with search_path set to the target schema.
+// Most users never touch this package; it is exported so that a project with its own
+// migration tool can copy the SQL.
+package migrations
+
+import "embed"
+
+// FS holds every migration file.
+//
+//go:embed *.sql
+var FS embed.FS

@@ -1,0 +1,215 @@
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SweeperConfig configures a [Sweeper]. The zero value is valid.
+type SweeperConfig struct {
+	// Interval between sweeps. Defaults to 30s.
+	Interval time.Duration
+	// VisibilityTimeout: a running job whose lease (locked_at, refreshed by heartbeats) is
+	// older than this is taken back. Must match the workers'. Defaults to 1m.
+	VisibilityTimeout time.Duration
+	// ArchiveRetention is how long finished jobs are kept. Defaults to 7 days.
+	ArchiveRetention time.Duration
+	// BatchSize bounds the rows one statement reclaims or deletes, so a sweep never holds
+	// many locks or writes a huge transaction. Defaults to 1000.
+	BatchSize int
+	// Logger defaults to the client's logger.
+	Logger *slog.Logger
+}
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	Skipped   bool  // another sweeper held the lock: this one did nothing
+	Requeued  int64 // expired jobs put back in the queue
+	Dead      int64 // expired jobs that had no attempts left
+	Purged    int64 // finished jobs deleted past retention
+	Reclaimed []int64
+}
+
+// Sweeper takes back running jobs whose worker stopped heartbeating (it crashed, was
+// killed, or lost the database) and deletes finished jobs past retention. Every [Worker]
+// runs one unless its SweepInterval is negative; any number may run, and per sweep only
+// one acts (a transaction-scoped advisory lock, which also works behind PgBouncer).
+type Sweeper struct {
+	client *Client
+	cfg    SweeperConfig
+	logger *slog.Logger
+}
+
+// NewSweeper returns a Sweeper for client.
+func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
+	if client == nil {
+		return nil, errors.New("skiplock: NewSweeper: client is nil")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	if cfg.VisibilityTimeout <= 0 {
+		cfg.VisibilityTimeout = time.Minute
+	}
+	if cfg.ArchiveRetention <= 0 {
+		cfg.ArchiveRetention = 7 * 24 * time.Hour
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = client.logger
+	}
+	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger}, nil
+}
+
+// Run sweeps every Interval until ctx is cancelled, then returns nil.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		res, err := s.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.logger.Warn("skiplock: sweep failed", "err", err)
+		case res.Requeued+res.Dead > 0:
+			s.logger.Warn("skiplock: reclaimed jobs whose worker stopped heartbeating",
+				"requeued", res.Requeued, "dead", res.Dead)
+		}
+	}
+}
+
+// sweepLockSQL takes the sweep lock for this transaction only, or reports that another
+// sweeper holds it. The second key is the schema's hash: schemas sweep independently.
+const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))`
+
+// reclaimSQL takes back expired running jobs. The lost attempt counts: a job whose
+// attempts are used up goes dead, so a job that kills every worker that runs it cannot
+// loop forever.
+const reclaimSQL = `WITH expired AS (
+	SELECT id FROM {s}.jobs
+	WHERE status = 'running' AND locked_at < now() - $1::interval
+	ORDER BY locked_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.jobs SET
+	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+	run_at = now(),
+	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
+	errors = CASE WHEN jsonb_array_length(COALESCE(errors, '[]'::jsonb)) >= 10
+			THEN errors - 0 ELSE COALESCE(errors, '[]'::jsonb) END
+		|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(),
+			'error', 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+	locked_at = NULL,
+	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
+WHERE id IN (SELECT id FROM expired)
+RETURNING id, status, queue`
+
+// purgeArchiveSQL deletes one batch of finished jobs past retention, from the archive and
+// (kept or cancelled jobs) from the hot table.
+const purgeArchiveSQL = `WITH a AS (
+	DELETE FROM {s}.jobs_archive WHERE id IN (
+		SELECT id FROM {s}.jobs_archive WHERE finished_at < now() - $1::interval LIMIT $2)
+	RETURNING 1
+), h AS (
+	DELETE FROM {s}.jobs WHERE id IN (
+		SELECT id FROM {s}.jobs
+		WHERE status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval LIMIT $2)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM h)`
+
+// Sweep runs one sweep now, if no other sweeper is running one: it reclaims every expired
+// job (in batches, in one transaction holding the sweep lock), then deletes finished jobs
+// past retention in batches of their own short transactions.
+func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	c := s.client
+	queues := map[string]bool{}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, c.sql.sweepLock, c.schema).Scan(&got); err != nil {
+			return err
+		}
+		if !got {
+			res.Skipped = true
+			return nil
+		}
+		for {
+			rows, err := tx.Query(ctx, c.sql.reclaim, s.cfg.VisibilityTimeout, s.cfg.BatchSize)
+			if err != nil {
+				return err
+			}
+			var (
+				id            int64
+				status, queue string
+				n             int
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &status, &queue}, func() error {
+				n++
+				res.Reclaimed = append(res.Reclaimed, id)
+				if status == string(StatusDead) {
+					res.Dead++
+				} else {
+					res.Requeued++
+					queues[queue] = true
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if n < s.cfg.BatchSize {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return SweepResult{}, c.wrapErr("sweep", err)
+	}
+	if res.Skipped {
+		return res, nil
+	}
+	if len(queues) > 0 {
+		// Reclaimed jobs are due now: wake the workers rather than wait for their poll.
+		names := make([]string, 0, len(queues))
+		for q := range queues {
+			names = append(names, q)
+		}
+		if _, err := c.pool.Exec(ctx, c.sql.notifyQueues, c.channel, names); err != nil {
+			s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
+		}
+	}
+	for range maxPurgeBatches {
+		var n int64
+		var got bool
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, c.sql.sweepLock, c.schema).Scan(&got); err != nil || !got {
+				return err
+			}
+			return tx.QueryRow(ctx, c.sql.purgeArchive, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
+		})
+		if err != nil {
+			return res, c.wrapErr("sweep: purge", err)
+		}
+		res.Purged += n
+		if !got || n < int64(s.cfg.BatchSize) {
+			break
+		}
+	}
+	return res, nil
+}
+
+// maxPurgeBatches bounds the retention work of one sweep.
+const maxPurgeBatches = 1000

@@ -1,0 +1,473 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// runWorker starts w.Run in the background; the returned stop cancels it and waits.
+func runWorker(t *testing.T, w *skiplock.Worker) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(60 * time.Second):
+				t.Error("worker did not stop within 60s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func newWorker(t *testing.T, b *bundle, cfg skiplock.WorkerConfig) *skiplock.Worker {
+	t.Helper()
+	w, err := skiplock.NewWorker(b.client, cfg)
+	require.NoError(t, err)
+	return w
+}
+
+type auditArgs struct {
+	N int `json:"n"`
+}
+
+func (auditArgs) Kind() string { return "audit" }
+
+func TestWorker_ManyWorkersRunEachJobExactlyOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (
+		job_id bigint, attempt int, worker text, started timestamptz, finished timestamptz)`))
+	require.NoError(t, err)
+
+	const jobs = 10_000
+	params := make([]skiplock.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: auditArgs{N: i}}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+
+	// Three workers, each with its own pool and client, 20 slots in total.
+	var stops []func()
+	for i, slots := range []int{5, 7, 8} {
+		pool := newPool(t, 6)
+		client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+		require.NoError(t, err)
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+			ID:     fmt.Sprintf("w%d", i),
+			Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: slots}},
+			Logger: testLogger(),
+		})
+		require.NoError(t, err)
+		auditSQL := b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3, $4, clock_timestamp())`)
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[auditArgs]) error {
+			_, err := pool.Exec(ctx, auditSQL, job.ID, job.Attempts, job.LockedBy, time.Now())
+			return err
+		}))
+		stops = append(stops, runWorker(t, w))
+	}
+	eventually(t, 3*time.Minute, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == jobs
+	}, "all jobs archived")
+	for _, stop := range stops {
+		stop()
+	}
+
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit`), "executions")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.audit`), "distinct jobs")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`), "hot table empty")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1 OR status <> 'succeeded'`))
+	assert.Equal(t, 3, b.count(t, `SELECT count(DISTINCT worker) FROM {s}.audit`), "all three workers took part")
+	// No job was ever held by two workers at once: no overlapping executions.
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.audit a JOIN {s}.audit o
+		ON a.job_id = o.job_id AND a.ctid <> o.ctid AND a.started < o.finished AND o.started < a.finished`))
+}
+
+func TestWorker_NotificationWakesWorkerAndListenerComesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan int, 10)
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "listen-" + b.schema, PollInterval: time.Minute, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		started <- job.Args.N
+		return nil
+	}))
+	listenerPID := func() int {
+		var pid int
+		err := b.pool.QueryRow(b.ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE 'LISTEN%'`, "skiplock-listen listen-"+b.schema).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	runWorker(t, w)
+	var first int
+	eventually(t, 10*time.Second, func() bool { first = listenerPID(); return first != 0 }, "listener connected")
+	// The start-up claim happened; from here on only a notification can wake it within a minute.
+	time.Sleep(100 * time.Millisecond)
+
+	_, err := b.client.Enqueue(b.ctx, noopArgs{N: 1}, nil)
+	require.NoError(t, err)
+	select {
+	case n := <-started:
+		assert.Equal(t, 1, n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("job did not start within 5s with a 1 minute poll: the notification did not wake the worker")
+	}
+
+	// Kill the listener's backend; the listener reconnects and notifications work again.
+	_, err = b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, first)
+	require.NoError(t, err)
+	eventually(t, 15*time.Second, func() bool { p := listenerPID(); return p != 0 && p != first }, "listener reconnected")
+	time.Sleep(100 * time.Millisecond)
+	_, err = b.client.Enqueue(b.ctx, noopArgs{N: 2}, nil)
+	require.NoError(t, err)
+	select {
+	case n := <-started:
+		assert.Equal(t, 2, n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("job did not start within 5s after the listener reconnected")
+	}
+}
+
+func TestWorker_PollsWhenListenerIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran atomic.Int32
+	// The listener points at a port nobody listens on: only the fallback poll runs jobs.
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		PollInterval: 100 * time.Millisecond, SweepInterval: -1, Logger: testLogger(),
+		ListenURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1",
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		ran.Add(1)
+		return nil
+	}))
+	runWorker(t, w)
+	for i := range 5 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	eventually(t, 10*time.Second, func() bool { return ran.Load() == 5 }, "5 jobs ran by polling")
+}
+
+func TestWorker_FutureRunAtWaitsUntilDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type start struct {
+		n  int
+		at time.Time
+	}
+	started := make(chan start, 2)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 100 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		started <- start{job.Args.N, time.Now()}
+		return nil
+	}))
+	runAt := time.Now().Add(1500 * time.Millisecond)
+	_, err := b.client.Enqueue(b.ctx, noopArgs{N: 1}, &skiplock.EnqueueOptions{RunAt: runAt})
+	require.NoError(t, err)
+	runWorker(t, w)
+	_, err = b.client.Enqueue(b.ctx, noopArgs{N: 2}, nil)
+	require.NoError(t, err)
+
+	got := <-started
+	assert.Equal(t, 2, got.n, "the due job runs first")
+	select {
+	case got = <-started:
+		assert.Equal(t, 1, got.n)
+		assert.False(t, got.at.Before(runAt.Add(-50*time.Millisecond)), "started %s before run_at", runAt.Sub(got.at))
+		assert.Less(t, got.at.Sub(runAt), 3*time.Second, "started late")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scheduled job never ran")
+	}
+}
+
+func TestWorker_HigherPriorityFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, p := range []int{1, 5, -3, 3, 10} {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: p}, &skiplock.EnqueueOptions{Priority: p})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	var order []int
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1}}, SweepInterval: -1, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		mu.Lock()
+		order = append(order, job.Args.N)
+		mu.Unlock()
+		return nil
+	}))
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 5 }, "5 jobs ran")
+	assert.Equal(t, []int{10, 5, 3, 1, -3}, order)
+}
+
+type panicArgs struct{}
+
+func (panicArgs) Kind() string { return "panics" }
+
+type orphanArgs struct{}
+
+func (orphanArgs) Kind() string { return "nobody_handles_this" }
+
+func TestWorker_PanicAndUnknownKindAreRecordedAndWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ok atomic.Int32
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[panicArgs]) error {
+		panic("handler exploded")
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		ok.Add(1)
+		return nil
+	}))
+	p, err := b.client.Enqueue(b.ctx, panicArgs{}, nil)
+	require.NoError(t, err)
+	o, err := b.client.Enqueue(b.ctx, orphanArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	for i := range 20 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	eventually(t, 10*time.Second, func() bool { return ok.Load() == 20 }, "the worker keeps running other jobs")
+
+	for _, id := range []int64{p.ID, o.ID} {
+		eventually(t, 10*time.Second, func() bool {
+			j, err := b.client.Get(b.ctx, id)
+			require.NoError(t, err)
+			return j.Attempts == 1 && j.Status == skiplock.StatusQueued && j.LastError != ""
+		}, "job %d has a recorded failed attempt", id)
+	}
+	pj, err := b.client.Get(b.ctx, p.ID)
+	require.NoError(t, err)
+	assert.Contains(t, pj.LastError, "panic: handler exploded")
+	assert.Contains(t, pj.LastError, "worker_test.go", "the stack is recorded")
+	assert.True(t, pj.RunAt.After(time.Now()), "retried later, with backoff")
+	require.Len(t, pj.Errors, 1)
+	assert.Equal(t, 1, pj.Errors[0].Attempt)
+
+	oj, err := b.client.Get(b.ctx, o.ID)
+	require.NoError(t, err)
+	assert.Equal(t, `no handler registered for kind "nobody_handles_this"`, oj.LastError)
+	assert.True(t, oj.RunAt.After(time.Now()), "retried later, not dropped")
+}
+
+type badPayloadArgs struct {
+	N int `json:"n"`
+}
+
+func (badPayloadArgs) Kind() string { return "bad_payload" }
+
+func TestWorker_UndecodablePayloadFailsPermanently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Written by an older producer: n is a string now.
+	var id int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, payload) VALUES ('bad_payload', '{"n": "seven"}') RETURNING id`)).Scan(&id))
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[badPayloadArgs]) error {
+		t.Error("handler must not run with an undecodable payload")
+		return nil
+	}))
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusFailed
+	}, "job failed")
+	j, err := b.client.Get(b.ctx, id)
+	require.NoError(t, err)
+	assert.Contains(t, j.LastError, "decoding payload")
+	assert.JSONEq(t, `{"n": "seven"}`, string(j.Payload), "the payload is kept for inspection")
+}
+
+type slowArgs struct {
+	Ms int `json:"ms"`
+}
+
+func (slowArgs) Kind() string { return "slow" }
+
+func TestWorker_ShutdownPutsUnfinishedJobsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 60_000}, nil)
+	require.NoError(t, err)
+	quick, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 100}, nil)
+	require.NoError(t, err)
+
+	bothStarted := make(chan struct{}, 2)
+	cancelled := make(chan error, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{ShutdownTimeout: 500 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
+		bothStarted <- struct{}{}
+		select {
+		case <-time.After(time.Duration(job.Args.Ms) * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			cancelled <- context.Cause(ctx)
+			return ctx.Err()
+		}
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-bothStarted
+	<-bothStarted
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case err := <-cancelled:
+		require.Error(t, err)
+	default:
+		t.Fatal("the slow job's context was not cancelled")
+	}
+
+	// Right after Run returns: the slow job is queued again (attempt given back), the quick one succeeded.
+	s, err := b.client.Get(b.ctx, slow.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusQueued, s.Status)
+	assert.Equal(t, 0, s.Attempts, "a shutdown does not use up an attempt")
+	assert.Empty(t, s.LockedBy)
+	assert.False(t, s.RunAt.After(time.Now().Add(time.Second)), "due now")
+	q, err := b.client.Get(b.ctx, quick.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusSucceeded, q.Status)
+}
+
+func TestWorker_RunTwiceAndNotMigrated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	stop := runWorker(t, w)
+	stop()
+	require.ErrorIs(t, w.Run(context.Background()), skiplock.ErrWorkerStarted)
+
+	pool := newPool(t, 2)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: "not_migrated_" + b.schema[:10]})
+	require.NoError(t, err)
+	w2, err := skiplock.NewWorker(c, skiplock.WorkerConfig{})
+	require.NoError(t, err)
+	require.ErrorIs(t, w2.Run(context.Background()), skiplock.ErrNotMigrated)
+}
+
+func TestHandle_RejectsDuplicateKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{})
+	h := func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }
+	require.NoError(t, skiplock.Handle(w, h))
+	require.Error(t, skiplock.Handle(w, h))
+}
+
+func TestWorker_CompletionModes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode           skiplock.Completion
+		hot, archived  int
+		wantFromGetErr error
+	}{
+		{skiplock.CompletionArchive, 0, 1, nil},
+		{skiplock.CompletionDelete, 0, 0, skiplock.ErrJobNotFound},
+		{skiplock.CompletionKeep, 1, 0, nil},
+	} {
+		t.Run(fmt.Sprint(tc.mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			job, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+			require.NoError(t, err)
+			w := newWorker(t, b, skiplock.WorkerConfig{Completion: tc.mode, SweepInterval: -1, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+			runWorker(t, w)
+			eventually(t, 10*time.Second, func() bool {
+				return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'queued' OR status = 'running'`) == 0
+			}, "job done")
+			assert.Equal(t, tc.hot, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'`))
+			assert.Equal(t, tc.archived, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`))
+			got, err := b.client.Get(b.ctx, job.ID)
+			if tc.wantFromGetErr != nil {
+				require.ErrorIs(t, err, tc.wantFromGetErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, skiplock.StatusSucceeded, got.Status)
+			assert.False(t, got.FinishedAt.IsZero())
+		})
+	}
+}
+
+// hookRecorder counts hook calls.
+type hookRecorder struct {
+	started, finished atomic.Int32
+	mu                sync.Mutex
+	results           []skiplock.JobResult
+}
+
+func (h *hookRecorder) JobStarted(ctx context.Context, job *skiplock.JobRow) context.Context {
+	h.started.Add(1)
+	return ctx
+}
+
+func (h *hookRecorder) JobFinished(ctx context.Context, job *skiplock.JobRow, res skiplock.JobResult) {
+	h.mu.Lock()
+	h.results = append(h.results, res)
+	h.mu.Unlock()
+	h.finished.Add(1)
+}
+
+func TestWorker_HooksSeeOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &hookRecorder{}
+	w := newWorker(t, b, skiplock.WorkerConfig{Hooks: []skiplock.Hook{rec}, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		if job.Args.N == 1 {
+			return errors.New("try again")
+		}
+		return nil
+	}))
+	for i := range 2 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool { return rec.finished.Load() == 2 }, "two results")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	statuses := map[skiplock.JobStatus]int{}
+	for _, r := range rec.results {
+		statuses[r.Status]++
+	}
+	assert.Equal(t, map[skiplock.JobStatus]int{skiplock.StatusSucceeded: 1, skiplock.StatusQueued: 1}, statuses)
+	assert.Equal(t, int32(2), rec.started.Load())
+}
+
+var _ = pgxpool.New

@@ -1,0 +1,5 @@
+package pgtest
+
+// StartThrowaway exposes step 3 of URL to the external tests, which cannot switch URL's
+// once-per-process choice.
+var StartThrowaway = startThrowaway

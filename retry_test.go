@@ -1,0 +1,341 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+func TestBackoffPolicy_DefaultFormula(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{1, 0, 1 * time.Second},          // 2^1 s × 0.5
+		{1, 0.999999, 2 * time.Second},   // just under 2^1 s
+		{3, 0.5, 6 * time.Second},        // 8 s × 0.75
+		{12, 0, 30 * time.Minute},        // capped at 1 h, × 0.5
+		{40, 0.999999, 60 * time.Minute}, // capped, no overflow
+	} {
+		p := skiplock.BackoffPolicy{Rand: func() float64 { return tc.r }}
+		got := p.NextRetry(&skiplock.JobRow{Attempts: tc.attempt})
+		assert.InDelta(t, float64(tc.want), float64(got), float64(10*time.Millisecond), "attempt %d r %v", tc.attempt, tc.r)
+	}
+}
+
+type flakyArgs struct{}
+
+func (flakyArgs) Kind() string { return "flaky" }
+
+func TestRetry_FailsThreeTimesThenSucceedsWithJitteredBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const base = 50 * time.Millisecond
+	var mu sync.Mutex
+	var delays []time.Duration // run_at minus the failure's time, per failed attempt
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		RetryPolicy: skiplock.BackoffPolicy{Base: base}, PollInterval: 20 * time.Millisecond,
+		SweepInterval: -1, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[flakyArgs]) error {
+		if n := len(job.Errors); n > 0 {
+			mu.Lock()
+			delays = append(delays, job.RunAt.Sub(job.Errors[n-1].At))
+			mu.Unlock()
+		}
+		if job.Attempts <= 3 {
+			return errors.New("flaky: not yet")
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, flakyArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job succeeded")
+	got, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 4, got.Attempts)
+	require.Len(t, got.Errors, 3)
+	assert.Equal(t, "flaky: not yet", got.LastError)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, delays, 3)
+	for i, d := range delays {
+		attempt := i + 1
+		full := base * time.Duration(1<<attempt)
+		assert.GreaterOrEqual(t, d, full/2, "attempt %d delay %s", attempt, d)
+		assert.Less(t, d, full, "attempt %d delay %s", attempt, d)
+	}
+}
+
+type failOnceArgs struct {
+	N int `json:"n"`
+}
+
+func (failOnceArgs) Kind() string { return "fail_once" }
+
+func TestRetry_JitterSpreadsSimultaneousFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs = 1000
+	params := make([]skiplock.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: failOnceArgs{N: i}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	// Base 5 s: the first retry is due in [5 s, 10 s), long after the test has looked.
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		RetryPolicy: skiplock.BackoffPolicy{Base: 5 * time.Second}, SweepInterval: -1, Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 200}},
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[failOnceArgs]) error {
+		return errors.New("downstream outage")
+	}))
+	stop := runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE attempts = 1 AND status = 'queued'`) == jobs
+	}, "every job failed once")
+	stop()
+
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT extract(epoch FROM run_at - (errors->0->>'at')::timestamptz)::float8 FROM {s}.jobs`))
+	require.NoError(t, err)
+	var delays []float64
+	for rows.Next() {
+		var d float64
+		require.NoError(t, rows.Scan(&d))
+		delays = append(delays, d)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, delays, jobs)
+	sort.Float64s(delays)
+	assert.GreaterOrEqual(t, delays[0], 5.0)
+	assert.Less(t, delays[jobs-1], 10.0)
+	// Spread over the window, not bunched: each tenth of [5 s, 10 s) holds some of them.
+	buckets := map[int]int{}
+	for _, d := range delays {
+		buckets[int((d-5.0)/0.5)]++
+	}
+	assert.Len(t, buckets, 10, "buckets: %v", buckets)
+	for k, n := range buckets {
+		assert.Greater(t, n, jobs/40, "bucket %d holds only %d", k, n)
+	}
+}
+
+type brokenArgs struct{}
+
+func (brokenArgs) Kind() string { return "broken" }
+
+func TestRetry_ExhaustedGoesDeadAndRequeueBringsItBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var fixed atomic.Bool
+	var runs atomic.Int32
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		RetryPolicy: skiplock.BackoffPolicy{Base: 5 * time.Millisecond}, PollInterval: 20 * time.Millisecond,
+		SweepInterval: -1, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[brokenArgs]) error {
+		runs.Add(1)
+		if !fixed.Load() {
+			return errors.New("bug in handler")
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, brokenArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusDead
+	}, "job dead")
+	dead, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 3, dead.Attempts)
+	assert.Equal(t, int32(3), runs.Load())
+	assert.False(t, dead.FinishedAt.IsZero())
+	list, err := b.client.List(b.ctx, skiplock.ListParams{Status: skiplock.StatusDead})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	_, err = b.client.Requeue(b.ctx, skiplock.RequeueFilter{})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "an empty filter must not requeue everything")
+	n, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "other"})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	fixed.Store(true)
+	n, err = b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "broken"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	eventually(t, 20*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "requeued job succeeded")
+	done, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, done.Attempts, "requeue resets attempts")
+	assert.Len(t, done.Errors, 3, "the error history stays")
+}
+
+type verdictArgs struct {
+	Verdict string `json:"verdict"`
+}
+
+func (verdictArgs) Kind() string { return "verdict" }
+
+func TestRetry_HandlerVerdicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var snoozes atomic.Int32
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[verdictArgs]) error {
+		switch job.Args.Verdict {
+		case "permanent":
+			return skiplock.Permanent(errors.New("bad input"))
+		case "cancel":
+			return skiplock.CancelJob(errors.New("not needed any more"))
+		case "snooze":
+			if snoozes.Add(1) <= 2 {
+				return skiplock.Snooze(30 * time.Millisecond)
+			}
+			return nil
+		}
+		return errors.New("unexpected")
+	}))
+	ids := map[string]int64{}
+	for _, v := range []string{"permanent", "cancel", "snooze"} {
+		j, err := b.client.Enqueue(b.ctx, verdictArgs{Verdict: v}, &skiplock.EnqueueOptions{MaxAttempts: 5})
+		require.NoError(t, err)
+		ids[v] = j.ID
+	}
+	runWorker(t, w)
+	want := map[string]skiplock.JobStatus{"permanent": skiplock.StatusFailed, "cancel": skiplock.StatusCancelled, "snooze": skiplock.StatusSucceeded}
+	for v, id := range ids {
+		eventually(t, 10*time.Second, func() bool {
+			j, err := b.client.Get(b.ctx, id)
+			require.NoError(t, err)
+			return j.Status == want[v]
+		}, "%s ends %s", v, want[v])
+	}
+	p, err := b.client.Get(b.ctx, ids["permanent"])
+	require.NoError(t, err)
+	assert.Equal(t, 1, p.Attempts, "no retry after a permanent error")
+	assert.Contains(t, p.LastError, "bad input")
+	s, err := b.client.Get(b.ctx, ids["snooze"])
+	require.NoError(t, err)
+	assert.Equal(t, 1, s.Attempts, "snoozes do not use attempts")
+	assert.Equal(t, int32(3), snoozes.Load())
+}
+
+type limitedRetryArgs struct{}
+
+func (limitedRetryArgs) Kind() string { return "limited_retry" }
+func (limitedRetryArgs) RetryPolicy() skiplock.RetryPolicy {
+	return fixedDelay(time.Hour)
+}
+
+type fixedDelay time.Duration
+
+func (d fixedDelay) NextRetry(*skiplock.JobRow) time.Duration { return time.Duration(d) }
+
+func TestRetry_PerKindPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[limitedRetryArgs]) error {
+		return errors.New("later")
+	}))
+	job, err := b.client.Enqueue(b.ctx, limitedRetryArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Attempts == 1 && j.Status == skiplock.StatusQueued
+	}, "failed once")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), j.RunAt, time.Minute)
+}
+
+func TestCancel_QueuedAndRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	queued, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 1}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	c, err := b.client.Cancel(b.ctx, queued.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusCancelled, c.Status)
+	_, err = b.client.Cancel(b.ctx, 987654321)
+	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+
+	// A running job is told through its context at the next heartbeat.
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	running, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 60_000}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	<-started
+	c, err = b.client.Cancel(b.ctx, running.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusCancelled, c.Status)
+	select {
+	case err := <-cause:
+		assert.Error(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the running job's context was not cancelled")
+	}
+	// Its handler's error does not resurrect it.
+	eventually(t, 5*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, running.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusCancelled && j.LastError == ""
+	}, "stays cancelled")
+}
+
+func TestStats_CountsByQueueAndStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 3 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, &skiplock.EnqueueOptions{Queue: "a"})
+		require.NoError(t, err)
+	}
+	_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: "b", RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET run_at = now() - interval '90 seconds' WHERE queue = 'a'`))
+	require.NoError(t, err)
+	stats, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	assert.Equal(t, "a", stats[0].Queue)
+	assert.Equal(t, int64(3), stats[0].Counts[skiplock.StatusQueued])
+	assert.InDelta(t, 90, stats[0].OldestDue.Seconds(), 5)
+	assert.Equal(t, int64(1), stats[1].Counts[skiplock.StatusQueued])
+	assert.Zero(t, stats[1].OldestDue, "a job not yet due is not waiting")
+}

@@ -1,0 +1,257 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type blockArgs struct{}
+
+func (blockArgs) Kind() string { return "block" }
+
+// startSweeper runs a sweeper with a short visibility timeout until the test ends.
+func startSweeper(t *testing.T, b *bundle, vt time.Duration) {
+	t.Helper()
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{
+		Interval: 100 * time.Millisecond, VisibilityTimeout: vt, Logger: testLogger(),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// vanishingWorker runs a worker whose handler blocks until release is closed and whose
+// heartbeats are too rare to matter: to the database it is a worker that died mid-job.
+func vanishingWorker(t *testing.T, b *bundle, id string, slots int, release <-chan struct{}, claimed chan<- int) (*skiplock.Worker, func()) {
+	t.Helper()
+	pool := newPool(t, 4)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		ID: id, Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: slots}}, VisibilityTimeout: time.Hour, SweepInterval: -1, PollInterval: 50 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, Logger: testLogger(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[blockArgs]) error {
+		claimed <- job.Attempts
+		<-release
+		return nil
+	}))
+	return w, runWorker(t, w)
+}
+
+func TestSweeper_ReclaimsJobOfVanishedWorkerAndFencesItsLateResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job, err := b.client.Enqueue(b.ctx, blockArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
+	require.NoError(t, err)
+
+	// Worker A claims the job and then, as far as the database can tell, dies.
+	releaseA := make(chan struct{})
+	claimedA := make(chan int, 5)
+	_, stopA := vanishingWorker(t, b, "worker-a", 1, releaseA, claimedA)
+	require.Equal(t, 1, <-claimedA)
+
+	// The sweeper takes it back after the visibility timeout; worker B runs it.
+	startSweeper(t, b, 500*time.Millisecond)
+	var ranB atomic.Int32
+	wb := newWorker(t, b, skiplock.WorkerConfig{ID: "worker-b", Completion: skiplock.CompletionKeep, SweepInterval: -1,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(wb, func(ctx context.Context, job *skiplock.Job[blockArgs]) error {
+		ranB.Add(1)
+		return nil
+	}))
+	runWorker(t, wb)
+	eventually(t, 15*time.Second, func() bool { return ranB.Load() == 1 }, "worker B ran the reclaimed job")
+	eventually(t, 5*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "B's success recorded")
+
+	// A wakes up and reports success for its stale attempt: nothing changes.
+	before, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	close(releaseA)
+	stopA() // flushes A's completions before returning
+	after, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the stale worker changed the row")
+	assert.Equal(t, "worker-b", after.LockedBy)
+	assert.Equal(t, 2, after.Attempts)
+	require.NotEmpty(t, after.Errors)
+	assert.Contains(t, after.Errors[0].Error, "lease expired: worker worker-a")
+}
+
+func TestSweeper_JobWhoseEveryWorkerVanishesEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job, err := b.client.Enqueue(b.ctx, blockArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 2})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	claimed := make(chan int, 5)
+	vanishingWorker(t, b, "doomed", 2, release, claimed)
+	t.Cleanup(func() { close(release) }) // runs before the worker's stop
+	startSweeper(t, b, 300*time.Millisecond)
+	require.Equal(t, 1, <-claimed)
+	require.Equal(t, 2, <-claimed, "reclaimed once and claimed again")
+	eventually(t, 15*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusDead
+	}, "job dead after its attempts were lost")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, j.Attempts)
+	assert.Contains(t, j.LastError, "lease expired")
+	assert.Len(t, j.Errors, 2)
+}
+
+func TestWorker_HeartbeatsKeepLongJobAlive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const vt = 600 * time.Millisecond
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, worker text)`))
+	require.NoError(t, err)
+	var workers []*skiplock.Worker
+	for _, id := range []string{"hb-1", "hb-2"} {
+		w := newWorker(t, b, skiplock.WorkerConfig{
+			ID: id, VisibilityTimeout: vt, SweepInterval: 100 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, Logger: testLogger(),
+		})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
+			if _, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3)`), job.ID, job.Attempts, job.LockedBy); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(time.Duration(job.Args.Ms) * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		workers = append(workers, w)
+	}
+	job, err := b.client.Enqueue(b.ctx, slowArgs{Ms: int(3 * vt / time.Millisecond)}, nil)
+	require.NoError(t, err)
+	for _, w := range workers {
+		runWorker(t, w)
+	}
+	eventually(t, 15*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "long job succeeded")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts, "never reclaimed")
+	assert.Empty(t, j.Errors)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.audit`), "ran once")
+}
+
+func TestSweeper_TwoSweepersNeverReclaimTheSameJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs = 3000
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by)
+		SELECT 'k', 'running', 1, now() - interval '1 hour', 'gone' FROM generate_series(1, $1)`), jobs)
+	require.NoError(t, err)
+
+	var sweepers []*skiplock.Sweeper
+	for range 2 {
+		pool := newPool(t, 2)
+		c, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema})
+		require.NoError(t, err)
+		s, err := skiplock.NewSweeper(c, skiplock.SweeperConfig{VisibilityTimeout: time.Minute, BatchSize: 100, Logger: testLogger()})
+		require.NoError(t, err)
+		sweepers = append(sweepers, s)
+	}
+	seen := map[int64]int{}
+	var mu sync.Mutex
+	for round := 0; round < 5; round++ {
+		var wg sync.WaitGroup
+		for _, s := range sweepers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := s.Sweep(b.ctx)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				for _, id := range res.Reclaimed {
+					seen[id]++
+				}
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	assert.Len(t, seen, jobs, "every expired job reclaimed")
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("job %d reclaimed %d times", id, n)
+		}
+	}
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'queued' AND jsonb_array_length(errors) = 1`))
+}
+
+func TestSweeper_PurgesPastRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at)
+		SELECT i, 'default', 'k', '{}', 'succeeded', 0, now(), 1, 20, now(), now() - (CASE WHEN i % 2 = 0 THEN interval '8 days' ELSE interval '1 day' END)
+		FROM generate_series(1, 2500) AS i`))
+	require.NoError(t, err)
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{BatchSize: 500, Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1250), res.Purged)
+	assert.Equal(t, 1250, b.count(t, `SELECT count(*) FROM {s}.jobs_archive`))
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE finished_at < now() - interval '7 days'`))
+}
+
+func TestFencing_StaleFailureChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job, err := b.client.Enqueue(b.ctx, verdictArgs{Verdict: "x"}, nil)
+	require.NoError(t, err)
+	release := make(chan struct{})
+	claimed := make(chan struct{}, 1)
+	pool := newPool(t, 4)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	wa, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "stale", VisibilityTimeout: time.Hour, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(wa, func(ctx context.Context, job *skiplock.Job[verdictArgs]) error {
+		claimed <- struct{}{}
+		<-release
+		return errors.New("late failure")
+	}))
+	stop := runWorker(t, wa)
+	<-claimed
+	// An operator cancels the job while A still runs it.
+	_, err = b.client.Cancel(b.ctx, job.ID)
+	require.NoError(t, err)
+	before, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	close(release)
+	stop()
+	after, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	assert.Equal(t, skiplock.StatusCancelled, after.Status)
+}

@@ -1,0 +1,49 @@
+# skiplock: `make demo` runs the quickstart end to end, `make test` runs every check.
+SHELL := /bin/bash
+GO ?= go
+DATABASE_URL ?=
+export DATABASE_URL
+DSN = $(if $(DATABASE_URL),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)
+FUZZTIME ?= 5s
+
+.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos env
+
+## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
+test: env fmt-check vet unit fuzz-short
+
+env:
+	@./scripts/ensure-env.sh --pgbouncer
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz '^FuzzEnqueueValidation$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJobRow$$' -fuzztime $(FUZZTIME) .
+
+## demo: find or start Postgres, migrate, run the quickstart example to the end.
+demo: env
+	DATABASE_URL='$(DSN)' $(GO) run ./examples/quickstart
+
+## db: make sure a Postgres answers and print its connection string.
+db: env
+	@echo '$(DSN)'
+
+## bench: skiplock, River and gue side by side (a few minutes); bench-quick: reduced sizes.
+bench: env
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . 
+
+bench-quick: env
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick
+
+## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends).
+chaos:
+	$(GO) run ./internal/chaos/cmd/chaos

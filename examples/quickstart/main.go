@@ -1,0 +1,289 @@
+// Command quickstart shows skiplock end to end: an order and its confirmation email
+// written in one transaction, a rolled-back order that leaves no job, a flaky job that
+// fails and then succeeds on retry, and a burst of jobs drained by a worker, with live
+// progress and a final table of jobs by status.
+//
+//	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres go run ./examples/quickstart
+//
+// It works in its own schema, skiplock_demo, which it resets on every run.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+)
+
+const schema = "skiplock_demo"
+
+// SendConfirmation is the job: email the customer that their order is confirmed.
+type SendConfirmation struct {
+	OrderID int64  `json:"order_id"`
+	Email   string `json:"email"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (SendConfirmation) Kind() string { return "send_confirmation" }
+
+// SyncInventory talks to a flaky downstream service: it fails twice, then succeeds.
+type SyncInventory struct {
+	SKU string `json:"sku"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (SyncInventory) Kind() string { return "sync_inventory" }
+
+// Thumbnail is a small unit of work, enqueued in bulk.
+type Thumbnail struct {
+	ImageID int `json:"image_id"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (Thumbnail) Kind() string { return "thumbnail" }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("cannot reach Postgres at %s: %w (run `make db`, or set DATABASE_URL)", redact(url), err)
+	}
+
+	step("1. migrate", "schema %s (reset for this demo)", schema)
+	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
+		return err
+	}
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL, emailed_at timestamptz)`); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	step("2. order + email job, one transaction, committed", "")
+	orderID, err := placeOrder(ctx, pool, client, "ada@example.com", true)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   order %d committed together with its confirmation job\n", orderID)
+
+	step("3. order + email job, rolled back", "")
+	if _, err := placeOrder(ctx, pool, client, "bob@example.com", false); err != nil {
+		return err
+	}
+	var orders, jobs int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.orders WHERE email = 'bob@example.com'`).Scan(&orders); err != nil {
+		return err
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.jobs WHERE payload->>'email' = 'bob@example.com'`).Scan(&jobs); err != nil {
+		return err
+	}
+	fmt.Printf("   after the rollback: %d order and %d job for bob@example.com — no order, no job\n", orders, jobs)
+
+	step("4. a flaky job and a burst of 10,000 jobs", "")
+	if _, err := client.Enqueue(ctx, SyncInventory{SKU: "SKU-42"}, nil); err != nil {
+		return err
+	}
+	burst := make([]skiplock.EnqueueParams, 10_000)
+	for i := range burst {
+		burst[i] = skiplock.EnqueueParams{Args: Thumbnail{ImageID: i}}
+	}
+	if _, err := client.EnqueueMany(ctx, burst); err != nil {
+		return err
+	}
+	fmt.Println("   enqueued 10,001 jobs (the burst with one COPY)")
+
+	step("5. run a worker", "until every job is finished")
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		Queues:       map[string]skiplock.QueueConfig{"default": {MaxWorkers: 20}},
+		RetryPolicy:  skiplock.BackoffPolicy{Base: 150 * time.Millisecond}, // seconds in production; short for the demo
+		PollInterval: 100 * time.Millisecond,
+		Logger:       logger,
+	})
+	if err != nil {
+		return err
+	}
+	var flaky atomic.Int32
+	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendConfirmation]) error {
+		// Idempotent: the UPDATE is a no-op when the email was already recorded, so a
+		// second run after a crash sends nothing twice.
+		tag, err := pool.Exec(ctx, `UPDATE `+schema+`.orders SET emailed_at = now() WHERE id = $1 AND emailed_at IS NULL`, job.Args.OrderID)
+		if err == nil && tag.RowsAffected() == 1 {
+			fmt.Printf("   ✉  job %d: confirmation for order %d sent to %s\n", job.ID, job.Args.OrderID, job.Args.Email)
+		}
+		return err
+	}))
+	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SyncInventory]) error {
+		if n := flaky.Add(1); n <= 2 {
+			fmt.Printf("   ✗  job %d: inventory service timed out (attempt %d) — will retry with backoff\n", job.ID, job.Attempts)
+			return errors.New("inventory service: timeout")
+		}
+		fmt.Printf("   ✓  job %d: inventory for %s synced on attempt %d\n", job.ID, job.Args.SKU, job.Attempts)
+		return nil
+	}))
+	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[Thumbnail]) error {
+		time.Sleep(3 * time.Millisecond) // pretend to resize an image
+		return nil
+	}))
+
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	began := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return ctx.Err()
+		case <-tick.C:
+		}
+		counts, err := countByStatus(ctx, pool)
+		if err != nil {
+			cancel()
+			<-done
+			return err
+		}
+		pending := counts["queued"] + counts["running"]
+		fmt.Printf("   … %5.2fs  queued %4d  running %3d  succeeded %4d  dead %d\n",
+			time.Since(began).Seconds(), counts["queued"], counts["running"], counts["succeeded"], counts["dead"])
+		if pending == 0 {
+			break
+		}
+	}
+	tick.Stop()
+	cancel()
+	if err := <-done; err != nil {
+		return err
+	}
+
+	step("6. jobs by status", "")
+	return printTable(ctx, pool)
+}
+
+// placeOrder writes an order and its confirmation job in one transaction, then commits
+// or rolls back.
+func placeOrder(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, email string, commit bool) (int64, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	var id int64
+	if err := tx.QueryRow(ctx, `INSERT INTO `+schema+`.orders (email) VALUES ($1) RETURNING id`, email).Scan(&id); err != nil {
+		return 0, err
+	}
+	job, err := client.EnqueueTx(ctx, tx, SendConfirmation{OrderID: id, Email: email}, nil)
+	if err != nil {
+		return 0, err
+	}
+	if !commit {
+		fmt.Printf("   order %d and job %d written, then the transaction rolls back\n", id, job.ID)
+		return id, tx.Rollback(ctx)
+	}
+	return id, tx.Commit(ctx)
+}
+
+func countByStatus(ctx context.Context, pool *pgxpool.Pool) (map[string]int, error) {
+	rows, err := pool.Query(ctx, `SELECT status, count(*) FROM `+schema+`.jobs GROUP BY status
+		UNION ALL SELECT status, count(*) FROM `+schema+`.jobs_archive GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	var status string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { out[status] += n; return nil })
+	return out, err
+}
+
+func printTable(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, `SELECT kind, status, count(*), max(attempts) FROM (
+		SELECT kind, status, attempts FROM `+schema+`.jobs
+		UNION ALL SELECT kind, status, attempts FROM `+schema+`.jobs_archive) j
+		GROUP BY kind, status ORDER BY kind, status`)
+	if err != nil {
+		return err
+	}
+	type line struct {
+		kind, status   string
+		n, maxAttempts int
+	}
+	var lines []line
+	var l line
+	if _, err := pgx.ForEachRow(rows, []any{&l.kind, &l.status, &l.n, &l.maxAttempts}, func() error {
+		lines = append(lines, l)
+		return nil
+	}); err != nil {
+		return err
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].kind < lines[j].kind })
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "   KIND\tSTATUS\tJOBS\tMAX ATTEMPTS")
+	for _, l := range lines {
+		fmt.Fprintf(tw, "   %s\t%s\t%d\t%d\n", l.kind, l.status, l.n, l.maxAttempts)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println("\ndone: every job reached a final state.")
+	return nil
+}
+
+func step(title, format string, args ...any) {
+	fmt.Printf("\n== %s", title)
+	if format != "" {
+		fmt.Printf(": "+format, args...)
+	}
+	fmt.Println()
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// redact hides a password in a connection string.
+func redact(url string) string {
+	if at := strings.LastIndex(url, "@"); at > 0 {
+		if i := strings.Index(url, "://"); i >= 0 && i+3 < at {
+			return url[:i+3] + "…" + url[at:]
+		}
+	}
+	return url
+}

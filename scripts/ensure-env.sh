@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# ensure-env.sh: make sure this machine can run skiplock's demo and tests.
+#
+#   - a Postgres answers at $DATABASE_URL, or else at 127.0.0.1:5432: an installed
+#     cluster that is down is started; when none is installed and we may use apt-get,
+#     Debian's postgresql is installed, started and set to trust loopback connections;
+#   - with --pgbouncer, pgbouncer is installed (the PgBouncer test starts its own).
+#
+# It never fails the build by itself: when it cannot provide a server it says so, and the
+# test harness falls back to a throwaway initdb cluster (or Docker) or fails with advice.
+set -u
+want_pgbouncer=0
+[ "${1:-}" = "--pgbouncer" ] && want_pgbouncer=1
+
+say() { echo "ensure-env: $*" >&2; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo -n "$@"
+	else return 1; fi
+}
+
+apt_install() {
+	command -v apt-get >/dev/null 2>&1 || { say "no apt-get: install $* yourself"; return 1; }
+	say "installing $* with apt-get"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 && return 0
+	as_root apt-get update -q >/dev/null 2>&1
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+}
+
+# answers reports whether something accepts connections on 127.0.0.1:5432 (or $DATABASE_URL).
+answers() {
+	if command -v pg_isready >/dev/null 2>&1; then
+		if [ -n "${DATABASE_URL:-}" ]; then pg_isready -q -t 3 -d "$DATABASE_URL"; else pg_isready -q -t 3 -h 127.0.0.1 -p 5432; fi
+		return
+	fi
+	[ -n "${DATABASE_URL:-}" ] && return 0 # cannot check without the client: trust it
+	(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null
+}
+
+start_clusters() {
+	command -v pg_ctlcluster >/dev/null 2>&1 || return 1
+	[ -d /etc/postgresql ] || return 1
+	for v in $(ls /etc/postgresql); do
+		say "starting Postgres cluster $v/main"
+		as_root pg_ctlcluster --skip-systemctl-redirect "$v" main start >/dev/null 2>&1 || true
+	done
+	for _ in $(seq 1 30); do answers && return 0; sleep 1; done
+	return 1
+}
+
+# trust_loopback lets the postgres user in over 127.0.0.1 without a password, as the
+# tests and the demo expect. Only done on a cluster this script installed.
+trust_loopback() {
+	for hba in /etc/postgresql/*/main/pg_hba.conf; do
+		[ -f "$hba" ] || continue
+		grep -q '^host all all 127.0.0.1/32 trust' "$hba" && continue
+		as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+	done
+	for v in $(ls /etc/postgresql); do as_root pg_ctlcluster --skip-systemctl-redirect "$v" main reload >/dev/null 2>&1 || true; done
+}
+
+if answers; then
+	:
+elif [ -n "${DATABASE_URL:-}" ]; then
+	say "DATABASE_URL is set but does not answer; fix it or unset it"
+elif start_clusters; then
+	:
+elif ! [ -d /etc/postgresql ] && apt_install postgresql; then
+	start_clusters || true
+	trust_loopback
+	answers || say "installed Postgres but it does not answer on 127.0.0.1:5432"
+else
+	say "no Postgres on 127.0.0.1:5432 and none could be started; the tests will try a throwaway initdb cluster"
+fi
+if answers && [ -z "${DATABASE_URL:-}" ] && command -v psql >/dev/null 2>&1; then
+	# The harness prefers a database named test; create it when missing (best effort).
+	psql -h 127.0.0.1 -U postgres -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'test'" 2>/dev/null | grep -q 1 ||
+		psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test" >/dev/null 2>&1 || true
+fi
+
+if [ "$want_pgbouncer" = 1 ] && ! command -v pgbouncer >/dev/null 2>&1 && ! [ -x /usr/sbin/pgbouncer ]; then
+	apt_install pgbouncer || say "could not install pgbouncer: the PgBouncer test will fail (apt-get install -y pgbouncer)"
+fi
+exit 0

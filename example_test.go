@@ -1,0 +1,143 @@
+package skiplock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// exampleTB lets runnable examples use the test harness to find a database. Examples
+// have no *testing.T; the harness only logs through it or fails.
+type exampleTB struct{ testing.TB }
+
+func (exampleTB) Helper()                   {}
+func (exampleTB) Logf(string, ...any)       {}
+func (exampleTB) Cleanup(func())            {}
+func (exampleTB) Fatal(args ...any)         { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
+func (exampleTB) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); os.Exit(1) }
+
+// examplePool connects to the test database and makes a fresh schema; cleanup drops it.
+func examplePool() (pool *pgxpool.Pool, schema string, cleanup func()) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.URL(exampleTB{}))
+	if err != nil {
+		panic(err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema = "example_" + hex.EncodeToString(b[:])
+	return pool, schema, func() {
+		_, _ = pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+		pool.Close()
+	}
+}
+
+// SendEmail is a job kind: its Kind names the handler, its fields are the JSON payload.
+type SendEmail struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+func (SendEmail) Kind() string { return "send_email" }
+
+// Enqueue inside the caller's transaction: the job exists exactly when the transaction
+// commits.
+func ExampleClient_EnqueueTx() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	tx, _ := pool.Begin(ctx)
+	_, _ = client.EnqueueTx(ctx, tx, SendEmail{To: "ada@example.com"}, nil)
+	_ = tx.Rollback(ctx) // rolled back: no job
+
+	tx, _ = pool.Begin(ctx)
+	job, _ := client.EnqueueTx(ctx, tx, SendEmail{To: "bob@example.com"}, &skiplock.EnqueueOptions{Queue: "mail"})
+	_ = tx.Commit(ctx) // committed: one queued job
+
+	stats, _ := client.Stats(ctx)
+	fmt.Println(job.Kind, job.Queue, job.Status)
+	fmt.Println(stats[0].Queue, stats[0].Counts[skiplock.StatusQueued])
+	// Output:
+	// send_email mail queued
+	// mail 1
+}
+
+// Register a typed handler and run a worker until the job is done.
+func ExampleHandle() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 10}},
+	})
+	done := make(chan struct{})
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendEmail]) error {
+		fmt.Printf("sending %q to %s (attempt %d)\n", job.Args.Subject, job.Args.To, job.Attempts)
+		close(done)
+		return nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+
+	_, _ = client.Enqueue(ctx, SendEmail{To: "ada@example.com", Subject: "Your order"}, nil)
+	<-done
+	stop() // graceful shutdown: waits for running handlers
+	<-stopped
+	// Output:
+	// sending "Your order" to ada@example.com (attempt 1)
+}
+
+// A handler's error decides what happens next: retry with backoff, fail for good, or
+// come back later.
+func ExamplePermanent() {
+	handler := func(ctx context.Context, job *skiplock.Job[SendEmail]) error {
+		switch {
+		case job.Args.To == "":
+			return skiplock.Permanent(errors.New("no recipient")) // status failed, no retry
+		case time.Now().Hour() < 6:
+			return skiplock.Snooze(time.Hour) // try later, without using an attempt
+		}
+		return nil // succeeded
+	}
+	err := handler(context.Background(), &skiplock.Job[SendEmail]{JobRow: &skiplock.JobRow{}, Args: SendEmail{}})
+	fmt.Println(err)
+	// Output:
+	// permanent: no recipient
+}
+
+// Requeue dead jobs after fixing what killed them.
+func ExampleClient_Requeue() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, nil)
+	// Pretend it ran out of attempts.
+	_, _ = pool.Exec(ctx, `UPDATE `+schema+`.jobs SET status = 'dead', attempts = 20 WHERE id = $1`, job.ID)
+
+	n, _ := client.Requeue(ctx, skiplock.RequeueFilter{Kind: "send_email"})
+	again, _ := client.Get(ctx, job.ID)
+	fmt.Println(n, again.Status, again.Attempts)
+	// Output:
+	// 1 queued 0
+}

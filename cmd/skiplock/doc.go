@@ -1,0 +1,36 @@
+// Command skiplock is the operator tool of the skiplock job queue: it migrates the schema,
+// shows what the queues hold, lists dead and failed jobs with their last errors, puts them
+// back in the queue, and cancels jobs.
+//
+// Usage:
+//
+//	skiplock [global flags] <command> [command flags]
+//
+// Commands:
+//
+//	migrate up [--target N]        apply pending migrations (up to version N; default: all)
+//	migrate down --target N        revert migrations down to version N
+//	migrate down --target 0 --yes  revert every migration: drops skiplock's tables and all jobs
+//	migrate status                 show the current, latest and applied versions
+//	stats [--json]                 jobs by queue and status, and the age of the oldest due job
+//	dead [--status dead|failed] [--queue Q] [--kind K] [--limit N] [--json]
+//	                               list dead and failed jobs, oldest first, with their last errors
+//	requeue [--id 1,2,3] [--kind K] [--queue Q]
+//	                               put dead and failed jobs back in the queue, attempts reset
+//	cancel --id N                  cancel a queued or running job
+//	version                        print the build's version
+//	help [command]                 print the usage, or a command's
+//
+// Global flags, accepted before the command and after it:
+//
+//	--database-url URL  the PostgreSQL connection string; defaults to $DATABASE_URL
+//	--schema NAME       the schema holding skiplock's tables; defaults to "skiplock"
+//	--timeout D         the time limit of the whole command; defaults to 30s
+//
+// Connecting gives up after at most 5 seconds (less when --timeout is shorter, more only
+// when the URL's connect_timeout says so).
+//
+// Exit status: 0 when the command did its work; 1 when it failed (the database cannot be
+// reached or returned an error, a job does not exist, the command timed out); 2 for a usage
+// error (an unknown command or flag, a bad or missing flag value, no database URL).
+package main

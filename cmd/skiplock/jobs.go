@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/skiplock/skiplock"
+)
+
+// idList is the value of requeue's --id: comma-separated job ids, the flag repeatable.
+type idList []int64
+
+func (l *idList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, id := range *l {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *idList) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 64)
+		if err != nil || id <= 0 {
+			return fmt.Errorf("%q is not a job id (a positive number)", part)
+		}
+		*l = append(*l, id)
+	}
+	return nil
+}
+
+// checkRequeue makes sure requeue has at least one filter: it never requeues everything.
+func checkRequeue(o *options) error {
+	if len(o.ids) == 0 && o.kind == "" && o.queue == "" {
+		return usagef("requeue", "requeue: give --id, --kind or --queue (a job must match all given)")
+	}
+	return nil
+}
+
+// cmdRequeue moves the matching dead and failed jobs back to queued.
+func cmdRequeue(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "requeue")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := client.Requeue(ctx, skiplock.RequeueFilter{IDs: o.ids, Kind: o.kind, Queue: o.queue})
+	if errors.Is(err, skiplock.ErrInvalidQueue) {
+		return usagef("requeue", "requeue: --queue: %s", strings.TrimPrefix(err.Error(), "skiplock: "))
+	}
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	if n == 0 {
+		_, err = fmt.Fprintln(a.stdout, "requeued 0 jobs: no dead or failed job matched")
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "requeued %d %s\n", n, plural(n, "job", "jobs"))
+	return err
+}
+
+// cmdCancel cancels one job and prints the status it ends up in.
+func cmdCancel(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "cancel")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	job, err := client.Cancel(ctx, o.id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		return fmt.Errorf("cancel: job %d not found in schema %q", o.id, a.schema)
+	}
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	switch {
+	case job.Status != skiplock.StatusCancelled:
+		_, err = fmt.Fprintf(a.stdout, "job %d is already %s: left unchanged\n", job.ID, job.Status)
+	case job.LockedBy != "":
+		_, err = fmt.Fprintf(a.stdout, "job %d cancelled (it was running on %s, which stops it at its next heartbeat)\n", job.ID, job.LockedBy)
+	default:
+		_, err = fmt.Fprintf(a.stdout, "job %d cancelled\n", job.ID)
+	}
+	return err
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

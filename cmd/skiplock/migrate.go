@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/skiplock/skiplock"
+)
+
+// cmdMigrateUp applies the pending migrations up to --target (0: the latest).
+func cmdMigrateUp(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "migrate up")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	mc := skiplock.MigrateConfig{Schema: client.Schema(), TargetVersion: o.target}
+	before, err := skiplock.GetMigrationStatus(ctx, pool, mc)
+	if err != nil {
+		return fmt.Errorf("migrate up: reading the migration status of schema %q: %w", a.schema, err)
+	}
+	if o.target > before.Latest {
+		return usagef("migrate up", "migrate up: --target %d is beyond the latest version this build knows, %d", o.target, before.Latest)
+	}
+	if err := skiplock.Migrate(ctx, pool, mc); err != nil {
+		return fmt.Errorf("migrate up: schema %q: %w", a.schema, err)
+	}
+	after, err := skiplock.GetMigrationStatus(ctx, pool, mc)
+	if err != nil {
+		return fmt.Errorf("migrate up: reading the migration status of schema %q: %w", a.schema, err)
+	}
+	if after.Current == before.Current {
+		_, err = fmt.Fprintf(a.stdout, "schema %q is at version %d (latest %d): nothing to apply\n", a.schema, after.Current, after.Latest)
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "migrated schema %q from version %d to %d (latest %d)\n", a.schema, before.Current, after.Current, after.Latest)
+	return err
+}
+
+// cmdMigrateDown reverts migrations down to --target; its check has made sure that
+// reverting everything was confirmed with --yes.
+func cmdMigrateDown(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "migrate down")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	mc := skiplock.MigrateConfig{Schema: client.Schema(), TargetVersion: o.target}
+	before, err := skiplock.GetMigrationStatus(ctx, pool, mc)
+	if err != nil {
+		return fmt.Errorf("migrate down: reading the migration status of schema %q: %w", a.schema, err)
+	}
+	if o.target > before.Latest {
+		return usagef("migrate down", "migrate down: --target %d is beyond the latest version this build knows, %d", o.target, before.Latest)
+	}
+	if before.Current <= o.target {
+		_, err = fmt.Fprintf(a.stdout, "schema %q is at version %d: nothing to revert\n", a.schema, before.Current)
+		return err
+	}
+	if err := skiplock.MigrateDown(ctx, pool, mc); err != nil {
+		return fmt.Errorf("migrate down: schema %q: %w", a.schema, err)
+	}
+	after, err := skiplock.GetMigrationStatus(ctx, pool, mc)
+	if err != nil {
+		return fmt.Errorf("migrate down: reading the migration status of schema %q: %w", a.schema, err)
+	}
+	_, err = fmt.Fprintf(a.stdout, "reverted schema %q from version %d to %d\n", a.schema, before.Current, after.Current)
+	return err
+}
+
+// cmdMigrateStatus prints the schema's current, latest and applied versions.
+func cmdMigrateStatus(ctx context.Context, a *app, _ *options) error {
+	client, pool, err := a.connect(ctx, "migrate status")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := skiplock.GetMigrationStatus(ctx, pool, skiplock.MigrateConfig{Schema: client.Schema()})
+	if err != nil {
+		return fmt.Errorf("migrate status: schema %q: %w", a.schema, err)
+	}
+	applied := "none"
+	if len(st.Applied) > 0 {
+		vs := make([]string, len(st.Applied))
+		for i, v := range st.Applied {
+			vs[i] = strconv.Itoa(v)
+		}
+		applied = strings.Join(vs, ", ")
+	}
+	var state string
+	switch {
+	case st.Current == 0:
+		state = fmt.Sprintf("not migrated: run '%s migrate up'", a.selfWithSchema())
+	case st.Current < st.Latest:
+		state = fmt.Sprintf("%d migration(s) pending: run '%s migrate up'", st.Latest-st.Current, a.selfWithSchema())
+	case st.Current > st.Latest:
+		state = fmt.Sprintf("newer than this build, which knows up to version %d: upgrade skiplock", st.Latest)
+	default:
+		state = "up to date"
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "schema:\t%s\n", a.schema)
+	fmt.Fprintf(tw, "current:\t%d\n", st.Current)
+	fmt.Fprintf(tw, "latest:\t%d\n", st.Latest)
+	fmt.Fprintf(tw, "applied:\t%s\n", applied)
+	fmt.Fprintf(tw, "state:\t%s\n", state)
+	return tw.Flush()
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// command is one thing the tool does, such as "stats" or "migrate up".
+type command struct {
+	name    string // as typed: "stats", "migrate up"
+	args    string // the synopsis after the name
+	summary string // one line for the command list
+	help    string // what `skiplock help <name>` explains, after the synopsis
+	maxArgs int    // positional arguments allowed after the flags
+	// flags defines the command's own flags on fs, storing into o; nil when it has none.
+	flags func(fs *flag.FlagSet, o *options)
+	// check validates the parsed flags before anything connects; nil when nothing to check.
+	check func(o *options) error
+	run   func(ctx context.Context, a *app, o *options) error
+}
+
+// options holds the parsed flags of every command; each command defines the ones it uses.
+type options struct {
+	args   []string // positional arguments after the flags
+	target int
+	yes    bool
+	json   bool
+	status string
+	queue  string
+	kind   string
+	limit  int
+	ids    idList
+	id     int64
+}
+
+// commands lists every command in the order the usage shows them. It is a function, not
+// a variable, because help looks commands up.
+func commands() []*command {
+	return []*command{
+		{
+			name:    "migrate up",
+			args:    "[--target N]",
+			summary: "apply pending migrations (up to version N; default: all)",
+			help: "Applies the schema migrations the schema lacks, in one transaction under an advisory\n" +
+				"lock, so several processes may run it at once. It creates the schema if needed.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.IntVar(&o.target, "target", 0, "stop at version `N`; 0 means the latest")
+			},
+			check: func(o *options) error {
+				if o.target < 0 {
+					return usagef("migrate up", "migrate up: --target must be 0 (latest) or a version, got %d", o.target)
+				}
+				return nil
+			},
+			run: cmdMigrateUp,
+		},
+		{
+			name:    "migrate down",
+			args:    "--target N | --target 0 --yes",
+			summary: "revert migrations down to version N (0, the default, needs --yes)",
+			help: "Reverts applied migrations, newest first, down to version N. Version 0 reverts all of\n" +
+				"them: that drops skiplock's tables and every job in them, so it needs --yes.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.IntVar(&o.target, "target", 0, "keep version `N` and revert the ones after it; 0 reverts every migration")
+				fs.BoolVar(&o.yes, "yes", false, "confirm reverting to version 0, which drops every job")
+			},
+			check: func(o *options) error {
+				if o.target < 0 {
+					return usagef("migrate down", "migrate down: --target must be a version (0 or more), got %d", o.target)
+				}
+				if o.target == 0 && !o.yes {
+					return usagef("migrate down", "migrate down to version 0 drops skiplock's tables and every job in them: "+
+						"pass --yes to confirm, or --target N to keep version N")
+				}
+				return nil
+			},
+			run: cmdMigrateDown,
+		},
+		{
+			name:    "migrate status",
+			summary: "show the current, latest and applied versions",
+			help:    "Shows which migrations the schema has and whether any are pending.",
+			run:     cmdMigrateStatus,
+		},
+		{
+			name:    "stats",
+			args:    "[--json]",
+			summary: "jobs by queue and status, and the age of the oldest due job",
+			help: "Counts the jobs of each queue by status and shows how long the oldest due, queued job\n" +
+				"has waited. Finished jobs moved to the archive are not counted.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			run: cmdStats,
+		},
+		{
+			name:    "dead",
+			args:    "[--status dead|failed] [--queue Q] [--kind K] [--limit N] [--json]",
+			summary: "list dead and failed jobs, oldest first, with their last errors",
+			help: "Lists jobs that ended dead (attempts exhausted) or failed (a permanent error), oldest\n" +
+				"first, with the first line of their last error. --json prints whole errors and the\n" +
+				"error history.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.StringVar(&o.status, "status", "", "list only jobs of status `S`, dead or failed; default both")
+				fs.StringVar(&o.queue, "queue", "", "only jobs of queue `Q`")
+				fs.StringVar(&o.kind, "kind", "", "only jobs of kind `K`")
+				fs.IntVar(&o.limit, "limit", defaultListLimit, "list at most `N` jobs")
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			check: checkDead,
+			run:   cmdDead,
+		},
+		{
+			name:    "requeue",
+			args:    "[--id 1,2,3] [--kind K] [--queue Q]",
+			summary: "put dead and failed jobs back in the queue, attempts reset",
+			help: "Moves dead and failed jobs back to queued, due now, with their attempts reset; their\n" +
+				"error history stays. Give at least one filter; a job must match all given filters.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.Var(&o.ids, "id", "only the jobs with these `ids`: comma-separated, or the flag repeated")
+				fs.StringVar(&o.kind, "kind", "", "only jobs of kind `K`")
+				fs.StringVar(&o.queue, "queue", "", "only jobs of queue `Q`")
+			},
+			check: checkRequeue,
+			run:   cmdRequeue,
+		},
+		{
+			name:    "cancel",
+			args:    "--id N",
+			summary: "cancel a queued or running job",
+			help: "Cancels a job: a queued job will not run; a running job's handler is told through its\n" +
+				"context at its worker's next heartbeat, and its result is ignored. A job already\n" +
+				"finished is left as it is. A missing job is an error (exit status 1).",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.Int64Var(&o.id, "id", 0, "the `id` of the job")
+			},
+			check: func(o *options) error {
+				if o.id <= 0 {
+					return usagef("cancel", "cancel: --id must be a job id (a positive number)")
+				}
+				return nil
+			},
+			run: cmdCancel,
+		},
+		{
+			name:    "version",
+			summary: "print the build's version",
+			help:    "Prints the version of the build and of Go. It needs no database.",
+			run:     cmdVersion,
+		},
+		{
+			name:    "help",
+			args:    "[command]",
+			summary: "print this usage, or a command's",
+			help:    "Prints the usage, or the usage of the named command.",
+			maxArgs: 2,
+			run:     cmdHelp,
+		},
+	}
+}
+
+// findCommand returns the command called name, or nil.
+func findCommand(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+const globalUsage = `Global flags, accepted before the command and after it:
+  --database-url URL   the PostgreSQL connection string; defaults to $DATABASE_URL
+  --schema NAME        the schema holding skiplock's tables; defaults to "skiplock"
+  --timeout D          the time limit of the whole command; defaults to 30s
+`
+
+// printUsage writes the tool's usage: commands, global flags, exit statuses.
+func (a *app) printUsage(w io.Writer) {
+	fmt.Fprint(w, "skiplock is the operator tool of the skiplock job queue.\n\n"+
+		"Usage:\n  skiplock [global flags] <command> [command flags]\n\nCommands:\n")
+	printCommandList(w, commands())
+	fmt.Fprint(w, "\n"+globalUsage+"\n"+
+		"Exit status: 0 done; 1 the operation failed (database error, job not found, timeout);\n"+
+		"2 usage error (unknown command or flag, bad or missing value, no database URL).\n\n"+
+		"Run 'skiplock help <command>' for a command's flags.\n")
+}
+
+// printGroupUsage writes the usage of the commands under group, such as "migrate".
+func (a *app) printGroupUsage(w io.Writer, group string) {
+	var cs []*command
+	for _, c := range commands() {
+		if strings.HasPrefix(c.name, group+" ") {
+			cs = append(cs, c)
+		}
+	}
+	fmt.Fprintf(w, "Usage: skiplock %s <subcommand> [flags]\n\nSubcommands:\n", group)
+	printCommandList(w, cs)
+	fmt.Fprintf(w, "\nRun 'skiplock help %s <subcommand>' for a subcommand's flags.\n", group)
+}
+
+// synopsisWidth is the column where the command list's summaries start.
+const synopsisWidth = 32
+
+func printCommandList(w io.Writer, cs []*command) {
+	for _, c := range cs {
+		synopsis := c.name
+		if c.args != "" {
+			synopsis += " " + c.args
+		}
+		if len(synopsis) > synopsisWidth-4 { // too long to share a line with its summary
+			fmt.Fprintf(w, "  %s\n  %-*s%s\n", synopsis, synopsisWidth-2, "", c.summary)
+		} else {
+			fmt.Fprintf(w, "  %-*s%s\n", synopsisWidth-2, synopsis, c.summary)
+		}
+	}
+}
+
+// printCommandUsage writes one command's synopsis, explanation and flags.
+func (a *app) printCommandUsage(w io.Writer, c *command) {
+	fmt.Fprintf(w, "Usage: skiplock %s", c.name)
+	if c.args != "" {
+		fmt.Fprintf(w, " %s", c.args)
+	}
+	fmt.Fprintf(w, "\n\n%s\n", c.help)
+	if c.flags != nil {
+		fs := newFlagSet(c.name)
+		c.flags(fs, &options{})
+		fmt.Fprint(w, "\nFlags:\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fs.VisitAll(func(f *flag.Flag) {
+			typ, usage := flag.UnquoteUsage(f)
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(tw, "  --%s %s\t%s%s\n", f.Name, typ, usage, def)
+		})
+		tw.Flush()
+	}
+	fmt.Fprint(w, "\n"+globalUsage)
+}

@@ -1,0 +1,381 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxExamples bounds the examples kept per kind of problem.
+const maxExamples = 5
+
+// jobRowsSQL lists every job row, hot or archived, with the seq the harness gave it.
+const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, '') FROM skiplock.jobs_archive
+UNION ALL
+SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, '') FROM skiplock.jobs`
+
+const executionsSQL = `SELECT exec_id, job_id, attempt, worker_id, started_at, ended_at, aborted
+FROM chaos.executions ORDER BY job_id, started_at`
+
+type jobRow struct {
+	seq, id  int64
+	status   string
+	attempts int
+	lockedBy string
+}
+
+type execution struct {
+	id       string
+	job      int64
+	attempt  int
+	worker   string
+	start    time.Time
+	ended    *time.Time
+	aborted  bool
+	end      time.Time // ended, or the exit of its worker when no end was recorded
+	cutByDie bool      // no end recorded and its worker was killed or crashed
+}
+
+func (e *execution) String() string {
+	end := "no end recorded"
+	if e.ended != nil {
+		end = e.ended.Format("15:04:05.000000")
+	}
+	return fmt.Sprintf("%s (attempt %d, worker %s, %s - %s)", e.id, e.attempt, e.worker, e.start.Format("15:04:05.000000"), end)
+}
+
+// analyze fills rep from the database, the fleet, the enqueuer and the faults. Every
+// worker has stopped: nothing changes under it.
+func (r *runner) analyze(ctx context.Context, rep *Report) error {
+	examples := map[string]int{}
+	example := func(kind, format string, args ...any) {
+		if examples[kind] < maxExamples {
+			rep.Examples = append(rep.Examples, kind+": "+fmt.Sprintf(format, args...))
+		}
+		examples[kind]++
+	}
+	procs := map[string]*proc{}
+	for _, p := range r.fleet.procs() {
+		procs[p.id] = p
+	}
+	rep.Crashes = r.fleet.crashList()
+	rep.EnqueueErrors = len(r.enq.failures)
+	rep.Enqueued = r.enq.enqueued.Load()
+	rep.Faults = r.faults
+
+	// Jobs: every committed seq in exactly one row, in a final state.
+	var jobs []jobRow
+	err := retryDB(ctx, func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, jobRowsSQL)
+		if err != nil {
+			return err
+		}
+		jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
+			var j jobRow
+			err := row.Scan(&j.seq, &j.id, &j.status, &j.attempts, &j.lockedBy)
+			return j, err
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: reading the jobs: %w", err)
+	}
+	bySeq := make([][]int, rep.Enqueued)
+	succeeded := map[int64]*jobRow{}
+	for i := range jobs {
+		j := &jobs[i]
+		if j.seq < 0 || j.seq >= rep.Enqueued {
+			rep.Unexpected++
+			example("unexpected job", "job %d has seq %d, not from a committed enqueue", j.id, j.seq)
+			continue
+		}
+		bySeq[j.seq] = append(bySeq[j.seq], i)
+	}
+	for seq, idx := range bySeq {
+		switch len(idx) {
+		case 0:
+			rep.Lost++
+			example("lost", "seq %d (batch %d) is in neither jobs nor jobs_archive", seq, seq/r.enq.size)
+			continue
+		case 1:
+		default:
+			rep.Duplicated++
+			example("enqueued twice", "seq %d is in %d job rows", seq, len(idx))
+		}
+		for _, i := range idx {
+			j := &jobs[i]
+			switch j.status {
+			case "succeeded":
+				rep.Succeeded++
+				succeeded[j.id] = j
+			case "queued", "running":
+				rep.NotFinal++
+				example("not final", "job %d (seq %d) is %s after %d attempts", j.id, j.seq, j.status, j.attempts)
+			case "dead":
+				rep.Dead++
+				example("dead", "job %d (seq %d) is dead after %d attempts", j.id, j.seq, j.attempts)
+			default:
+				rep.Failed++
+				example("failed", "job %d (seq %d) is %s", j.id, j.seq, j.status)
+			}
+		}
+	}
+
+	// Executions.
+	var execs []*execution
+	err = retryDB(ctx, func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, executionsSQL)
+		if err != nil {
+			return err
+		}
+		execs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
+			var e execution
+			err := row.Scan(&e.id, &e.job, &e.attempt, &e.worker, &e.start, &e.ended, &e.aborted)
+			return &e, err
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: reading the executions: %w", err)
+	}
+	far := time.Now().Add(24 * time.Hour)
+	for _, e := range execs {
+		switch {
+		case e.aborted:
+			rep.Aborted++
+			e.end = e.start
+			continue
+		case e.ended != nil:
+			e.end = *e.ended
+		default:
+			// No end recorded: its work ended, at the latest, when its process did.
+			p := procs[e.worker]
+			switch {
+			case p == nil || p.exitAt.IsZero():
+				e.end = far
+				rep.UnfinishedOther++
+				example("unknown end", "%v: its worker is unknown or still running", e)
+			case p.killed || !p.expected:
+				e.end = p.exitAt
+				e.cutByDie = true
+				rep.UnfinishedKilled++
+			default:
+				e.end = p.exitAt
+				rep.UnfinishedOther++
+			}
+		}
+		rep.Executions++
+	}
+
+	// Per job: overlaps, double claims, the succeeding execution, re-runs.
+	for lo := 0; lo < len(execs); {
+		hi := lo + 1
+		for hi < len(execs) && execs[hi].job == execs[lo].job {
+			hi++
+		}
+		r.checkJob(rep, execs[lo:hi], succeeded[execs[lo].job], procs, example)
+		lo = hi
+	}
+	for id, j := range succeeded {
+		if !hasExecutions(execs, id) {
+			rep.NoFinalExecution++
+			example("no final execution", "job %d (seq %d) succeeded in attempt %d by %s with no execution recorded",
+				id, j.seq, j.attempts, j.lockedBy)
+		}
+	}
+
+	// Recovery from each fault.
+	for i := range rep.Faults {
+		f := &rep.Faults[i]
+		var first *time.Time
+		err := retryDB(ctx, func(ctx context.Context) error {
+			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, f.End).Scan(&first)
+		})
+		if err != nil {
+			return fmt.Errorf("chaos: timing fault recovery: %w", err)
+		}
+		f.FirstCompletion = -1
+		if first != nil {
+			f.FirstCompletion = first.Sub(f.At)
+		}
+		if f.Kind != FaultKill {
+			continue
+		}
+		f.Held = len(f.held)
+		var (
+			n    int
+			last *time.Time
+		)
+		err = retryDB(ctx, func(ctx context.Context) error {
+			return r.pool.QueryRow(ctx, `SELECT count(*), max(finished_at) FROM skiplock.jobs_archive WHERE id = ANY($1)`, f.held).Scan(&n, &last)
+		})
+		if err != nil {
+			return fmt.Errorf("chaos: timing fault recovery: %w", err)
+		}
+		switch {
+		case n < len(f.held):
+			f.HeldDone = -1
+		case last != nil:
+			// A completion the killed worker sent just before it died may commit after the
+			// kill yet carry an earlier now(): that job was done at once.
+			f.HeldDone = max(0, last.Sub(f.At))
+		}
+	}
+
+	// What the logs say went wrong, for diagnosis.
+	rep.ServerDeadlocks = countLines(r.cluster.LogFile, "ERROR:  deadlock detected")
+	rep.ServerLockWaits = countLines(r.cluster.LogFile, "still waiting for")
+	rep.ServerSlowStatements = countLines(r.cluster.LogFile, "LOG:  duration: ")
+	for _, p := range procs {
+		rep.WorkerErrors += countLines(p.log, "level=ERROR")
+	}
+
+	// Sizes once everything is done.
+	return retryDB(ctx, func(ctx context.Context) error {
+		if _, err := r.pool.Exec(ctx, `VACUUM skiplock.jobs`); err != nil {
+			return err
+		}
+		return r.pool.QueryRow(ctx, `SELECT pg_total_relation_size('skiplock.jobs'), pg_total_relation_size('skiplock.jobs_archive')`).
+			Scan(&rep.HotTableBytes, &rep.ArchiveBytes)
+	})
+}
+
+// hasExecutions reports whether execs, sorted by job, holds one of job id.
+func hasExecutions(execs []*execution, id int64) bool {
+	_, found := slices.BinarySearchFunc(execs, id, func(e *execution, id int64) int { return cmp.Compare(e.job, id) })
+	return found
+}
+
+// checkJob checks the executions of one job, sorted by start. final is the job's archive
+// row when it succeeded, else nil.
+func (r *runner) checkJob(rep *Report, execs []*execution, final *jobRow, procs map[string]*proc,
+	example func(kind, format string, args ...any),
+) {
+	// Two executions of one attempt: the claim handed the same attempt out twice.
+	perAttempt := map[int]int{}
+	for _, e := range execs {
+		perAttempt[e.attempt]++
+	}
+	for a, n := range perAttempt {
+		if n > 1 {
+			rep.SameAttempt++
+			example("attempt executed twice", "job %d attempt %d has %d executions", execs[0].job, a, n)
+		}
+	}
+
+	// Overlaps, among executions that did work.
+	var work []*execution
+	for _, e := range execs {
+		if !e.aborted {
+			work = append(work, e)
+		}
+	}
+	for i, a := range work {
+		for _, b := range work[i+1:] {
+			if b.start.Before(a.end) { // b starts no earlier than a (sorted)
+				rep.Overlapping++
+				if a.cutByDie || b.cutByDie {
+					rep.OverlappingKilled++
+				}
+				example("overlap", "job %d: %v and %v", a.job, a, b)
+			}
+		}
+	}
+
+	if final == nil {
+		return
+	}
+	// The succeeding execution: the archive's attempt, by the archive's worker, finished.
+	var fin *execution
+	for _, e := range work {
+		if e.attempt == final.attempts && e.worker == final.lockedBy && e.ended != nil {
+			fin = e
+		}
+		if e.attempt > final.attempts {
+			rep.AfterFinal++
+			example("after final", "job %d succeeded in attempt %d (worker %s) but %v ran later",
+				final.id, final.attempts, final.lockedBy, e)
+		}
+	}
+	if fin == nil {
+		rep.NoFinalExecution++
+		example("no final execution", "job %d succeeded in attempt %d by %s, which has no finished execution",
+			final.id, final.attempts, final.lockedBy)
+	}
+
+	// Re-runs: every other execution that did work, and why its claim ended.
+	extra := 0
+	for _, e := range work {
+		if e == fin {
+			continue
+		}
+		extra++
+		// The next claim of the job is the next attempt that has a row.
+		var next *execution
+		for _, c := range execs {
+			if c.attempt > e.attempt && (next == nil || c.attempt < next.attempt) {
+				next = c
+			}
+		}
+		switch {
+		case next == nil:
+			rep.RerunsUnexplained++
+			example("unexplained re-run", "job %d: %v is not the succeeding execution and no later attempt ran", e.job, e)
+		case r.diedBetween(procs[e.worker], e.start, next.start):
+			rep.RerunsKill++
+		case r.dbFaultBetween(e.start, next.start):
+			rep.RerunsDBFault++
+		default:
+			rep.RerunsUnexplained++
+			example("unexplained re-run", "job %d: %v, then %v, with no kill or database fault between", e.job, e, next)
+		}
+	}
+	if extra > 0 {
+		rep.RerunJobs++
+		rep.Reruns += int64(extra)
+	}
+}
+
+// diedBetween reports whether p was killed (or crashed) after from and no later than to.
+func (r *runner) diedBetween(p *proc, from, to time.Time) bool {
+	if p == nil || p.expected && !p.killed {
+		return false
+	}
+	died := p.killAt
+	if !p.killed {
+		died = p.exitAt
+	}
+	return !p.exitAt.Before(from) && !died.After(to)
+}
+
+// dbFaultBetween reports whether a Postgres restart or backend termination happened
+// (at least in part) between from and to.
+func (r *runner) dbFaultBetween(from, to time.Time) bool {
+	for _, f := range r.faults {
+		if f.Kind != FaultKill && !f.At.After(to) && !f.End.Before(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// countLines counts the lines of file that contain substr; an unreadable file counts 0.
+func countLines(file, substr string) int {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,62 @@
+// Package audit is what the chaos harness and its worker processes share: the job they
+// run and the table in which every handler execution leaves a row.
+//
+// It is a package of its own so that the worker binary does not link the harness (and the
+// test helpers the harness imports).
+package audit
+
+// Kind is the job kind of [Args].
+const Kind = "chaos"
+
+// Args is the payload of a chaos job. Seq numbers the jobs of a run from 0, so that the
+// harness can tell which enqueued jobs are missing; Batch is the enqueue call that inserted
+// the job, so that the harness can tell whether an enqueue whose commit failed with a
+// lost connection went through.
+type Args struct {
+	Seq   int64 `json:"seq"`
+	Batch int   `json:"batch"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (Args) Kind() string { return Kind }
+
+// Schema holds the audit table, apart from skiplock's own schema.
+const Schema = "chaos"
+
+// CreateSQL creates the audit table. One row is one handler execution:
+//
+//   - exec_id is made by the worker before the row is written, so that a worker whose
+//     insert failed with a lost connection (it may have committed) can still mark it.
+//   - started_at is taken before the row is inserted and ended_at after the handler's
+//     work, by the worker's clock (the host's, shared by every process of a run), so
+//     [started_at, ended_at] covers the work.
+//   - ended_at is NULL while the handler runs, and stays NULL when its worker was killed.
+//   - aborted means the handler did no work: its start row could not be confirmed.
+//
+// There is deliberately no unique key on (job_id, attempt): two executions of one attempt
+// would break skiplock's exactly-once claim, and the harness must be able to see it.
+const CreateSQL = `CREATE SCHEMA IF NOT EXISTS chaos;
+CREATE TABLE chaos.executions (
+	exec_id    text        PRIMARY KEY,
+	job_id     bigint      NOT NULL,
+	seq        bigint      NOT NULL,
+	attempt    integer     NOT NULL,
+	worker_id  text        NOT NULL,
+	pid        integer     NOT NULL,
+	started_at timestamptz NOT NULL,
+	ended_at   timestamptz,
+	aborted    boolean     NOT NULL DEFAULT false
+);
+CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
+
+// StartSQL records that an execution is about to do its work.
+// Parameters: exec_id, job_id, seq, attempt, worker_id, pid, started_at.
+const StartSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+// EndSQL records the end of an execution's work. Parameters: exec_id, ended_at.
+const EndSQL = `UPDATE chaos.executions SET ended_at = $2 WHERE exec_id = $1`
+
+// AbortSQL marks an execution that did no work because its start row could not be
+// confirmed (its insert failed, though it may have committed). Parameters: exec_id.
+const AbortSQL = `UPDATE chaos.executions SET aborted = true, ended_at = started_at WHERE exec_id = $1`

@@ -1,0 +1,668 @@
+// Package chaos is skiplock's fault-injection harness: it runs real worker processes
+// against a throwaway Postgres cluster, breaks things while they work, and checks
+// afterwards that skiplock kept its promises (see DESIGN.md, "Promises").
+//
+// [Run] starts its own cluster with [pgtest.StartCluster] (so it may restart it), builds
+// and starts Workers worker processes (the program in ./worker), enqueues Jobs jobs over
+// the fault window, and meanwhile
+//
+//   - kills a random worker process with SIGKILL, Kills times, starting a new one each time;
+//   - restarts Postgres once (pg_ctl restart -m fast);
+//   - terminates every client backend of the database once (pg_terminate_backend).
+//
+// Each job's handler records its execution in chaos.executions (see package audit). When
+// every job has reached a final state (or the drain deadline passed), Run checks the
+// jobs and the executions and returns a [Report]: nothing lost, nothing stuck, no two
+// executions of one job overlapping in time, no attempt run twice, no stale worker
+// completing a job ([Report.Broken]). It also sorts duplicate executions by cause: a
+// kill, a database fault, or nothing injected ([Report.Warnings]: at-least-once
+// execution allows them, but each is a completion the library lost on its own).
+//
+// Everything Run starts is stopped before it returns, even on failure: worker processes
+// are in process groups of their own and die with the harness (a parent-death signal on
+// Linux), and a watchdog process stops the cluster if the harness itself is killed.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/chaos/audit"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// ErrPromiseBroken is returned (wrapped) by [Run] when the run completed but the report
+// shows a broken promise; [Report.Broken] says which.
+var ErrPromiseBroken = errors.New("chaos: a promise was broken")
+
+// Options configures a chaos run. The zero value is the full-size run.
+type Options struct {
+	// Workers is the number of worker processes. Defaults to 4.
+	Workers int
+	// Jobs is the number of jobs enqueued. Defaults to 50,000.
+	Jobs int
+	// Kills is how many times a random worker process is killed with SIGKILL (and a new
+	// one started). Defaults to 20; negative means none.
+	Kills int
+	// NoRestart skips the Postgres restart. Defaults to false: Postgres is restarted once.
+	NoRestart bool
+	// NoTerminate skips terminating the database's backends. Defaults to false: they are
+	// terminated once.
+	NoTerminate bool
+	// FaultInterval is the time between two faults. Jobs are enqueued over the whole
+	// fault window, so they keep flowing while faults happen. Defaults to 1.5s.
+	FaultInterval time.Duration
+	// Warmup is the time from the start of the workers to the first fault. Defaults to 1s.
+	Warmup time.Duration
+	// VisibilityTimeout and SweepInterval are the workers' (see skiplock.WorkerConfig):
+	// short, so that a killed worker's jobs are taken back quickly. They default to 3s and 1s.
+	VisibilityTimeout time.Duration
+	SweepInterval     time.Duration
+	// Concurrency is how many handlers one worker process runs at once. Defaults to 32.
+	Concurrency int
+	// MaxWork bounds the work (a sleep) of one handler execution: each sleeps a random
+	// time in [0, MaxWork]. Defaults to 20ms.
+	MaxWork time.Duration
+	// DrainTimeout is how long Run waits, after the last enqueue and fault, for every job
+	// to reach a final state. Jobs still queued or running then count as not final.
+	// Defaults to 2m.
+	DrainTimeout time.Duration
+	// Seed seeds the choice of worker to kill. Defaults to a random seed, printed.
+	Seed uint64
+	// Dir is where the run's directory (cluster, worker binary, logs) is made.
+	// Defaults to os.TempDir(). Its parents must be searchable by the user "postgres".
+	Dir string
+	// Keep keeps the run's directory after a successful run. It is always kept, for its
+	// logs, after a run that failed or found something to warn about.
+	Keep bool
+	// WorkerBinary is a prebuilt worker program (go build ./internal/chaos/worker).
+	// Defaults to building it with the go command, which takes a few seconds.
+	WorkerBinary string
+}
+
+// Quick returns the reduced-size run: 3 workers, 3,000 jobs, 4 kills, one Postgres
+// restart and one backend termination. It takes well under two minutes.
+func Quick() Options {
+	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute}
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.Jobs <= 0 {
+		o.Jobs = 50_000
+	}
+	switch {
+	case o.Kills == 0:
+		o.Kills = 20
+	case o.Kills < 0:
+		o.Kills = 0
+	}
+	if o.FaultInterval <= 0 {
+		o.FaultInterval = 1500 * time.Millisecond
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = time.Second
+	}
+	if o.VisibilityTimeout <= 0 {
+		o.VisibilityTimeout = 3 * time.Second
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.MaxWork <= 0 {
+		o.MaxWork = 20 * time.Millisecond
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 2 * time.Minute
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
+	}
+	return o
+}
+
+// Limits of the harness's own waiting.
+const (
+	// dbRetryTimeout bounds how long the harness retries one of its queries while the
+	// database is unreachable.
+	dbRetryTimeout = 60 * time.Second
+	// progressEvery is the period of the progress lines.
+	progressEvery = 2 * time.Second
+	// maxBatch is the most jobs one EnqueueMany call inserts.
+	maxBatch = 1000
+)
+
+// recorder prints timestamped progress lines.
+type recorder struct {
+	mu  sync.Mutex
+	out io.Writer
+	t0  time.Time
+}
+
+func (r *recorder) logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(r.out, "[%7.2fs] %s\n", time.Since(r.t0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// runner holds the state of one run.
+type runner struct {
+	opts    Options
+	rec     *recorder
+	rng     *rand.Rand
+	dir     string
+	cluster *pgtest.Cluster
+	pool    *pgxpool.Pool
+	client  *skiplock.Client
+	fleet   *fleet
+	enq     *enqueuer
+	faults  []Fault
+
+	stopWatchdog func()
+}
+
+// Run performs one chaos run as opts says, printing progress and, at the end, the report
+// to out (nil means nowhere). It returns the report, and an error when the run could not
+// be carried out or (wrapping [ErrPromiseBroken]) when the report shows a broken promise.
+//
+// Run needs the PostgreSQL server programs (see [pgtest.FindBin]) and, unless
+// opts.WorkerBinary is set, the go command and this module's source. Each worker process
+// holds up to 17 database connections (a pool of 16 and a LISTEN session), the harness 6.
+func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err error) {
+	opts = opts.withDefaults()
+	if out == nil {
+		out = io.Discard
+	}
+	r := &runner{
+		opts: opts,
+		rec:  &recorder{out: out, t0: time.Now()},
+		rng:  rand.New(rand.NewPCG(opts.Seed, opts.Seed>>1|1)),
+	}
+	restart, terminate := 1, 1
+	if opts.NoRestart {
+		restart = 0
+	}
+	if opts.NoTerminate {
+		terminate = 0
+	}
+	r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination; seed %d",
+		opts.Workers, opts.Jobs, opts.Kills, restart, terminate, opts.Seed)
+
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return rep, fmt.Errorf("chaos: %w", err)
+	}
+	r.dir, err = os.MkdirTemp(opts.Dir, "chaos-")
+	if err != nil {
+		return rep, fmt.Errorf("chaos: %w", err)
+	}
+	// MkdirTemp makes it 0700; the postgres user must reach the cluster inside.
+	if err := os.Chmod(r.dir, 0o755); err != nil {
+		return rep, fmt.Errorf("chaos: %w", err)
+	}
+	defer func() {
+		if err != nil || opts.Keep || len(rep.Warnings()) > 0 {
+			r.rec.logf("run directory kept: %s (worker logs in %s, server log in %s)",
+				r.dir, filepath.Join(r.dir, "logs"), filepath.Join(r.dir, "pg", "postgres.log"))
+			return
+		}
+		if rmErr := os.RemoveAll(r.dir); rmErr != nil {
+			r.rec.logf("cannot remove %s: %v", r.dir, rmErr)
+		}
+	}()
+	defer r.cleanup()
+
+	rep, err = r.run(ctx)
+	rep.Dir = r.dir
+	if err != nil {
+		return rep, err
+	}
+	rep.Print(out)
+	if broken := rep.Broken(); len(broken) > 0 {
+		return rep, fmt.Errorf("%w: %v", ErrPromiseBroken, broken)
+	}
+	return rep, nil
+}
+
+// cleanup stops whatever the run started, in reverse order. It is safe after a partial start.
+func (r *runner) cleanup() {
+	if r.fleet != nil {
+		r.fleet.stop(stopGrace)
+	}
+	if r.pool != nil {
+		r.pool.Close()
+	}
+	if r.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if err := r.cluster.Stop(ctx); err != nil {
+			r.rec.logf("stopping the cluster failed: %v", err)
+		}
+	}
+	if r.stopWatchdog != nil {
+		r.stopWatchdog()
+	}
+}
+
+func (r *runner) run(ctx context.Context) (Report, error) {
+	began := time.Now()
+	rep := Report{Options: r.opts}
+
+	// The worker binary and the cluster.
+	bin := r.opts.WorkerBinary
+	if bin == "" {
+		var err error
+		t := time.Now()
+		if bin, err = buildWorker(ctx, r.dir); err != nil {
+			return rep, err
+		}
+		r.rec.logf("built the worker program in %.1fs", time.Since(t).Seconds())
+	}
+	t := time.Now()
+	cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), pgtest.ClusterOptions{Settings: serverSettings})
+	if err != nil {
+		return rep, err
+	}
+	r.cluster = cluster
+	if r.stopWatchdog, err = startWatchdog(cluster.DataDir); err != nil {
+		return rep, err
+	}
+	r.rec.logf("started postgres (pid %d) on port %d in %.1fs", cluster.PID(), cluster.Port, time.Since(t).Seconds())
+
+	poolCfg, err := pgxpool.ParseConfig(cluster.URL())
+	if err != nil {
+		return rep, err
+	}
+	poolCfg.MaxConns = 6
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = "chaos-harness"
+	if r.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
+		return rep, err
+	}
+	if err := skiplock.Migrate(ctx, r.pool); err != nil {
+		return rep, err
+	}
+	if _, err := r.pool.Exec(ctx, audit.CreateSQL); err != nil {
+		return rep, fmt.Errorf("chaos: creating the audit table: %w", err)
+	}
+	if r.client, err = skiplock.NewClient(r.pool, skiplock.Config{}); err != nil {
+		return rep, err
+	}
+
+	// The workers.
+	logDir := filepath.Join(r.dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return rep, err
+	}
+	r.fleet = newFleet(bin, logDir, []string{
+		"-url", cluster.URL(),
+		"-visibility-timeout", r.opts.VisibilityTimeout.String(),
+		"-sweep-interval", r.opts.SweepInterval.String(),
+		"-concurrency", strconv.Itoa(r.opts.Concurrency),
+		"-max-work", r.opts.MaxWork.String(),
+	}, r.opts.Workers, r.rec)
+	for slot := range r.opts.Workers {
+		p, err := r.fleet.start(slot)
+		if err != nil {
+			return rep, err
+		}
+		r.rec.logf("started worker %s (pid %d)", p.id, p.pid)
+	}
+
+	// Enqueue over the fault window while the faults happen.
+	plan := r.faultPlan()
+	window := r.opts.Warmup + time.Duration(len(plan))*r.opts.FaultInterval
+	start := time.Now()
+	r.enq = newEnqueuer(r.client, r.pool, r.rec, r.opts.Jobs, window)
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var drained atomic.Bool
+	enqErr := make(chan error, 1)
+	wg.Add(2)
+	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
+	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
+	defer func() { stopRun(); wg.Wait() }()
+
+	if err := r.inject(runCtx, plan, start); err != nil {
+		return rep, err
+	}
+	if err := <-enqErr; err != nil {
+		return rep, err
+	}
+	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (at most %v)",
+		r.enq.enqueued.Load(), len(r.faults), r.opts.DrainTimeout)
+	if err := r.drain(runCtx); err != nil {
+		if ctx.Err() != nil {
+			return rep, err
+		}
+		r.rec.logf("%v", err) // the analysis counts the jobs that are not final
+	}
+	drained.Store(true)
+	stopRun()
+	wg.Wait()
+
+	r.rec.logf("stopping the workers")
+	r.fleet.stop(stopGrace)
+
+	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := r.analyze(actx, &rep); err != nil {
+		return rep, err
+	}
+	rep.Wall = time.Since(began)
+	return rep, nil
+}
+
+// faultPlan orders the faults: kills spread over the window, the restart at about 40% of
+// it and the termination at about 70%.
+func (r *runner) faultPlan() []FaultKind {
+	n := r.opts.Kills
+	if !r.opts.NoRestart {
+		n++
+	}
+	if !r.opts.NoTerminate {
+		n++
+	}
+	plan := make([]FaultKind, n)
+	for i := range plan {
+		plan[i] = FaultKill
+	}
+	if !r.opts.NoRestart {
+		plan[n*2/5] = FaultRestart
+	}
+	if !r.opts.NoTerminate {
+		i := n * 7 / 10
+		if plan[i] != FaultKill {
+			i++
+		}
+		plan[min(i, n-1)] = FaultTerminate
+	}
+	return plan
+}
+
+// inject runs the fault plan, fault i at start + Warmup + i*FaultInterval.
+func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) error {
+	for i, kind := range plan {
+		at := start.Add(r.opts.Warmup + time.Duration(i)*r.opts.FaultInterval)
+		if err := sleepUntil(ctx, at); err != nil {
+			return err
+		}
+		f := Fault{Kind: kind}
+		var err error
+		switch kind {
+		case FaultKill:
+			err = r.kill(ctx, &f)
+		case FaultRestart:
+			err = r.restart(ctx, &f)
+		case FaultTerminate:
+			err = r.terminate(ctx, &f)
+		}
+		if err != nil {
+			return err
+		}
+		r.faults = append(r.faults, f)
+		r.rec.logf("fault %d/%d: %s: %s", i+1, len(plan), f.Kind, f.Detail)
+	}
+	return nil
+}
+
+// serverSettings make the server log what explains stalls: lock waits longer than
+// deadlock_timeout (1s) and statements slower than a second.
+var serverSettings = map[string]string{
+	"log_lock_waits":             "on",
+	"log_min_duration_statement": "1000",
+}
+
+// busyWait bounds how long a kill waits for a worker that holds running jobs.
+const busyWait = time.Second
+
+// pickVictim returns the slot of a random worker among those holding running jobs, so
+// that the kill cuts off work in flight; when none holds any for busyWait, any worker.
+func (r *runner) pickVictim(ctx context.Context) int {
+	deadline := time.Now().Add(busyWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		slots := r.fleet.slotsByID()
+		ids := make([]string, 0, len(slots))
+		for id := range slots {
+			ids = append(ids, id)
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		rows, err := r.pool.Query(qctx, `SELECT DISTINCT locked_by FROM skiplock.jobs WHERE status = 'running' AND locked_by = ANY($1)`, ids)
+		var busy []string
+		if err == nil {
+			busy, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		cancel()
+		if err == nil && len(busy) > 0 {
+			slices.Sort(busy) // map order must not decide, the seed does
+			return slots[busy[r.rng.IntN(len(busy))]]
+		}
+		_ = sleepUntil(ctx, time.Now().Add(5*time.Millisecond))
+	}
+	return r.rng.IntN(r.opts.Workers)
+}
+
+func (r *runner) kill(ctx context.Context, f *Fault) error {
+	slot := r.pickVictim(ctx)
+	f.At = time.Now().Round(0)
+	p, dead, err := r.fleet.kill(ctx, slot)
+	if err != nil {
+		return err
+	}
+	f.End = dead
+	f.worker = p.id
+	// Its lease on these is not over before VisibilityTimeout: nobody else can have them yet.
+	err = retryDB(ctx, func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, `SELECT id FROM skiplock.jobs WHERE status = 'running' AND locked_by = $1`, p.id)
+		if err != nil {
+			return err
+		}
+		f.held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: listing the jobs of killed worker %s: %w", p.id, err)
+	}
+	np, err := r.fleet.start(slot)
+	if err != nil {
+		return err
+	}
+	f.Detail = fmt.Sprintf("worker %s (pid %d) killed holding %d running jobs; started %s (pid %d)",
+		p.id, p.pid, len(f.held), np.id, np.pid)
+	return nil
+}
+
+func (r *runner) restart(ctx context.Context, f *Fault) error {
+	old := r.cluster.PID()
+	f.At = time.Now().Round(0)
+	if err := r.cluster.Restart(ctx); err != nil {
+		return err
+	}
+	f.End = time.Now().Round(0)
+	f.Detail = fmt.Sprintf("pg_ctl restart -m fast: postmaster %d -> %d, accepting again after %s",
+		old, r.cluster.PID(), fmtDur(f.End.Sub(f.At)))
+	return nil
+}
+
+// terminateSQL ends every client session of the database but its own: the workers' pools,
+// their LISTEN connections and the harness's other connections.
+const terminateSQL = `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`
+
+func (r *runner) terminate(ctx context.Context, f *Fault) error {
+	f.At = time.Now().Round(0)
+	var n int
+	err := retryDB(ctx, func(ctx context.Context) error { return r.pool.QueryRow(ctx, terminateSQL).Scan(&n) })
+	if err != nil {
+		return fmt.Errorf("chaos: terminating backends: %w", err)
+	}
+	f.End = time.Now().Round(0)
+	f.Detail = fmt.Sprintf("pg_terminate_backend on %d client backends", n)
+	return nil
+}
+
+// progress prints a progress line every progressEvery until ctx ends.
+func (r *runner) progress(ctx context.Context, drained *atomic.Bool) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if drained.Load() {
+			return
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		var done, queued, running, other int64
+		err := r.pool.QueryRow(qctx, progressSQL).Scan(&done, &queued, &running, &other)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.rec.logf("progress: enqueued %d/%d; database unavailable: %v", r.enq.enqueued.Load(), r.opts.Jobs, err)
+			}
+			continue
+		}
+		r.rec.logf("progress: enqueued %d/%d, succeeded %d, queued %d, running %d, other final %d",
+			r.enq.enqueued.Load(), r.opts.Jobs, done, queued, running, other)
+	}
+}
+
+const progressSQL = `SELECT (SELECT count(*) FROM skiplock.jobs_archive),
+	count(*) FILTER (WHERE status = 'queued'),
+	count(*) FILTER (WHERE status = 'running'),
+	count(*) FILTER (WHERE status NOT IN ('queued', 'running'))
+FROM skiplock.jobs`
+
+// drain waits until no job is queued or running, or DrainTimeout passes.
+func (r *runner) drain(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.DrainTimeout)
+	defer cancel()
+	for {
+		var active int64
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.pool.QueryRow(qctx, `SELECT count(*) FROM skiplock.jobs WHERE status IN ('queued', 'running')`).Scan(&active)
+		qcancel()
+		if err == nil && active == 0 {
+			r.rec.logf("every job is in a final state")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chaos: %d jobs still queued or running after %v", active, r.opts.DrainTimeout)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// retryDB runs fn until it succeeds, retrying through lost connections and restarts for
+// at most dbRetryTimeout.
+func retryDB(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, dbRetryTimeout)
+	defer cancel()
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// workerPackage is the import path of the worker program.
+const workerPackage = "github.com/skiplock/skiplock/internal/chaos/worker"
+
+// buildWorker builds the worker program into dir, without the race detector (the harness
+// checks the library's behaviour across processes; -race would only slow the workers).
+func buildWorker(ctx context.Context, dir string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, serr := os.Stat(goBin); serr != nil {
+			return "", fmt.Errorf("chaos: the go command is needed to build the worker program (or set Options.WorkerBinary): %w", err)
+		}
+	}
+	out := filepath.Join(dir, "worker")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, workerPackage)
+	// Build inside this module, wherever the caller runs from.
+	if _, file, _, ok := runtime.Caller(0); ok {
+		if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
+			cmd.Dir = filepath.Dir(file)
+		}
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("chaos: go build %s: %w\n%s", workerPackage, err, b)
+	}
+	return out, nil
+}
+
+// watchdogScript runs as root, waiting for EOF on stdin (the harness exited, however it
+// exited), then asks the postmaster of $1 for a fast shutdown if it still runs. After a
+// normal run the cluster is already stopped and postmaster.pid is gone: it does nothing.
+const watchdogScript = `cat >/dev/null; pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) && kill -INT "$pid" 2>/dev/null; exit 0`
+
+// startWatchdog starts a process that stops the cluster in dataDir once this process has
+// exited, however it exits (the kernel closes the pipe it reads). The returned func ends the
+// watchdog after a normal cleanup, when the cluster is already stopped.
+func startWatchdog(dataDir string) (stop func(), err error) {
+	rd, wr, err := os.Pipe() // close-on-exec: only the watchdog inherits rd, as its stdin
+	if err != nil {
+		return nil, fmt.Errorf("chaos: watchdog: %w", err)
+	}
+	defer rd.Close()
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "chaos-watchdog", dataDir)
+	cmd.Stdin = rd
+	cmd.Dir = "/"
+	setDetachedAttr(cmd) // it must outlive us
+	if err := cmd.Start(); err != nil {
+		wr.Close()
+		return nil, fmt.Errorf("chaos: watchdog: %w", err)
+	}
+	return func() {
+		wr.Close()
+		_ = cmd.Wait()
+	}, nil
+}

@@ -1,0 +1,77 @@
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/chaos"
+)
+
+// testWriter sends the harness's output to the test log, a line at a time.
+type testWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.t.Log(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// TestChaos_Reduced runs the reduced-size chaos run (3 worker processes, 3,000 jobs, 4
+// kills, a Postgres restart and a termination of every backend) and checks the promises:
+// nothing lost, everything final, no overlapping executions, no double claims, no stale
+// completions. Re-runs that no injected fault explains are logged, not failed:
+// at-least-once execution allows them.
+func TestChaos_Reduced(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// The run's directory (cluster, logs) goes when the test ends, whatever happened; the
+	// postgres user must be able to reach it.
+	opts := chaos.Quick()
+	opts.Dir = t.TempDir()
+	for _, d := range []string{opts.Dir, filepath.Dir(opts.Dir)} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	rep, err := chaos.Run(ctx, opts, &testWriter{t: t})
+	require.NoError(t, err)
+
+	assert.Equal(t, int64(3000), rep.Enqueued)
+	assert.Equal(t, rep.Enqueued, rep.Succeeded, "every job succeeds")
+	assert.Zero(t, rep.Lost, "lost jobs")
+	assert.Zero(t, rep.NotFinal, "jobs not final")
+	assert.Zero(t, rep.Dead+rep.Failed, "dead or failed jobs")
+	assert.Zero(t, rep.Overlapping, "overlapping executions")
+	assert.Zero(t, rep.SameAttempt, "attempts executed twice")
+	assert.Zero(t, rep.NoFinalExecution+rep.AfterFinal, "stale or phantom completions")
+	assert.Empty(t, rep.Crashes, "worker crashes")
+	assert.Empty(t, rep.Broken())
+	for _, w := range rep.Warnings() {
+		t.Logf("warning: %s", w)
+	}
+	// The faults happened, and the workers recovered from each.
+	require.Len(t, rep.Faults, 6)
+	for _, f := range rep.Faults {
+		assert.GreaterOrEqual(t, f.FirstCompletion, time.Duration(0), "no job completed after %s at %v", f.Kind, f.At)
+	}
+}

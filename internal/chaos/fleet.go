@@ -1,0 +1,217 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a worker may take to shut down gracefully after SIGTERM before it
+// is killed. Its own ShutdownTimeout is 5s.
+const stopGrace = 10 * time.Second
+
+// proc is one worker process. A slot is a place for a worker; each kill ends the slot's
+// process and starts a new generation in it.
+type proc struct {
+	slot, gen int
+	id        string // skiplock worker id (locked_by)
+	pid       int
+	log       string
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when the process has exited and been waited for
+	expected  bool          // the harness ended it (kill or stop); guarded by fleet.mu
+	killed    bool          // the harness killed it with SIGKILL as a fault; guarded by fleet.mu
+	killAt    time.Time     // when the SIGKILL was sent
+	err       error         // Wait's result, set before done closes
+	exitAt    time.Time     // when it was reaped, set before done closes
+}
+
+// fleet runs the worker processes of a run.
+type fleet struct {
+	bin     string
+	args    []string // flags common to every worker
+	logDir  string
+	rec     *recorder
+	restart time.Duration // delay before a crashed worker is started again
+
+	mu       sync.Mutex
+	current  []*proc // by slot
+	all      []*proc
+	crashes  []string
+	stopping bool
+	wg       sync.WaitGroup // the waiter goroutines
+}
+
+func newFleet(bin, logDir string, args []string, slots int, rec *recorder) *fleet {
+	return &fleet{bin: bin, args: args, logDir: logDir, rec: rec, restart: 500 * time.Millisecond,
+		current: make([]*proc, slots)}
+}
+
+// start starts a new generation in slot. The caller holds no lock.
+func (f *fleet) start(slot int) (*proc, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.startLocked(slot)
+}
+
+func (f *fleet) startLocked(slot int) (*proc, error) {
+	if f.stopping {
+		return nil, errors.New("chaos: the fleet is stopping")
+	}
+	gen := 0
+	if old := f.current[slot]; old != nil {
+		gen = old.gen + 1
+	}
+	p := &proc{slot: slot, gen: gen, id: fmt.Sprintf("w%d-g%d", slot, gen), done: make(chan struct{})}
+	p.log = filepath.Join(f.logDir, p.id+".log")
+	logFile, err := os.Create(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: worker log: %w", err)
+	}
+	p.cmd = exec.Command(f.bin, append([]string{"-id", p.id}, f.args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	setProcAttr(p.cmd)
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("chaos: starting worker %s: %w", p.id, err)
+	}
+	logFile.Close() // the child has its own descriptor
+	p.pid = p.cmd.Process.Pid
+	f.current[slot] = p
+	f.all = append(f.all, p)
+	f.wg.Add(1)
+	go f.wait(p)
+	return p, nil
+}
+
+// wait reaps p and restarts its slot if p died on its own: that is a crash, which the
+// report counts.
+func (f *fleet) wait(p *proc) {
+	defer f.wg.Done()
+	p.err = p.cmd.Wait()
+	p.exitAt = time.Now().Round(0)
+	close(p.done)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.expected {
+		return
+	}
+	f.crashes = append(f.crashes, fmt.Sprintf("%s (pid %d): %v, log %s", p.id, p.pid, p.err, p.log))
+	f.rec.logf("worker %s (pid %d) exited on its own: %v (log %s); starting a new one", p.id, p.pid, p.err, p.log)
+	if f.stopping || f.current[p.slot] != p {
+		return
+	}
+	f.wg.Add(1) // legal: this goroutine's own Done is still pending
+	go func() {
+		defer f.wg.Done()
+		time.Sleep(f.restart)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.current[p.slot] == p && !f.stopping {
+			if _, err := f.startLocked(p.slot); err != nil {
+				f.rec.logf("restarting worker slot %d failed: %v", p.slot, err)
+			}
+		}
+	}()
+}
+
+// kill sends SIGKILL to the current process of slot, waits until it is gone, and returns
+// it and the time it was known dead.
+func (f *fleet) kill(ctx context.Context, slot int) (*proc, time.Time, error) {
+	f.mu.Lock()
+	p := f.current[slot]
+	if p == nil {
+		f.mu.Unlock()
+		return nil, time.Time{}, fmt.Errorf("chaos: no worker in slot %d", slot)
+	}
+	p.expected = true
+	p.killed = true
+	p.killAt = time.Now().Round(0)
+	f.mu.Unlock()
+	if err := signalGroup(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return p, time.Time{}, fmt.Errorf("chaos: kill -9 worker %s (pid %d): %w", p.id, p.pid, err)
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return p, time.Time{}, ctx.Err()
+	}
+	return p, p.exitAt, nil
+}
+
+// stop ends every worker: SIGTERM, then SIGKILL for those still running after grace.
+// It may be called more than once.
+func (f *fleet) stop(grace time.Duration) {
+	f.mu.Lock()
+	f.stopping = true
+	var live []*proc
+	for _, p := range f.current {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		p.expected = true
+		live = append(live, p)
+	}
+	f.mu.Unlock()
+	for _, p := range live {
+		_ = signalGroup(p.pid, syscall.SIGTERM)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	expired := false
+	for _, p := range live {
+		if !expired {
+			select {
+			case <-p.done:
+				continue
+			case <-timer.C:
+				expired = true
+			}
+		}
+		_ = signalGroup(p.pid, syscall.SIGKILL)
+		<-p.done
+	}
+	// The group may hold children of a worker that outlived it; take them too.
+	for _, p := range live {
+		_ = signalGroup(p.pid, syscall.SIGKILL)
+	}
+	f.wg.Wait()
+}
+
+// slotsByID maps the id of each slot's current worker to its slot.
+func (f *fleet) slotsByID() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := make(map[string]int, len(f.current))
+	for slot, p := range f.current {
+		if p != nil {
+			m[p.id] = slot
+		}
+	}
+	return m
+}
+
+// crashList returns the workers that exited without being told to.
+func (f *fleet) crashList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.crashes...)
+}
+
+// procs returns every worker process that ran, in start order.
+func (f *fleet) procs() []*proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*proc(nil), f.all...)
+}

@@ -1,0 +1,19 @@
+package chaos
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setProcAttr puts a child in a process group of its own (so that killing the group takes
+// whatever it started, and a Ctrl-C aimed at the harness does not reach it first) and has
+// the kernel kill it when the harness dies, however the harness dies.
+func setProcAttr(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// signalGroup sends sig to the process group led by pid.
+func signalGroup(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }
+
+// setDetachedAttr puts a child that must outlive the harness in a process group of its own.
+func setDetachedAttr(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }

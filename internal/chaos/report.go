@@ -1,0 +1,298 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// FaultKind names a kind of injected fault.
+type FaultKind string
+
+// The faults a run injects.
+const (
+	FaultKill      FaultKind = "kill -9 worker"
+	FaultRestart   FaultKind = "postgres restart"
+	FaultTerminate FaultKind = "terminate backends"
+)
+
+// Fault is one injected fault and how the run recovered from it.
+type Fault struct {
+	Kind   FaultKind
+	At     time.Time // when it was injected
+	End    time.Time // when it was over: the worker reaped, the server accepting again
+	Detail string
+	// FirstCompletion is the time from At to the first job completed (moved to the
+	// archive) after End; negative when no job completed after it.
+	FirstCompletion time.Duration
+	// Held is, for a kill, the number of running jobs the killed worker held.
+	Held int
+	// HeldDone is, for a kill, the time from At until the last of the held jobs succeeded
+	// in another worker; negative when one of them did not succeed.
+	HeldDone time.Duration
+
+	worker string  // kill: the killed worker's id
+	held   []int64 // kill: the ids of the held jobs
+}
+
+// Report is what a chaos run found. The counts of broken promises must be zero; see
+// [Report.Broken].
+type Report struct {
+	Options Options       // as run, defaults applied
+	Wall    time.Duration // wall time of the run, from the build of the worker to the report
+	Dir     string        // the run's directory (removed after a successful run unless Keep)
+
+	// Jobs.
+	Enqueued      int64 // jobs whose enqueue committed
+	Succeeded     int64 // enqueued jobs in the archive as succeeded
+	Lost          int64 // enqueued jobs found neither in the jobs table nor in the archive
+	NotFinal      int64 // enqueued jobs still queued or running after the drain deadline
+	Dead          int64 // enqueued jobs that ended dead (attempts used up)
+	Failed        int64 // enqueued jobs that ended failed or cancelled
+	Duplicated    int64 // seq numbers found in more than one job row
+	Unexpected    int64 // job rows whose enqueue the harness saw fail and not commit
+	EnqueueErrors int   // EnqueueMany calls that failed (then found committed, or retried)
+
+	// Executions, from the audit table.
+	Executions       int64 // handler executions that did their work (or were killed doing it)
+	Aborted          int64 // executions that stopped before any work: their start write failed
+	UnfinishedKilled int64 // executions cut off by the kill of their worker (no end recorded)
+	UnfinishedOther  int64 // executions whose end could not be recorded though their worker lived
+	// Overlapping counts pairs of executions of one job whose [start, end] intervals
+	// intersect. A killed worker's unfinished execution ends when the worker was known
+	// dead; OverlappingKilled is how many of the pairs involve one.
+	Overlapping       int64
+	OverlappingKilled int64
+	SameAttempt       int64 // (job, attempt) pairs executed more than once: a double claim
+	NoFinalExecution  int64 // succeeded jobs with no finished execution of their final attempt
+	AfterFinal        int64 // executions of an attempt later than the one that succeeded
+	// RerunJobs counts succeeded jobs executed more than once, Reruns the extra executions,
+	// by what ended the earlier execution's claim: the kill of its worker, a database fault
+	// (restart or terminated backends) between it and the next claim, or nothing the
+	// harness injected.
+	RerunJobs         int64
+	Reruns            int64
+	RerunsKill        int64
+	RerunsDBFault     int64
+	RerunsUnexplained int64
+
+	Crashes []string // worker processes that exited without being told to
+	Faults  []Fault
+
+	// HotTableBytes is pg_total_relation_size of skiplock.jobs (heap, indexes, TOAST)
+	// after a VACUUM, once every job is done; ArchiveBytes the same for the archive.
+	HotTableBytes int64
+	ArchiveBytes  int64
+
+	// ServerDeadlocks counts "deadlock detected" errors in the server log,
+	// ServerLockWaits the lock waits it logged (those longer than 1s),
+	// ServerSlowStatements the statements that took more than 1s, and WorkerErrors the
+	// ERROR lines in the workers' logs: none breaks a promise by itself, all point at
+	// where re-runs and stalls come from.
+	ServerDeadlocks      int
+	ServerLockWaits      int
+	ServerSlowStatements int
+	WorkerErrors         int
+
+	// Examples holds a few instances of each problem found (broken promise or warning),
+	// for diagnosis.
+	Examples []string
+}
+
+// Broken lists the promises the run broke; empty means all were kept.
+func (r *Report) Broken() []string {
+	var out []string
+	check := func(n int64, what string) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	check(r.Lost, "jobs lost")
+	check(r.NotFinal, "jobs not final")
+	check(r.Dead, "jobs dead")
+	check(r.Failed, "jobs failed or cancelled")
+	check(r.Duplicated, "jobs enqueued twice")
+	check(r.Unexpected, "jobs from enqueues that had failed")
+	check(r.Overlapping, "overlapping executions")
+	check(r.SameAttempt, "attempts executed twice")
+	check(r.NoFinalExecution, "jobs succeeded without a finished execution")
+	check(r.AfterFinal, "executions after the succeeding attempt")
+	check(int64(len(r.Crashes)), "worker crashes")
+	return out
+}
+
+// Warnings lists what the run found wrong without breaking a promise: executions that ran
+// again though no injected fault explains it (at-least-once execution allows them, but
+// each points at a completion the library lost on its own), and executions whose end
+// could not be recorded.
+func (r *Report) Warnings() []string {
+	var out []string
+	if r.RerunsUnexplained > 0 {
+		out = append(out, fmt.Sprintf("%d re-runs that no kill or database fault explains", r.RerunsUnexplained))
+	}
+	if r.UnfinishedOther > 0 {
+		out = append(out, fmt.Sprintf("%d executions whose end could not be recorded", r.UnfinishedOther))
+	}
+	return out
+}
+
+// Print writes the figures table and the per-fault table to w.
+func (r *Report) Print(w io.Writer) {
+	o := r.Options
+	faults := map[FaultKind]int{}
+	for _, f := range r.Faults {
+		faults[f.Kind]++
+	}
+	fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, seed %d\n\n",
+		o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], o.Seed)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(name string, value any, promise string) { fmt.Fprintf(tw, "%s\t%v\t%s\n", name, value, promise) }
+	must0 := func(n int64) string {
+		if n == 0 {
+			return "ok"
+		}
+		return "BROKEN"
+	}
+	warn0 := func(n int64) string {
+		if n == 0 {
+			return ""
+		}
+		return "WARNING"
+	}
+	fmt.Fprintf(tw, "figure\tvalue\tpromise\n")
+	fmt.Fprintf(tw, "------\t-----\t-------\n")
+	row("jobs enqueued", r.Enqueued, "")
+	row("jobs succeeded", r.Succeeded, "")
+	row("jobs lost (enqueued, found nowhere)", r.Lost, must0(r.Lost))
+	row("jobs not final at the deadline", r.NotFinal, must0(r.NotFinal))
+	row("jobs dead / failed or cancelled", fmt.Sprintf("%d / %d", r.Dead, r.Failed), must0(r.Dead+r.Failed))
+	row("jobs enqueued twice / from failed enqueues", fmt.Sprintf("%d / %d", r.Duplicated, r.Unexpected), must0(r.Duplicated+r.Unexpected))
+	row("enqueue calls that failed (resolved)", r.EnqueueErrors, "")
+	row("executions (handler runs that did work)", r.Executions, "")
+	row("  cut off by a kill (no end recorded)", r.UnfinishedKilled, "")
+	row("  end not recorded, worker alive", r.UnfinishedOther, warn0(r.UnfinishedOther))
+	row("  aborted before work (start write failed)", r.Aborted, "")
+	row("overlapping executions of one job", r.Overlapping, must0(r.Overlapping))
+	row("  of which with a killed worker's execution", r.OverlappingKilled, "")
+	row("attempts executed twice (double claim)", r.SameAttempt, must0(r.SameAttempt))
+	row("succeeded, final attempt not executed", r.NoFinalExecution, must0(r.NoFinalExecution))
+	row("executions after the succeeding attempt", r.AfterFinal, must0(r.AfterFinal))
+	row("jobs executed more than once", r.RerunJobs, "allowed")
+	row("  re-runs after a kill", r.RerunsKill, "allowed")
+	row("  re-runs after a db restart/terminate", r.RerunsDBFault, "allowed")
+	row("  re-runs no injected fault explains", r.RerunsUnexplained, warn0(r.RerunsUnexplained))
+	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
+	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate} {
+		var first, held []time.Duration
+		for _, f := range r.Faults {
+			if f.Kind != k {
+				continue
+			}
+			first = append(first, f.FirstCompletion)
+			if k == FaultKill {
+				held = append(held, f.HeldDone)
+			}
+		}
+		if len(first) == 0 {
+			continue
+		}
+		row(fmt.Sprintf("%s -> first completion (%d)", k, len(first)), spread(first), "")
+		if k == FaultKill {
+			row("kill -9 worker -> its jobs done elsewhere", spread(held), "")
+		}
+	}
+	row("server log: deadlocks / lock waits >1s / statements >1s",
+		fmt.Sprintf("%d / %d / %d", r.ServerDeadlocks, r.ServerLockWaits, r.ServerSlowStatements), "")
+	row("ERROR lines in the worker logs", r.WorkerErrors, "")
+	row("hot table size after VACUUM (jobs+indexes)", fmtBytes(r.HotTableBytes), "")
+	row("archive size", fmtBytes(r.ArchiveBytes), "")
+	row("wall time", fmtDur(r.Wall), "")
+	tw.Flush()
+
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(w, "\nfaults (times from the start of the fault window):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "#\tat\tfault\tfirst completion\tits jobs done\tdetail\n")
+		t0 := r.Faults[0].At
+		for i, f := range r.Faults {
+			heldDone := ""
+			if f.Kind == FaultKill {
+				heldDone = fmt.Sprintf("%s (%d jobs)", fmtDurOrNone(f.HeldDone), f.Held)
+			}
+			fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\n", i+1, fmtDur(f.At.Sub(t0)), f.Kind,
+				fmtDurOrNone(f.FirstCompletion), heldDone, f.Detail)
+		}
+		tw.Flush()
+	}
+	broken, warnings := r.Broken(), r.Warnings()
+	if len(broken) > 0 {
+		fmt.Fprintf(w, "\nBROKEN: %s\n", strings.Join(broken, ", "))
+		for _, c := range r.Crashes {
+			fmt.Fprintf(w, "  crash: %s\n", c)
+		}
+	} else {
+		fmt.Fprintf(w, "\nall promises kept\n")
+	}
+	if len(warnings) > 0 {
+		fmt.Fprintf(w, "WARNING: %s\n", strings.Join(warnings, ", "))
+	}
+	if len(r.Examples) > 0 {
+		fmt.Fprintf(w, "examples:\n")
+		for _, e := range r.Examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+// spread formats min / median / max of ds; a negative duration means "never" and sorts last.
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.SortFunc(s, func(a, b time.Duration) int {
+		switch {
+		case a < 0 && b < 0:
+			return 0
+		case a < 0:
+			return 1
+		case b < 0:
+			return -1
+		}
+		return int(a - b)
+	})
+	if len(s) == 1 {
+		return fmtDurOrNone(s[0])
+	}
+	return fmt.Sprintf("min %s, median %s, max %s", fmtDurOrNone(s[0]), fmtDurOrNone(s[len(s)/2]), fmtDurOrNone(s[len(s)-1]))
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return d.Round(100 * time.Microsecond).String()
+	}
+}
+
+func fmtDurOrNone(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return fmtDur(d)
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB (%d bytes)", float64(n)/(1<<10), n)
+	default:
+		return fmt.Sprintf("%d bytes", n)
+	}
+}

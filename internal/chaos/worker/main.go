@@ -1,0 +1,168 @@
+// Command worker is one worker process of the chaos harness (package
+// github.com/skiplock/skiplock/internal/chaos). The harness builds it, starts several,
+// kills some with SIGKILL and starts new ones; it is not meant to be run by hand.
+//
+// It runs a skiplock Worker on the default queue with one handler, for [audit.Args]
+// jobs, that leaves one row per execution in chaos.executions: the row is inserted before
+// a short random amount of work (a sleep) and its end time is written after it, so the
+// harness can see executions that overlap, that ran twice, or that were cut off by a kill.
+//
+// It logs to stderr, stops gracefully on SIGTERM or SIGINT, and keeps trying to start
+// while the database is unreachable (a Worker's Run fails when it cannot reach the
+// database at start; a supervisor would restart it, and this loop is that supervisor).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/chaos/audit"
+)
+
+// writeTimeout bounds how long a handler keeps retrying an audit write through a lost
+// connection or a restarting server.
+const writeTimeout = 10 * time.Second
+
+func main() {
+	var (
+		url         = flag.String("url", "", "connection string of the database (required)")
+		id          = flag.String("id", "", "worker id, as recorded in locked_by (required)")
+		vt          = flag.Duration("visibility-timeout", 3*time.Second, "WorkerConfig.VisibilityTimeout")
+		sweep       = flag.Duration("sweep-interval", time.Second, "WorkerConfig.SweepInterval")
+		concurrency = flag.Int("concurrency", 32, "handlers running at once (QueueConfig.MaxWorkers)")
+		maxConns    = flag.Int("max-conns", 16, "pool size")
+		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
+	)
+	flag.Parse()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if *url == "" || *id == "" {
+		logger.Error("chaos worker: -url and -id are required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork); err != nil {
+		logger.Error("chaos worker: failed", "err", err)
+		os.Exit(1)
+	}
+	logger.Info("chaos worker: stopped")
+}
+
+func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep time.Duration,
+	concurrency int, maxConns int32, maxWork time.Duration,
+) error {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = "chaos-worker " + id
+	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork}
+	for {
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+			ID:                id,
+			Queues:            map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: concurrency}},
+			VisibilityTimeout: vt,
+			SweepInterval:     sweep,
+			ShutdownTimeout:   5 * time.Second,
+			Logger:            logger,
+		})
+		if err != nil {
+			return err
+		}
+		if err := skiplock.Handle(w, h.run); err != nil {
+			return err
+		}
+		err = w.Run(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		// Run fails only when it cannot start (the database is restarting): try again.
+		logger.Warn("chaos worker: cannot start; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// handler runs chaos jobs and records each execution in chaos.executions.
+type handler struct {
+	pool    *pgxpool.Pool
+	id      string
+	pid     int
+	maxWork time.Duration
+	n       atomic.Int64
+}
+
+func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error {
+	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
+	start := time.Now()
+	_, err := h.pool.Exec(ctx, audit.StartSQL, execID, job.ID, job.Args.Seq, job.Attempts, h.id, h.pid, start)
+	if err != nil {
+		// The insert may have committed before the connection broke: mark the row, if
+		// there is one, as an execution that did no work.
+		if merr := h.write(audit.AbortSQL, execID); merr != nil {
+			err = errors.Join(err, fmt.Errorf("marking the execution aborted: %w", merr))
+		}
+		return fmt.Errorf("recording the start of execution %s: %w", execID, err)
+	}
+	// The work. A cancelled context (the job was reclaimed from this worker) cuts it short.
+	t := time.NewTimer(rand.N(h.maxWork + 1))
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	end := time.Now()
+	if err := h.write(audit.EndSQL, execID, end); err != nil {
+		return fmt.Errorf("recording the end of execution %s: %w", execID, err)
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// write runs an idempotent audit statement, retrying through lost connections for up to
+// writeTimeout. It does not use the job's context: the end of work that was done must be
+// recorded even when the job was taken back meanwhile.
+func (h *handler) write(sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for {
+		_, err := h.pool.Exec(ctx, sql, args...)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}

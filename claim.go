@@ -7,22 +7,38 @@ import (
 // claimSQL claims up to $2 due jobs of queue $1 for worker $3 in one autocommit statement
 // (READ COMMITTED).
 //
-//   - The CTE walks jobs_claim_idx (queue, priority DESC, run_at, id) WHERE status =
-//     'queued': the rows come out of the index already in claim order, so there is no Sort,
-//     and within one priority the due jobs come before the scheduled ones, so LIMIT stops
-//     before walking jobs that are not due.
+//   - prios walks the distinct priorities of the queue's queued jobs, highest first, one
+//     index seek each (a skip scan over jobs_claim_idx). Stepping priority by priority makes
+//     run_at <= now() a range bound of each scan, so jobs scheduled for later (retries in
+//     backoff, jobs due tomorrow) are never walked over, whatever their priority: a million
+//     future jobs cost the claim nothing.
+//   - For each priority, the LATERAL scan reads jobs_claim_idx (queue, priority DESC, run_at,
+//     id) WHERE status = 'queued': the rows come out already in claim order, so there is no
+//     Sort, and the outer LIMIT stops pulling (and locking) once it has $2 jobs.
 //   - FOR UPDATE SKIP LOCKED: concurrent claimers pass over each other's rows instead of
 //     waiting on them, so each job goes to exactly one claimer.
 //   - The UPDATE commits status 'running' with the statement. It is that committed state,
 //     not a held lock or an open transaction, that protects the job while its handler runs.
 //   - attempts + 1 and locked_by form the fencing token: every later statement about this
 //     attempt matches (id, attempts, locked_by), so a stale worker cannot touch a newer one.
-const claimSQL = `WITH picked AS (
-	SELECT id FROM {s}.jobs
-	WHERE status = 'queued' AND queue = $1 AND run_at <= now()
-	ORDER BY priority DESC, run_at, id
+const claimSQL = `WITH RECURSIVE prios AS (
+	(SELECT priority FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1
+	 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.priority < p.priority
+	        ORDER BY j.priority DESC LIMIT 1)
+	FROM prios p WHERE p.priority IS NOT NULL
+), picked AS (
+	SELECT c.id FROM prios p CROSS JOIN LATERAL (
+		SELECT id FROM {s}.jobs
+		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+		ORDER BY run_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	) c
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED
 )
 UPDATE {s}.jobs
 SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1

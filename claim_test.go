@@ -2,6 +2,7 @@ package skiplock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,4 +53,44 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 		assert.Equal(t, 1, j.Attempts)
 		assert.Equal(t, "w1", j.LockedBy)
 	}
+}
+
+func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	exec := func(sql string) {
+		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
+		require.NoError(t, err)
+	}
+	// buffers claims in a rolled-back transaction and returns the buffers it touched.
+	buffers := func() float64 {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		var plan []map[string]any
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+c.sql.claim, "default", 100, "w1").Scan(&plan))
+		top := plan[0]["Plan"].(map[string]any)
+		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 due jobs")
+		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
+	}
+
+	// Jobs scheduled for tomorrow, at higher priorities than the 50 due ones: a claim that
+	// filtered run_at while walking the index would read all their entries, so its cost
+	// would grow tenfold from 20,000 to 200,000 of them. It must stay flat.
+	future := func(n int) {
+		exec(fmt.Sprintf(`INSERT INTO {s}.jobs (kind, priority, run_at)
+			SELECT 'k', 5 + i %% 3, now() + interval '1 day' FROM generate_series(1, %d) AS i;
+			ANALYZE {s}.jobs`, n))
+	}
+	exec(`INSERT INTO {s}.jobs (kind, priority) SELECT 'k', 0 FROM generate_series(1, 50)`)
+	future(20_000)
+	few := buffers()
+	future(180_000)
+	many := buffers()
+	assert.Less(t, many, few+100, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
 }

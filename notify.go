@@ -2,13 +2,11 @@ package skiplock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // listener holds the worker's LISTEN session. LISTEN is session state, so it runs on a
@@ -92,11 +90,6 @@ func (l *listener) session(ctx context.Context) error {
 		}
 		l.onNotify(n.Payload)
 	}
-}
-
-func isPgError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr)
 }
 
 // listenerAppName is the application_name of a worker's LISTEN session.

@@ -12,11 +12,13 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Job is a claimed job with its args decoded into T, as a handler receives it.
@@ -421,11 +423,24 @@ FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
 WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`
 
 // heartbeatSQL refreshes the lease of this worker's running jobs and returns the ones it
-// still holds; a job missing from the result was cancelled or reclaimed.
-const heartbeatSQL = `UPDATE {s}.jobs j SET locked_at = now()
-FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'
-RETURNING j.id, j.attempts`
+// still holds; a job missing from the result was cancelled or reclaimed. The refresh locks
+// with SKIP LOCKED: a row locked by another statement (its success being recorded, the
+// sweeper) is one the heartbeat need not touch, and never waiting means the heartbeat can
+// never deadlock with them. Skipped rows are still reported as held: they are, as far as
+// this snapshot can tell, and the next heartbeat looks again.
+const heartbeatSQL = `WITH mine AS (
+	SELECT j.id, j.attempts FROM {s}.jobs j
+	JOIN unnest($1::bigint[], $2::int[]) AS d(id, attempts) ON j.id = d.id AND j.attempts = d.attempts
+	WHERE j.locked_by = $3 AND j.status = 'running'
+), lockable AS (
+	SELECT j.id FROM {s}.jobs j
+	WHERE j.id IN (SELECT id FROM mine) AND j.locked_by = $3 AND j.status = 'running'
+	ORDER BY j.id
+	FOR UPDATE SKIP LOCKED
+), refreshed AS (
+	UPDATE {s}.jobs SET locked_at = now() WHERE id IN (SELECT id FROM lockable)
+)
+SELECT id, attempts FROM mine`
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.VisibilityTimeout / 3)
@@ -493,7 +508,8 @@ func (q *queueRunner) signal() {
 func (q *queueRunner) run(ctx, jobBase context.Context) {
 	poll := time.NewTimer(0) // claim at once on start
 	defer poll.Stop()
-	errDelay := 50 * time.Millisecond
+	const firstDelay = 10 * time.Millisecond
+	errDelay := firstDelay
 	for {
 		fromPoll := false
 		select {
@@ -522,14 +538,21 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 			}
 			jobs, err := q.w.client.claim(ctx, q.name, int(free), q.w.id)
 			if err != nil {
-				if ctx.Err() == nil {
-					q.w.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err)
-					sleepCtx(ctx, errDelay)
+				if ctx.Err() != nil {
+					break
+				}
+				q.w.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", errDelay)
+				sleepCtx(ctx, errDelay)
+				// A terminated server leaves every pooled connection dead: the first retries
+				// are quick, each one discards a dead connection; then back off.
+				if errDelay < 40*time.Millisecond {
+					errDelay += firstDelay / 2
+				} else {
 					errDelay = min(errDelay*2, 5*time.Second)
 				}
-				break
+				continue
 			}
-			errDelay = 50 * time.Millisecond
+			errDelay = firstDelay
 			q.more.Store(int64(len(jobs)) == free)
 			for _, j := range jobs {
 				q.w.start(jobBase, q, j)
@@ -679,13 +702,13 @@ func (w *Worker) recordFailure(row *JobRow, herr error, policy RetryPolicy) JobS
 	return JobStatus(status)
 }
 
-// retryDB retries fn a few times on errors that are not a Postgres verdict (lost
-// connections), until ctx ends.
+// retryDB retries fn while its error is transient (see [transient]), with backoff, until
+// ctx ends. Every statement it runs is fenced, so running one twice is harmless.
 func retryDB(ctx context.Context, fn func() error) error {
-	delay := 50 * time.Millisecond
+	delay := 20 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil || errors.Is(err, pgx.ErrNoRows) || isPgError(err) || ctx.Err() != nil {
+		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
 		sleepCtx(ctx, delay)
@@ -694,6 +717,28 @@ func retryDB(ctx context.Context, fn func() error) error {
 		}
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+// transient reports whether err may go away on retry: a lost or refused connection, a
+// server shutting down or restarting, a deadlock or serialization failure. A Postgres
+// verdict on the statement itself (a constraint, a syntax error) is not transient.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return true // network errors, closed connections, pool exhaustion
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "08"): // connection exception
+		return true
+	case strings.HasPrefix(pgErr.Code, "57P"): // admin shutdown, crash shutdown, cannot connect now
+		return true
+	case pgErr.Code == "40P01", pgErr.Code == "40001", pgErr.Code == "55P03": // deadlock, serialization, lock not available
+		return true
+	}
+	return false
 }
 
 // completer batches successes into one statement per flush.

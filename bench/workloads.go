@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Sizes are the workload parameters; -quick shrinks them.
+type Sizes struct {
+	Bulk          int           `json:"bulk"`           // jobs in one bulk insert
+	Single        int           `json:"single"`         // jobs inserted one per call, in total
+	Producers     int           `json:"producers"`      // concurrent single-insert callers
+	Drain         int           `json:"drain"`          // pre-inserted jobs drained
+	LatencyRate   int           `json:"latency_rate"`   // jobs/s offered in the latency workload
+	LatencyFor    time.Duration `json:"latency_for"`    // how long the latency workload offers jobs
+	SustainedFor  time.Duration `json:"sustained_for"`  // how long producers insert in the sustained workload
+	Size          int           `json:"size"`           // jobs passed through before measuring table size (all systems)
+	Size1M        int           `json:"size1m"`         // the same for skiplock (size1m workload)
+	ScheduledDue  int           `json:"scheduled_due"`  // due jobs drained in the scheduled workload
+	ScheduledSkip int           `json:"scheduled_skip"` // future jobs beside them
+	Warmup        time.Duration `json:"warmup"`         // workers run this long before timed producers start
+}
+
+var fullSizes = Sizes{
+	Bulk: 100_000, Single: 30_000, Producers: 16, Drain: 100_000,
+	LatencyRate: 50, LatencyFor: 10 * time.Second, SustainedFor: 10 * time.Second,
+	Size: 50_000, Size1M: 1_000_000, ScheduledDue: 100_000, ScheduledSkip: 1_000_000,
+	Warmup: time.Second,
+}
+
+var quickSizes = Sizes{
+	Bulk: 20_000, Single: 10_000, Producers: 16, Drain: 20_000,
+	LatencyRate: 50, LatencyFor: 3 * time.Second, SustainedFor: 4 * time.Second,
+	Size: 20_000, Size1M: 100_000, ScheduledDue: 20_000, ScheduledSkip: 200_000,
+	Warmup: 500 * time.Millisecond,
+}
+
+// Metric is one reported figure of a workload.
+type Metric struct {
+	Key         string `json:"key"`
+	Label       string `json:"label"`
+	Unit        string `json:"unit"`
+	LowerBetter bool   `json:"lower_is_better"`
+}
+
+// Workload is one measured scenario, run -runs times per system.
+type Workload struct {
+	Name    string
+	Desc    func(s Sizes) string
+	Metrics []Metric
+	// SkiplockOnly workloads run for the peers only with -all-systems.
+	SkiplockOnly bool
+	// OneRun workloads run once whatever -runs says (they are long and their
+	// figure barely varies).
+	OneRun bool
+	Run    func(e *env) (map[string]float64, error)
+}
+
+// env is what a workload run gets.
+type env struct {
+	ctx   context.Context
+	sys   System
+	pool  *pgxpool.Pool
+	sizes Sizes
+	notes []string
+}
+
+func (e *env) note(format string, args ...any) {
+	e.notes = append(e.notes, fmt.Sprintf(format, args...))
+}
+
+var (
+	rate = func(key, label string) Metric { return Metric{Key: key, Label: label, Unit: "jobs/s"} }
+	ms   = func(key, label string) Metric { return Metric{Key: key, Label: label, Unit: "ms", LowerBetter: true} }
+	mb   = func(key, label string) Metric { return Metric{Key: key, Label: label, Unit: "MB", LowerBetter: true} }
+)
+
+var sizeMetrics = []Metric{
+	mb("hot", "hot table + indexes"),
+	mb("hot_table", "hot table (heap)"),
+	mb("hot_indexes", "hot table indexes"),
+	mb("hot_vacuumed", "hot table + indexes after VACUUM"),
+	mb("all", "all job tables + indexes (incl. archive)"),
+	rate("rate", "throughput while filling (bulk chunks of 5000, workers running)"),
+}
+
+var workloads = []Workload{
+	{
+		Name: "bulk",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("bulk insert of %d jobs in one call (system's bulk path)", s.Bulk)
+		},
+		Metrics: []Metric{rate("rate", "bulk insert")},
+		Run:     runBulk,
+	},
+	{
+		Name: "single",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("%d jobs inserted one per call (own transaction), %d producers, no workers", s.Single, s.Producers)
+		},
+		Metrics: []Metric{rate("rate", "single inserts")},
+		Run:     runSingle,
+	},
+	{
+		Name: "drain",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("drain %d pre-inserted no-op jobs (until all final in the DB)", s.Drain)
+		},
+		Metrics: []Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only")},
+		Run:     runDrain,
+	},
+	{
+		Name: "latency",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("enqueue→handler start, %d jobs/s from one producer for %s, idle workers", s.LatencyRate, s.LatencyFor)
+		},
+		Metrics: []Metric{ms("p50", "latency p50"), ms("p99", "latency p99"), ms("max", "latency max")},
+		Run:     runLatency,
+	},
+	{
+		Name: "sustained",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("%d producers insert singly for %s while workers drain", s.Producers, s.SustainedFor)
+		},
+		Metrics: []Metric{
+			rate("completed", "sustained completed"), rate("inserted", "sustained inserted"),
+			ms("p50", "sustained latency p50"), ms("p99", "sustained latency p99"),
+			{Key: "backlog", Label: "backlog at end of window", Unit: "jobs", LowerBetter: true},
+		},
+		Run: runSustained,
+	},
+	{
+		Name:    "size",
+		Desc:    func(s Sizes) string { return fmt.Sprintf("table sizes after %d jobs passed through", s.Size) },
+		Metrics: sizeMetrics,
+		Run:     func(e *env) (map[string]float64, error) { return runSize(e, e.sizes.Size) },
+	},
+	{
+		Name: "size1m",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("table sizes after %d jobs passed through (one run)", s.Size1M)
+		},
+		Metrics:      sizeMetrics,
+		SkiplockOnly: true,
+		OneRun:       true,
+		Run:          func(e *env) (map[string]float64, error) { return runSize(e, e.sizes.Size1M) },
+	},
+	{
+		Name: "scheduled",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("drain %d due jobs alone vs beside %d jobs scheduled 24 h ahead", s.ScheduledDue, s.ScheduledSkip)
+		},
+		Metrics: []Metric{
+			rate("alone", "drain, due jobs alone"),
+			rate("beside", "drain, beside future jobs"),
+			{Key: "ratio", Label: "drain beside / alone", Unit: "x"},
+		},
+		SkiplockOnly: true,
+		Run:          runScheduled,
+	},
+}
+
+func runBulk(e *env) (map[string]float64, error) {
+	n := e.sizes.Bulk
+	insert := e.sys.Bulk(n, time.Time{})
+	t0 := time.Now()
+	if err := insert(e.ctx); err != nil {
+		return nil, err
+	}
+	el := time.Since(t0)
+	if err := e.expectPending(int64(n)); err != nil {
+		return nil, err
+	}
+	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+}
+
+func runSingle(e *env) (map[string]float64, error) {
+	n := int64(e.sizes.Single)
+	var next atomic.Int64
+	t0 := time.Now()
+	err := producers(e.ctx, e.sizes.Producers, func(ctx context.Context) (bool, error) {
+		if next.Add(1) > n {
+			return false, nil
+		}
+		return true, e.sys.Insert(ctx, NoopArgs{T: Now()})
+	})
+	el := time.Since(t0)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.expectPending(n); err != nil {
+		return nil, err
+	}
+	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+}
+
+func runDrain(e *env) (map[string]float64, error) {
+	final, handled, err := e.drain(e.sizes.Drain)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(e.sizes.Drain)
+	return map[string]float64{"rate": n / final.Seconds(), "handled": n / handled.Seconds()}, nil
+}
+
+// drain times workers from start until n pre-inserted due jobs are final in
+// the database, and until the last of them was handed to a handler.
+func (e *env) drain(n int) (final, handled time.Duration, err error) {
+	if err := e.sys.Bulk(n, time.Time{})(e.ctx); err != nil {
+		return 0, 0, err
+	}
+	sink := NewSink(int64(n))
+	t0 := time.Now()
+	if err := e.sys.Start(e.ctx, sink); err != nil {
+		return 0, 0, err
+	}
+	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 2000))
+	final = time.Since(t0)
+	if err := errors.Join(werr, e.stop()); err != nil {
+		return 0, 0, err
+	}
+	handled = sink.ReachedAt().Sub(t0) // reached: waitDrained succeeded
+	if d := sink.Done(); d != int64(n) {
+		e.note("%d jobs enqueued, handler ran %d times", n, d)
+	}
+	return final, handled, nil
+}
+
+func runLatency(e *env) (map[string]float64, error) {
+	sink := NewSink(0)
+	if err := e.sys.Start(e.ctx, sink); err != nil {
+		return nil, err
+	}
+	res, err := func() (map[string]float64, error) {
+		if err := sleep(e.ctx, e.sizes.Warmup); err != nil {
+			return nil, err
+		}
+		sink.Record(true)
+		tick := time.NewTicker(time.Second / time.Duration(e.sizes.LatencyRate))
+		defer tick.Stop()
+		end := time.Now().Add(e.sizes.LatencyFor)
+		var sent int64
+		for time.Now().Before(end) {
+			select {
+			case <-tick.C:
+			case <-e.ctx.Done():
+				return nil, e.ctx.Err()
+			}
+			if err := e.sys.Insert(e.ctx, NoopArgs{T: Now()}); err != nil {
+				return nil, err
+			}
+			sent++
+		}
+		if err := waitCount(e.ctx, sink, sent, 30*time.Second); err != nil {
+			return nil, err
+		}
+		lats := sink.Latencies()
+		return map[string]float64{
+			"p50": msOf(percentile(lats, 0.50)),
+			"p99": msOf(percentile(lats, 0.99)),
+			"max": msOf(percentile(lats, 1)),
+		}, nil
+	}()
+	return res, errors.Join(err, e.stop())
+}
+
+func runSustained(e *env) (map[string]float64, error) {
+	sink := NewSink(0)
+	if err := e.sys.Start(e.ctx, sink); err != nil {
+		return nil, err
+	}
+	res, err := func() (map[string]float64, error) {
+		if err := sleep(e.ctx, e.sizes.Warmup); err != nil {
+			return nil, err
+		}
+		sink.Record(true)
+		var inserted atomic.Int64
+		d := e.sizes.SustainedFor
+		done0 := sink.Done()
+		t0 := time.Now()
+		end := t0.Add(d)
+		err := producers(e.ctx, e.sizes.Producers, func(ctx context.Context) (bool, error) {
+			if !time.Now().Before(end) {
+				return false, nil
+			}
+			err := e.sys.Insert(ctx, NoopArgs{T: Now()})
+			if err == nil {
+				inserted.Add(1)
+			}
+			return true, err
+		})
+		el := time.Since(t0)
+		completed := sink.Done() - done0
+		if err != nil {
+			return nil, err
+		}
+		ins := inserted.Load()
+		// Latency covers every job enqueued in the window, also those still
+		// queued when it closed, so a system that falls behind shows it.
+		if err := waitCount(e.ctx, sink, done0+ins, timeoutFor(int(ins), 1000)); err != nil {
+			return nil, err
+		}
+		lats := sink.Latencies()
+		return map[string]float64{
+			"completed": float64(completed) / el.Seconds(),
+			"inserted":  float64(ins) / el.Seconds(),
+			"p50":       msOf(percentile(lats, 0.50)),
+			"p99":       msOf(percentile(lats, 0.99)),
+			"backlog":   float64(ins - completed),
+		}, nil
+	}()
+	return res, errors.Join(err, e.stop())
+}
+
+// runSize passes n jobs through the system (bulk chunks of 5000 while
+// workers run, at most 20000 waiting), then measures the tables.
+func runSize(e *env, n int) (map[string]float64, error) {
+	const chunk, ahead = 5000, 20000
+	sink := NewSink(int64(n))
+	t0 := time.Now()
+	if err := e.sys.Start(e.ctx, sink); err != nil {
+		return nil, err
+	}
+	err := func() error {
+		for sent := 0; sent < n; {
+			for int64(sent)-sink.Done() > ahead {
+				if err := sleep(e.ctx, 2*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			k := min(chunk, n-sent)
+			if err := e.sys.Bulk(k, time.Time{})(e.ctx); err != nil {
+				return err
+			}
+			sent += k
+		}
+		return waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 1000))
+	}()
+	el := time.Since(t0)
+	if err := errors.Join(err, e.stop()); err != nil {
+		return nil, err
+	}
+	res := map[string]float64{"rate": float64(n) / el.Seconds()}
+	hot := pgx.Identifier(splitQualified(e.sys.HotTable())).Sanitize()
+	var heap, idx int64
+	if err := e.pool.QueryRow(e.ctx, `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, hot).
+		Scan(&heap, &idx); err != nil {
+		return nil, err
+	}
+	res["hot_table"], res["hot_indexes"], res["hot"] = mib(heap), mib(idx), mib(heap+idx)
+	var all float64
+	for _, t := range e.sys.JobTables() {
+		var b int64
+		if err := e.pool.QueryRow(e.ctx, `SELECT pg_total_relation_size($1::regclass)`,
+			pgx.Identifier(splitQualified(t)).Sanitize()).Scan(&b); err != nil {
+			return nil, err
+		}
+		all += mib(b)
+	}
+	res["all"] = all
+	if _, err := e.pool.Exec(e.ctx, "VACUUM "+hot); err != nil {
+		return nil, err
+	}
+	var vac int64
+	if err := e.pool.QueryRow(e.ctx, `SELECT pg_table_size($1::regclass) + pg_indexes_size($1::regclass)`, hot).Scan(&vac); err != nil {
+		return nil, err
+	}
+	res["hot_vacuumed"] = mib(vac)
+	return res, nil
+}
+
+func runScheduled(e *env) (map[string]float64, error) {
+	due, skip := e.sizes.ScheduledDue, e.sizes.ScheduledSkip
+	alone, _, err := e.drain(due)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.sys.Reset(e.ctx); err != nil {
+		return nil, err
+	}
+	// Future jobs first, so the due ones come after them in insertion order.
+	if err := e.sys.Bulk(skip, time.Now().Add(24*time.Hour))(e.ctx); err != nil {
+		return nil, err
+	}
+	beside, _, err := e.drain(due)
+	if err != nil {
+		return nil, err
+	}
+	a, b := float64(due)/alone.Seconds(), float64(due)/beside.Seconds()
+	return map[string]float64{"alone": a, "beside": b, "ratio": b / a}, nil
+}
+
+// producers runs k goroutines calling step until one returns false or an
+// error; it returns the first error.
+func producers(ctx context.Context, k int, step func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	for range k {
+		wg.Go(func() {
+			for {
+				more, err := step(ctx)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				if !more {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+func (e *env) stop() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), time.Minute)
+	defer cancel()
+	return e.sys.Stop(ctx)
+}
+
+func (e *env) expectPending(n int64) error {
+	got, err := e.sys.Pending(e.ctx)
+	if err != nil {
+		return err
+	}
+	if got != n {
+		return fmt.Errorf("%s: inserted %d jobs but %d are pending", e.sys.Name(), n, got)
+	}
+	return nil
+}
+
+// waitCount waits until sink has handled n jobs.
+func waitCount(ctx context.Context, sink *Sink, n int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for sink.Done() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s: %d of %d jobs handled", timeout, sink.Done(), n)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxRun caps every wait of a run (-max-run).
+var maxRun = 5 * time.Minute
+
+// timeoutFor is a generous limit for n jobs at no less than minRate jobs/s,
+// capped by -max-run.
+func timeoutFor(n, minRate int) time.Duration {
+	return min(maxRun, 30*time.Second+time.Duration(n/minRate)*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -146,15 +146,10 @@ func TestIsolation_BadQueuesNeverStopGoodQueue(t *testing.T) {
 			assert.Less(t, time.Since(stopBegan), 10*time.Second, "shutdown took too long")
 			assert.Equal(t, blocked, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'blocker' AND status = 'queued' AND attempts = 0`),
 				"blocked jobs back in the queue after shutdown, their attempt given back")
-			// Known library bug (reported): a claim in flight when Run's context is cancelled
-			// is cut off by that context after its UPDATE committed, so the jobs it took stay
-			// running until the sweeper's visibility timeout. Only the busy panicking and
-			// failing queues claim at that moment. Once claims outlive the cancellation,
-			// tighten this to: no job of any queue is running after shutdown.
-			orphans := b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue IN ('panicker', 'failer') AND status = 'running'`)
-			if orphans > 0 {
-				t.Logf("%d jobs claimed as the worker stopped were left running (known bug: claim cut off by shutdown)", orphans)
-			}
+			// A claim in flight as Run's context is cancelled outlives the cancellation and its
+			// jobs run before Run returns: no job of any queue is left running.
+			assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running'`), "jobs left running after shutdown")
+			orphans := 0
 			assert.Equal(t, 2*bad, orphans+b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue IN ('panicker', 'failer') AND status = 'queued'`))
 		})
 	}

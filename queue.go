@@ -255,8 +255,14 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 	if len(o.UniqueKey) > 255 || !validText(o.UniqueKey) {
 		return newJob{}, fmt.Errorf("%w: UniqueKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.UniqueKey, 40))
 	}
+	if !o.RunAt.IsZero() && (o.RunAt.Year() < 1 || o.RunAt.Year() > 9999) {
+		return newJob{}, fmt.Errorf("%w: RunAt %s: the year must be in [1, 9999]", ErrInvalidOptions, o.RunAt.Format(time.RFC3339))
+	}
 	payload, err := json.Marshal(args)
 	if err != nil {
+		return newJob{}, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+	}
+	if err := checkJSONB(payload); err != nil {
 		return newJob{}, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
 	if c.maxBytes > 0 && len(payload) > c.maxBytes {
@@ -291,6 +297,54 @@ func mergeOptions(base, over EnqueueOptions) EnqueueOptions {
 		base.UniqueKey = over.UniqueKey
 	}
 	return base
+}
+
+// checkJSONB rejects valid JSON that Postgres's jsonb would still refuse, so that the
+// error comes before anything is sent (a refused statement would abort the caller's
+// transaction): invalid UTF-8, the escape \u0000, and numbers beyond numeric's range
+// (which only custom marshalers and json.RawMessage can produce). One pass, no allocation.
+func checkJSONB(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("not valid UTF-8")
+	}
+	inString := false
+	digits, expDigits, exp := 0, 0, 0
+	inExp := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				if i+5 < len(b) && b[i+1] == 'u' && string(b[i+2:i+6]) == "0000" {
+					return errors.New(`contains \u0000, which Postgres cannot store in jsonb`)
+				}
+				i++ // skip the escaped character
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = true
+			digits, inExp = 0, false
+		case c >= '0' && c <= '9':
+			if inExp {
+				expDigits++
+				if exp = exp*10 + int(c-'0'); expDigits > 6 || exp > 100_000 {
+					return errors.New("a number's exponent is beyond what Postgres's numeric stores")
+				}
+			} else if digits++; digits > 100_000 {
+				return errors.New("a number has more digits than Postgres's numeric stores")
+			}
+		case c == 'e' || c == 'E':
+			inExp, expDigits, exp = true, 0, 0
+		case c == '.' || c == '-' || c == '+':
+		default:
+			digits, inExp = 0, false
+		}
+	}
+	return nil
 }
 
 // validText reports whether Postgres can store s as text.
@@ -343,7 +397,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 }
 
 func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify bool) (*JobRow, error) {
-	args := []any{j.queue, j.kind, j.payload, j.priority, j.runAt, j.maxAttempts, j.uniqueKey}
+	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
+	// setups) would send it as bytea.
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, j.uniqueKey}
 	var q string
 	switch {
 	case notify && j.uniqueKey != nil:
@@ -620,8 +676,10 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 		j.UniqueKey = *uniqueKey
 	}
 	if len(errs) > 0 {
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
-			return nil, fmt.Errorf("skiplock: job %d: decoding error history: %w", j.ID, err)
+		// A history that does not decode (edited by hand) is dropped from the row rather
+		// than failing it: a claimed job must always reach its handler.
+		if json.Unmarshal(errs, &j.Errors) != nil {
+			j.Errors = nil
 		}
 	}
 	return &j, nil

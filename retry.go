@@ -54,11 +54,19 @@ type retryPolicyArgs interface {
 	RetryPolicy() RetryPolicy
 }
 
-// appendErrorSQL appends {attempt, at, error: $5} to the error history, keeping the
-// latest maxErrorHistory entries ("jsonb - 0" drops the oldest).
-const appendErrorSQL = `CASE WHEN jsonb_array_length(COALESCE(errors, '[]'::jsonb)) >= 10
-		THEN errors - 0 ELSE COALESCE(errors, '[]'::jsonb) END
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', left($5::text, 2048)))`
+// appendErrorSQL appends {attempt, at, error: $5} to the error history.
+var appendErrorSQL = appendError(`left($5::text, 2048)`)
+
+// appendError is the expression that appends an entry with the message msg to the error
+// history, keeping the latest 10 ("jsonb - 0" drops the oldest). A history that is not a
+// JSON array (written by hand, say) is started afresh rather than failing the statement:
+// a broken history must never keep a job from being retried or reclaimed.
+func appendError(msg string) string {
+	return `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
+		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
+		ELSE errors END)
+	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', ` + msg + `))`
+}
 
 // fenceSQL matches exactly the attempt a worker claimed. A job that was reclaimed by the
 // sweeper, re-claimed by another worker, cancelled or released no longer matches, so a
@@ -67,7 +75,7 @@ const fenceSQL = `id = $1 AND attempts = $2 AND locked_by = $3 AND status = 'run
 
 // retrySQL records a failed attempt: back to queued at now() + $4, or dead when the
 // attempts are used up.
-const retrySQL = `UPDATE {s}.jobs SET
+var retrySQL = `UPDATE {s}.jobs SET
 	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
 	run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE now() + $4::interval END,
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
@@ -79,7 +87,7 @@ WHERE ` + fenceSQL + `
 RETURNING status, run_at`
 
 // failSQL ends the attempt and the job in status $4 (failed or cancelled), with no retry.
-const failSQL = `UPDATE {s}.jobs SET
+var failSQL = `UPDATE {s}.jobs SET
 	status = $4, finished_at = now(), locked_at = NULL, last_error = $5,
 	errors = ` + appendErrorSQL + `
 WHERE ` + fenceSQL + `

@@ -95,7 +95,7 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 // reclaimSQL takes back expired running jobs. The lost attempt counts: a job whose
 // attempts are used up goes dead, so a job that kills every worker that runs it cannot
 // loop forever.
-const reclaimSQL = `WITH expired AS (
+var reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
 	WHERE status = 'running' AND locked_at < now() - $1::interval
 	ORDER BY locked_at
@@ -107,10 +107,7 @@ UPDATE {s}.jobs SET
 	run_at = now(),
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
 	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
-	errors = CASE WHEN jsonb_array_length(COALESCE(errors, '[]'::jsonb)) >= 10
-			THEN errors - 0 ELSE COALESCE(errors, '[]'::jsonb) END
-		|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(),
-			'error', 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+	errors = ` + appendError(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `,
 	locked_at = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
 WHERE id IN (SELECT id FROM expired)

@@ -536,7 +536,12 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 				sleepCtx(ctx, q.w.cfg.FetchCooldown)
 				free = q.max - q.active.Load()
 			}
-			jobs, err := q.w.client.claim(ctx, q.name, int(free), q.w.id)
+			// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
+			// the claim and lose its result, leaving jobs running for nobody until the
+			// sweeper takes them back. Jobs it returns run; shutdown waits for them.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			jobs, err := q.w.client.claim(cctx, q.name, int(free), q.w.id)
+			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					break
@@ -564,6 +569,9 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 		poll.Reset(q.w.cfg.PollInterval)
 	}
 }
+
+// claimTimeout bounds one claim statement.
+const claimTimeout = 30 * time.Second
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

@@ -22,7 +22,8 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_status_check CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')),
     CONSTRAINT jobs_max_attempts_check CHECK (max_attempts >= 1),
     CONSTRAINT jobs_kind_check CHECK (char_length(kind) BETWEEN 1 AND 255),
-    CONSTRAINT jobs_queue_check CHECK (char_length(queue) BETWEEN 1 AND 64)
+    CONSTRAINT jobs_queue_check CHECK (char_length(queue) BETWEEN 1 AND 64),
+    CONSTRAINT jobs_errors_check CHECK (errors IS NULL OR jsonb_typeof(errors) = 'array')
 ) WITH (
     -- Every job row is inserted, updated once or twice and then deleted: leave room on
     -- each page for the new row versions, and vacuum as soon as 1% of the table is dead

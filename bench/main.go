@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,7 +95,7 @@ func run() error {
 		return errors.New("-runs must be at least 1")
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	sizes := fullSizes
@@ -106,7 +107,7 @@ func run() error {
 		return err
 	}
 	for _, w := range workloads {
-		if slices.Contains(o.workloads, w.Name) {
+		if slices.Contains(o.workloads, w.Name) && (w.Skip == nil || !w.Skip(sizes)) {
 			rep.Workloads = append(rep.Workloads, WorkloadInfo{Name: w.Name, Desc: w.Desc(sizes)})
 		}
 	}
@@ -122,6 +123,7 @@ func run() error {
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 
+	rep.Complete = ctx.Err() == nil
 	md := rep.Markdown()
 	fmt.Print(md)
 	if o.out != "" {
@@ -137,6 +139,8 @@ func run() error {
 }
 
 // runSystem gives one system a fresh database and runs the chosen workloads.
+// After every workload it rewrites the report files, marked incomplete, so a
+// killed run leaves what it measured.
 func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Report) (err error) {
 	sys := registry[name]()
 	start := time.Now()
@@ -188,7 +192,8 @@ func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Re
 	}
 
 	for _, w := range workloads {
-		if !slices.Contains(o.workloads, w.Name) || (w.SkiplockOnly && name != "skiplock" && !o.allSystems) {
+		if !slices.Contains(o.workloads, w.Name) || (w.Skip != nil && w.Skip(sizes)) ||
+			(w.SkiplockOnly && name != "skiplock" && !o.allSystems) {
 			continue
 		}
 		runs := o.runs
@@ -207,9 +212,14 @@ func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Re
 			if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
-			e := &env{ctx: ctx, sys: sys, pool: pool, sizes: sizes}
+			rctx, cancel := context.WithTimeout(ctx, maxRun)
+			e := &env{ctx: rctx, sys: sys, pool: pool, sizes: sizes}
 			t0 := time.Now()
 			res, err := w.Run(e)
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				err = fmt.Errorf("gave up after -max-run %s: %w", maxRun, err)
+			}
+			cancel()
 			for _, n := range e.notes {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s run %d: %s", name, w.Name, r, n))
 			}
@@ -233,6 +243,14 @@ func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Re
 		for _, m := range w.Metrics {
 			if v := vals[m.Key]; len(v) > 0 {
 				rep.add(w.Name, m, name, v)
+			}
+		}
+		if o.out != "" {
+			partial := *rep
+			partial.Systems = append(slices.Clone(rep.Systems), info)
+			partial.Seconds = time.Since(rep.Started).Seconds()
+			if err := partial.Write(o.out, partial.Markdown()); err != nil {
+				return err
 			}
 		}
 	}

@@ -25,6 +25,7 @@ import (
 type Report struct {
 	Started   time.Time      `json:"started"`
 	Seconds   float64        `json:"seconds"`
+	Complete  bool           `json:"complete"` // false while running or when interrupted
 	Quick     bool           `json:"quick"`
 	Runs      int            `json:"runs"`
 	Sizes     Sizes          `json:"sizes"`
@@ -224,6 +225,9 @@ func (r *Report) Markdown() string {
 		mode = "quick"
 	}
 	fmt.Fprintf(&b, "## Results (%s, %d run(s) each, %s)\n\n", mode, r.Runs, r.Started.Format("2006-01-02 15:04 MST"))
+	if !r.Complete {
+		b.WriteString("**Incomplete: the run was still going or was interrupted.**\n\n")
+	}
 	fmt.Fprintf(&b, "Machine: %d CPU (%s), %.0f GB RAM, %s, %s, load average %s at the start. Server: %s on the same machine.\n\n",
 		r.Env.CPUs, r.Env.CPUModel, r.Env.MemoryGB, r.Env.OS, r.Env.Go, r.Env.LoadAvg, firstWords(r.Env.Postgres, 2))
 	var keys []string
@@ -312,7 +316,13 @@ func (r *Report) Markdown() string {
 	b.WriteString("\nCells: median (min–max) over the runs. Ratio: skiplock median / River median — above 1 is better for \"higher\" rows, below 1 for \"lower\" rows.\n\n")
 	b.WriteString("Workloads:\n\n")
 	for _, w := range r.Workloads {
-		fmt.Fprintf(&b, "- **%s**: %s\n", w.Name, w.Desc)
+		only := ""
+		for _, wl := range workloads {
+			if wl.Name == w.Name && wl.SkiplockOnly {
+				only = " (skiplock only unless -all-systems)"
+			}
+		}
+		fmt.Fprintf(&b, "- **%s**: %s%s\n", w.Name, w.Desc, only)
 	}
 	b.WriteString("\nSystems:\n\n")
 	for _, s := range r.Systems {

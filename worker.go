@@ -228,7 +228,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if n == 0 {
 			n = 100
 		}
-		w.queues[name] = &queueRunner{w: w, name: name, max: int64(n), wake: make(chan struct{}, 1)}
+		w.queues[name] = &queueRunner{w: w, name: name, max: int64(n), wake: make(chan struct{}, 1), jobs: make(chan dispatched, n)}
 	}
 	w.completer = newCompleter(w)
 	return w, nil
@@ -342,7 +342,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); l.run(bg) }()
 
+	var runnersWG sync.WaitGroup
 	for _, q := range w.queues {
+		for range q.max {
+			runnersWG.Add(1)
+			go func() { defer runnersWG.Done(); q.runner() }()
+		}
 		fetchWG.Add(1)
 		go func() { defer fetchWG.Done(); q.run(ctx, jobBase) }()
 	}
@@ -350,12 +355,19 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	fetchWG.Wait() // no more claims
+	for _, q := range w.queues {
+		close(q.jobs) // runners exit once their current job is done
+	}
 	w.logger.Info("skiplock: worker shutting down", "running", w.countRunning())
 
-	if !waitTimeout(&w.handlerWG, w.cfg.ShutdownTimeout) {
+	allReturned := waitTimeout(&w.handlerWG, w.cfg.ShutdownTimeout)
+	if !allReturned {
 		cancelJobs(errShutdown)
 		// Handlers that honour their context return now; give them a moment.
-		waitTimeout(&w.handlerWG, min(w.cfg.ShutdownTimeout, 2*time.Second))
+		allReturned = waitTimeout(&w.handlerWG, min(w.cfg.ShutdownTimeout, 2*time.Second))
+	}
+	if allReturned {
+		runnersWG.Wait()
 	}
 	w.completer.stop() // flushes the successes already reported
 	<-w.completer.done
@@ -495,6 +507,7 @@ type queueRunner struct {
 	active atomic.Int64
 	more   atomic.Bool // the last claim filled its batch: there may be a backlog
 	wake   chan struct{}
+	jobs   chan dispatched // to the runners
 }
 
 // signal wakes the claim loop; wake-ups coalesce.
@@ -582,24 +595,38 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// start runs one claimed job in its own goroutine.
+// dispatched is a claimed job on its way to a runner.
+type dispatched struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	key    jobKey
+	row    *JobRow
+}
+
+// start hands one claimed job to the queue's runners. The channel has room for MaxWorkers
+// jobs and a job is only claimed for a free slot, so this never blocks.
 func (w *Worker) start(jobBase context.Context, q *queueRunner, row *JobRow) {
 	jobCtx, cancel := context.WithCancelCause(jobBase)
 	key := jobKey{row.ID, row.Attempts}
 	w.running.Store(key, &runningJob{row: row, cancel: cancel})
 	q.active.Add(1)
 	w.handlerWG.Add(1)
-	go func() {
-		defer w.handlerWG.Done()
-		defer func() {
-			q.active.Add(-1)
-			if q.more.Load() {
-				q.signal()
-			}
-		}()
-		defer cancel(nil)
-		w.execute(jobCtx, key, row)
-	}()
+	q.jobs <- dispatched{ctx: jobCtx, cancel: cancel, key: key, row: row}
+}
+
+// runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
+// a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
+// pay for stack growth on every job.
+func (q *queueRunner) runner() {
+	for d := range q.jobs {
+		q.w.execute(d.ctx, d.key, d.row)
+		d.cancel(nil)
+		q.active.Add(-1)
+		if q.more.Load() {
+			q.signal()
+		}
+		q.w.handlerWG.Done()
+	}
 }
 
 func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {

@@ -31,6 +31,7 @@ type SweepResult struct {
 	Requeued  int64 // expired jobs put back in the queue
 	Dead      int64 // expired jobs that had no attempts left
 	Purged    int64 // finished jobs deleted past retention
+	Vacuumed  bool  // the jobs table had many dead rows and was vacuumed
 	Reclaimed []int64
 }
 
@@ -188,6 +189,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
 		}
 	}
+	s.vacuumIfBloated(ctx, &res)
 	for range maxPurgeBatches {
 		var n int64
 		var got bool
@@ -206,6 +208,32 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// deadTuplesSQL reads how many dead row versions the jobs table holds, from the
+// statistics Postgres keeps for autovacuum.
+const deadTuplesSQL = `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`
+
+// vacuumDeadTuples is the dead row count past which a sweep vacuums the jobs table.
+const vacuumDeadTuples = 5000
+
+// vacuumIfBloated vacuums the jobs table when many dead rows have piled up. Every job is
+// inserted, updated and deleted, so a queue table bloats as fast as jobs flow; autovacuum
+// may be slow to notice (its naptime) or switched off, and a bloated table makes every
+// claim walk dead index entries. Errors (no privilege, say) are logged, not returned.
+func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
+	c := s.client
+	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
+	var dead int64
+	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead); err != nil || dead < vacuumDeadTuples {
+		return
+	}
+	// SKIP_LOCKED: never wait behind a long lock on the table; the next sweep tries again.
+	if _, err := c.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+table); err != nil {
+		s.logger.Debug("skiplock: vacuuming the jobs table failed", "err", err)
+		return
+	}
+	res.Vacuumed = true
 }
 
 // maxPurgeBatches bounds the retention work of one sweep.

@@ -255,3 +255,22 @@ func TestFencing_StaleFailureChangesNothing(t *testing.T) {
 	assert.Equal(t, before, after)
 	assert.Equal(t, skiplock.StatusCancelled, after.Status)
 }
+
+func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 20000);
+		DELETE FROM {s}.jobs;`))
+	require.NoError(t, err)
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	// The statistics arrive asynchronously; sweep until the sweeper sees the dead rows.
+	eventually(t, 20*time.Second, func() bool {
+		res, err := s.Sweep(b.ctx)
+		require.NoError(t, err)
+		return res.Vacuumed
+	}, "the sweeper vacuumed the jobs table")
+	// The empty pages at the end of the heap were given back.
+	assert.Less(t, b.count(t, `SELECT pg_relation_size($1::regclass)::int`, `"`+b.schema+`".jobs`), 64*1024)
+}

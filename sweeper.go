@@ -68,14 +68,21 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger}, nil
 }
 
-// Run sweeps every Interval until ctx is cancelled, then returns nil.
+// Run sweeps every Interval until ctx is cancelled, then returns nil. Between sweeps it
+// checks every few seconds whether the jobs table needs a vacuum.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	v := time.NewTicker(min(s.cfg.Interval, vacuumCheckInterval))
+	defer v.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-v.C:
+			var res SweepResult
+			s.vacuumIfBloated(ctx, &res)
+			continue
 		case <-t.C:
 		}
 		res, err := s.Sweep(ctx)
@@ -88,6 +95,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// vacuumCheckInterval is how often a running Sweeper looks at the jobs table's dead rows.
+const vacuumCheckInterval = 5 * time.Second
 
 // sweepLockSQL takes the sweep lock for this transaction only, or reports that another
 // sweeper holds it. The second key is the schema's hash: schemas sweep independently.
@@ -212,9 +222,10 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 
 // deadTuplesSQL reads how many dead row versions the jobs table holds, from the
 // statistics Postgres keeps for autovacuum.
-const deadTuplesSQL = `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`
+const deadTuplesSQL = `SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`
 
-// vacuumDeadTuples is the dead row count past which a sweep vacuums the jobs table.
+// vacuumDeadTuples is the dead row count past which a sweep vacuums the jobs table (and a
+// quarter of the live rows: a big backlog is not vacuumed over and over).
 const vacuumDeadTuples = 5000
 
 // vacuumIfBloated vacuums the jobs table when many dead rows have piled up. Every job is
@@ -224,8 +235,9 @@ const vacuumDeadTuples = 5000
 func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	c := s.client
 	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
-	var dead int64
-	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead); err != nil || dead < vacuumDeadTuples {
+	var dead, live int64
+	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead, &live); err != nil ||
+		dead < vacuumDeadTuples || dead < live/4 {
 		return
 	}
 	// SKIP_LOCKED: never wait behind a long lock on the table; the next sweep tries again.

@@ -40,7 +40,7 @@ var fullSizes = Sizes{
 var quickSizes = Sizes{
 	Bulk: 20_000, Single: 5_000, Producers: 16, Drain: 10_000,
 	LatencyRate: 50, LatencyFor: 2 * time.Second, SustainedFor: 3 * time.Second,
-	Size: 20_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
+	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
 	Warmup: 300 * time.Millisecond,
 }
 

@@ -397,13 +397,19 @@ func (w *Worker) countRunning() int {
 	return n
 }
 
+// runningKeys lists the jobs this worker runs, by ascending id: batched statements lock
+// rows in the order given, and one order everywhere means they cannot deadlock.
 func (w *Worker) runningKeys() (ids []int64, attempts []int32) {
+	var keys []jobKey
 	w.running.Range(func(k, _ any) bool {
-		key := k.(jobKey)
-		ids = append(ids, key.id)
-		attempts = append(attempts, int32(key.attempts))
+		keys = append(keys, k.(jobKey))
 		return true
 	})
+	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+	for _, k := range keys {
+		ids = append(ids, k.id)
+		attempts = append(attempts, int32(k.attempts))
+	}
 	return ids, attempts
 }
 
@@ -429,10 +435,10 @@ func (w *Worker) releaseRunning() {
 
 // releaseSQL gives jobs cut off by shutdown back to the queue, due now, and gives back the
 // attempt (the job did not fail; the worker stopped). Fenced like every other update.
-const releaseSQL = `UPDATE {s}.jobs j SET
-	status = 'queued', run_at = now(), attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL
-FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`
+var releaseSQL = `WITH held AS (` + heldSQL("FOR UPDATE") + `)
+UPDATE {s}.jobs SET
+	status = 'queued', run_at = now(), attempts = attempts - 1, locked_at = NULL, locked_by = NULL
+WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`
 
 // heartbeatSQL refreshes the lease of this worker's running jobs and returns the ones it
 // still holds; a job missing from the result was cancelled or reclaimed. The refresh locks
@@ -440,17 +446,15 @@ WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status 
 // sweeper) is one the heartbeat need not touch, and never waiting means the heartbeat can
 // never deadlock with them. Skipped rows are still reported as held: they are, as far as
 // this snapshot can tell, and the next heartbeat looks again.
-const heartbeatSQL = `WITH mine AS (
-	SELECT j.id, j.attempts FROM {s}.jobs j
-	JOIN unnest($1::bigint[], $2::int[]) AS d(id, attempts) ON j.id = d.id AND j.attempts = d.attempts
-	WHERE j.locked_by = $3 AND j.status = 'running'
-), lockable AS (
-	SELECT j.id FROM {s}.jobs j
-	WHERE j.id IN (SELECT id FROM mine) AND j.locked_by = $3 AND j.status = 'running'
-	ORDER BY j.id
-	FOR UPDATE SKIP LOCKED
+var heartbeatSQL = `WITH mine AS (
+	SELECT d.id, d.attempts FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
+	CROSS JOIN LATERAL (
+		SELECT attempts, locked_by, status FROM {s}.jobs WHERE id = d.id
+	) j
+	WHERE j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'
+), lockable AS (` + heldSQL("FOR UPDATE SKIP LOCKED") + `
 ), refreshed AS (
-	UPDATE {s}.jobs SET locked_at = now() WHERE id IN (SELECT id FROM lockable)
+	UPDATE {s}.jobs SET locked_at = now() WHERE ctid = ANY (ARRAY(SELECT ctid FROM lockable))
 )
 SELECT id, attempts FROM mine`
 
@@ -860,24 +864,37 @@ func (c *completer) flush(batch []jobKey) []jobKey {
 	return batch[:0]
 }
 
+// heldSQL selects, and locks in id order, the rows of this worker's attempts listed in
+// $1 (ids, ascending) and $2 (attempts). It is the first step of every batched statement
+// about a worker's own jobs. The LATERAL lookup has only id = d.id to go on, so it always
+// walks the primary key, one probe per job, whatever the planner believes about the
+// table (a fresh table's statistics once led it to scan jobs_running_idx once per id:
+// a million rows read for a batch of 500). The fence (attempts, locked_by, status) is
+// checked on the row as locked, so a job cancelled or reclaimed meanwhile is left alone.
+func heldSQL(lock string) string {
+	return `SELECT j.ctid FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
+	CROSS JOIN LATERAL (
+		SELECT ctid, attempts, locked_by, status FROM {s}.jobs WHERE id = d.id ` + lock + `
+	) j
+	WHERE j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`
+}
+
 // completeSQL records successes, matching the claimed attempts (fencing).
 var completeSQL = map[Completion]string{
 	// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
-	CompletionArchive: `WITH done AS (
-	DELETE FROM {s}.jobs j
-	USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-	WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'
-	RETURNING j.*
+	CompletionArchive: `WITH held AS (` + heldSQL("FOR UPDATE") + `
+), done AS (
+	DELETE FROM {s}.jobs WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))
+	RETURNING *
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
 	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at)
 SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
 	max_attempts, locked_by, last_error, errors, unique_key, created_at, now()
 FROM done`,
-	CompletionDelete: `DELETE FROM {s}.jobs j
-USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`,
-	CompletionKeep: `UPDATE {s}.jobs j SET status = 'succeeded', finished_at = now(), locked_at = NULL
-FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-WHERE j.id = d.id AND j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`,
+	CompletionDelete: `WITH held AS (` + heldSQL("FOR UPDATE") + `)
+DELETE FROM {s}.jobs WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`,
+	CompletionKeep: `WITH held AS (` + heldSQL("FOR UPDATE") + `)
+UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL
+WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`,
 }

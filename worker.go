@@ -228,7 +228,11 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if n == 0 {
 			n = 100
 		}
-		w.queues[name] = &queueRunner{w: w, name: name, max: int64(n), wake: make(chan struct{}, 1), jobs: make(chan dispatched, n)}
+		q := &queueRunner{w: w, name: name, max: int64(n), jobs: make(chan dispatched, n)}
+		for range fetchersPerQueue {
+			q.wakes = append(q.wakes, make(chan struct{}, 1))
+		}
+		w.queues[name] = q
 	}
 	w.completer = newCompleter(w)
 	return w, nil
@@ -348,8 +352,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			runnersWG.Add(1)
 			go func() { defer runnersWG.Done(); q.runner() }()
 		}
-		fetchWG.Add(1)
-		go func() { defer fetchWG.Done(); q.run(ctx, jobBase) }()
+		for _, wake := range q.wakes {
+			fetchWG.Add(1)
+			go func() { defer fetchWG.Done(); q.run(ctx, jobBase, wake) }()
+		}
 	}
 	w.logger.Info("skiplock: worker started", "queues", len(w.queues))
 
@@ -503,26 +509,47 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-// queueRunner is the claim loop of one queue.
+// fetchersPerQueue is how many claim loops each queue runs. While one loop's claim is in
+// flight, another can claim the slots that free up meanwhile: the claims pipeline, and a
+// busy database gives the worker's claims a fairer share of its CPU.
+const fetchersPerQueue = 2
+
+// queueRunner holds one queue's claim loops, slots and runners.
 type queueRunner struct {
 	w      *Worker
 	name   string
 	max    int64
-	active atomic.Int64
-	more   atomic.Bool // the last claim filled its batch: there may be a backlog
-	wake   chan struct{}
+	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
+	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
+	wakes  []chan struct{}
 	jobs   chan dispatched // to the runners
 }
 
-// signal wakes the claim loop; wake-ups coalesce.
+// signal wakes the claim loops; wake-ups coalesce.
 func (q *queueRunner) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	for _, c := range q.wakes {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
-func (q *queueRunner) run(ctx, jobBase context.Context) {
+// reserve takes every free slot for one claim and returns how many; the claim gives back
+// those it does not fill. Two claim loops never count the same slot.
+func (q *queueRunner) reserve() int64 {
+	for {
+		cur := q.active.Load()
+		if cur >= q.max {
+			return 0
+		}
+		if q.active.CompareAndSwap(cur, q.max) {
+			return q.max - cur
+		}
+	}
+}
+
+func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 	poll := time.NewTimer(0) // claim at once on start
 	defer poll.Stop()
 	const firstDelay = 10 * time.Millisecond
@@ -532,7 +559,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-q.wake:
+		case <-wake:
 		case <-poll.C:
 			fromPoll = true
 		}
@@ -543,15 +570,16 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 			}
 		}
 		for ctx.Err() == nil {
-			free := q.max - q.active.Load()
-			if free <= 0 {
+			if free := q.max - q.active.Load(); free <= 0 {
 				break
-			}
-			if free < (q.max+3)/4 && q.more.Load() && q.w.cfg.FetchCooldown > 0 {
+			} else if free < (q.max+3)/4 && q.more.Load() && q.w.cfg.FetchCooldown > 0 {
 				// A backlog and few free slots: let a few more handlers finish so the next
 				// claim is a batch, not a trickle.
 				sleepCtx(ctx, q.w.cfg.FetchCooldown)
-				free = q.max - q.active.Load()
+			}
+			free := q.reserve()
+			if free == 0 {
+				break
 			}
 			// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
 			// the claim and lose its result, leaving jobs running for nobody until the
@@ -559,6 +587,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 			jobs, err := q.w.client.claim(cctx, q.name, int(free), q.w.id)
 			cancel()
+			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
 			if err != nil {
 				if ctx.Err() != nil {
 					break
@@ -613,8 +642,7 @@ func (w *Worker) start(jobBase context.Context, q *queueRunner, row *JobRow) {
 	jobCtx, cancel := context.WithCancelCause(jobBase)
 	key := jobKey{row.ID, row.Attempts}
 	w.running.Store(key, &runningJob{row: row, cancel: cancel})
-	q.active.Add(1)
-	w.handlerWG.Add(1)
+	w.handlerWG.Add(1) // its slot was reserved before the claim
 	q.jobs <- dispatched{ctx: jobCtx, cancel: cancel, key: key, row: row}
 }
 
@@ -797,8 +825,21 @@ func (c *completer) add(k jobKey) { c.ch <- k }
 
 func (c *completer) stop() { c.stopped.Do(func() { close(c.quit) }) }
 
+// completerLoops is how many success batches may be in flight at once.
+const completerLoops = 2
+
+// run runs completerLoops batching loops over the same channel until stop, then closes done.
 func (c *completer) run() {
 	defer close(c.done)
+	var wg sync.WaitGroup
+	for range completerLoops {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.loop() }()
+	}
+	wg.Wait()
+}
+
+func (c *completer) loop() {
 	batch := make([]jobKey, 0, c.w.cfg.CompleteBatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

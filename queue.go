@@ -143,10 +143,7 @@ type Client struct {
 	throttle *notifyThrottle
 }
 
-var (
-	schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
-	queueRE  = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-)
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
 // validSchema checks a schema name; names are also quoted wherever they are used.
 func validSchema(s string) error {
@@ -156,8 +153,15 @@ func validSchema(s string) error {
 	return nil
 }
 
+// validQueue checks a queue name. It runs for every enqueued job, so it is a loop, not
+// a regular expression (which cost 4% of a bulk insert's CPU).
 func validQueue(q string) error {
-	if !queueRE.MatchString(q) {
+	ok := len(q) >= 1 && len(q) <= MaxQueueLength
+	for i := 0; ok && i < len(q); i++ {
+		c := q[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+	}
+	if !ok {
 		return fmt.Errorf("%w: %q: use [a-z0-9_-], 1-64 characters", ErrInvalidQueue, q)
 	}
 	return nil

@@ -441,10 +441,9 @@ func (w *Worker) releaseRunning() {
 
 // releaseSQL gives jobs cut off by shutdown back to the queue, due now, and gives back the
 // attempt (the job did not fail; the worker stopped). Fenced like every other update.
-var releaseSQL = `WITH held AS (` + heldSQL("FOR UPDATE") + `)
-UPDATE {s}.jobs SET
+var releaseSQL = `UPDATE {s}.jobs SET
 	status = 'queued', run_at = now(), attempts = attempts - 1, locked_at = NULL, locked_by = NULL
-WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`
+WHERE ` + heldSQL
 
 // heartbeatSQL refreshes the lease of this worker's running jobs and returns the ones it
 // still holds; a job missing from the result was cancelled or reclaimed. The refresh locks
@@ -452,17 +451,13 @@ WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`
 // sweeper) is one the heartbeat need not touch, and never waiting means the heartbeat can
 // never deadlock with them. Skipped rows are still reported as held: they are, as far as
 // this snapshot can tell, and the next heartbeat looks again.
-var heartbeatSQL = `WITH mine AS (
-	SELECT d.id, d.attempts FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-	CROSS JOIN LATERAL (
-		SELECT attempts, locked_by, status FROM {s}.jobs WHERE id = d.id
-	) j
-	WHERE j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'
-), lockable AS (` + heldSQL("FOR UPDATE SKIP LOCKED") + `
+var heartbeatSQL = `WITH lockable AS (
+	SELECT id FROM {s}.jobs WHERE ` + heldSQL + `
+	FOR UPDATE SKIP LOCKED
 ), refreshed AS (
-	UPDATE {s}.jobs SET locked_at = now() WHERE ctid = ANY (ARRAY(SELECT ctid FROM lockable))
+	UPDATE {s}.jobs SET locked_at = now() WHERE id IN (SELECT id FROM lockable)
 )
-SELECT id, attempts FROM mine`
+SELECT id, attempts FROM {s}.jobs WHERE ` + heldSQL
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.VisibilityTimeout / 3)
@@ -905,27 +900,26 @@ func (c *completer) flush(batch []jobKey) []jobKey {
 	return batch[:0]
 }
 
-// heldSQL selects, and locks in id order, the rows of this worker's attempts listed in
-// $1 (ids, ascending) and $2 (attempts). It is the first step of every batched statement
-// about a worker's own jobs. The LATERAL lookup has only id = d.id to go on, so it always
-// walks the primary key, one probe per job, whatever the planner believes about the
-// table (a fresh table's statistics once led it to scan jobs_running_idx once per id:
-// a million rows read for a batch of 500). The fence (attempts, locked_by, status) is
-// checked on the row as locked, so a job cancelled or reclaimed meanwhile is left alone.
-func heldSQL(lock string) string {
-	return `SELECT j.ctid FROM unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-	CROSS JOIN LATERAL (
-		SELECT ctid, attempts, locked_by, status FROM {s}.jobs WHERE id = d.id ` + lock + `
-	) j
-	WHERE j.attempts = d.attempts AND j.locked_by = $3 AND j.status = 'running'`
-}
+// heldSQL is the condition that picks, among the ids in $1 (ascending) with the attempts
+// in $2, the rows this worker ($3) still holds: the fence of every batched statement
+// about a worker's own jobs.
+//
+//   - id = ANY($1) is the only index condition the planner can use: status is compared as
+//     status || ”, which it cannot match to the partial indexes' predicates. With a
+//     table that had no statistics, it once preferred scanning jobs_running_idx once per
+//     id — a million rows read for a batch of 500.
+//   - The statements act by id, never by a ctid read earlier in the statement: a row
+//     updated (by a heartbeat, say) after the statement's snapshot would be invisible at
+//     its new ctid, and its success silently dropped. By id, Postgres waits for the other
+//     update, rechecks this condition on the newest row version and acts on it.
+const heldSQL = `id = ANY ($1::bigint[]) AND (status || '') = 'running' AND locked_by = $3
+	AND attempts = ($2::int[])[array_position($1::bigint[], id)]`
 
 // completeSQL records successes, matching the claimed attempts (fencing).
 var completeSQL = map[Completion]string{
 	// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
-	CompletionArchive: `WITH held AS (` + heldSQL("FOR UPDATE") + `
-), done AS (
-	DELETE FROM {s}.jobs WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))
+	CompletionArchive: `WITH done AS (
+	DELETE FROM {s}.jobs WHERE ` + heldSQL + `
 	RETURNING *
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
@@ -933,9 +927,7 @@ INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at
 SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
 	max_attempts, locked_by, last_error, errors, unique_key, created_at, now()
 FROM done`,
-	CompletionDelete: `WITH held AS (` + heldSQL("FOR UPDATE") + `)
-DELETE FROM {s}.jobs WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`,
-	CompletionKeep: `WITH held AS (` + heldSQL("FOR UPDATE") + `)
-UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL
-WHERE ctid = ANY (ARRAY(SELECT ctid FROM held))`,
+	CompletionDelete: `DELETE FROM {s}.jobs WHERE ` + heldSQL,
+	CompletionKeep: `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL
+WHERE ` + heldSQL,
 }

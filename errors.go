@@ -86,6 +86,7 @@ type resultError struct {
 	snooze time.Duration
 }
 
+// Error describes the verdict and the handler's error.
 func (e *resultError) Error() string {
 	switch e.kind {
 	case resultPermanent:
@@ -97,4 +98,5 @@ func (e *resultError) Error() string {
 	}
 }
 
+// Unwrap returns the handler's error, so errors.Is and errors.As see through the verdict.
 func (e *resultError) Unwrap() error { return e.err }

@@ -42,6 +42,7 @@ type execution struct {
 	cutByDie bool      // no end recorded and its worker was killed or crashed
 }
 
+// String names the execution for reports: id, attempt, worker and times.
 func (e *execution) String() string {
 	end := "no end recorded"
 	if e.ended != nil {

@@ -403,12 +403,14 @@ type syncBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p under the lock; it implements io.Writer.
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.Write(p)
 }
 
+// String returns what was written so far.
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -97,7 +97,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 // vacuumCheckInterval is how often a running Sweeper looks at the jobs table's dead rows.
-const vacuumCheckInterval = 5 * time.Second
+const vacuumCheckInterval = time.Second
 
 // sweepLockSQL takes the sweep lock for this transaction only, or reports that another
 // sweeper holds it. The second key is the schema's hash: schemas sweep independently.

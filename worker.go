@@ -148,7 +148,7 @@ type Worker struct {
 
 	queues map[string]*queueRunner
 
-	running   sync.Map // jobKey -> *runningJob
+	running   sync.Map // jobKey -> context.CancelCauseFunc of the job's context
 	handlerWG sync.WaitGroup
 	completer *completer
 }
@@ -156,11 +156,6 @@ type Worker struct {
 type jobKey struct {
 	id       int64
 	attempts int
-}
-
-type runningJob struct {
-	row    *JobRow
-	cancel context.CancelCauseFunc
 }
 
 // NewWorker returns a Worker for client configured by cfg.
@@ -499,7 +494,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		}
 		if v, ok := w.running.Load(k); ok {
 			w.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.id, "attempt", k.attempts)
-			v.(*runningJob).cancel(errJobLost)
+			v.(context.CancelCauseFunc)(errJobLost)
 		}
 	}
 }
@@ -636,7 +631,7 @@ type dispatched struct {
 func (w *Worker) start(jobBase context.Context, q *queueRunner, row *JobRow) {
 	jobCtx, cancel := context.WithCancelCause(jobBase)
 	key := jobKey{row.ID, row.Attempts}
-	w.running.Store(key, &runningJob{row: row, cancel: cancel})
+	w.running.Store(key, cancel)
 	w.handlerWG.Add(1) // its slot was reserved before the claim
 	q.jobs <- dispatched{ctx: jobCtx, cancel: cancel, key: key, row: row}
 }
@@ -657,9 +652,8 @@ func (q *queueRunner) runner() {
 }
 
 func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {
-	w.mu.Lock()
+	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := w.handlers[row.Kind]
-	w.mu.Unlock()
 	for _, hk := range w.cfg.Hooks {
 		ctx = hk.JobStarted(ctx, row)
 	}

@@ -113,27 +113,19 @@ func migrateConfig(cfg []MigrateConfig) (MigrateConfig, error) {
 // of processes may call it at once: one applies each version, the others wait and find
 // nothing to do. When the schema is current it changes nothing.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
-	c, err := migrateConfig(cfg)
-	if err != nil {
-		return err
-	}
-	all, err := loadMigrations()
-	if err != nil {
-		return err
-	}
-	target := c.TargetVersion
-	if target == 0 {
-		target = all[len(all)-1].version
-	}
-	return migrateTx(ctx, pool, c.Schema, func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error {
-		for _, m := range all {
-			if m.version > target || applied[m.version] {
+	return migrateTx(ctx, pool, cfg, func(ctx context.Context, tx pgx.Tx, s migrateState) error {
+		target := s.cfg.TargetVersion
+		if target == 0 {
+			target = s.all[len(s.all)-1].version
+		}
+		for _, m := range s.all {
+			if m.version > target || s.applied[m.version] {
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.up); err != nil {
 				return fmt.Errorf("skiplock: migration %d (%s) up: %w", m.version, m.name, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
 				return err
 			}
 		}
@@ -145,24 +137,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) erro
 // (0: all of them, which drops skiplock's tables and every job in them; the schema
 // itself and its bookkeeping table stay).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
-	c, err := migrateConfig(cfg)
-	if err != nil {
-		return err
-	}
-	all, err := loadMigrations()
-	if err != nil {
-		return err
-	}
-	return migrateTx(ctx, pool, c.Schema, func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error {
-		for i := len(all) - 1; i >= 0; i-- {
-			m := all[i]
-			if m.version <= c.TargetVersion || !applied[m.version] {
+	return migrateTx(ctx, pool, cfg, func(ctx context.Context, tx pgx.Tx, s migrateState) error {
+		for i := len(s.all) - 1; i >= 0; i-- {
+			m := s.all[i]
+			if m.version <= s.cfg.TargetVersion || !s.applied[m.version] {
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.down); err != nil {
 				return fmt.Errorf("skiplock: migration %d (%s) down: %w", m.version, m.name, err)
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE version = $1`, m.version); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+s.table+` WHERE version = $1`, m.version); err != nil {
 				return err
 			}
 		}
@@ -198,14 +182,32 @@ func GetMigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateC
 	return st, err
 }
 
-// migrateTx runs fn in a transaction holding the schema's migration lock, with
-// search_path set to the schema so the SQL files need no prefix.
-func migrateTx(ctx context.Context, pool *pgxpool.Pool, schema string,
-	fn func(ctx context.Context, tx pgx.Tx, applied map[int]bool, table string) error,
+// migrateState is what a migration step sees inside migrateTx.
+type migrateState struct {
+	cfg     MigrateConfig
+	all     []migration  // every known migration, ascending
+	applied map[int]bool // versions recorded in the schema
+	table   string       // the quoted bookkeeping table
+}
+
+// migrateTx validates cfg, loads the migrations and runs fn in a transaction holding the
+// schema's migration lock, with search_path set to the schema so the SQL files need no
+// prefix.
+func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg []MigrateConfig,
+	fn func(ctx context.Context, tx pgx.Tx, s migrateState) error,
 ) error {
 	if pool == nil {
 		return errors.New("skiplock: migrate: pool is nil")
 	}
+	c, err := migrateConfig(cfg)
+	if err != nil {
+		return err
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	schema := c.Schema
 	ident := pgx.Identifier{schema}.Sanitize()
 	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -238,6 +240,6 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, schema string,
 		for _, v := range versions {
 			applied[v] = true
 		}
-		return fn(ctx, tx, applied, table)
+		return fn(ctx, tx, migrateState{cfg: c, all: all, applied: applied, table: table})
 	})
 }

@@ -7,24 +7,39 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/skiplock/skiplock"
 )
 
+// migrateStart connects, reads the schema's migration status and checks --target against
+// the latest version this build knows: the common start of migrate up and down. The
+// caller closes the pool.
+func (a *app) migrateStart(ctx context.Context, o *options, op string) (*pgxpool.Pool, skiplock.MigrateConfig, skiplock.MigrationStatus, error) {
+	client, pool, err := a.connect(ctx, op)
+	if err != nil {
+		return nil, skiplock.MigrateConfig{}, skiplock.MigrationStatus{}, err
+	}
+	mc := skiplock.MigrateConfig{Schema: client.Schema(), TargetVersion: o.target}
+	before, err := skiplock.GetMigrationStatus(ctx, pool, mc)
+	if err != nil {
+		pool.Close()
+		return nil, mc, before, fmt.Errorf("%s: reading the migration status of schema %q: %w", op, a.schema, err)
+	}
+	if o.target > before.Latest {
+		pool.Close()
+		return nil, mc, before, usagef(op, "%s: --target %d is beyond the latest version this build knows, %d", op, o.target, before.Latest)
+	}
+	return pool, mc, before, nil
+}
+
 // cmdMigrateUp applies the pending migrations up to --target (0: the latest).
 func cmdMigrateUp(ctx context.Context, a *app, o *options) error {
-	client, pool, err := a.connect(ctx, "migrate up")
+	pool, mc, before, err := a.migrateStart(ctx, o, "migrate up")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	mc := skiplock.MigrateConfig{Schema: client.Schema(), TargetVersion: o.target}
-	before, err := skiplock.GetMigrationStatus(ctx, pool, mc)
-	if err != nil {
-		return fmt.Errorf("migrate up: reading the migration status of schema %q: %w", a.schema, err)
-	}
-	if o.target > before.Latest {
-		return usagef("migrate up", "migrate up: --target %d is beyond the latest version this build knows, %d", o.target, before.Latest)
-	}
 	if err := skiplock.Migrate(ctx, pool, mc); err != nil {
 		return fmt.Errorf("migrate up: schema %q: %w", a.schema, err)
 	}
@@ -43,19 +58,11 @@ func cmdMigrateUp(ctx context.Context, a *app, o *options) error {
 // cmdMigrateDown reverts migrations down to --target; its check has made sure that
 // reverting everything was confirmed with --yes.
 func cmdMigrateDown(ctx context.Context, a *app, o *options) error {
-	client, pool, err := a.connect(ctx, "migrate down")
+	pool, mc, before, err := a.migrateStart(ctx, o, "migrate down")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	mc := skiplock.MigrateConfig{Schema: client.Schema(), TargetVersion: o.target}
-	before, err := skiplock.GetMigrationStatus(ctx, pool, mc)
-	if err != nil {
-		return fmt.Errorf("migrate down: reading the migration status of schema %q: %w", a.schema, err)
-	}
-	if o.target > before.Latest {
-		return usagef("migrate down", "migrate down: --target %d is beyond the latest version this build knows, %d", o.target, before.Latest)
-	}
 	if before.Current <= o.target {
 		_, err = fmt.Fprintf(a.stdout, "schema %q is at version %d: nothing to revert\n", a.schema, before.Current)
 		return err

@@ -6,23 +6,32 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
+// claimSetup migrates a fresh schema and returns a client on it, for the tests of the
+// unexported claim statement (the external tests use setup in helpers_test.go).
+func claimSetup(t *testing.T) (*Client, *pgxpool.Pool, string) {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, Migrate(context.Background(), pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	return c, pool, schema
+}
+
 func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.Schema(t)
-	pool := pgtest.Pool(t)
-	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
-	c, err := NewClient(pool, Config{Schema: schema})
-	require.NoError(t, err)
+	c, pool, schema := claimSetup(t)
 
 	// 100,000 finished jobs (kept in the hot table) and 1,000 queued ones.
-	_, err = pool.Exec(ctx, strings.ReplaceAll(`
+	_, err := pool.Exec(ctx, strings.ReplaceAll(`
 		INSERT INTO {s}.jobs (kind, status, finished_at, attempts)
 		SELECT 'k', 'succeeded', now(), 1 FROM generate_series(1, 100000);
 		INSERT INTO {s}.jobs (kind, priority) SELECT 'k', i % 3 FROM generate_series(1, 1000) AS i;
@@ -58,11 +67,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.Schema(t)
-	pool := pgtest.Pool(t)
-	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
-	c, err := NewClient(pool, Config{Schema: schema})
-	require.NoError(t, err)
+	c, pool, schema := claimSetup(t)
 	exec := func(sql string) {
 		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
 		require.NoError(t, err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -338,4 +340,33 @@ func TestStats_CountsByQueueAndStatus(t *testing.T) {
 	assert.InDelta(t, 90, stats[0].OldestDue.Seconds(), 5)
 	assert.Equal(t, int64(1), stats[1].Counts[skiplock.StatusQueued])
 	assert.Zero(t, stats[1].OldestDue, "a job not yet due is not waiting")
+}
+
+type uglyErrorArgs struct{}
+
+func (uglyErrorArgs) Kind() string { return "ugly_error" }
+
+func TestRetry_UnstorableErrorMessagesAreStillRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	// A NUL byte, an invalid UTF-8 byte, and a long multi-byte message that a byte cut
+	// would split inside a rune: Postgres's text type refuses all three as they are.
+	ugly := "nul:\x00 bad:\xff " + strings.Repeat("é", 6000)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[uglyErrorArgs]) error {
+		return errors.New(ugly)
+	}))
+	job, err := b.client.Enqueue(b.ctx, uglyErrorArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusQueued && j.Attempts == 1
+	}, "the failed attempt was recorded, not left running")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(j.LastError, "nul: bad:\uFFFD é"), "last_error %q", j.LastError[:20])
+	assert.LessOrEqual(t, len(j.LastError), 8192+len("…"))
+	assert.True(t, utf8.ValidString(j.LastError))
 }

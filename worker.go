@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -714,20 +715,21 @@ func (w *Worker) recordFailure(row *JobRow, herr error, policy RetryPolicy) JobS
 	var (
 		q    string
 		args = []any{row.ID, row.Attempts, w.id}
+		msg  = storableMessage(herr.Error())
 		re   *resultError
-		msg  = herr.Error()
 	)
-	if len(msg) > 8192 {
-		msg = msg[:8192] + "…"
+	verdict := resultKind(0) // a plain error: retry
+	if errors.As(herr, &re) {
+		verdict = re.kind
 	}
-	switch {
-	case errors.As(herr, &re) && re.kind == resultSnooze:
+	switch verdict {
+	case resultSnooze:
 		q = c.sql.snooze
 		args = append(args, re.snooze)
-	case errors.As(herr, &re) && re.kind == resultPermanent:
+	case resultPermanent:
 		q = c.sql.fail
 		args = append(args, string(StatusFailed), msg)
-	case errors.As(herr, &re) && re.kind == resultCancel:
+	case resultCancel:
 		q = c.sql.fail
 		args = append(args, string(StatusCancelled), msg)
 	default:
@@ -756,6 +758,24 @@ func (w *Worker) recordFailure(row *JobRow, herr error, policy RetryPolicy) JobS
 	w.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
 		"status", status, "run_at", runAt, "err", msg)
 	return JobStatus(status)
+}
+
+// maxErrorBytes bounds a recorded error message.
+const maxErrorBytes = 8192
+
+// storableMessage makes a handler's error message fit a text column: Postgres refuses
+// NUL bytes and invalid UTF-8, and a refused statement would leave the job running for
+// nobody until the sweeper took it back. Long messages are cut at a rune boundary.
+func storableMessage(msg string) string {
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", ""), "\uFFFD")
+	if len(msg) <= maxErrorBytes {
+		return msg
+	}
+	cut := maxErrorBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // retryDB retries fn while its error is transient (see [transient]), with backoff, until

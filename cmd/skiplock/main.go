@@ -320,27 +320,10 @@ func (a *app) selfWithSchema() string {
 	return "skiplock --schema " + a.schema
 }
 
-// cmdVersion prints the module version of the build and the Go version.
+// cmdVersion prints the skiplock module's version from the build info, and the Go version.
 func cmdVersion(_ context.Context, a *app, _ *options) error {
-	v := "(unknown)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		var rev, dirty string
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision":
-				rev = s.Value[:min(len(s.Value), 12)]
-			case s.Key == "vcs.modified" && s.Value == "true":
-				dirty = "+dirty"
-			}
-		}
-		if rev != "" && !strings.Contains(v, rev) {
-			v += " " + rev + dirty
-		}
-	}
-	_, err := fmt.Fprintf(a.stdout, "skiplock %s (%s)\n", v, runtime.Version())
+	bi, _ := debug.ReadBuildInfo() // nil without build info: buildVersion says (devel)
+	_, err := fmt.Fprintf(a.stdout, "skiplock %s (%s)\n", buildVersion(bi), runtime.Version())
 	return err
 }
 

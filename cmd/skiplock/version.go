@@ -1,0 +1,44 @@
+package main
+
+import (
+	"runtime/debug"
+	"strings"
+)
+
+// skiplockModule is the module whose version `skiplock version` prints.
+const skiplockModule = "github.com/skiplock/skiplock"
+
+// buildVersion returns the version of the skiplock module in the build described by bi, as
+// the go command recorded it: "v0.1.0" after `go install .../cmd/skiplock@v0.1.0`, a
+// pseudo-version for a build from a commit, "(devel)" when the build names none (go run,
+// -buildvcs=false, or bi nil: no build info). The build info's main module is the module
+// of the main package, so for this command it is skiplock however it is built, also when
+// built inside another module that requires skiplock (the version is then the required
+// one). When the version does not already name the build's commit, the commit (and +dirty
+// for a modified tree) is added.
+//
+// The library's own lookup (moduleVersion in the root package, for a service's logs) also
+// searches the dependencies: there the main package is the service's.
+func buildVersion(bi *debug.BuildInfo) string {
+	const devel = "(devel)"
+	if bi == nil || bi.Main.Path != skiplockModule {
+		return devel
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = devel
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev != "" && !strings.Contains(v, rev) {
+		v += " " + rev + dirty
+	}
+	return v
+}

@@ -2,13 +2,17 @@ package skiplock
 
 import (
 	"bufio"
+	"io/fs"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/migrations"
 )
 
 func TestModuleVersion_FromBuildInfo(t *testing.T) {
@@ -86,4 +90,29 @@ func TestModuleVersion_ThisBinary(t *testing.T) {
 		want = "(devel)"
 	}
 	assert.Equal(t, want, moduleVersion())
+}
+
+// TestChangelog_NamesEveryMigration fails as soon as a migration file exists that
+// CHANGELOG.md does not name: users must learn from the changelog which upgrade needs
+// Migrate before its workers are deployed.
+func TestChangelog_NamesEveryMigration(t *testing.T) {
+	t.Parallel()
+	changelog, err := os.ReadFile("CHANGELOG.md")
+	require.NoError(t, err)
+	require.Contains(t, string(changelog), "\n## [Unreleased]\n", "CHANGELOG.md must keep an Unreleased section for the next change")
+
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no migration files found in migrations.FS")
+	// 001_jobs.up.sql and 001_jobs.down.sql are both migration 001_jobs.
+	names := map[string]bool{}
+	for _, file := range files {
+		names[strings.TrimSuffix(strings.TrimSuffix(file, ".up.sql"), ".down.sql")] = true
+	}
+	for name := range names {
+		// A whole word: 001_jobs does not count for 001_jobs_extra.
+		named := regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`)
+		assert.Truef(t, named.Match(changelog),
+			"migration %s (migrations/%s.up.sql) is not in CHANGELOG.md: name it under [Unreleased], saying what it changes and that Migrate must run before the new workers", name, name)
+	}
 }

@@ -1,3 +1,6 @@
+// The skiplock benchmark: its own module so that River and gue stay out of the
+// library's go.mod. MIT license, like the whole repository (../LICENSE). Tagged
+// bench/vX.Y.Z, as Go requires for a module in a subfolder.
 module github.com/skiplock/skiplock/bench
 
 go 1.26.0

@@ -1,7 +1,16 @@
+// This file holds the claim: the statement that takes due jobs for a worker in one
+// atomic step, and the per-queue claim loop that decides when to run it and how many
+// jobs to ask for (free slots, batching cooldown, fallback poll, backoff on errors).
+
 package skiplock
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // claimSQL claims up to $2 due jobs of queue $1 for worker $3 in one autocommit statement
@@ -50,9 +59,20 @@ SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts +
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
 RETURNING ` + jobColumns
 
+// claimer runs the claim statement, rendered for one schema.
+type claimer struct {
+	pool    *pgxpool.Pool
+	sql     string
+	wrapErr func(op string, err error) error
+}
+
+func newClaimer(c *Client) *claimer {
+	return &claimer{pool: c.pool, sql: renderSQL(c.schema, claimSQL), wrapErr: c.wrapErr}
+}
+
 // claim takes up to limit due jobs of queue for the worker id.
-func (c *Client) claim(ctx context.Context, queue string, limit int, workerID string) ([]*JobRow, error) {
-	rows, err := c.pool.Query(ctx, c.sql.claim, queue, limit, workerID)
+func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]*JobRow, error) {
+	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
@@ -61,4 +81,154 @@ func (c *Client) claim(ctx context.Context, queue string, limit int, workerID st
 		return nil, c.wrapErr("claim", err)
 	}
 	return jobs, nil
+}
+
+// claimTimeout bounds one claim statement.
+const claimTimeout = 30 * time.Second
+
+// fetchersPerQueue is how many claim loops each queue runs. While one loop's claim is in
+// flight, another can claim the slots that free up meanwhile: the claims pipeline, and a
+// busy database gives the worker's claims a fairer share of its CPU.
+const fetchersPerQueue = 2
+
+// claimLoopConfig is what a queue's claim loops need from the worker.
+type claimLoopConfig struct {
+	claimer       *claimer
+	workerID      string
+	pollInterval  time.Duration
+	fetchCooldown time.Duration // negative: never wait for more free slots
+	logger        *slog.Logger
+	// start registers a claimed job (its context, its lease) and returns it ready for
+	// the runners.
+	start func(jobBase context.Context, row *JobRow) dispatched
+}
+
+// dispatched is a claimed job on its way to a runner.
+type dispatched struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	key    jobKey
+	row    *JobRow
+}
+
+// queueRunner holds one queue's claim loops and slots, and the channel to its runners.
+type queueRunner struct {
+	cfg    claimLoopConfig
+	name   string
+	max    int64
+	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
+	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
+	wakes  []chan struct{}
+	jobs   chan dispatched // to the runners; room for max jobs, so a send never blocks
+}
+
+func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunner {
+	q := &queueRunner{cfg: cfg, name: name, max: int64(maxWorkers), jobs: make(chan dispatched, maxWorkers)}
+	for range fetchersPerQueue {
+		q.wakes = append(q.wakes, make(chan struct{}, 1))
+	}
+	return q
+}
+
+// signal wakes the claim loops; wake-ups coalesce.
+func (q *queueRunner) signal() {
+	for _, c := range q.wakes {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finished gives back the slot of a job whose handler returned, and wakes the claim
+// loops when the queue may have a backlog.
+func (q *queueRunner) finished() {
+	q.active.Add(-1)
+	if q.more.Load() {
+		q.signal()
+	}
+}
+
+// reserve takes every free slot for one claim and returns how many; the claim gives back
+// those it does not fill. Two claim loops never count the same slot.
+func (q *queueRunner) reserve() int64 {
+	for {
+		cur := q.active.Load()
+		if cur >= q.max {
+			return 0
+		}
+		if q.active.CompareAndSwap(cur, q.max) {
+			return q.max - cur
+		}
+	}
+}
+
+// run is one claim loop: it claims when woken (a notification, a finished job with a
+// backlog behind it) or when the poll interval passes, until ctx ends. Claimed jobs go
+// to the runners with contexts derived from jobBase.
+func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
+	poll := time.NewTimer(0) // claim at once on start
+	defer poll.Stop()
+	const firstDelay = 10 * time.Millisecond
+	errDelay := firstDelay
+	for {
+		fromPoll := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-poll.C:
+			fromPoll = true
+		}
+		if !fromPoll && !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		for ctx.Err() == nil {
+			if free := q.max - q.active.Load(); free <= 0 {
+				break
+			} else if free < (q.max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
+				// A backlog and few free slots: let a few more handlers finish so the next
+				// claim is a batch, not a trickle.
+				sleepCtx(ctx, q.cfg.fetchCooldown)
+			}
+			free := q.reserve()
+			if free == 0 {
+				break
+			}
+			// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
+			// the claim and lose its result, leaving jobs running for nobody until the
+			// sweeper takes them back. Jobs it returns run; shutdown waits for them.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			jobs, err := q.cfg.claimer.claim(cctx, q.name, int(free), q.cfg.workerID)
+			cancel()
+			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				q.cfg.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", errDelay)
+				sleepCtx(ctx, errDelay)
+				// A terminated server leaves every pooled connection dead: the first retries
+				// are quick, each one discards a dead connection; then back off.
+				if errDelay < 40*time.Millisecond {
+					errDelay += firstDelay / 2
+				} else {
+					errDelay = min(errDelay*2, 5*time.Second)
+				}
+				continue
+			}
+			errDelay = firstDelay
+			q.more.Store(int64(len(jobs)) == free)
+			for _, j := range jobs {
+				q.jobs <- q.cfg.start(jobBase, j)
+			}
+			if int64(len(jobs)) < free {
+				break
+			}
+		}
+		poll.Reset(q.cfg.pollInterval)
+	}
 }

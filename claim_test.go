@@ -38,7 +38,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 		ANALYZE {s}.jobs;`, "{s}", `"`+schema+`"`))
 	require.NoError(t, err)
 
-	rows, err := pool.Query(ctx, "EXPLAIN "+c.sql.claim, "default", 100, "w1")
+	rows, err := pool.Query(ctx, "EXPLAIN "+newClaimer(c).sql, "default", 100, "w1")
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {
@@ -53,7 +53,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 	assert.NotContains(t, text, "Seq Scan on jobs", text)
 
 	// And the claim itself returns the highest priority first.
-	jobs, err := c.claim(ctx, "default", 10, "w1")
+	jobs, err := newClaimer(c).claim(ctx, "default", 10, "w1")
 	require.NoError(t, err)
 	require.Len(t, jobs, 10)
 	for _, j := range jobs {
@@ -78,7 +78,7 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+c.sql.claim, "default", 100, "w1").Scan(&plan))
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+newClaimer(c).sql, "default", 100, "w1").Scan(&plan))
 		top := plan[0]["Plan"].(map[string]any)
 		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 due jobs")
 		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)

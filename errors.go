@@ -1,10 +1,10 @@
+// This file holds the errors enqueueing and the operator calls return, and the limits on
+// what is enqueued. The verdicts a handler returns (Permanent, CancelJob, Snooze) are in
+// retry.go.
+
 package skiplock
 
-import (
-	"errors"
-	"fmt"
-	"time"
-)
+import "errors"
 
 // Input errors. Every one is returned before anything is written, wrapped with a message
 // that names the bad value; test for them with [errors.Is].
@@ -44,59 +44,3 @@ const (
 	// MinPriority and MaxPriority bound [EnqueueOptions].Priority (a Postgres smallint).
 	MinPriority, MaxPriority = -32768, 32767
 )
-
-// Permanent wraps a handler error to say the job must not be retried: the job ends in
-// status failed with the error recorded. Use it for bad input that no retry can fix.
-func Permanent(err error) error {
-	if err == nil {
-		err = errors.New("permanent failure")
-	}
-	return &resultError{kind: resultPermanent, err: err}
-}
-
-// CancelJob wraps a handler error to end the job in status cancelled, without retry.
-func CancelJob(err error) error {
-	if err == nil {
-		err = errors.New("cancelled by handler")
-	}
-	return &resultError{kind: resultCancel, err: err}
-}
-
-// Snooze returned by a handler puts the job back in the queue to run again after d,
-// without using up an attempt. d <= 0 means run again as soon as possible.
-func Snooze(d time.Duration) error {
-	if d < 0 {
-		d = 0
-	}
-	return &resultError{kind: resultSnooze, snooze: d}
-}
-
-type resultKind int
-
-const (
-	resultPermanent resultKind = iota + 1
-	resultCancel
-	resultSnooze
-)
-
-// resultError carries a handler's verdict through the error return.
-type resultError struct {
-	kind   resultKind
-	err    error
-	snooze time.Duration
-}
-
-// Error describes the verdict and the handler's error.
-func (e *resultError) Error() string {
-	switch e.kind {
-	case resultPermanent:
-		return "permanent: " + e.err.Error()
-	case resultCancel:
-		return "cancel: " + e.err.Error()
-	default:
-		return fmt.Sprintf("snooze %s", e.snooze)
-	}
-}
-
-// Unwrap returns the handler's error, so errors.Is and errors.As see through the verdict.
-func (e *resultError) Unwrap() error { return e.err }

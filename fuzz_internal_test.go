@@ -121,7 +121,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 			}
 		}()
 
-		jobs, err := client.claim(ctx, "fuzz", 1, w.id)
+		jobs, err := newClaimer(client).claim(ctx, "fuzz", 1, w.id)
 		if err != nil {
 			t.Fatalf("%s\nclaiming the job failed, so it stays running with no worker: %v", input, err)
 		}

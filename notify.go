@@ -1,55 +1,144 @@
+// This file holds both ends of the wake-up notifications: the sending side (the
+// notifier: one NOTIFY channel per schema, and the throttle of Enqueue's notifications)
+// and the receiving side (the listener: a LISTEN session that calls back per queue).
+
 package skiplock
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// listener holds the worker's LISTEN session. LISTEN is session state, so it runs on a
+// notifyOneSQL wakes the workers of one queue. The payload is the queue name.
+const notifyOneSQL = `SELECT pg_notify($1, $2)`
+
+// notifyQueuesSQL wakes the workers of several queues in one statement.
+const notifyQueuesSQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
+
+// execer is what sending a notification needs: a pool, or the caller's transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// notifier sends the wake-ups of one schema's channel.
+type notifier struct {
+	pool     *pgxpool.Pool
+	channel  string // "<schema>_jobs"
+	logger   *slog.Logger
+	throttle *notifyThrottle
+}
+
+func newNotifier(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *notifier {
+	n := &notifier{pool: pool, channel: schema + "_jobs", logger: logger}
+	n.throttle = &notifyThrottle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.sendOne}
+	return n
+}
+
+// queues notifies each of queues through db. Inside a transaction the notifications are
+// delivered at its commit, and not at all if it rolls back.
+func (n *notifier) queues(ctx context.Context, db execer, queues []string) error {
+	_, err := db.Exec(ctx, notifyQueuesSQL, n.channel, queues)
+	return err
+}
+
+// sendOne sends a wake-up for queue outside any transaction.
+func (n *notifier) sendOne(queue string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := n.pool.Exec(ctx, notifyOneSQL, n.channel, queue); err != nil {
+		n.logger.Debug("skiplock: trailing notify failed", "queue", queue, "err", err)
+	}
+}
+
+// notifyThrottle lets one notification per queue through per interval; the enqueues it
+// holds back are covered by a trailing notification at the end of the interval.
+type notifyThrottle struct {
+	interval time.Duration
+	send     func(queue string)
+
+	mu      sync.Mutex
+	last    map[string]time.Time
+	pending map[string]bool
+}
+
+// takeNow reports whether the caller should notify with its insert, and if so records it.
+func (t *notifyThrottle) takeNow(queue string) bool {
+	if t.interval < 0 {
+		return true
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now.Sub(t.last[queue]) >= t.interval {
+		t.last[queue] = now
+		return true
+	}
+	return false
+}
+
+// trailing schedules one notification at the end of the current interval, once.
+func (t *notifyThrottle) trailing(queue string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending[queue] {
+		return
+	}
+	t.pending[queue] = true
+	wait := t.interval - time.Since(t.last[queue])
+	time.AfterFunc(max(wait, 0), func() {
+		t.mu.Lock()
+		t.pending[queue] = false
+		t.last[queue] = time.Now()
+		t.mu.Unlock()
+		t.send(queue)
+	})
+}
+
+// listener holds a worker's LISTEN session. LISTEN is session state, so it runs on a
 // dedicated connection of its own, never a pooled one (a transaction-pooling PgBouncer
 // would hand the session to someone else); WorkerConfig.ListenURL may point it straight
 // at Postgres. On any error it reconnects with backoff, and after every (re)connect it
-// wakes all queues: notifications sent while it was away are lost, so a claim must look.
+// calls onListen: notifications sent while it was away are lost, so a claim must look.
 type listener struct {
 	config   *pgx.ConnConfig
 	channel  string
 	logger   *slog.Logger
-	onNotify func(queue string)
-	onListen func()
+	onNotify func(queue string) // a notification for queue arrived
+	onListen func()             // the session (re)started listening
 }
 
-func (w *Worker) newListener() (*listener, error) {
+// listenerConfig is what a listener is built from.
+type listenerConfig struct {
+	pool      *pgxpool.Pool // its connection settings are used when listenURL is empty
+	listenURL string
+	workerID  string // names the session in pg_stat_activity
+	channel   string
+	logger    *slog.Logger
+	onNotify  func(queue string)
+	onListen  func()
+}
+
+func newListener(lc listenerConfig) (*listener, error) {
 	var cfg *pgx.ConnConfig
-	if w.cfg.ListenURL != "" {
-		c, err := pgx.ParseConfig(w.cfg.ListenURL)
+	if lc.listenURL != "" {
+		c, err := pgx.ParseConfig(lc.listenURL)
 		if err != nil {
 			return nil, fmt.Errorf("skiplock: WorkerConfig.ListenURL: %w", err)
 		}
 		cfg = c
 	} else {
-		cfg = w.client.pool.Config().ConnConfig.Copy()
+		cfg = lc.pool.Config().ConnConfig.Copy()
 	}
 	// Name the session so operators (and tests) can find it in pg_stat_activity.
-	cfg.RuntimeParams["application_name"] = listenerAppName(w.id)
-	return &listener{
-		config:  cfg,
-		channel: w.client.channel,
-		logger:  w.logger,
-		onNotify: func(queue string) {
-			if q, ok := w.queues[queue]; ok {
-				q.signal()
-			}
-		},
-		onListen: func() {
-			for _, q := range w.queues {
-				q.signal()
-			}
-		},
-	}, nil
+	cfg.RuntimeParams["application_name"] = listenerAppName(lc.workerID)
+	return &listener{config: cfg, channel: lc.channel, logger: lc.logger, onNotify: lc.onNotify, onListen: lc.onListen}, nil
 }
 
 func (l *listener) run(ctx context.Context) {

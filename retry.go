@@ -1,10 +1,79 @@
+// This file holds what happens when a handler fails: the handler's verdicts (Permanent,
+// CancelJob, Snooze), the retry policy (jittered exponential backoff by default), and the
+// failureRecorder that writes a failed attempt with one fenced statement.
+
 package skiplock
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// Permanent wraps a handler error to say the job must not be retried: the job ends in
+// status failed with the error recorded. Use it for bad input that no retry can fix.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &resultError{kind: resultPermanent, err: err}
+}
+
+// CancelJob wraps a handler error to end the job in status cancelled, without retry.
+func CancelJob(err error) error {
+	if err == nil {
+		err = errors.New("cancelled by handler")
+	}
+	return &resultError{kind: resultCancel, err: err}
+}
+
+// Snooze returned by a handler puts the job back in the queue to run again after d,
+// without using up an attempt. d <= 0 means run again as soon as possible.
+func Snooze(d time.Duration) error {
+	if d < 0 {
+		d = 0
+	}
+	return &resultError{kind: resultSnooze, snooze: d}
+}
+
+type resultKind int
+
+const (
+	resultPermanent resultKind = iota + 1
+	resultCancel
+	resultSnooze
+)
+
+// resultError carries a handler's verdict through the error return.
+type resultError struct {
+	kind   resultKind
+	err    error
+	snooze time.Duration
+}
+
+// Error describes the verdict and the handler's error.
+func (e *resultError) Error() string {
+	switch e.kind {
+	case resultPermanent:
+		return "permanent: " + e.err.Error()
+	case resultCancel:
+		return "cancel: " + e.err.Error()
+	default:
+		return fmt.Sprintf("snooze %s", e.snooze)
+	}
+}
+
+// Unwrap returns the handler's error, so errors.Is and errors.As see through the verdict.
+func (e *resultError) Unwrap() error { return e.err }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
 // (job.Attempts is the attempt that just failed, starting at 1) and returns the delay from
@@ -54,28 +123,22 @@ type retryPolicyArgs interface {
 	RetryPolicy() RetryPolicy
 }
 
-// appendErrorSQL appends {attempt, at, error: $5} to the error history.
-var appendErrorSQL = appendError(`left($5::text, 2048)`)
-
-// appendError is the expression that appends an entry with the message msg to the error
-// history, keeping the latest 10 ("jsonb - 0" drops the oldest). A history that is not a
-// JSON array (written by hand, say) is started afresh rather than failing the statement:
-// a broken history must never keep a job from being retried or reclaimed.
-func appendError(msg string) string {
-	return `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
+// appendHistory starts the expression that appends an entry to the error history,
+// keeping the latest 10 ("jsonb - 0" drops the oldest); the message expression and "))"
+// complete it. A history that is not a JSON array (written by hand, say) is started
+// afresh rather than failing the statement: a broken history must never keep a job from
+// being retried or reclaimed.
+const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
 		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
 		ELSE errors END)
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', ` + msg + `))`
-}
+	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', `
 
-// fenceSQL matches exactly the attempt a worker claimed. A job that was reclaimed by the
-// sweeper, re-claimed by another worker, cancelled or released no longer matches, so a
-// stale worker's late result changes nothing.
-const fenceSQL = `id = $1 AND attempts = $2 AND locked_by = $3 AND status = 'running'`
+// appendErrorSQL appends {attempt, at, error: $5} to the error history.
+const appendErrorSQL = appendHistory + `left($5::text, 2048)))`
 
 // retrySQL records a failed attempt: back to queued at now() + $4, or dead when the
 // attempts are used up.
-var retrySQL = `UPDATE {s}.jobs SET
+const retrySQL = `UPDATE {s}.jobs SET
 	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
 	run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE now() + $4::interval END,
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
@@ -87,7 +150,7 @@ WHERE ` + fenceSQL + `
 RETURNING status, run_at`
 
 // failSQL ends the attempt and the job in status $4 (failed or cancelled), with no retry.
-var failSQL = `UPDATE {s}.jobs SET
+const failSQL = `UPDATE {s}.jobs SET
 	status = $4, finished_at = now(), locked_at = NULL, last_error = $5,
 	errors = ` + appendErrorSQL + `
 WHERE ` + fenceSQL + `
@@ -99,3 +162,89 @@ const snoozeSQL = `UPDATE {s}.jobs SET
 	locked_at = NULL, locked_by = NULL
 WHERE ` + fenceSQL + `
 RETURNING status, run_at`
+
+// failureRecorder writes the failed attempts of one worker.
+type failureRecorder struct {
+	pool                *pgxpool.Pool
+	workerID            string
+	logger              *slog.Logger
+	retry, fail, snooze string // rendered retrySQL, failSQL, snoozeSQL
+}
+
+func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *failureRecorder {
+	return &failureRecorder{
+		pool: pool, workerID: workerID, logger: logger,
+		retry:  renderSQL(schema, retrySQL),
+		fail:   renderSQL(schema, failSQL),
+		snooze: renderSQL(schema, snoozeSQL),
+	}
+}
+
+// record writes a failed attempt (retry, dead, failed, cancelled or snoozed) with
+// one fenced statement and returns the job's new status.
+func (f *failureRecorder) record(row *JobRow, herr error, policy RetryPolicy) JobStatus {
+	var (
+		q    string
+		args = []any{[]int64{row.ID}, []int32{int32(row.Attempts)}, f.workerID}
+		msg  = storableMessage(herr.Error())
+		re   *resultError
+	)
+	verdict := resultKind(0) // a plain error: retry
+	if errors.As(herr, &re) {
+		verdict = re.kind
+	}
+	switch verdict {
+	case resultSnooze:
+		q = f.snooze
+		args = append(args, re.snooze)
+	case resultPermanent:
+		q = f.fail
+		args = append(args, string(StatusFailed), msg)
+	case resultCancel:
+		q = f.fail
+		args = append(args, string(StatusCancelled), msg)
+	default:
+		var delay time.Duration
+		if row.Attempts < row.MaxAttempts {
+			delay = policy.NextRetry(row)
+		}
+		q = f.retry
+		args = append(args, delay, msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var status string
+	var runAt time.Time
+	err := retryDB(ctx, func() error { return f.pool.QueryRow(ctx, q, args...).Scan(&status, &runAt) })
+	if errors.Is(err, pgx.ErrNoRows) {
+		f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
+			"job", row.ID, "attempt", row.Attempts)
+		return row.Status
+	}
+	if err != nil {
+		f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
+			"job", row.ID, "attempt", row.Attempts, "err", err)
+		return StatusRunning
+	}
+	f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
+		"status", status, "run_at", runAt, "err", msg)
+	return JobStatus(status)
+}
+
+// maxErrorBytes bounds a recorded error message.
+const maxErrorBytes = 8192
+
+// storableMessage makes a handler's error message fit a text column: Postgres refuses
+// NUL bytes and invalid UTF-8, and a refused statement would leave the job running for
+// nobody until the sweeper took it back. Long messages are cut at a rune boundary.
+func storableMessage(msg string) string {
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", ""), "\uFFFD")
+	if len(msg) <= maxErrorBytes {
+		return msg
+	}
+	cut := maxErrorBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}

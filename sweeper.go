@@ -1,3 +1,6 @@
+// This file holds the Sweeper: it takes back running jobs whose lease ended (their worker
+// died) and deletes finished jobs past retention, one sweeper at a time per schema.
+
 package skiplock
 
 import (
@@ -11,15 +14,19 @@ import (
 
 // SweeperConfig configures a [Sweeper]. The zero value is valid.
 type SweeperConfig struct {
-	// Interval between sweeps. Defaults to 30s.
+	// Interval between sweeps. Defaults to [DefaultSweepInterval] (30s); zero or negative
+	// means the default.
 	Interval time.Duration
 	// VisibilityTimeout: a running job whose lease (locked_at, refreshed by heartbeats) is
-	// older than this is taken back. Must match the workers'. Defaults to 1m.
+	// older than this is taken back. Must match the workers'. Defaults to
+	// [DefaultVisibilityTimeout] (1m); zero or negative means the default.
 	VisibilityTimeout time.Duration
-	// ArchiveRetention is how long finished jobs are kept. Defaults to 7 days.
+	// ArchiveRetention is how long finished jobs are kept. Defaults to
+	// [DefaultArchiveRetention] (7 days); zero or negative means the default.
 	ArchiveRetention time.Duration
 	// BatchSize bounds the rows one statement reclaims or deletes, so a sweep never holds
-	// many locks or writes a huge transaction. Defaults to 1000.
+	// many locks or writes a huge transaction. Defaults to [DefaultSweepBatchSize] (1000);
+	// zero or negative means the default.
 	BatchSize int
 	// Logger defaults to the client's logger.
 	Logger *slog.Logger
@@ -43,6 +50,15 @@ type Sweeper struct {
 	client *Client
 	cfg    SweeperConfig
 	logger *slog.Logger
+	sql    sweepSQL
+}
+
+// DefaultSweepBatchSize is the default of [SweeperConfig].BatchSize.
+const DefaultSweepBatchSize = 1000
+
+// sweepSQL holds the sweeper's statements, rendered for the client's schema.
+type sweepSQL struct {
+	reclaim, purgeArchive string
 }
 
 // NewSweeper returns a Sweeper for client.
@@ -51,21 +67,24 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 		return nil, errors.New("skiplock: NewSweeper: client is nil")
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = 30 * time.Second
+		cfg.Interval = DefaultSweepInterval
 	}
 	if cfg.VisibilityTimeout <= 0 {
-		cfg.VisibilityTimeout = time.Minute
+		cfg.VisibilityTimeout = DefaultVisibilityTimeout
 	}
 	if cfg.ArchiveRetention <= 0 {
-		cfg.ArchiveRetention = 7 * 24 * time.Hour
+		cfg.ArchiveRetention = DefaultArchiveRetention
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 1000
+		cfg.BatchSize = DefaultSweepBatchSize
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = client.logger
 	}
-	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger}, nil
+	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, sql: sweepSQL{
+		reclaim:      renderSQL(client.schema, reclaimSQL),
+		purgeArchive: renderSQL(client.schema, purgeArchiveSQL),
+	}}, nil
 }
 
 // Run sweeps every Interval until ctx is cancelled, then returns nil. Between sweeps it
@@ -106,7 +125,7 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 // reclaimSQL takes back expired running jobs. The lost attempt counts: a job whose
 // attempts are used up goes dead, so a job that kills every worker that runs it cannot
 // loop forever.
-var reclaimSQL = `WITH expired AS (
+const reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
 	WHERE status = 'running' AND locked_at < now() - $1::interval
 	ORDER BY locked_at
@@ -118,7 +137,7 @@ UPDATE {s}.jobs SET
 	run_at = now(),
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
 	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
-	errors = ` + appendError(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `,
+	errors = ` + appendHistory + `'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'))` + `,
 	locked_at = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
 WHERE id IN (SELECT id FROM expired)
@@ -147,7 +166,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	queues := map[string]bool{}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var got bool
-		if err := tx.QueryRow(ctx, c.sql.sweepLock, c.schema).Scan(&got); err != nil {
+		if err := tx.QueryRow(ctx, sweepLockSQL, c.schema).Scan(&got); err != nil {
 			return err
 		}
 		if !got {
@@ -155,7 +174,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			return nil
 		}
 		for {
-			rows, err := tx.Query(ctx, c.sql.reclaim, s.cfg.VisibilityTimeout, s.cfg.BatchSize)
+			rows, err := tx.Query(ctx, s.sql.reclaim, s.cfg.VisibilityTimeout, s.cfg.BatchSize)
 			if err != nil {
 				return err
 			}
@@ -195,7 +214,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		for q := range queues {
 			names = append(names, q)
 		}
-		if _, err := c.pool.Exec(ctx, c.sql.notifyQueues, c.channel, names); err != nil {
+		if err := c.notify.queues(ctx, c.pool, names); err != nil {
 			s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
 		}
 	}
@@ -204,10 +223,10 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		var n int64
 		var got bool
 		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, c.sql.sweepLock, c.schema).Scan(&got); err != nil || !got {
+			if err := tx.QueryRow(ctx, sweepLockSQL, c.schema).Scan(&got); err != nil || !got {
 				return err
 			}
-			return tx.QueryRow(ctx, c.sql.purgeArchive, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
+			return tx.QueryRow(ctx, s.sql.purgeArchive, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
 		})
 		if err != nil {
 			return res, c.wrapErr("sweep: purge", err)

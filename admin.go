@@ -1,0 +1,200 @@
+// This file holds the operator calls on a Client — Get, List, Stats, Cancel and Requeue —
+// with the statements they run.
+
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// adminSQL holds the operator calls' statements, rendered for the client's schema.
+type adminSQL struct {
+	get, cancel, requeue, stats, list string
+}
+
+func newAdminSQL(schema string) adminSQL {
+	return adminSQL{
+		get:     renderSQL(schema, getSQL),
+		cancel:  renderSQL(schema, cancelSQL),
+		requeue: renderSQL(schema, requeueSQL),
+		stats:   renderSQL(schema, statsSQL),
+		list:    renderSQL(schema, listSQL),
+	}
+}
+
+// Get returns the job with the given id, from the hot table or the archive.
+// It returns [ErrJobNotFound] when there is none.
+func (c *Client) Get(ctx context.Context, id int64) (*JobRow, error) {
+	row, err := scanJob(c.pool.QueryRow(ctx, c.admin.get, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: id %d", ErrJobNotFound, id)
+	}
+	if err != nil {
+		return nil, c.wrapErr("get", err)
+	}
+	return row, nil
+}
+
+// getSQL looks in the hot table first, then in the archive (which keeps no lease).
+const getSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs WHERE id = $1
+UNION ALL
+SELECT id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at
+FROM {s}.jobs_archive WHERE id = $1
+LIMIT 1`
+
+// cancelSQL cancels a queued or running job. A running job keeps its locked_by: its
+// worker's heartbeat stops matching (status is no longer running), so the worker cancels
+// the handler's context, and the handler's late result is fenced out.
+const cancelSQL = `UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), locked_at = NULL
+WHERE id = $1 AND status IN ('queued', 'running')
+RETURNING ` + jobColumns
+
+// Cancel cancels the job with the given id and returns it. A queued job will not run; a
+// running job's handler is told through its context at the worker's next heartbeat, and
+// its result is ignored. A job already in a final state is returned unchanged. It returns
+// [ErrJobNotFound] when there is no such job.
+func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
+	row, err := scanJob(c.pool.QueryRow(ctx, c.admin.cancel, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c.Get(ctx, id)
+	}
+	if err != nil {
+		return nil, c.wrapErr("cancel", err)
+	}
+	return row, nil
+}
+
+// RequeueFilter selects dead and failed jobs for [Client.Requeue]. Set at least one field;
+// set fields must all match.
+type RequeueFilter struct {
+	IDs   []int64
+	Kind  string
+	Queue string
+}
+
+// requeueSQL is the operator's "try again": dead or failed jobs back to queued, due now,
+// with their attempts reset. Their error history stays.
+const requeueSQL = `WITH r AS (
+	UPDATE {s}.jobs SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+		locked_at = NULL, locked_by = NULL
+	WHERE status IN ('dead', 'failed')
+		AND ($1::bigint[] IS NULL OR id = ANY($1))
+		AND ($2::text IS NULL OR kind = $2)
+		AND ($3::text IS NULL OR queue = $3)
+	RETURNING queue
+)
+SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}') FROM r`
+
+// Requeue puts the dead and failed jobs that match f back in the queue with their attempts
+// reset, and returns how many it moved. Cancelled and succeeded jobs are not touched.
+func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (int64, error) {
+	if len(f.IDs) == 0 && f.Kind == "" && f.Queue == "" {
+		return 0, fmt.Errorf("%w: Requeue needs IDs, Kind or Queue", ErrInvalidOptions)
+	}
+	if f.Queue != "" {
+		if err := validQueue(f.Queue); err != nil {
+			return 0, err
+		}
+	}
+	var ids []int64
+	if len(f.IDs) > 0 {
+		ids = f.IDs
+	}
+	var n int64
+	var queues []string
+	err := c.pool.QueryRow(ctx, c.admin.requeue, ids, nullString(f.Kind), nullString(f.Queue)).Scan(&n, &queues)
+	if err != nil {
+		return 0, c.wrapErr("requeue", err)
+	}
+	if len(queues) > 0 {
+		if err := c.notify.queues(ctx, c.pool, queues); err != nil {
+			c.logger.Debug("skiplock: wake-up after requeue failed", "err", err)
+		}
+	}
+	return n, nil
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// QueueStats counts the jobs of one queue in the jobs table (finished jobs moved to the
+// archive are not counted).
+type QueueStats struct {
+	Queue  string
+	Counts map[JobStatus]int64
+	// OldestDue is how long the oldest due, queued job has been waiting; 0 when none.
+	OldestDue time.Duration
+}
+
+const statsSQL = `SELECT queue, status, count(*),
+	coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8
+FROM {s}.jobs GROUP BY queue, status ORDER BY queue, status`
+
+// Stats returns job counts by queue and status, and the age of each queue's oldest due
+// job. It scans the jobs table, which stays small while jobs flow.
+func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
+	rows, err := c.pool.Query(ctx, c.admin.stats)
+	if err != nil {
+		return nil, c.wrapErr("stats", err)
+	}
+	var (
+		out           []QueueStats
+		queue, status string
+		n             int64
+		age           float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&queue, &status, &n, &age}, func() error {
+		if len(out) == 0 || out[len(out)-1].Queue != queue {
+			out = append(out, QueueStats{Queue: queue, Counts: map[JobStatus]int64{}})
+		}
+		s := &out[len(out)-1]
+		s.Counts[JobStatus(status)] = n
+		if d := time.Duration(age * float64(time.Second)); d > s.OldestDue {
+			s.OldestDue = d
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("stats", err)
+	}
+	return out, nil
+}
+
+// ListParams selects jobs for [Client.List]. Empty fields match everything.
+type ListParams struct {
+	Status JobStatus
+	Queue  string
+	Kind   string
+	// Limit is the most jobs returned. Defaults to 100.
+	Limit int
+}
+
+const listSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs
+WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
+ORDER BY id LIMIT $4`
+
+// List returns jobs from the jobs table that match p, oldest first.
+func (c *Client) List(ctx context.Context, p ListParams) ([]*JobRow, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	rows, err := c.pool.Query(ctx, c.admin.list, nullString(string(p.Status)), nullString(p.Queue), nullString(p.Kind), p.Limit)
+	if err != nil {
+		return nil, c.wrapErr("list", err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, c.wrapErr("list", err)
+	}
+	return jobs, nil
+}

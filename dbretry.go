@@ -1,0 +1,64 @@
+// This file holds the retrying of the engine's own statements: which database errors are
+// transient (a lost connection, a restarting server, a deadlock) and the loop that retries
+// a fenced statement through them.
+
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// retryDB retries fn while its error is transient (see [transient]), with backoff, until
+// ctx ends. Every statement it runs is fenced, so running one twice is harmless.
+func retryDB(ctx context.Context, fn func() error) error {
+	delay := 20 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		sleepCtx(ctx, delay)
+		if ctx.Err() != nil {
+			return err
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+// transient reports whether err may go away on retry: a lost or refused connection, a
+// server shutting down or restarting, a deadlock or serialization failure. A Postgres
+// verdict on the statement itself (a constraint, a syntax error) is not transient.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return true // network errors, closed connections, pool exhaustion
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "08"): // connection exception
+		return true
+	case strings.HasPrefix(pgErr.Code, "57P"): // admin shutdown, crash shutdown, cannot connect now
+		return true
+	case pgErr.Code == "40P01", pgErr.Code == "40001", pgErr.Code == "55P03": // deadlock, serialization, lock not available
+		return true
+	}
+	return false
+}
+
+// sleepCtx sleeps for d or until ctx ends, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,130 @@
+// This file holds what a job is: the args interface handlers are registered by, the
+// job states, the row as stored (JobRow, with its error history), the typed Job a
+// handler receives, and the scanning of rows into JobRow.
+
+package skiplock
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobArgs is the payload of a job. Its Kind names the handler that runs it; the value
+// itself is stored as JSON, so it must marshal with encoding/json.
+type JobArgs interface {
+	Kind() string
+}
+
+// JobArgsWithOptions is implemented by args types that carry their own default
+// [EnqueueOptions] (for example a queue or max attempts for every job of the kind).
+// Options passed to an enqueue call override these field by field.
+type JobArgsWithOptions interface {
+	JobArgs
+	EnqueueOptions() EnqueueOptions
+}
+
+// JobStatus is the state of a job. See the package documentation for the state machine.
+type JobStatus string
+
+// The job states.
+const (
+	StatusQueued    JobStatus = "queued"    // waiting for run_at and a free worker
+	StatusRunning   JobStatus = "running"   // claimed by a worker
+	StatusSucceeded JobStatus = "succeeded" // finished without error
+	StatusFailed    JobStatus = "failed"    // a permanent error: never retried
+	StatusDead      JobStatus = "dead"      // attempts exhausted
+	StatusCancelled JobStatus = "cancelled" // cancelled by an operator or its handler
+)
+
+// AttemptError is one entry of a job's error history.
+type AttemptError struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
+}
+
+// Job is a claimed job with its args decoded into T, as a handler receives it.
+type Job[T JobArgs] struct {
+	*JobRow
+	Args T
+}
+
+// JobRow is a job as stored in the database.
+type JobRow struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Payload     []byte // the args as JSON
+	Status      JobStatus
+	Priority    int
+	RunAt       time.Time
+	Attempts    int // attempts started so far, including a running one
+	MaxAttempts int
+	LockedAt    time.Time // zero unless running
+	LockedBy    string    // the worker holding the job, empty unless running
+	LastError   string
+	Errors      []AttemptError // the latest errors, oldest first, at most 10
+	UniqueKey   string
+	CreatedAt   time.Time
+	FinishedAt  time.Time // zero until the job reaches a final state
+}
+
+// jobColumns is the column list every statement returning a JobRow selects, in scanJob's order.
+const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	locked_at, locked_by, last_error, errors, unique_key, created_at, finished_at`
+
+// scanJob reads one row of jobColumns.
+func scanJob(row pgx.Row) (*JobRow, error) {
+	var (
+		j                            JobRow
+		status                       string
+		lockedAt, finishedAt         *time.Time
+		lockedBy, lastErr, uniqueKey *string
+		errs                         []byte
+	)
+	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &status, &j.Priority, &j.RunAt, &j.Attempts,
+		&j.MaxAttempts, &lockedAt, &lockedBy, &lastErr, &errs, &uniqueKey, &j.CreatedAt, &finishedAt)
+	if err != nil {
+		return nil, err
+	}
+	j.Status = JobStatus(status)
+	if lockedAt != nil {
+		j.LockedAt = *lockedAt
+	}
+	if finishedAt != nil {
+		j.FinishedAt = *finishedAt
+	}
+	if lockedBy != nil {
+		j.LockedBy = *lockedBy
+	}
+	if lastErr != nil {
+		j.LastError = *lastErr
+	}
+	if uniqueKey != nil {
+		j.UniqueKey = *uniqueKey
+	}
+	if len(errs) > 0 {
+		// A history that does not decode (edited by hand) is dropped from the row rather
+		// than failing it: a claimed job must always reach its handler.
+		if json.Unmarshal(errs, &j.Errors) != nil {
+			j.Errors = nil
+		}
+	}
+	return &j, nil
+}
+
+// collectJobs reads all rows of a jobColumns query.
+func collectJobs(rows pgx.Rows) ([]*JobRow, error) {
+	defer rows.Close()
+	var out []*JobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}

@@ -295,13 +295,6 @@ func TestClient_NotMigratedSchemaSaysSo(t *testing.T) {
 	assert.Contains(t, err.Error(), "Migrate")
 }
 
-func TestGet_UnknownIDIsNotFound(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	_, err := b.client.Get(b.ctx, 123456789)
-	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
-}
-
 func TestEnqueueOptions_PerKindDefaults(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

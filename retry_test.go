@@ -279,69 +279,6 @@ func TestRetry_PerKindPolicy(t *testing.T) {
 	assert.WithinDuration(t, time.Now().Add(time.Hour), j.RunAt, time.Minute)
 }
 
-func TestCancel_QueuedAndRunning(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	queued, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 1}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
-	require.NoError(t, err)
-	c, err := b.client.Cancel(b.ctx, queued.ID)
-	require.NoError(t, err)
-	assert.Equal(t, skiplock.StatusCancelled, c.Status)
-	_, err = b.client.Cancel(b.ctx, 987654321)
-	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
-
-	// A running job is told through its context at the next heartbeat.
-	started := make(chan struct{})
-	cause := make(chan error, 1)
-	w := newWorker(t, b, skiplock.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
-	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
-		close(started)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return ctx.Err()
-	}))
-	running, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 60_000}, nil)
-	require.NoError(t, err)
-	runWorker(t, w)
-	<-started
-	c, err = b.client.Cancel(b.ctx, running.ID)
-	require.NoError(t, err)
-	assert.Equal(t, skiplock.StatusCancelled, c.Status)
-	select {
-	case err := <-cause:
-		assert.Error(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the running job's context was not cancelled")
-	}
-	// Its handler's error does not resurrect it.
-	eventually(t, 5*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, running.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusCancelled && j.LastError == ""
-	}, "stays cancelled")
-}
-
-func TestStats_CountsByQueueAndStatus(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	for i := range 3 {
-		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, &skiplock.EnqueueOptions{Queue: "a"})
-		require.NoError(t, err)
-	}
-	_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: "b", RunAt: time.Now().Add(time.Hour)})
-	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET run_at = now() - interval '90 seconds' WHERE queue = 'a'`))
-	require.NoError(t, err)
-	stats, err := b.client.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Len(t, stats, 2)
-	assert.Equal(t, "a", stats[0].Queue)
-	assert.Equal(t, int64(3), stats[0].Counts[skiplock.StatusQueued])
-	assert.InDelta(t, 90, stats[0].OldestDue.Seconds(), 5)
-	assert.Equal(t, int64(1), stats[1].Counts[skiplock.StatusQueued])
-	assert.Zero(t, stats[1].OldestDue, "a job not yet due is not waiting")
-}
-
 type uglyErrorArgs struct{}
 
 func (uglyErrorArgs) Kind() string { return "ugly_error" }

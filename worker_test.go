@@ -102,73 +102,6 @@ func TestWorker_ManyWorkersRunEachJobExactlyOnce(t *testing.T) {
 		ON a.job_id = o.job_id AND a.ctid <> o.ctid AND a.started < o.finished AND o.started < a.finished`))
 }
 
-func TestWorker_NotificationWakesWorkerAndListenerComesBack(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	started := make(chan int, 10)
-	w := newWorker(t, b, skiplock.WorkerConfig{ID: "listen-" + b.schema, PollInterval: time.Minute, SweepInterval: -1, Logger: testLogger()})
-	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
-		started <- job.Args.N
-		return nil
-	}))
-	listenerPID := func() int {
-		var pid int
-		err := b.pool.QueryRow(b.ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-			WHERE application_name = $1 AND query LIKE 'LISTEN%'`, "skiplock-listen listen-"+b.schema).Scan(&pid)
-		require.NoError(t, err)
-		return pid
-	}
-	runWorker(t, w)
-	var first int
-	eventually(t, 10*time.Second, func() bool { first = listenerPID(); return first != 0 }, "listener connected")
-	// The start-up claim happened; from here on only a notification can wake it within a minute.
-	time.Sleep(100 * time.Millisecond)
-
-	_, err := b.client.Enqueue(b.ctx, noopArgs{N: 1}, nil)
-	require.NoError(t, err)
-	select {
-	case n := <-started:
-		assert.Equal(t, 1, n)
-	case <-time.After(5 * time.Second):
-		t.Fatal("job did not start within 5s with a 1 minute poll: the notification did not wake the worker")
-	}
-
-	// Kill the listener's backend; the listener reconnects and notifications work again.
-	_, err = b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, first)
-	require.NoError(t, err)
-	eventually(t, 15*time.Second, func() bool { p := listenerPID(); return p != 0 && p != first }, "listener reconnected")
-	time.Sleep(100 * time.Millisecond)
-	_, err = b.client.Enqueue(b.ctx, noopArgs{N: 2}, nil)
-	require.NoError(t, err)
-	select {
-	case n := <-started:
-		assert.Equal(t, 2, n)
-	case <-time.After(5 * time.Second):
-		t.Fatal("job did not start within 5s after the listener reconnected")
-	}
-}
-
-func TestWorker_PollsWhenListenerIsDown(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var ran atomic.Int32
-	// The listener points at a port nobody listens on: only the fallback poll runs jobs.
-	w := newWorker(t, b, skiplock.WorkerConfig{
-		PollInterval: 100 * time.Millisecond, SweepInterval: -1, Logger: testLogger(),
-		ListenURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1",
-	})
-	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
-		ran.Add(1)
-		return nil
-	}))
-	runWorker(t, w)
-	for i := range 5 {
-		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
-		require.NoError(t, err)
-	}
-	eventually(t, 10*time.Second, func() bool { return ran.Load() == 5 }, "5 jobs ran by polling")
-}
-
 func TestWorker_FutureRunAtWaitsUntilDue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -386,42 +319,6 @@ func TestHandle_RejectsDuplicateKind(t *testing.T) {
 	h := func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }
 	require.NoError(t, skiplock.Handle(w, h))
 	require.Error(t, skiplock.Handle(w, h))
-}
-
-func TestWorker_CompletionModes(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		mode           skiplock.Completion
-		hot, archived  int
-		wantFromGetErr error
-	}{
-		{skiplock.CompletionArchive, 0, 1, nil},
-		{skiplock.CompletionDelete, 0, 0, skiplock.ErrJobNotFound},
-		{skiplock.CompletionKeep, 1, 0, nil},
-	} {
-		t.Run(fmt.Sprint(tc.mode), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			job, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
-			require.NoError(t, err)
-			w := newWorker(t, b, skiplock.WorkerConfig{Completion: tc.mode, SweepInterval: -1, Logger: testLogger()})
-			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
-			runWorker(t, w)
-			eventually(t, 10*time.Second, func() bool {
-				return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'queued' OR status = 'running'`) == 0
-			}, "job done")
-			assert.Equal(t, tc.hot, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'`))
-			assert.Equal(t, tc.archived, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`))
-			got, err := b.client.Get(b.ctx, job.ID)
-			if tc.wantFromGetErr != nil {
-				require.ErrorIs(t, err, tc.wantFromGetErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, skiplock.StatusSucceeded, got.Status)
-			assert.False(t, got.FinishedAt.IsZero())
-		})
-	}
 }
 
 // hookRecorder counts hook calls.

@@ -37,7 +37,8 @@ type EnqueueOptions struct {
 	Priority int
 	// RunAt is the earliest time the job may start. Zero means now, by the database clock.
 	RunAt time.Time
-	// MaxAttempts is how many times the job may run before it is dead. Defaults to 20.
+	// MaxAttempts is how many times the job may run before it is dead. Defaults to
+	// [DefaultMaxAttempts] (20); zero means the default, negative is an error.
 	MaxAttempts int
 	// UniqueKey, when set, allows only one queued or running job with this key: a second
 	// enqueue returns the existing job and [ErrDuplicateJob]. At most 255 bytes.
@@ -55,7 +56,8 @@ type Config struct {
 	// Schema is the Postgres schema holding skiplock's tables, as created by [Migrate].
 	// Defaults to "skiplock".
 	Schema string
-	// MaxPayloadBytes limits the JSON size of a job's args. Defaults to 1 MiB; negative
+	// MaxPayloadBytes limits the JSON size of a job's args. Defaults to
+	// [DefaultMaxPayloadBytes] (1 MiB); zero means the default, negative
 	// means no limit.
 	MaxPayloadBytes int
 	// NotifyInterval throttles the wake-up notifications that [Client.Enqueue] sends: at

@@ -89,9 +89,10 @@ type RetryPolicy interface {
 // failed together (a database blip, a downstream outage) so they do not retry together.
 // The zero value is the default policy. It is safe for concurrent use.
 type BackoffPolicy struct {
-	// Base is the delay unit. Defaults to 1s: the first retry waits 1-2 s, the tenth 8.5-17 min.
+	// Base is the delay unit. Defaults to 1s: the first retry waits 1-2 s, the tenth
+	// 8.5-17 min. Zero or negative means the default.
 	Base time.Duration
-	// Max caps the delay before jitter. Defaults to 1h.
+	// Max caps the delay before jitter. Defaults to 1h; zero or negative means the default.
 	Max time.Duration
 	// Rand returns a number in [0, 1). Defaults to math/rand/v2's Float64; tests inject their own.
 	Rand func() float64

@@ -22,16 +22,29 @@ import (
 	"time"
 )
 
-// Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig].
+// Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
+// when its default applies.
 const (
-	DefaultMaxWorkers            = 100
-	DefaultPollInterval          = time.Second
-	DefaultFetchCooldown         = time.Millisecond
-	DefaultShutdownTimeout       = 10 * time.Second
-	DefaultVisibilityTimeout     = time.Minute
-	DefaultSweepInterval         = 30 * time.Second
-	DefaultArchiveRetention      = 7 * 24 * time.Hour
-	DefaultCompleteBatchSize     = 500
+	// DefaultMaxWorkers is the default of [QueueConfig].MaxWorkers.
+	DefaultMaxWorkers = 100
+	// DefaultPollInterval is the default of [WorkerConfig].PollInterval.
+	DefaultPollInterval = time.Second
+	// DefaultFetchCooldown is the default of [WorkerConfig].FetchCooldown.
+	DefaultFetchCooldown = time.Millisecond
+	// DefaultShutdownTimeout is the default of [WorkerConfig].ShutdownTimeout.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultVisibilityTimeout is the default of [WorkerConfig].VisibilityTimeout and
+	// [SweeperConfig].VisibilityTimeout.
+	DefaultVisibilityTimeout = time.Minute
+	// DefaultSweepInterval is the default of [WorkerConfig].SweepInterval and
+	// [SweeperConfig].Interval.
+	DefaultSweepInterval = 30 * time.Second
+	// DefaultArchiveRetention is the default of [WorkerConfig].ArchiveRetention and
+	// [SweeperConfig].ArchiveRetention.
+	DefaultArchiveRetention = 7 * 24 * time.Hour
+	// DefaultCompleteBatchSize is the default of [WorkerConfig].CompleteBatchSize.
+	DefaultCompleteBatchSize = 500
+	// DefaultCompleteFlushInterval is the default of [WorkerConfig].CompleteFlushInterval.
 	DefaultCompleteFlushInterval = 2 * time.Millisecond
 )
 
@@ -97,26 +110,6 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks are told when each job starts and ends, for metrics and tracing.
 	Hooks []Hook
-}
-
-// Hook observes job execution. Methods are called from the job's goroutine and must be
-// safe for concurrent use.
-type Hook interface {
-	// JobStarted is called before the handler; the context it returns is the handler's
-	// (return ctx unchanged if there is nothing to add, e.g. a tracing span).
-	JobStarted(ctx context.Context, job *JobRow) context.Context
-	// JobFinished is called after the handler with the outcome.
-	JobFinished(ctx context.Context, job *JobRow, res JobResult)
-}
-
-// JobResult is what a handler run came to, as a [Hook] sees it.
-type JobResult struct {
-	// Status is the job's new state: succeeded, queued (retry or snooze), failed, dead or
-	// cancelled.
-	Status   JobStatus
-	Err      error         // the handler's error, nil on success
-	Duration time.Duration // time spent in the handler
-	Panicked bool
 }
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
@@ -477,12 +470,6 @@ func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {
 	}
 	status := w.failures.record(row, err, policy)
 	w.report(ctx, row, JobResult{Status: status, Err: err, Duration: dur, Panicked: panicked})
-}
-
-func (w *Worker) report(ctx context.Context, row *JobRow, res JobResult) {
-	for _, hk := range w.cfg.Hooks {
-		hk.JobFinished(ctx, row, res)
-	}
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

@@ -175,7 +175,7 @@ type ListParams struct {
 	Status JobStatus
 	Queue  string
 	Kind   string
-	// Limit is the most jobs returned. Defaults to 100.
+	// Limit is the most jobs returned. Defaults to 100; zero or negative means the default.
 	Limit int
 }
 

@@ -144,6 +144,7 @@ type Worker struct {
 	lease     *lease
 	completer *completer
 	failures  *failureRecorder
+	checkSQL  string // checkSchemaSQL, rendered
 	handlerWG sync.WaitGroup
 }
 
@@ -213,6 +214,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		lease:     newLease(pool, schema, cfg.ID, cfg.VisibilityTimeout, held, logger),
 		completer: newCompleter(pool, schema, cfg.Completion, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
 		failures:  newFailureRecorder(pool, schema, cfg.ID, logger),
+		checkSQL:  renderSQL(schema, checkSchemaSQL),
 	}
 	claims := claimLoopConfig{
 		claimer:       newClaimer(client),
@@ -306,7 +308,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	_, err := w.client.pool.Exec(cctx, renderSQL(w.client.schema, checkSchemaSQL))
+	_, err := w.client.pool.Exec(cctx, w.checkSQL)
 	cancel()
 	if err != nil {
 		return w.client.wrapErr("worker start", err)

@@ -435,6 +435,9 @@ func (w *Worker) start(jobBase context.Context, row *JobRow) dispatched {
 	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: row}
 }
 
+// execute runs one claimed job's handler and hands the outcome on: a success to the
+// completer, a failure to the failure recorder. A job cut off by shutdown stays held, for
+// Run to put back; the result of a job the worker no longer holds is dropped.
 func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := w.handlers[row.Kind]

@@ -97,5 +97,8 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	few := buffers()
 	future(180_000)
 	many := buffers()
-	assert.Less(t, many, few+100, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
+	// A claim that walked the 180,000 added entries would read some 700 more index pages
+	// alone; the margin absorbs what a busy machine adds (catalog and hint-bit reads, seen
+	// up to ~105 extra buffers when the suite runs in parallel).
+	assert.Less(t, many, few+250, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
 }

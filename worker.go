@@ -369,7 +369,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func() { defer fetchWG.Done(); q.run(ctx, jobBase, wake) }()
 		}
 	}
-	w.logger.Info("skiplock: worker started", "queues", len(w.queues))
+	w.logger.Info("skiplock: worker started", "queues", len(w.queues), "version", moduleVersion())
 
 	<-ctx.Done()
 	fetchWG.Wait() // no more claims

@@ -1,0 +1,43 @@
+// Package ui is skiplock's operator dashboard: an [http.Handler] that shows the queues,
+// the jobs and their errors, and acts on them (retry, cancel, delete, requeue many).
+//
+// It is served two ways: by the command line (`skiplock ui`), or mounted by a service
+// under its own path and its own authentication:
+//
+//	h, err := ui.New(ui.Config{Client: client, Prefix: "/admin/jobs", ExternalAuth: true})
+//	mux.Handle("/admin/jobs/", requireAdmin(h))
+//
+// # Pages
+//
+//   - Queues (/queues): jobs by queue and status, the age of each queue's oldest due job,
+//     and the jobs finished per minute over the last hour (an SVG plot drawn on the server
+//     from jobs_archive). The table refreshes itself every [Config].RefreshInterval by
+//     fetching a server-rendered fragment; the page is never reloaded.
+//   - Jobs (/jobs): newest first, filtered by status, queue and kind, over the hot table and
+//     the archive together, paged with a keyset on the id; /jobs?id=N opens job N.
+//   - A job (/jobs/{id}): its args, any further columns of its row (metadata, progress,
+//     output), its attempt history with each error and stack, its timestamps, and the
+//     actions retry now, cancel and delete.
+//   - Dead and failed (/dead): select many jobs, requeue or delete them in one action.
+//   - Periodic (/periodic): schedules with their last and next run, when a
+//     [PeriodicSource] is configured.
+//
+// # Safe by default
+//
+// Without [Config].Token or [Config].BasicAuth, the handler serves only requests that come
+// from a loopback address with no proxy header, unless [Config].ExternalAuth says a
+// middleware in front of it authenticates every request. Every action is a POST carrying
+// a CSRF token bound to a cookie; [Config].ReadOnly refuses them all and hides their
+// buttons. Every value from the database goes through html/template, so a job whose args
+// hold <script> shows it as text, and a strict Content-Security-Policy allows only the
+// handler's own embedded script and stylesheet. Page sizes and filter values are bounded,
+// every listing query examines a bounded number of rows, and each request's database work
+// stops after [Config].QueryTimeout.
+//
+// # Extension points
+//
+// Queue pause/resume and running-versus-limit columns appear when [Config].Queues is set
+// (a [QueueSource], optionally also a [QueueController]); the periodic page appears when
+// [Config].Periodic is set. Columns added to the jobs tables later (metadata, progress,
+// output) show on the job page without any change here.
+package ui

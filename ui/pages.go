@@ -1,0 +1,615 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skiplock/skiplock"
+)
+
+// statuses are the job states in the order the pages show them.
+var statuses = []skiplock.JobStatus{
+	skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusSucceeded,
+	skiplock.StatusFailed, skiplock.StatusDead, skiplock.StatusCancelled,
+}
+
+// queueRow is one queue of the queues page.
+type queueRow struct {
+	Name      string
+	Counts    []statusCount
+	OldestDue time.Duration
+	LastHour  int64
+	Spark     string // the polyline points of the last hour's sparkline
+	Info      *QueueInfo
+	Running   int64
+}
+
+type statusCount struct {
+	Status string
+	N      int64
+}
+
+// queuesView is the data of the queues page and of its live fragment.
+type queuesView struct {
+	Queues      []queueRow
+	Totals      []statusCount
+	Stuck       int64 // dead + failed
+	LastHour    int64
+	Plot        plot
+	HasInfo     bool // a QueueSource is configured: show limits and paused state
+	CanControl  bool // and it can pause and resume
+	InfoErr     string
+	Hidden      int    // queues beyond maxQueuesShown
+	Refresh     int64  // milliseconds between live updates; 0 for none
+	RefreshText string // the same, for people
+	At          time.Time
+}
+
+func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	stats, err := h.client.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := h.throughput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &queuesView{At: time.Now()}
+	if h.cfg.RefreshInterval > 0 {
+		v.Refresh, v.RefreshText = h.cfg.RefreshInterval.Milliseconds(), shortDuration(h.cfg.RefreshInterval)
+	}
+	var infos map[string]QueueInfo
+	if h.cfg.Queues != nil {
+		v.HasInfo = true
+		_, v.CanControl = h.cfg.Queues.(QueueController)
+		v.CanControl = v.CanControl && !h.cfg.ReadOnly
+		if infos, err = h.cfg.Queues.QueueInfo(ctx); err != nil {
+			v.InfoErr = err.Error()
+		}
+	}
+	byName := map[string]*queueRow{}
+	row := func(name string) *queueRow {
+		if q := byName[name]; q != nil {
+			return q
+		}
+		q := &queueRow{Name: name}
+		byName[name] = q
+		return q
+	}
+	totals := map[skiplock.JobStatus]int64{}
+	for _, s := range stats {
+		q := row(s.Queue)
+		q.OldestDue = s.OldestDue
+		for _, st := range statuses {
+			q.Counts = append(q.Counts, statusCount{string(st), s.Counts[st]})
+			totals[st] += s.Counts[st]
+		}
+		q.Running = s.Counts[skiplock.StatusRunning]
+	}
+	for name, series := range tp.ByQueue {
+		q := row(name)
+		for _, n := range series {
+			q.LastHour += n
+		}
+		q.Spark = sparkline(series[:])
+	}
+	for name := range infos {
+		row(name)
+	}
+	for _, q := range byName {
+		if q.Counts == nil {
+			for _, st := range statuses {
+				q.Counts = append(q.Counts, statusCount{string(st), 0})
+			}
+		}
+		if info, ok := infos[q.Name]; ok {
+			q.Info = &info
+		} else if v.HasInfo {
+			q.Info = &QueueInfo{}
+		}
+		v.Queues = append(v.Queues, *q)
+	}
+	slices.SortFunc(v.Queues, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
+	if len(v.Queues) > maxQueuesShown {
+		v.Hidden = len(v.Queues) - maxQueuesShown
+		v.Queues = v.Queues[:maxQueuesShown]
+	}
+	for _, st := range statuses {
+		v.Totals = append(v.Totals, statusCount{string(st), totals[st]})
+	}
+	v.Stuck = totals[skiplock.StatusDead] + totals[skiplock.StatusFailed]
+	for _, n := range tp.Total {
+		v.LastHour += n
+	}
+	v.Plot = barPlot(tp.Total[:])
+	return v, nil
+}
+
+func (h *Handler) queuesPage(w http.ResponseWriter, r *http.Request) {
+	v, err := h.queuesView(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "queues", "Queues", "queues", v)
+}
+
+// queuesLive is the fragment the queues page fetches to update itself in place.
+func (h *Handler) queuesLive(w http.ResponseWriter, r *http.Request) {
+	v, err := h.queuesView(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.renderTemplate(w, r, "queues", "live", "", "", v)
+}
+
+func (h *Handler) pauseQueue(w http.ResponseWriter, r *http.Request)  { h.queueAction(w, r, true) }
+func (h *Handler) resumeQueue(w http.ResponseWriter, r *http.Request) { h.queueAction(w, r, false) }
+
+func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request, pause bool) {
+	ctl, ok := h.cfg.Queues.(QueueController)
+	if !ok {
+		h.refuse(w, r, http.StatusNotFound, "Pausing queues is not available: no queue controller is configured.")
+		return
+	}
+	queue := r.PathValue("queue")
+	if !validFilter(queue) {
+		h.refuse(w, r, http.StatusBadRequest, "Bad queue name.")
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	var err error
+	done := "resumed"
+	if pause {
+		err, done = ctl.PauseQueue(ctx, queue), "paused"
+	} else {
+		err = ctl.ResumeQueue(ctx, queue)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.redirect(w, r, "/queues", url.Values{"done": {done}})
+}
+
+// jobsView is the data of the jobs page.
+type jobsView struct {
+	Filter   listFilter
+	Statuses []skiplock.JobStatus
+	Page     listPage
+	NextURL  string
+	FirstURL string
+}
+
+func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if s := strings.TrimSpace(q.Get("id")); s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			h.refuse(w, r, http.StatusBadRequest, "A job id is a positive number.")
+			return
+		}
+		h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), nil)
+		return
+	}
+	f, msg := parseFilter(q, statuses)
+	if msg != "" {
+		h.refuse(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	page, err := h.listJobs(ctx, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
+	if page.Next > 0 {
+		v.NextURL = h.prefix + "/jobs?" + filterQuery(f, page.Next).Encode()
+	}
+	if f.Before > 0 {
+		v.FirstURL = h.prefix + "/jobs?" + filterQuery(f, 0).Encode()
+	}
+	h.render(w, r, "jobs", "Jobs", "jobs", v)
+}
+
+// parseFilter reads and bounds the list filters of a query; msg says what is wrong.
+func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f listFilter, msg string) {
+	f.Limit = DefaultPageSize
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return f, "limit is a positive number."
+		}
+		f.Limit = min(n, MaxPageSize)
+	}
+	if s := q.Get("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return f, "before is a job id."
+		}
+		f.Before = n
+	}
+	if s := q.Get("status"); s != "" {
+		if !slices.Contains(allowed, skiplock.JobStatus(s)) {
+			return f, "Unknown status."
+		}
+		f.Status = skiplock.JobStatus(s)
+	}
+	f.Queue, f.Kind = strings.TrimSpace(q.Get("queue")), strings.TrimSpace(q.Get("kind"))
+	if !validFilter(f.Queue) || !validFilter(f.Kind) {
+		return f, "A queue or kind filter is at most 255 bytes of text."
+	}
+	return f, ""
+}
+
+func validFilter(s string) bool {
+	return len(s) <= maxFilterLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+func filterQuery(f listFilter, before int64) url.Values {
+	v := url.Values{}
+	if f.Status != "" {
+		v.Set("status", string(f.Status))
+	}
+	if f.Queue != "" {
+		v.Set("queue", f.Queue)
+	}
+	if f.Kind != "" {
+		v.Set("kind", f.Kind)
+	}
+	if f.Limit != DefaultPageSize {
+		v.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if before > 0 {
+		v.Set("before", strconv.FormatInt(before, 10))
+	}
+	return v
+}
+
+// jobView is the data of the job page.
+type jobView struct {
+	Job       *skiplock.JobRow
+	Args      string
+	ArgsCut   bool
+	Other     []field
+	Attempts  []attempt
+	CanRetry  bool
+	RetryWhat string // "Requeue" or "Run now"
+	CanCancel bool
+	CanDelete bool
+	Running   bool
+}
+
+type field struct {
+	Name, Value string
+}
+
+type attempt struct {
+	Attempt string
+	At      string
+	Error   string
+	Other   []field
+}
+
+func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.jobID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	job, err := h.client.Get(ctx, id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+": it never existed, was deleted, or left the archive after its retention.")
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	extras, err := h.jobExtras(ctx, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := &jobView{Job: job, Running: job.Status == skiplock.StatusRunning}
+	v.Args, v.ArgsCut = prettyJSON(job.Payload, maxShownPayload)
+	for _, k := range sortedKeys(extras.Other) {
+		s, _ := prettyJSON(extras.Other[k], maxShownPayload)
+		v.Other = append(v.Other, field{k, s})
+	}
+	for i := len(extras.Errors) - 1; i >= 0; i-- { // newest first
+		e := extras.Errors[i]
+		a := attempt{Attempt: jsonText(e["attempt"]), At: jsonText(e["at"]), Error: jsonText(e["error"])}
+		for _, k := range sortedKeys(e) {
+			if k != "attempt" && k != "at" && k != "error" {
+				a.Other = append(a.Other, field{k, jsonText(e[k])})
+			}
+		}
+		v.Attempts = append(v.Attempts, a)
+	}
+	if !h.cfg.ReadOnly {
+		switch job.Status {
+		case skiplock.StatusDead, skiplock.StatusFailed:
+			v.CanRetry, v.RetryWhat = true, "Requeue"
+		case skiplock.StatusQueued:
+			v.CanRetry, v.RetryWhat = job.RunAt.After(time.Now()), "Run now"
+		}
+		v.CanCancel = job.Status == skiplock.StatusQueued || job.Status == skiplock.StatusRunning
+		v.CanDelete = !v.Running
+	}
+	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
+}
+
+// retryJob requeues a dead or failed job (attempts reset), or makes a queued job that
+// waits for a later run_at due now.
+func (h *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.jobID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	n, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: []int64{id}})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	done := url.Values{"done": {"requeued"}, "n_requeued": {"1"}}
+	if n == 0 {
+		tag, err := h.pool.Exec(ctx, h.sql.runNow, id)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		done = url.Values{"done": {"runnow"}}
+		if tag.RowsAffected() == 0 {
+			done = url.Values{"done": {"unchanged"}}
+		}
+	}
+	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), done)
+}
+
+func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.jobID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	job, err := h.client.Cancel(ctx, id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+".")
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	done := "cancelled"
+	if job.Status != skiplock.StatusCancelled {
+		done = "unchanged"
+	}
+	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {done}})
+}
+
+// deleteJob deletes a job that is not running, from the hot table or the archive.
+func (h *Handler) deleteJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.jobID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	res, err := h.deleteJobs(ctx, []int64{id})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	switch {
+	case len(res.Running) > 0:
+		h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {"running"}})
+	case len(res.Deleted) == 0:
+		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+".")
+	default:
+		h.redirect(w, r, "/jobs", url.Values{"done": {"deleted"}, "n_deleted": {"1"}})
+	}
+}
+
+// deadView is the data of the dead and failed page.
+type deadView struct {
+	Filter   listFilter
+	Statuses []skiplock.JobStatus
+	Rows     []listRow
+	NextURL  string
+	FirstURL string
+}
+
+var stuckStatuses = []skiplock.JobStatus{skiplock.StatusDead, skiplock.StatusFailed}
+
+func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
+	f, msg := parseFilter(r.URL.Query(), stuckStatuses)
+	if msg != "" {
+		h.refuse(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	rows, err := h.listStuck(ctx, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows}
+	if len(rows) == f.Limit {
+		v.NextURL = h.prefix + "/dead?" + filterQuery(f, rows[len(rows)-1].ID).Encode()
+	}
+	if f.Before > 0 {
+		v.FirstURL = h.prefix + "/dead?" + filterQuery(f, 0).Encode()
+	}
+	h.render(w, r, "dead", "Dead and failed", "dead", v)
+}
+
+// deadAction requeues or deletes the selected dead and failed jobs.
+func (h *Handler) deadAction(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.refuse(w, r, http.StatusBadRequest, "Bad form.")
+		return
+	}
+	ids, msg := parseIDs(r.PostForm["id"])
+	if msg != "" {
+		h.refuse(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	back, _ := parseFilter(r.PostForm, stuckStatuses)
+	ret := filterQuery(back, 0)
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	switch r.PostFormValue("action") {
+	case "requeue":
+		n, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: ids})
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		ret.Set("done", "requeued")
+		ret.Set("n_requeued", strconv.FormatInt(n, 10))
+		if skipped := len(ids) - int(n); skipped > 0 {
+			ret.Set("done", "requeued,skipped")
+			ret.Set("n_skipped", strconv.Itoa(skipped))
+		}
+	case "delete":
+		rows, err := h.pool.Query(ctx, h.sql.deleteStuck, ids)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		ret.Set("done", "deleted")
+		ret.Set("n_deleted", strconv.Itoa(n))
+		if skipped := len(ids) - n; skipped > 0 {
+			ret.Set("done", "deleted,skipped")
+			ret.Set("n_skipped", strconv.Itoa(skipped))
+		}
+	default:
+		h.refuse(w, r, http.StatusBadRequest, "Unknown action: use requeue or delete.")
+		return
+	}
+	h.redirect(w, r, "/dead", ret)
+}
+
+// parseIDs reads the selected job ids of a form: 1 to MaxActionIDs positive numbers.
+func parseIDs(vals []string) ([]int64, string) {
+	if len(vals) == 0 {
+		return nil, "Select at least one job."
+	}
+	if len(vals) > MaxActionIDs {
+		return nil, "Select at most " + strconv.Itoa(MaxActionIDs) + " jobs at a time."
+	}
+	ids := make([]int64, 0, len(vals))
+	for _, s := range vals {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, "A job id is a positive number."
+		}
+		ids = append(ids, id)
+	}
+	return ids, ""
+}
+
+func (h *Handler) periodicPage(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Periodic == nil {
+		h.refuse(w, r, http.StatusNotFound, "No periodic schedules are configured for this dashboard.")
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	s, err := h.cfg.Periodic.Schedules(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "periodic", "Periodic", "periodic", s)
+}
+
+// jobID reads the {id} of the path, answering a bad one.
+func (h *Handler) jobID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		h.refuse(w, r, http.StatusBadRequest, "A job id is a positive number.")
+		return 0, false
+	}
+	return id, true
+}
+
+// redirect sends the browser to path under the prefix after an action (303: the next
+// request is a GET, and reloading it repeats nothing).
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
+	u := h.prefix + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	http.Redirect(w, r, u, http.StatusSeeOther)
+}
+
+// prettyJSON indents raw JSON, cut at limit bytes.
+func prettyJSON(raw []byte, limit int) (string, bool) {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	s := buf.String()
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return s[:cut], true
+	}
+	return s, false
+}
+
+// jsonText shows a decoded JSON value: strings as they are, the rest as JSON.
+func jsonText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

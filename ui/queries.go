@@ -1,0 +1,406 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock"
+)
+
+// statements holds the dashboard's own SQL with the schema quoted in ({s} in each
+// template stands for the identifier sanitized by pgx.Identifier). Reads the public
+// [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go through them instead.
+type statements struct {
+	throughput               string
+	windowHot, windowArchive string
+	rowsHot, rowsArchive     string
+	stuck                    string
+	extras                   string
+	runNow                   string
+	deleteHot, deleteArchive string
+	deleteStuck              string
+	running                  string
+}
+
+func buildStatements(schema string) statements {
+	s := pgx.Identifier{schema}.Sanitize()
+	x := func(t string) string { return strings.ReplaceAll(t, "{s}", s) }
+	table := func(t, name string) string { return strings.ReplaceAll(x(t), "{t}", name) }
+	return statements{
+		throughput:    x(throughputSQL),
+		windowHot:     table(windowSQL, "jobs"),
+		windowArchive: table(windowSQL, "jobs_archive"),
+		rowsHot:       table(rowsSQL, "jobs"),
+		rowsArchive:   table(rowsSQL, "jobs_archive"),
+		stuck:         x(stuckSQL),
+		extras:        x(extrasSQL),
+		runNow:        x(runNowSQL),
+		deleteHot:     x(deleteHotSQL),
+		deleteArchive: x(deleteArchiveSQL),
+		deleteStuck:   x(deleteStuckSQL),
+		running:       x(runningSQL),
+	}
+}
+
+// throughputSQL counts the jobs finished per queue and minute over the last hour, minute 0
+// being the last 60 seconds. The archive's BRIN index on finished_at narrows the scan to
+// the pages written in the last hour (rows arrive in finished_at order).
+const throughputSQL = `SELECT queue, floor(extract(epoch FROM now() - finished_at) / 60)::int AS ago, count(*)
+FROM {s}.jobs_archive
+WHERE finished_at > now() - interval '60 minutes'
+GROUP BY 1, 2`
+
+// throughput is the jobs finished per minute over the last hour, oldest minute first.
+type throughput struct {
+	Total   [60]int64
+	ByQueue map[string]*[60]int64
+}
+
+func (h *Handler) throughput(ctx context.Context) (*throughput, error) {
+	rows, err := h.pool.Query(ctx, h.sql.throughput)
+	if err != nil {
+		return nil, err
+	}
+	t := &throughput{ByQueue: map[string]*[60]int64{}}
+	var (
+		queue string
+		ago   int
+		n     int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&queue, &ago, &n}, func() error {
+		if ago < 0 || ago > 59 { // a clock step between rows; drop it
+			return nil
+		}
+		q := t.ByQueue[queue]
+		if q == nil {
+			q = new([60]int64)
+			t.ByQueue[queue] = q
+		}
+		q[59-ago] += n
+		t.Total[59-ago] += n
+		return nil
+	})
+	return t, err
+}
+
+// windowSQL finds the ids of one list page in table {t}. It walks the primary key
+// backwards from the cursor and examines at most $2 rows, so a filter that matches little
+// costs a bounded scan instead of a walk over the whole (possibly million-row) archive;
+// the caller learns how far it got from the count and the lowest id examined. The ids
+// that match come back in page order, at most $6.
+const windowSQL = `WITH w AS (
+	SELECT id, status, queue, kind FROM {s}.{t}
+	WHERE id < $1
+	ORDER BY id DESC
+	LIMIT $2
+)
+SELECT (SELECT count(*) FROM w),
+	coalesce((SELECT min(id) FROM w), 0),
+	ARRAY(SELECT id FROM w
+		WHERE ($3::text IS NULL OR status = $3)
+			AND ($4::text IS NULL OR queue = $4)
+			AND ($5::text IS NULL OR kind = $5)
+		ORDER BY id DESC
+		LIMIT $6)`
+
+// listColumns is what a list row shows: short prefixes of the args and the last error,
+// never a whole payload.
+const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
+	left(coalesce(last_error, ''), 300), left(payload::text, 160)`
+
+// rowsSQL loads the list rows of the ids windowSQL found.
+const rowsSQL = `SELECT ` + listColumns + ` FROM {s}.{t} WHERE id = ANY($1)`
+
+// stuckSQL is the dead-and-failed listing. Its first condition is the predicate of the
+// partial index jobs_stuck_idx, so the scan touches only dead and failed rows (whose
+// index key, kind then queue, also serves the filters); the cursor and the order are on
+// the id.
+const stuckSQL = `SELECT ` + listColumns + ` FROM {s}.jobs
+WHERE status IN ('dead', 'failed')
+	AND ($2::text IS NULL OR status = $2)
+	AND ($3::text IS NULL OR queue = $3)
+	AND ($4::text IS NULL OR kind = $4)
+	AND id < $1
+ORDER BY id DESC
+LIMIT $5`
+
+// extrasSQL returns a job's row as JSON without the columns the job page shows by name,
+// and its raw error history (whose entries may carry more than skiplock.AttemptError
+// decodes, such as a stack): columns a later migration adds (metadata, progress, output)
+// show up on the page without a change here.
+const extrasSQL = `SELECT to_jsonb(j) - $2::text[], j.errors FROM {s}.jobs j WHERE id = $1
+UNION ALL
+SELECT to_jsonb(a) - $2::text[], a.errors FROM {s}.jobs_archive a WHERE id = $1
+LIMIT 1`
+
+// knownColumns are the columns the job page shows by name.
+var knownColumns = []string{"id", "queue", "kind", "payload", "status", "priority", "run_at", "attempts",
+	"max_attempts", "locked_at", "locked_by", "last_error", "errors", "unique_key", "created_at", "finished_at"}
+
+// runNowSQL makes a queued job that waits for a later run_at (scheduled, or backing off
+// after a failure) due now. Workers find it at their next poll.
+const runNowSQL = `UPDATE {s}.jobs SET run_at = now()
+WHERE id = $1 AND status = 'queued' AND run_at > now()`
+
+// deleteHotSQL deletes jobs from the hot table, except running ones: their worker holds
+// them and would write their result to a row that is gone. It returns the deleted ids.
+const deleteHotSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status <> 'running' RETURNING id`
+
+// deleteArchiveSQL deletes finished jobs from the archive.
+const deleteArchiveSQL = `DELETE FROM {s}.jobs_archive WHERE id = ANY($1) RETURNING id`
+
+// deleteStuckSQL is the dead page's delete: only jobs still dead or failed, so a job
+// requeued by someone else since the page was rendered is left alone.
+const deleteStuckSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status IN ('dead', 'failed') RETURNING id`
+
+// runningSQL says which of the ids are running (and so were not deleted).
+const runningSQL = `SELECT id FROM {s}.jobs WHERE id = ANY($1) AND status = 'running'`
+
+// listFilter selects the jobs of a list page. Empty fields match everything.
+type listFilter struct {
+	Status skiplock.JobStatus
+	Queue  string
+	Kind   string
+	Before int64 // the keyset cursor: only ids below it; 0 means from the newest
+	Limit  int
+}
+
+// listRow is one job of a list.
+type listRow struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Status      string
+	Attempts    int
+	MaxAttempts int
+	RunAt       time.Time
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+	LastError   string
+	Args        string
+	Archived    bool
+}
+
+// listPage is a page of jobs and where the next one starts.
+type listPage struct {
+	Rows []listRow
+	// Next is the cursor of the next page; 0 when there are no more jobs.
+	Next int64
+	// Partial says the page is short because the scan window ran out, not the jobs:
+	// following Next looks further.
+	Partial bool
+}
+
+// statusInArchive says whether jobs of status can be in the archive: workers archive
+// succeeded jobs; queued, running, dead and failed ones stay in the hot table.
+func statusInArchive(s skiplock.JobStatus) bool {
+	return s == "" || s == skiplock.StatusSucceeded || s == skiplock.StatusCancelled
+}
+
+// listJobs returns one page of jobs, newest first, from the hot table and the archive
+// merged by id. Each table is scanned by windowSQL; the page holds only ids down to the
+// higher of the two tables' scan bounds, so it never skips a job of either table.
+func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
+	if f.Status == skiplock.StatusDead || f.Status == skiplock.StatusFailed {
+		rows, err := h.listStuck(ctx, f)
+		if err != nil {
+			return listPage{}, err
+		}
+		p := listPage{Rows: rows}
+		if len(rows) == f.Limit {
+			p.Next = rows[len(rows)-1].ID
+		}
+		return p, nil
+	}
+	type part struct {
+		rows  []listRow
+		bound int64 // every match of the table with an id in [bound, Before) is in rows
+	}
+	scan := func(window, rowsSQL string, archived bool) (part, error) {
+		n := f.Limit
+		if f.Status != "" || f.Queue != "" || f.Kind != "" {
+			n = scanWindow
+		}
+		var examined, low int64
+		var ids []int64
+		err := h.pool.QueryRow(ctx, window, cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit).
+			Scan(&examined, &low, &ids)
+		if err != nil {
+			return part{}, err
+		}
+		p := part{}
+		switch {
+		case len(ids) == f.Limit:
+			p.bound = ids[len(ids)-1]
+		case examined == int64(n):
+			p.bound = low
+		}
+		if len(ids) > 0 {
+			rows, err := h.pool.Query(ctx, rowsSQL, ids)
+			if err != nil {
+				return part{}, err
+			}
+			p.rows, err = collectRows(rows, archived)
+			if err != nil {
+				return part{}, err
+			}
+		}
+		return p, nil
+	}
+	parts := []part{}
+	hot, err := scan(h.sql.windowHot, h.sql.rowsHot, false)
+	if err != nil {
+		return listPage{}, err
+	}
+	parts = append(parts, hot)
+	if statusInArchive(f.Status) {
+		arch, err := scan(h.sql.windowArchive, h.sql.rowsArchive, true)
+		if err != nil {
+			return listPage{}, err
+		}
+		parts = append(parts, arch)
+	}
+	var bound int64
+	var all []listRow
+	for _, p := range parts {
+		bound = max(bound, p.bound)
+		all = append(all, p.rows...)
+	}
+	slices.SortFunc(all, func(a, b listRow) int { return compareDesc(a.ID, b.ID) })
+	all = slices.DeleteFunc(all, func(r listRow) bool { return r.ID < bound })
+	page := listPage{Rows: all[:min(len(all), f.Limit)]}
+	switch {
+	case len(page.Rows) == f.Limit:
+		page.Next = page.Rows[len(page.Rows)-1].ID
+	case bound > 0:
+		page.Next, page.Partial = bound, true
+	}
+	return page, nil
+}
+
+func compareDesc(a, b int64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+// listStuck returns a page of dead and failed jobs (f.Status, when set, is one of them).
+func (h *Handler) listStuck(ctx context.Context, f listFilter) ([]listRow, error) {
+	rows, err := h.pool.Query(ctx, h.sql.stuck, cursor(f.Before), nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return collectRows(rows, false)
+}
+
+// cursor turns "from the newest" into an id above every job.
+func cursor(before int64) int64 {
+	if before <= 0 {
+		return 1<<63 - 1
+	}
+	return before
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func collectRows(rows pgx.Rows, archived bool) ([]listRow, error) {
+	var out []listRow
+	var r listRow
+	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Queue, &r.Kind, &r.Status, &r.Attempts, &r.MaxAttempts,
+		&r.RunAt, &r.CreatedAt, &r.FinishedAt, &r.LastError, &r.Args}, func() error {
+		r.Archived = archived
+		out = append(out, r)
+		r = listRow{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b listRow) int { return compareDesc(a.ID, b.ID) })
+	return out, nil
+}
+
+// jobExtras are the parts of a job's row the public JobRow does not carry.
+type jobExtras struct {
+	Other  map[string]json.RawMessage // columns the page does not know by name
+	Errors []map[string]any           // the raw error history, oldest first
+}
+
+func (h *Handler) jobExtras(ctx context.Context, id int64) (jobExtras, error) {
+	var other, errs []byte
+	err := h.pool.QueryRow(ctx, h.sql.extras, id, knownColumns).Scan(&other, &errs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return jobExtras{}, nil
+	}
+	if err != nil {
+		return jobExtras{}, err
+	}
+	var x jobExtras
+	if err := json.Unmarshal(other, &x.Other); err != nil {
+		return jobExtras{}, err
+	}
+	for k, v := range x.Other {
+		if string(v) == "null" {
+			delete(x.Other, k)
+		}
+	}
+	if len(errs) > 0 {
+		_ = json.Unmarshal(errs, &x.Errors) // a history edited by hand into another shape shows nothing
+	}
+	return x, nil
+}
+
+// deleteResult is what a delete did.
+type deleteResult struct {
+	Deleted []int64
+	Running []int64 // refused: running
+}
+
+// deleteJobs deletes the jobs with the given ids from the hot table (unless running) and
+// from the archive.
+func (h *Handler) deleteJobs(ctx context.Context, ids []int64) (deleteResult, error) {
+	var res deleteResult
+	rows, err := h.pool.Query(ctx, h.sql.deleteHot, ids)
+	if err != nil {
+		return res, err
+	}
+	hot, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return res, err
+	}
+	res.Deleted = hot
+	rest := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return slices.Contains(hot, id) })
+	if len(rest) == 0 {
+		return res, nil
+	}
+	rows, err = h.pool.Query(ctx, h.sql.deleteArchive, rest)
+	if err != nil {
+		return res, err
+	}
+	arch, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return res, err
+	}
+	res.Deleted = append(res.Deleted, arch...)
+	rows, err = h.pool.Query(ctx, h.sql.running, rest)
+	if err != nil {
+		return res, err
+	}
+	res.Running, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	return res, err
+}

@@ -18,6 +18,8 @@
 //	requeue [--id 1,2,3] [--kind K] [--queue Q]
 //	                               put dead and failed jobs back in the queue, attempts reset
 //	cancel --id N                  cancel a queued or running job
+//	ui [--listen ADDR] [--read-only] [--token T | --basic-auth USER:PASS]
+//	                               serve the operator dashboard (default http://127.0.0.1:8080/)
 //	version                        print the build's version
 //	help [command]                 print the usage, or a command's
 //

@@ -175,8 +175,11 @@ func (a *app) runCommand(ctx context.Context, cmd *command, args []string) error
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
+	if !cmd.serve {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+	}
 	err := cmd.run(ctx, a, &o)
 	var ue *usageError
 	var re *reachError

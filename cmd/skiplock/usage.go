@@ -16,6 +16,7 @@ type command struct {
 	summary string // one line for the command list
 	help    string // what `skiplock help <name>` explains, after the synopsis
 	maxArgs int    // positional arguments allowed after the flags
+	serve   bool   // runs until interrupted: --timeout bounds its requests, not the command
 	// flags defines the command's own flags on fs, storing into o; nil when it has none.
 	flags func(fs *flag.FlagSet, o *options)
 	// check validates the parsed flags before anything connects; nil when nothing to check.
@@ -35,6 +36,7 @@ type options struct {
 	limit  int
 	ids    idList
 	id     int64
+	ui     uiOptions
 }
 
 // commands lists every command in the order the usage shows them. It is a function, not
@@ -146,6 +148,7 @@ func commands() []*command {
 			},
 			run: cmdCancel,
 		},
+		uiCommand(),
 		{
 			name:    "version",
 			summary: "print the build's version",

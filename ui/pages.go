@@ -345,7 +345,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	if !h.cfg.ReadOnly {
 		switch job.Status {
 		case skiplock.StatusDead, skiplock.StatusFailed:
-			v.CanRetry, v.RetryWhat = true, "Requeue"
+			v.CanRetry, v.RetryWhat = true, "Retry now"
 		case skiplock.StatusQueued:
 			v.CanRetry, v.RetryWhat = job.RunAt.After(time.Now()), "Run now"
 		}

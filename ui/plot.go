@@ -30,6 +30,7 @@ type tick struct {
 	Pos     float64
 	TextPos float64 // the label's baseline, for y ticks
 	Label   string
+	Anchor  string // the label's text-anchor, for x ticks
 }
 
 // Plot geometry, in SVG user units (the SVG scales to its container).
@@ -68,11 +69,14 @@ func barPlot(series []int64) plot {
 		p.YTicks = append(p.YTicks, tick{Pos: pos, TextPos: pos + 4, Label: thousands(f)})
 	}
 	for _, m := range []int{60, 45, 30, 15, 0} {
-		label := fmt.Sprintf("−%dm", m)
-		if m == 0 {
-			label = "now"
+		t := tick{Pos: float64(p.Left) + float64(len(series)-m)*slot, Label: fmt.Sprintf("−%dm", m), Anchor: "middle"}
+		switch m {
+		case 60:
+			t.Anchor = "start"
+		case 0:
+			t.Label, t.Anchor = "now", "end"
 		}
-		p.XTicks = append(p.XTicks, tick{Pos: float64(p.Left) + float64(len(series)-m)*slot, Label: label})
+		p.XTicks = append(p.XTicks, t)
 	}
 	return p
 }

@@ -131,7 +131,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	for _, n := range tp.Total {
 		v.LastHour += n
 	}
-	v.Plot = barPlot(tp.Total[:])
+	v.Plot = barPlot(tp.Total[:], tp.First)
 	return v, nil
 }
 

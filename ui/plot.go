@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // plot is a bar chart laid out on the server; the template draws it as SVG. Every value
@@ -39,9 +40,9 @@ const (
 	plotLeft, plotRight, plotTop, plotBt = 48, 10, 12, 24
 )
 
-// barPlot lays out one bar per minute of series (oldest first, the last one being the
-// last 60 seconds) on a y axis rounded up to a readable maximum.
-func barPlot(series []int64) plot {
+// barPlot lays out one bar per minute of series (oldest first, starting at first; the
+// last one is the current minute) on a y axis rounded up to a readable maximum.
+func barPlot(series []int64, first time.Time) plot {
 	p := plot{W: plotW, H: plotH, Left: plotLeft, Top: plotTop,
 		InnerW: plotW - plotLeft - plotRight, InnerH: plotH - plotTop - plotBt,
 		YLabelX: plotLeft - 6, XLabelY: plotH - 6, MidX: plotW / 2, MidY: plotH / 2}
@@ -57,11 +58,11 @@ func barPlot(series []int64) plot {
 		if n > 0 && h < 1 {
 			h = 1 // a minute with any job shows
 		}
-		minutesAgo := len(series) - 1 - i
+		start := first.Add(time.Duration(i) * time.Minute)
 		p.Bars = append(p.Bars, bar{
 			X: float64(p.Left) + float64(i)*slot + slot*0.14, W: slot * 0.72,
 			Y: float64(p.Top+p.InnerH) - h, H: h,
-			Title: fmt.Sprintf("%s finished %s", plural(int(n), "job"), minuteLabel(minutesAgo)),
+			Title: fmt.Sprintf("%s finished %s–%s UTC", plural(int(n), "job"), start.Format("15:04"), start.Add(time.Minute).Format("15:04")),
 		})
 	}
 	for _, f := range []int64{0, top / 2, top} {
@@ -79,13 +80,6 @@ func barPlot(series []int64) plot {
 		p.XTicks = append(p.XTicks, t)
 	}
 	return p
-}
-
-func minuteLabel(ago int) string {
-	if ago == 0 {
-		return "in the last minute"
-	}
-	return fmt.Sprintf("%d–%d min ago", ago, ago+1)
 }
 
 // niceCeil rounds n up to 1, 2 or 5 times a power of ten (at least 2, so the middle tick

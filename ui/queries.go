@@ -17,8 +17,9 @@ import (
 // template stands for the identifier sanitized by pgx.Identifier). Reads the public
 // [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go through them instead.
 type statements struct {
-	throughput               string
-	windowHot, windowArchive string
+	nowMinute, finished      string
+	pageHot, pageArchive     string
+	endHot, endArchive       string
 	rowsHot, rowsArchive     string
 	stuck                    string
 	extras                   string
@@ -33,9 +34,12 @@ func buildStatements(schema string) statements {
 	x := func(t string) string { return strings.ReplaceAll(t, "{s}", s) }
 	table := func(t, name string) string { return strings.ReplaceAll(x(t), "{t}", name) }
 	return statements{
-		throughput:    x(throughputSQL),
-		windowHot:     table(windowSQL, "jobs"),
-		windowArchive: table(windowSQL, "jobs_archive"),
+		nowMinute:     nowMinuteSQL,
+		finished:      x(finishedSQL),
+		pageHot:       table(pageSQL, "jobs"),
+		pageArchive:   table(pageSQL, "jobs_archive"),
+		endHot:        table(windowEndSQL, "jobs"),
+		endArchive:    table(windowEndSQL, "jobs_archive"),
 		rowsHot:       table(rowsSQL, "jobs"),
 		rowsArchive:   table(rowsSQL, "jobs_archive"),
 		stuck:         x(stuckSQL),
@@ -48,73 +52,37 @@ func buildStatements(schema string) statements {
 	}
 }
 
-// throughputSQL counts the jobs finished per queue and minute over the last hour, minute 0
-// being the last 60 seconds. The archive's BRIN index on finished_at narrows the scan to
-// the pages written in the last hour (rows arrive in finished_at order).
-const throughputSQL = `SELECT queue, floor(extract(epoch FROM now() - finished_at) / 60)::int AS ago, count(*)
-FROM {s}.jobs_archive
-WHERE finished_at > now() - interval '60 minutes'
-GROUP BY 1, 2`
-
-// throughput is the jobs finished per minute over the last hour, oldest minute first.
-type throughput struct {
-	Total   [60]int64
-	ByQueue map[string]*[60]int64
-}
-
-func (h *Handler) throughput(ctx context.Context) (*throughput, error) {
-	rows, err := h.pool.Query(ctx, h.sql.throughput)
-	if err != nil {
-		return nil, err
-	}
-	t := &throughput{ByQueue: map[string]*[60]int64{}}
-	var (
-		queue string
-		ago   int
-		n     int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&queue, &ago, &n}, func() error {
-		if ago < 0 || ago > 59 { // a clock step between rows; drop it
-			return nil
-		}
-		q := t.ByQueue[queue]
-		if q == nil {
-			q = new([60]int64)
-			t.ByQueue[queue] = q
-		}
-		q[59-ago] += n
-		t.Total[59-ago] += n
-		return nil
-	})
-	return t, err
-}
-
-// windowSQL finds the ids of one list page in table {t}. It walks the primary key
-// backwards from the cursor and examines at most $2 rows, so a filter that matches little
-// costs a bounded scan instead of a walk over the whole (possibly million-row) archive;
-// the caller learns how far it got from the count and the lowest id examined. The ids
-// that match come back in page order, at most $6.
-const windowSQL = `WITH w AS (
+// pageSQL finds the ids of one list page in table {t}. It walks the primary key
+// backwards from the cursor through at most $2 rows (the inner LIMIT), and the outer
+// LIMIT stops the walk as soon as the page is full: a filter that matches often reads a
+// page's worth of rows, one that matches rarely reads at most $2, never the whole
+// (possibly million-row) archive. The subquery's order carries through, so there is no
+// Sort.
+const pageSQL = `SELECT id FROM (
 	SELECT id, status, queue, kind FROM {s}.{t}
 	WHERE id < $1
 	ORDER BY id DESC
 	LIMIT $2
-)
-SELECT (SELECT count(*) FROM w),
-	coalesce((SELECT min(id) FROM w), 0),
-	ARRAY(SELECT id FROM w
-		WHERE ($3::text IS NULL OR status = $3)
-			AND ($4::text IS NULL OR queue = $4)
-			AND ($5::text IS NULL OR kind = $5)
-		ORDER BY id DESC
-		LIMIT $6)`
+) w
+WHERE ($3::text IS NULL OR status = $3)
+	AND ($4::text IS NULL OR queue = $4)
+	AND ($5::text IS NULL OR kind = $5)
+ORDER BY id DESC
+LIMIT $6`
+
+// windowEndSQL says, for a page that came back short, how many rows its walk examined
+// and the lowest id it reached: fewer than $2 means the table has no more rows below the
+// cursor. It reads only the primary key.
+const windowEndSQL = `SELECT count(*), coalesce(min(id), 0) FROM (
+	SELECT id FROM {s}.{t} WHERE id < $1 ORDER BY id DESC LIMIT $2
+) w`
 
 // listColumns is what a list row shows: short prefixes of the args and the last error,
 // never a whole payload.
 const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
 	left(coalesce(last_error, ''), 300), left(payload::text, 160)`
 
-// rowsSQL loads the list rows of the ids windowSQL found.
+// rowsSQL loads the list rows of the ids pageSQL found.
 const rowsSQL = `SELECT ` + listColumns + ` FROM {s}.{t} WHERE id = ANY($1)`
 
 // stuckSQL is the dead-and-failed listing. Its first condition is the predicate of the
@@ -204,7 +172,7 @@ func statusInArchive(s skiplock.JobStatus) bool {
 }
 
 // listJobs returns one page of jobs, newest first, from the hot table and the archive
-// merged by id. Each table is scanned by windowSQL; the page holds only ids down to the
+// merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
 	if f.Status == skiplock.StatusDead || f.Status == skiplock.StatusFailed {
@@ -222,24 +190,30 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		rows  []listRow
 		bound int64 // every match of the table with an id in [bound, Before) is in rows
 	}
-	scan := func(window, rowsSQL string, archived bool) (part, error) {
+	scan := func(pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
 		n := f.Limit
 		if f.Status != "" || f.Queue != "" || f.Kind != "" {
 			n = scanWindow
 		}
-		var examined, low int64
-		var ids []int64
-		err := h.pool.QueryRow(ctx, window, cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit).
-			Scan(&examined, &low, &ids)
+		rows, err := h.pool.Query(ctx, pageSQL, cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
+		if err != nil {
+			return part{}, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			return part{}, err
 		}
 		p := part{}
-		switch {
-		case len(ids) == f.Limit:
+		if len(ids) == f.Limit {
 			p.bound = ids[len(ids)-1]
-		case examined == int64(n):
-			p.bound = low
+		} else if n > f.Limit {
+			var examined, low int64
+			if err := h.pool.QueryRow(ctx, endSQL, cursor(f.Before), n).Scan(&examined, &low); err != nil {
+				return part{}, err
+			}
+			if examined == int64(n) {
+				p.bound = low
+			}
 		}
 		if len(ids) > 0 {
 			rows, err := h.pool.Query(ctx, rowsSQL, ids)
@@ -254,13 +228,13 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		return p, nil
 	}
 	parts := []part{}
-	hot, err := scan(h.sql.windowHot, h.sql.rowsHot, false)
+	hot, err := scan(h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
 	if err != nil {
 		return listPage{}, err
 	}
 	parts = append(parts, hot)
 	if statusInArchive(f.Status) {
-		arch, err := scan(h.sql.windowArchive, h.sql.rowsArchive, true)
+		arch, err := scan(h.sql.pageArchive, h.sql.endArchive, h.sql.rowsArchive, true)
 		if err != nil {
 			return listPage{}, err
 		}

@@ -149,6 +149,7 @@ type Handler struct {
 	csrfKey  []byte
 	sessKey  []byte // the value of the login cookie, derived from Token
 	crossOri *http.CrossOriginProtection
+	finished *finishedCache
 	log      *slog.Logger
 }
 
@@ -180,6 +181,7 @@ func New(cfg Config) (*Handler, error) {
 		prefix:   cfg.Prefix,
 		csrfKey:  cfg.CSRFKey,
 		crossOri: http.NewCrossOriginProtection(),
+		finished: newFinishedCache(),
 		log:      cfg.Logger,
 	}
 	if len(h.csrfKey) == 0 {

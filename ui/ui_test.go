@@ -74,6 +74,11 @@ func TestQueuesPage_ShowsTheCountsTheDatabaseHolds(t *testing.T) {
 		assert.NotContains(t, r.body, "<html")
 		assert.Equal(t, 4, countCell(t, r.body, "emails", "queued"))
 	})
+	t.Run("a job finished since the last refresh is counted in the plot", func(t *testing.T) {
+		b.archive(b.insert(job{queue: "reports"}), 0)
+		r := b.get("/queues/live")
+		assert.Contains(t, r.body, `data-total="lasthour">6<`)
+	})
 	t.Run("the root redirects to the queues", func(t *testing.T) {
 		r := b.get("/")
 		assert.Equal(t, http.StatusFound, r.code)

@@ -6,13 +6,13 @@ export DATABASE_URL
 DSN = $(if $(DATABASE_URL),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)
 FUZZTIME ?= 5s
 
-.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos env
+.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos env ui
 
 ## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
 test: env fmt-check vet unit fuzz-short
 
 env:
-	@./scripts/ensure-env.sh --pgbouncer
+	@./scripts/ensure-env.sh --pgbouncer --chromium
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -21,9 +21,11 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd ui/browsertest && $(GO) vet ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd ui/browsertest && $(GO) test -race -count=1 -timeout 5m ./...
 
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzEnqueueValidation$$' -fuzztime $(FUZZTIME) .
@@ -32,6 +34,11 @@ fuzz-short:
 ## demo: find or start Postgres, migrate, run the quickstart example to the end.
 demo: env
 	DATABASE_URL='$(DSN)' $(GO) run ./examples/quickstart
+
+## ui: run the demo, then serve the dashboard on its data at http://$(UI_LISTEN)/ (Ctrl-C stops it).
+UI_LISTEN ?= 127.0.0.1:8080
+ui: demo
+	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)'
 
 ## db: make sure a Postgres answers and print its connection string.
 db: env

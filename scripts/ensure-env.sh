@@ -4,13 +4,22 @@
 #   - a Postgres answers at $DATABASE_URL, or else at 127.0.0.1:5432: an installed
 #     cluster that is down is started; when none is installed and we may use apt-get,
 #     Debian's postgresql is installed, started and set to trust loopback connections;
-#   - with --pgbouncer, pgbouncer is installed (the PgBouncer test starts its own).
+#   - with --pgbouncer, pgbouncer is installed (the PgBouncer test starts its own);
+#   - with --chromium, Debian's chromium is installed (the dashboard's browser test drives
+#     it), after an apt-get update: a fresh machine's package lists may not name it yet.
 #
 # It never fails the build by itself: when it cannot provide a server it says so, and the
 # test harness falls back to a throwaway initdb cluster (or Docker) or fails with advice.
 set -u
 want_pgbouncer=0
-[ "${1:-}" = "--pgbouncer" ] && want_pgbouncer=1
+want_chromium=0
+for arg in "$@"; do
+	case "$arg" in
+	--pgbouncer) want_pgbouncer=1 ;;
+	--chromium) want_chromium=1 ;;
+	*) echo "ensure-env: unknown option $arg (use --pgbouncer, --chromium)" >&2 ;;
+	esac
+done
 
 say() { echo "ensure-env: $*" >&2; }
 
@@ -81,5 +90,16 @@ fi
 
 if [ "$want_pgbouncer" = 1 ] && ! command -v pgbouncer >/dev/null 2>&1 && ! [ -x /usr/sbin/pgbouncer ]; then
 	apt_install pgbouncer || say "could not install pgbouncer: the PgBouncer test will fail (apt-get install -y pgbouncer)"
+fi
+
+if [ "$want_chromium" = 1 ] && ! [ -x /usr/bin/chromium ] && ! command -v chromium >/dev/null 2>&1; then
+	if command -v apt-get >/dev/null 2>&1 && as_root true; then
+		say "installing chromium with apt-get (after apt-get update)"
+		as_root apt-get update -q >/dev/null 2>&1
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null ||
+			say "could not install chromium: the dashboard's browser test will fail (apt-get update && apt-get install -y chromium)"
+	else
+		say "no chromium and no apt-get to install it with: the dashboard's browser test will fail; install Chromium or set SKIPLOCK_CHROMIUM to one"
+	fi
 fi
 exit 0

@@ -35,7 +35,10 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if h.tokenOK(r) || h.basicOK(r) {
 		return true
 	}
-	if h.cfg.Token != "" && r.Method == http.MethodGet && h.cfg.BasicAuth == nil {
+	// A page asks for the token on the login page; the live fragment the queues page
+	// fetches gets a plain 401 instead, so the script reports it rather than swapping a
+	// login form into the table.
+	if h.cfg.Token != "" && r.Method == http.MethodGet && h.cfg.BasicAuth == nil && r.URL.Path != "/queues/live" {
 		http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
 		return false
 	}

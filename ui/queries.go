@@ -166,9 +166,10 @@ type listPage struct {
 }
 
 // statusInArchive says whether jobs of status can be in the archive: workers archive
-// succeeded jobs; queued, running, dead and failed ones stay in the hot table.
+// succeeded jobs only; every other state lives in the hot table. Skipping the archive
+// for them spares a filtered page a window walk that could find nothing.
 func statusInArchive(s skiplock.JobStatus) bool {
-	return s == "" || s == skiplock.StatusSucceeded || s == skiplock.StatusCancelled
+	return s == "" || s == skiplock.StatusSucceeded
 }
 
 // listJobs returns one page of jobs, newest first, from the hot table and the archive

@@ -90,8 +90,8 @@ type Config struct {
 
 // BasicAuth is a user and password accepted by HTTP basic authentication.
 type BasicAuth struct {
-	User     string
-	Password string
+	User     string // required
+	Password string // required
 }
 
 // QueueInfo is what a [QueueSource] knows about a queue beyond its jobs.
@@ -105,7 +105,9 @@ type QueueInfo struct {
 }
 
 // QueueSource supplies the queue settings that live outside the jobs tables (such as a
-// queues table with paused_at and limits). The queues page calls it once per render.
+// queues table with paused_at and limits). The queues page calls it once per render and
+// live refresh, within the request's QueryTimeout; an error is shown on the page and the
+// job counts still render.
 type QueueSource interface {
 	// QueueInfo returns the settings of every queue it knows, by queue name.
 	QueueInfo(ctx context.Context) (map[string]QueueInfo, error)
@@ -114,7 +116,9 @@ type QueueSource interface {
 // QueueController pauses and resumes queues. A [Config].Queues value that implements it
 // gets pause and resume buttons on the queues page.
 type QueueController interface {
+	// PauseQueue stops workers from claiming jobs of queue; running jobs finish.
 	PauseQueue(ctx context.Context, queue string) error
+	// ResumeQueue lets workers claim jobs of queue again.
 	ResumeQueue(ctx context.Context, queue string) error
 }
 
@@ -126,11 +130,12 @@ type Schedule struct {
 	Spec    string    // when it runs, such as a cron expression
 	LastRun time.Time // zero when it never ran
 	NextRun time.Time // zero when unknown
-	Paused  bool
+	Paused  bool      // the schedule enqueues nothing until resumed
 }
 
 // PeriodicSource lists the periodic schedules for the periodic page.
 type PeriodicSource interface {
+	// Schedules returns every schedule, in the order the page lists them.
 	Schedules(ctx context.Context) ([]Schedule, error)
 }
 

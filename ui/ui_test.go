@@ -496,9 +496,11 @@ func TestAuth_TokenLoginSetsASession(t *testing.T) {
 	assert.Contains(t, r.body, "That token is not right")
 	r = b.post("/login", url.Values{"token": {token}})
 	assert.Equal(t, http.StatusForbidden, r.code, "the login form needs its CSRF token too")
+	assert.Equal(t, http.StatusUnauthorized, b.get("/queues/live").code, "the live fragment is not redirected to a login form")
 	r = b.post("/login", url.Values{"csrf": {csrf}, "token": {token}})
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.Equal(t, http.StatusOK, b.get("/queues").code)
+	assert.Equal(t, http.StatusOK, b.get("/queues/live").code)
 }
 
 func TestIsLoopbackListen(t *testing.T) {

@@ -36,7 +36,8 @@ func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("SKIPLOCK_CHROMIUM"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SKIPLOCK_CHROMIUM=%s: %v", p, err)
+			t.Fatalf("SKIPLOCK_CHROMIUM=%s: %v: point it at a Chromium or Chrome binary, or unset it and "+
+				"install Debian's chromium (apt-get update && apt-get install -y chromium)", p, err)
 		}
 		return p
 	}

@@ -124,6 +124,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}, nil
 }
 
+// Pool returns the pool the client was built on, for callers (the dashboard, tests) that
+// read skiplock's tables with their own queries.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
 // Schema returns the schema the client works in.
 func (c *Client) Schema() string { return c.schema }
 

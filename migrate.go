@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,17 +112,35 @@ func migrateConfig(cfg []MigrateConfig) (MigrateConfig, error) {
 // Migrate applies the pending up migrations to the schema in cfg (default "skiplock"),
 // creating it if needed. It runs in one transaction under an advisory lock, so any number
 // of processes may call it at once: one applies each version, the others wait and find
-// nothing to do. When the schema is current it changes nothing.
+// nothing to do.
+//
+// It first reads the applied versions with plain queries, and when nothing is pending it
+// returns without taking the lock or creating anything: a role with only the table
+// privileges of the README's "Least privilege" section may call it at start-up. Applying a
+// migration needs the schema's owner (or CREATE on the database when the schema is missing).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
+	if pool == nil {
+		return errors.New("skiplock: migrate: pool is nil")
+	}
+	c, err := migrateConfig(cfg)
+	if err != nil {
+		return err
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	// Read-only: needs USAGE on the schema and SELECT on schema_migrations, nothing more.
+	st, err := migrationStatus(ctx, pool, c.Schema, all)
+	if err != nil {
+		return fmt.Errorf("skiplock: migrate: reading the applied versions of schema %q: %w", c.Schema, err)
+	}
+	if len(pending(all, st.Applied, c.TargetVersion)) == 0 {
+		return nil
+	}
 	return migrateTx(ctx, pool, cfg, func(ctx context.Context, tx pgx.Tx, s migrateState) error {
-		target := s.cfg.TargetVersion
-		if target == 0 {
-			target = s.all[len(s.all)-1].version
-		}
-		for _, m := range s.all {
-			if m.version > target || s.applied[m.version] {
-				continue
-			}
+		// The versions as read again under the lock: another migrator may have applied some.
+		for _, m := range pending(s.all, s.appliedList(), s.cfg.TargetVersion) {
 			if _, err := tx.Exec(ctx, m.up); err != nil {
 				return fmt.Errorf("skiplock: migration %d (%s) up: %w", m.version, m.name, err)
 			}
@@ -131,6 +150,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) erro
 		}
 		return nil
 	})
+}
+
+// pending returns the migrations of all (ascending) up to target (0: the latest) whose
+// version is not in applied.
+func pending(all []migration, applied []int, target int) []migration {
+	if target == 0 {
+		target = all[len(all)-1].version
+	}
+	var out []migration
+	for _, m := range all {
+		if m.version <= target && !slices.Contains(applied, m.version) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // MigrateDown reverts applied migrations, newest first, down to cfg.TargetVersion
@@ -154,7 +188,9 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) 
 	})
 }
 
-// GetMigrationStatus reports which migrations the schema in cfg has.
+// GetMigrationStatus reports which migrations the schema in cfg has. It only reads: a role
+// needs USAGE on the schema and SELECT on its schema_migrations table (nothing at all while
+// the schema or the table does not exist).
 func GetMigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) (MigrationStatus, error) {
 	c, err := migrateConfig(cfg)
 	if err != nil {
@@ -164,14 +200,19 @@ func GetMigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateC
 	if err != nil {
 		return MigrationStatus{}, err
 	}
+	return migrationStatus(ctx, pool, c.Schema, all)
+}
+
+// migrationStatus reads the versions recorded in schema, with read-only statements.
+func migrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string, all []migration) (MigrationStatus, error) {
 	st := MigrationStatus{Latest: all[len(all)-1].version}
+	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
 	var exists bool
-	err = pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`,
-		pgx.Identifier{c.Schema, "schema_migrations"}.Sanitize()).Scan(&exists)
-	if err != nil || !exists {
+	// to_regclass is NULL for a missing schema or table, where a SELECT would fail.
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
 		return st, err
 	}
-	rows, err := pool.Query(ctx, `SELECT version FROM `+pgx.Identifier{c.Schema, "schema_migrations"}.Sanitize()+` ORDER BY version`)
+	rows, err := pool.Query(ctx, `SELECT version FROM `+table+` ORDER BY version`)
 	if err != nil {
 		return st, err
 	}
@@ -188,6 +229,16 @@ type migrateState struct {
 	all     []migration  // every known migration, ascending
 	applied map[int]bool // versions recorded in the schema
 	table   string       // the quoted bookkeeping table
+}
+
+// appliedList returns the applied versions, ascending.
+func (s migrateState) appliedList() []int {
+	out := make([]int, 0, len(s.applied))
+	for v := range s.applied {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // migrateTx validates cfg, loads the migrations and runs fn in a transaction holding the
@@ -216,14 +267,26 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg []MigrateConfig,
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrateLockKey, schema); err != nil {
 			return fmt.Errorf("skiplock: migrate: lock: %w", err)
 		}
-		for _, q := range []string{
-			`CREATE SCHEMA IF NOT EXISTS ` + ident,
-			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+		// Each CREATE only when its object is missing: CREATE SCHEMA IF NOT EXISTS checks
+		// the CREATE privilege on the database even when the schema exists, so a role that
+		// owns the schema (and has nothing on the database) could not migrate otherwise.
+		var hasSchema, hasTable bool
+		if err := tx.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+			ident, table).Scan(&hasSchema, &hasTable); err != nil {
+			return fmt.Errorf("skiplock: migrate schema %q: %w", schema, err)
+		}
+		var stmts []string
+		if !hasSchema {
+			stmts = append(stmts, `CREATE SCHEMA IF NOT EXISTS `+ident)
+		}
+		if !hasTable {
+			stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+table+` (
 				version    integer PRIMARY KEY,
 				name       text NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT now())`,
-			`SET LOCAL search_path TO ` + ident,
-		} {
+				applied_at timestamptz NOT NULL DEFAULT now())`)
+		}
+		stmts = append(stmts, `SET LOCAL search_path TO `+ident)
+		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("skiplock: migrate schema %q: %w", schema, err)
 			}

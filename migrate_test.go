@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -85,4 +86,22 @@ func TestMigrate_ConcurrentDownUp(t *testing.T) {
 	assert.Equal(t, 0, st.Current)
 	require.NoError(t, skiplock.Migrate(ctx, pool, cfg))
 	assert.Equal(t, first, schemaShape(t, b))
+}
+
+// TestMigrate_NothingPendingTakesNoLock: with every migration applied, Migrate only reads,
+// so it returns at once even while another session holds the migration lock (a deploy
+// migrating, say) instead of queueing behind it.
+func TestMigrate_NothingPendingTakesNoLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	// The key Migrate locks: "skip" and the hash of the schema name.
+	_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, 0x736b6970, b.schema)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, skiplock.Migrate(ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema}))
 }

@@ -6,12 +6,17 @@ export DATABASE_URL
 DSN = $(if $(DATABASE_URL),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)
 FUZZTIME ?= 5s
 
-.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos env ui
+.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos chaos-failover env env-test ui
 
 ## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
-test: env fmt-check vet unit fuzz-short
+test: env-test fmt-check vet unit fuzz-short
 
+## env: a Postgres that answers (started or installed when missing). env-test: that, and
+## pgbouncer for the PgBouncer test; only `test` asks for it, so `demo` installs nothing more.
 env:
+	@./scripts/ensure-env.sh
+
+env-test:
 	@./scripts/ensure-env.sh --pgbouncer --chromium
 
 fmt-check:

@@ -186,10 +186,10 @@ func (c *Cluster) Restart(ctx context.Context) error {
 }
 
 // Stop stops the server with pg_ctl stop -m fast and waits until it has exited. Stopping a
-// cluster that is not running (no postmaster.pid) does nothing. The directory stays; the
-// caller removes it if it wants to.
+// cluster that is not running (no postmaster.pid, or its postmaster was killed) does
+// nothing. The directory stays; the caller removes it if it wants to.
 func (c *Cluster) Stop(ctx context.Context) error {
-	if c.PID() == 0 {
+	if pid := c.PID(); pid == 0 || !alive(pid) {
 		return nil
 	}
 	if err := c.pgctl(ctx, "stop", "-m", "fast", "-w", "-t", seconds(stopTimeout)); err != nil {

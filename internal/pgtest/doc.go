@@ -21,7 +21,9 @@
 //
 // [Pool] and [Schema] build on [URL]. Every test takes its own schema, so tests run with
 // t.Parallel. [Cluster] is a throwaway cluster owned by its caller, which can restart and stop
-// it; the chaos harness uses it to have a server it may break.
+// it; the chaos harness uses it to have a server it may break. [StartStandby] adds a
+// streaming standby of such a cluster, and [Cluster.Kill] and [Cluster.Promote] fail over to
+// it (the failover chaos run).
 //
 // Environment variables:
 //

@@ -59,3 +59,9 @@ bench-quick: env
 ## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends).
 chaos:
 	$(GO) run ./internal/chaos/cmd/chaos
+
+## chaos-failover: kill -9 the primary of a streaming pair and promote its standby, with
+## synchronous replication (must lose nothing), then asynchronous (reports what it lost).
+chaos-failover:
+	$(GO) run ./internal/chaos/cmd/chaos -failover sync
+	$(GO) run ./internal/chaos/cmd/chaos -failover async

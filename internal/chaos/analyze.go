@@ -195,8 +195,14 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	for i := range rep.Faults {
 		f := &rep.Faults[i]
 		var first *time.Time
+		after := f.End
+		if f.Kind == FaultFailover && r.fo != nil {
+			// Every completion stamped after the old primary's processes were all gone is
+			// the new primary's (now() is the transaction's start).
+			after = r.fo.killed
+		}
 		err := retryDB(ctx, func(ctx context.Context) error {
-			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, f.End).Scan(&first)
+			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, after).Scan(&first)
 		})
 		if err != nil {
 			return fmt.Errorf("chaos: timing fault recovery: %w", err)
@@ -230,9 +236,11 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	}
 
 	// What the logs say went wrong, for diagnosis.
-	rep.ServerDeadlocks = countLines(r.cluster.LogFile, "ERROR:  deadlock detected")
-	rep.ServerLockWaits = countLines(r.cluster.LogFile, "still waiting for")
-	rep.ServerSlowStatements = countLines(r.cluster.LogFile, "LOG:  duration: ")
+	for _, c := range r.clusters() {
+		rep.ServerDeadlocks += countLines(c.LogFile, "ERROR:  deadlock detected")
+		rep.ServerLockWaits += countLines(c.LogFile, "still waiting for")
+		rep.ServerSlowStatements += countLines(c.LogFile, "LOG:  duration: ")
+	}
 	for _, p := range procs {
 		rep.WorkerErrors += countLines(p.log, "level=ERROR")
 	}

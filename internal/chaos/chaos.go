@@ -18,6 +18,15 @@
 // kill, a database fault, or nothing injected ([Report.Warnings]: at-least-once
 // execution allows them, but each is a completion the library lost on its own).
 //
+// With [Options.Failover] set, Run fails over instead: a second cluster streams from the
+// first (pg_basebackup, synchronous or asynchronous replication), every process connects
+// with a multi-host URL (target_session_attrs=read-write), and mid-run every process of
+// the primary is killed with SIGKILL and the standby promoted; the workers must find the
+// new primary by themselves. The report adds what became of the jobs running at the kill,
+// the time to the first completion on the new primary and, read from the old primary's
+// data directory afterwards, what it had committed that the new one lacks
+// ([Report.Failover]).
+//
 // Everything Run starts is stopped before it returns, even on failure: worker processes
 // are in process groups of their own and die with the harness (a parent-death signal on
 // Linux), and a watchdog process stops the cluster if the harness itself is killed.
@@ -94,6 +103,19 @@ type Options struct {
 	// WorkerBinary is a prebuilt worker program (go build ./internal/chaos/worker).
 	// Defaults to building it with the go command, which takes a few seconds.
 	WorkerBinary string
+	// Failover, when not NoFailover, runs the failover scenario instead of the faults
+	// above (Kills, NoRestart and NoTerminate are ignored): a second cluster streams from
+	// the first, everyone connects with a multi-host URL, and Warmup after the start the
+	// primary is killed and the standby promoted; enqueues go on for FaultInterval after
+	// that. See [FailoverOptions]. Defaults to NoFailover.
+	Failover Replication
+	// StandbyLag is, in a failover run, how long the primary's WAL sender is paused
+	// (SIGSTOP) right before the kill, so that the standby is that far behind when the
+	// primary dies, as over a slow or congested network: on loopback it is otherwise well
+	// under a millisecond behind and asynchronous replication has next to nothing to lose.
+	// With synchronous replication the commits of that time wait for the standby instead.
+	// Defaults to 500ms; negative means no pause.
+	StandbyLag time.Duration
 }
 
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 4 kills, one Postgres
@@ -103,6 +125,12 @@ func Quick() Options {
 }
 
 func (o Options) withDefaults() Options {
+	if o.Failover != NoFailover {
+		o.Kills, o.NoRestart, o.NoTerminate = -1, true, true
+		if o.StandbyLag == 0 {
+			o.StandbyLag = 500 * time.Millisecond
+		}
+	}
 	if o.Workers <= 0 {
 		o.Workers = 4
 	}
@@ -175,14 +203,16 @@ type runner struct {
 	rec     *recorder
 	rng     *rand.Rand
 	dir     string
-	cluster *pgtest.Cluster
+	cluster *pgtest.Cluster // the primary: after a failover, the promoted standby
 	pool    *pgxpool.Pool
+	url     string // what the workers and the pool connect to
 	client  *skiplock.Client
 	fleet   *fleet
 	enq     *enqueuer
 	faults  []Fault
 
 	stopWatchdog func()
+	fo           *failoverState // failover runs only
 }
 
 // Run performs one chaos run as opts says, printing progress and, at the end, the report
@@ -209,8 +239,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	if opts.NoTerminate {
 		terminate = 0
 	}
-	r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination; seed %d",
-		opts.Workers, opts.Jobs, opts.Kills, restart, terminate, opts.Seed)
+	if opts.Failover != NoFailover {
+		r.rec.logf("chaos: failover with %s replication, %d workers, %d jobs, primary killed after %v; seed %d",
+			opts.Failover, opts.Workers, opts.Jobs, opts.Warmup, opts.Seed)
+	} else {
+		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination; seed %d",
+			opts.Workers, opts.Jobs, opts.Kills, restart, terminate, opts.Seed)
+	}
 
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return rep, fmt.Errorf("chaos: %w", err)
@@ -255,16 +290,36 @@ func (r *runner) cleanup() {
 	if r.pool != nil {
 		r.pool.Close()
 	}
-	if r.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		if err := r.cluster.Stop(ctx); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for _, c := range r.clusters() {
+		if err := c.Stop(ctx); err != nil {
 			r.rec.logf("stopping the cluster failed: %v", err)
 		}
 	}
 	if r.stopWatchdog != nil {
 		r.stopWatchdog()
 	}
+	if r.fo != nil {
+		r.fo.stopWatchdogs()
+	}
+}
+
+// clusters returns every cluster of the run.
+func (r *runner) clusters() []*pgtest.Cluster {
+	var out []*pgtest.Cluster
+	if r.fo != nil {
+		for _, c := range []*pgtest.Cluster{r.fo.primary, r.fo.standby} {
+			if c != nil {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	if r.cluster != nil {
+		out = append(out, r.cluster)
+	}
+	return out
 }
 
 func (r *runner) run(ctx context.Context) (Report, error) {
@@ -281,18 +336,24 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		}
 		r.rec.logf("built the worker program in %.1fs", time.Since(t).Seconds())
 	}
-	t := time.Now()
-	cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), pgtest.ClusterOptions{Settings: serverSettings})
-	if err != nil {
-		return rep, err
+	if r.opts.Failover != NoFailover {
+		if err := r.startPair(ctx); err != nil {
+			return rep, err
+		}
+	} else {
+		t := time.Now()
+		cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), pgtest.ClusterOptions{Settings: serverSettings})
+		if err != nil {
+			return rep, err
+		}
+		r.cluster, r.url = cluster, cluster.URL()
+		if r.stopWatchdog, err = startWatchdog(cluster.DataDir); err != nil {
+			return rep, err
+		}
+		r.rec.logf("started postgres (pid %d) on port %d in %.1fs", cluster.PID(), cluster.Port, time.Since(t).Seconds())
 	}
-	r.cluster = cluster
-	if r.stopWatchdog, err = startWatchdog(cluster.DataDir); err != nil {
-		return rep, err
-	}
-	r.rec.logf("started postgres (pid %d) on port %d in %.1fs", cluster.PID(), cluster.Port, time.Since(t).Seconds())
 
-	poolCfg, err := pgxpool.ParseConfig(cluster.URL())
+	poolCfg, err := pgxpool.ParseConfig(r.url)
 	if err != nil {
 		return rep, err
 	}
@@ -317,7 +378,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	r.fleet = newFleet(bin, logDir, []string{
-		"-url", cluster.URL(),
+		"-url", r.url,
 		"-visibility-timeout", r.opts.VisibilityTimeout.String(),
 		"-sweep-interval", r.opts.SweepInterval.String(),
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
@@ -363,6 +424,11 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	stopRun()
 	wg.Wait()
 
+	var fr *FailoverReport
+	if r.fo != nil {
+		fr = &FailoverReport{}
+		r.countListeners(ctx, fr)
+	}
 	r.rec.logf("stopping the workers")
 	r.fleet.stop(stopGrace)
 
@@ -371,6 +437,12 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := r.analyze(actx, &rep); err != nil {
 		return rep, err
 	}
+	if fr != nil {
+		if err := r.analyzeFailover(actx, &rep, fr); err != nil {
+			return rep, err
+		}
+		rep.Failover = fr
+	}
 	rep.Wall = time.Since(began)
 	return rep, nil
 }
@@ -378,6 +450,9 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 // faultPlan orders the faults: kills spread over the window, the restart at about 40% of
 // it and the termination at about 70%.
 func (r *runner) faultPlan() []FaultKind {
+	if r.opts.Failover != NoFailover {
+		return []FaultKind{FaultFailover}
+	}
 	n := r.opts.Kills
 	if !r.opts.NoRestart {
 		n++
@@ -418,6 +493,8 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.restart(ctx, &f)
 		case FaultTerminate:
 			err = r.terminate(ctx, &f)
+		case FaultFailover:
+			err = r.failover(ctx, &f)
 		}
 		if err != nil {
 			return err

@@ -75,3 +75,41 @@ func TestChaos_Reduced(t *testing.T) {
 		assert.GreaterOrEqual(t, f.FirstCompletion, time.Duration(0), "no job completed after %s at %v", f.Kind, f.At)
 	}
 }
+
+// TestChaos_FailoverSynchronous runs the reduced failover run with synchronous
+// replication: a streaming standby, every process on a multi-host URL, the primary's WAL
+// sender paused for 500ms and then every process of the primary killed with SIGKILL, the
+// standby promoted. Nothing acknowledged may be lost and nothing may run twice at once;
+// the workers, their listeners and sweepers must find the new primary and finish the run.
+func TestChaos_FailoverSynchronous(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	opts := chaos.QuickFailover(chaos.SyncFailover)
+	opts.Dir = t.TempDir()
+	for _, d := range []string{opts.Dir, filepath.Dir(opts.Dir)} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	rep, err := chaos.Run(ctx, opts, &testWriter{t: t})
+	require.NoError(t, err)
+
+	assert.Equal(t, int64(3000), rep.Enqueued)
+	assert.Equal(t, rep.Enqueued, rep.Succeeded, "every acknowledged enqueue succeeds")
+	assert.Zero(t, rep.Lost, "acknowledged enqueues lost")
+	assert.Zero(t, rep.NotFinal, "jobs not final")
+	assert.Zero(t, rep.Overlapping, "overlapping executions")
+	assert.Zero(t, rep.SameAttempt, "attempts executed twice")
+	assert.Zero(t, rep.NoFinalExecution+rep.AfterFinal, "successes the audit does not back")
+	assert.Zero(t, rep.UnfinishedOther, "executions whose end was lost")
+	assert.Empty(t, rep.Crashes, "worker crashes")
+	assert.Empty(t, rep.Broken())
+	require.Len(t, rep.Faults, 1)
+	assert.GreaterOrEqual(t, rep.Faults[0].FirstCompletion, time.Duration(0), "a job completed on the new primary")
+
+	fr := rep.Failover
+	require.NotNil(t, fr)
+	assert.Zero(t, fr.RunningNotDone, "jobs running at the kill that never succeeded")
+	assert.Equal(t, fr.RunningAtKill, fr.RunningSameAttempt+fr.RunningLeaseExpired+fr.RunningFailed)
+	assert.Empty(t, fr.OldInspectErr)
+	assert.Equal(t, fr.Workers, fr.Listeners, "every worker's listener reconnected to the new primary")
+}

@@ -17,3 +17,7 @@ func signalGroup(int, syscall.Signal) error {
 }
 
 func setDetachedAttr(*exec.Cmd) {}
+
+func pauseProcess(int) error {
+	return errors.New("chaos: pausing a process needs a unix system")
+}

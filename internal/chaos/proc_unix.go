@@ -18,3 +18,6 @@ func signalGroup(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, 
 
 // setDetachedAttr puts a child that must outlive the harness in a process group of its own.
 func setDetachedAttr(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// pauseProcess stops pid with SIGSTOP; a later SIGKILL (or SIGCONT) ends the pause.
+func pauseProcess(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) }

@@ -17,6 +17,7 @@ const (
 	FaultKill      FaultKind = "kill -9 worker"
 	FaultRestart   FaultKind = "postgres restart"
 	FaultTerminate FaultKind = "terminate backends"
+	FaultFailover  FaultKind = "failover"
 )
 
 // Fault is one injected fault and how the run recovered from it.
@@ -26,7 +27,8 @@ type Fault struct {
 	End    time.Time // when it was over: the worker reaped, the server accepting again
 	Detail string
 	// FirstCompletion is the time from At to the first job completed (moved to the
-	// archive) after End; negative when no job completed after it.
+	// archive) after End (for a failover, after At: every such completion is the new
+	// primary's); negative when no job completed after it.
 	FirstCompletion time.Duration
 	// Held is, for a kill, the number of running jobs the killed worker held.
 	Held int
@@ -82,6 +84,9 @@ type Report struct {
 	Crashes []string // worker processes that exited without being told to
 	Faults  []Fault
 
+	// Failover holds the failover figures of a failover run, nil otherwise.
+	Failover *FailoverReport
+
 	// HotTableBytes is pg_total_relation_size of skiplock.jobs (heap, indexes, TOAST)
 	// after a VACUUM, once every job is done; ArchiveBytes the same for the archive.
 	HotTableBytes int64
@@ -110,16 +115,21 @@ func (r *Report) Broken() []string {
 			out = append(out, fmt.Sprintf("%d %s", n, what))
 		}
 	}
-	check(r.Lost, "jobs lost")
+	// Asynchronous replication loses acknowledged commits in a failover: enqueues, claims,
+	// successes and audit rows. What that breaks is reported (Print), not failed: it is
+	// Postgres's documented behaviour, and the README says how to avoid it.
+	if !r.lossy() {
+		check(r.Lost, "jobs lost")
+		check(r.Overlapping, "overlapping executions")
+		check(r.SameAttempt, "attempts executed twice")
+		check(r.NoFinalExecution, "jobs succeeded without a finished execution")
+		check(r.AfterFinal, "executions after the succeeding attempt")
+	}
 	check(r.NotFinal, "jobs not final")
 	check(r.Dead, "jobs dead")
 	check(r.Failed, "jobs failed or cancelled")
 	check(r.Duplicated, "jobs enqueued twice")
 	check(r.Unexpected, "jobs from enqueues that had failed")
-	check(r.Overlapping, "overlapping executions")
-	check(r.SameAttempt, "attempts executed twice")
-	check(r.NoFinalExecution, "jobs succeeded without a finished execution")
-	check(r.AfterFinal, "executions after the succeeding attempt")
 	check(int64(len(r.Crashes)), "worker crashes")
 	return out
 }
@@ -146,8 +156,13 @@ func (r *Report) Print(w io.Writer) {
 	for _, f := range r.Faults {
 		faults[f.Kind]++
 	}
-	fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, seed %d\n\n",
-		o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], o.Seed)
+	if o.Failover != NoFailover {
+		fmt.Fprintf(w, "\nchaos report: failover with %s replication, %d workers, %d jobs, seed %d\n\n",
+			o.Failover, o.Workers, o.Jobs, o.Seed)
+	} else {
+		fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, seed %d\n\n",
+			o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], o.Seed)
+	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name string, value any, promise string) { fmt.Fprintf(tw, "%s\t%v\t%s\n", name, value, promise) }
@@ -156,6 +171,16 @@ func (r *Report) Print(w io.Writer) {
 			return "ok"
 		}
 		return "BROKEN"
+	}
+	// Figures that asynchronous replication may legitimately spoil.
+	lossy0 := must0
+	if r.lossy() {
+		lossy0 = func(n int64) string {
+			if n == 0 {
+				return "ok"
+			}
+			return "lost to async replication"
+		}
 	}
 	warn0 := func(n int64) string {
 		if n == 0 {
@@ -167,7 +192,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(tw, "------\t-----\t-------\n")
 	row("jobs enqueued", r.Enqueued, "")
 	row("jobs succeeded", r.Succeeded, "")
-	row("jobs lost (enqueued, found nowhere)", r.Lost, must0(r.Lost))
+	row("jobs lost (enqueued, found nowhere)", r.Lost, lossy0(r.Lost))
 	row("jobs not final at the deadline", r.NotFinal, must0(r.NotFinal))
 	row("jobs dead / failed or cancelled", fmt.Sprintf("%d / %d", r.Dead, r.Failed), must0(r.Dead+r.Failed))
 	row("jobs enqueued twice / from failed enqueues", fmt.Sprintf("%d / %d", r.Duplicated, r.Unexpected), must0(r.Duplicated+r.Unexpected))
@@ -176,17 +201,17 @@ func (r *Report) Print(w io.Writer) {
 	row("  cut off by a kill (no end recorded)", r.UnfinishedKilled, "")
 	row("  end not recorded, worker alive", r.UnfinishedOther, warn0(r.UnfinishedOther))
 	row("  aborted before work (start write failed)", r.Aborted, "")
-	row("overlapping executions of one job", r.Overlapping, must0(r.Overlapping))
+	row("overlapping executions of one job", r.Overlapping, lossy0(r.Overlapping))
 	row("  of which with a killed worker's execution", r.OverlappingKilled, "")
-	row("attempts executed twice (double claim)", r.SameAttempt, must0(r.SameAttempt))
-	row("succeeded, final attempt not executed", r.NoFinalExecution, must0(r.NoFinalExecution))
-	row("executions after the succeeding attempt", r.AfterFinal, must0(r.AfterFinal))
+	row("attempts executed twice (double claim)", r.SameAttempt, lossy0(r.SameAttempt))
+	row("succeeded, final attempt not executed", r.NoFinalExecution, lossy0(r.NoFinalExecution))
+	row("executions after the succeeding attempt", r.AfterFinal, lossy0(r.AfterFinal))
 	row("jobs executed more than once", r.RerunJobs, "allowed")
 	row("  re-runs after a kill", r.RerunsKill, "allowed")
-	row("  re-runs after a db restart/terminate", r.RerunsDBFault, "allowed")
+	row("  re-runs after a db restart/terminate/failover", r.RerunsDBFault, "allowed")
 	row("  re-runs no injected fault explains", r.RerunsUnexplained, warn0(r.RerunsUnexplained))
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
-	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate} {
+	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover} {
 		var first, held []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {
@@ -228,12 +253,17 @@ func (r *Report) Print(w io.Writer) {
 		}
 		tw.Flush()
 	}
+	if r.Failover != nil {
+		r.Failover.print(w)
+	}
 	broken, warnings := r.Broken(), r.Warnings()
 	if len(broken) > 0 {
 		fmt.Fprintf(w, "\nBROKEN: %s\n", strings.Join(broken, ", "))
 		for _, c := range r.Crashes {
 			fmt.Fprintf(w, "  crash: %s\n", c)
 		}
+	} else if r.lossy() && r.Lost+r.Overlapping+r.SameAttempt+r.NoFinalExecution+r.AfterFinal+r.UnfinishedOther > 0 {
+		fmt.Fprintf(w, "\nall promises kept but for what asynchronous replication lost: commits the primary had acknowledged and the standby never received (lost enqueues, claims, successes and audit rows), marked above\n")
 	} else {
 		fmt.Fprintf(w, "\nall promises kept\n")
 	}

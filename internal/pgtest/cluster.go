@@ -186,10 +186,18 @@ func (c *Cluster) Restart(ctx context.Context) error {
 }
 
 // Stop stops the server with pg_ctl stop -m fast and waits until it has exited. Stopping a
-// cluster that is not running (no postmaster.pid, or its postmaster was killed) does
-// nothing. The directory stays; the caller removes it if it wants to.
+// cluster that is not running does nothing, except that the postmaster.pid a killed
+// postmaster left behind is removed (so that nothing signals that pid later). The directory
+// stays; the caller removes it if it wants to.
 func (c *Cluster) Stop(ctx context.Context) error {
-	if pid := c.PID(); pid == 0 || !alive(pid) {
+	pid := c.PID()
+	if pid == 0 {
+		return nil
+	}
+	if !alive(pid) {
+		if err := os.Remove(filepath.Join(c.DataDir, "postmaster.pid")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("pgtest: cannot remove the stale postmaster.pid of the killed cluster in %s: %w", c.Dir, err)
+		}
 		return nil
 	}
 	if err := c.pgctl(ctx, "stop", "-m", "fast", "-w", "-t", seconds(stopTimeout)); err != nil {

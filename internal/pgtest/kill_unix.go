@@ -43,7 +43,18 @@ func killTree(ctx context.Context, pid int) error {
 }
 
 // childrenOf lists the processes whose parent is pid, from /proc; nil where there is none.
+// Linux lists a thread's children in one file, read at once, so that the kill follows the
+// stop within a millisecond; otherwise every process's stat file is read.
 func childrenOf(pid int) []int {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		var out []int
+		for _, f := range bytes.Fields(b) {
+			if n, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat") // the pattern is valid
 	var out []int
 	for _, f := range stats {

@@ -73,5 +73,6 @@ func TestStandby_FailoverKeepsSynchronousCommits(t *testing.T) {
 	assert.Equal(t, 100, n, "every acknowledged synchronous commit survived")
 	_, err = conn.Exec(ctx, "insert into acked values (100)")
 	require.NoError(t, err, "the new primary takes writes without waiting for a standby")
-	require.NoError(t, primary.Stop(ctx), "stopping a killed cluster does nothing")
+	require.NoError(t, primary.Stop(ctx), "stopping a killed cluster removes its stale postmaster.pid")
+	assert.Zero(t, primary.PID())
 }

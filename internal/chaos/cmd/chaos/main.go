@@ -8,6 +8,8 @@
 //	go run ./internal/chaos/cmd/chaos            # full size: 4 workers, 50,000 jobs, 20 kills
 //	go run ./internal/chaos/cmd/chaos -quick     # reduced: 3 workers, 3,000 jobs, 4 kills
 //	go run ./internal/chaos/cmd/chaos -workers 8 -jobs 100000 -kills 40
+//	go run ./internal/chaos/cmd/chaos -failover sync     # kill -9 the primary, promote its standby
+//	go run ./internal/chaos/cmd/chaos -failover async -quick
 //
 // It exits with status 1 when a promise was broken and 2 when the run itself failed. It
 // needs the PostgreSQL server programs (initdb, pg_ctl, postgres) and the go command.
@@ -33,11 +35,27 @@ func main() {
 		kills   = flag.Int("kills", 0, "kill -9 faults (default 20; -1 for none)")
 		seed    = flag.Uint64("seed", 0, "seed for the choice of workers to kill (default random)")
 		keep    = flag.Bool("keep", false, "keep the run directory (cluster, logs) after a successful run")
+		fail    = flag.String("failover", "", "run the failover scenario instead: sync or async replication (full size: 4 workers, 50000 jobs; -quick: 2 workers, 3000 jobs)")
 	)
 	flag.Parse()
 	opts := chaos.Options{}
-	if *quick {
-		opts = chaos.Quick()
+	switch *fail {
+	case "":
+		if *quick {
+			opts = chaos.Quick()
+		}
+	case "sync", "async":
+		m := chaos.SyncFailover
+		if *fail == "async" {
+			m = chaos.AsyncFailover
+		}
+		opts = chaos.FailoverOptions(m)
+		if *quick {
+			opts = chaos.QuickFailover(m)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "-failover %q: use sync or async\n", *fail)
+		os.Exit(2)
 	}
 	if *workers != 0 {
 		opts.Workers = *workers

@@ -143,7 +143,7 @@ func (r *Report) Warnings() []string {
 	if r.RerunsUnexplained > 0 {
 		out = append(out, fmt.Sprintf("%d re-runs that no kill or database fault explains", r.RerunsUnexplained))
 	}
-	if r.UnfinishedOther > 0 {
+	if r.UnfinishedOther > 0 && !r.lossy() { // asynchronous replication loses end marks
 		out = append(out, fmt.Sprintf("%d executions whose end could not be recorded", r.UnfinishedOther))
 	}
 	return out
@@ -199,7 +199,11 @@ func (r *Report) Print(w io.Writer) {
 	row("enqueue calls that failed (resolved)", r.EnqueueErrors, "")
 	row("executions (handler runs that did work)", r.Executions, "")
 	row("  cut off by a kill (no end recorded)", r.UnfinishedKilled, "")
-	row("  end not recorded, worker alive", r.UnfinishedOther, warn0(r.UnfinishedOther))
+	endLost := warn0(r.UnfinishedOther)
+	if r.lossy() && r.UnfinishedOther > 0 {
+		endLost = "lost to async replication"
+	}
+	row("  end not recorded, worker alive", r.UnfinishedOther, endLost)
 	row("  aborted before work (start write failed)", r.Aborted, "")
 	row("overlapping executions of one job", r.Overlapping, lossy0(r.Overlapping))
 	row("  of which with a killed worker's execution", r.OverlappingKilled, "")

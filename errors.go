@@ -17,7 +17,10 @@ var (
 	ErrInvalidQueue = errors.New("skiplock: invalid queue name")
 	// ErrInvalidSchema is returned for a schema name outside [a-z_][a-z0-9_], 1-48 characters.
 	ErrInvalidSchema = errors.New("skiplock: invalid schema name")
-	// ErrInvalidPayload is returned when the args do not marshal to a JSON object or value.
+	// ErrInvalidPayload is returned when the args do not marshal to JSON, or marshal to
+	// JSON that Postgres's jsonb refuses: invalid UTF-8, the escape \u0000, a \u escape
+	// of half a surrogate pair, a number beyond numeric's range (more than 131072 digits
+	// before the point or 16383 after), or more than 512 levels of nesting.
 	ErrInvalidPayload = errors.New("skiplock: job args do not marshal to JSON")
 	// ErrPayloadTooLarge is returned when the marshalled args exceed Config.MaxPayloadBytes.
 	ErrPayloadTooLarge = errors.New("skiplock: job payload too large")

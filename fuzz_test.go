@@ -86,6 +86,8 @@ func FuzzEnqueueValidation(f *testing.F) {
 	f.Add(uint8(fuzzModeEnqueueMany), "k", "default", fuzzDupKey, int64(32767), int64(1000000), int64(0), true, []byte(`[]`))
 	f.Add(uint8(fuzzModeEnqueueManyTx), "k", "Bad Queue", "", int64(0), int64(-1), int64(0), false, []byte{})
 	f.Add(uint8(fuzzModeEnqueueTx), "k", "q", fuzzDupKey, int64(0), int64(0), int64(0), false, []byte("x"))
+	f.Add(uint8(fuzzModeEnqueueTx), "k", "", "", int64(0), int64(0), int64(0), true, []byte(`{"a":["\ud800"]}`))
+	f.Add(uint8(fuzzModeEnqueueManyTx), "k", "", "", int64(0), int64(0), int64(0), true, []byte(`[1e-16384,1e131072]`))
 
 	f.Fuzz(func(t *testing.T, mode uint8, kind, queue, uniqueKey string, priority, maxAttempts, runAtSec int64, raw bool, payload []byte) {
 		args := fuzzArgs{kind: kind}
@@ -120,7 +122,13 @@ func FuzzEnqueueValidation(f *testing.F) {
 			} else {
 				inserted, err = client.EnqueueManyTx(ctx, tx, []skiplock.EnqueueParams{{Args: args, Options: opts}})
 			}
-			// A rejected job must leave the caller's transaction usable.
+			// A rejected job must leave the caller's transaction usable: its next statement
+			// runs, and it commits.
+			var one int
+			if serr := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); serr != nil {
+				_ = tx.Rollback(ctx)
+				t.Fatalf("%s\nthe caller's next statement failed after the enqueue returned %v: %v", input, err, serr)
+			}
 			if cerr := tx.Commit(ctx); cerr != nil {
 				t.Fatalf("%s\nthe caller's transaction could not commit after the enqueue returned %v: %v", input, err, cerr)
 			}
@@ -152,6 +160,14 @@ func FuzzEnqueueValidation(f *testing.F) {
 		if err != nil {
 			if !isSentinel(err) {
 				t.Fatalf("%s\nreturned an error that is none of the documented sentinels: %v", input, err)
+			}
+			// A payload refused as jsonb would refuse it must really be one jsonb refuses
+			// (asked in a statement of its own); only the nesting limit is stricter.
+			if sent, merr := json.Marshal(args); errors.Is(err, skiplock.ErrInvalidPayload) && merr == nil && jsonDepth(sent) <= 512 {
+				var ok bool
+				if perr := pool.QueryRow(ctx, `SELECT $1::jsonb IS NOT NULL`, string(sent)).Scan(&ok); perr == nil {
+					t.Fatalf("%s\nrefused with %v, but Postgres takes %s as jsonb", input, err, truncateBytes(sent, 200))
+				}
 			}
 			if len(ids) > 0 {
 				t.Fatalf("%s\nreturned %v but wrote jobs %v", input, err, ids)
@@ -219,4 +235,31 @@ func FuzzEnqueueValidation(f *testing.F) {
 			t.Fatalf("%s\nthe stored text decodes to %q, want %q", input, back.Text, orig.Text)
 		}
 	})
+}
+
+// jsonDepth is the deepest nesting of arrays and objects in the valid JSON b.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
+func truncateBytes(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
 }

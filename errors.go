@@ -27,6 +27,10 @@ var (
 	// ErrInvalidOptions is returned for out-of-range [EnqueueOptions] (max attempts < 1,
 	// priority outside [MinPriority, MaxPriority], an over-long unique key).
 	ErrInvalidOptions = errors.New("skiplock: invalid enqueue options")
+	// ErrInvalidConfig is returned by [NewClient], [NewWorker] and [NewSweeper] when a
+	// field of their configuration is out of range; the message names the field and says
+	// what to use.
+	ErrInvalidConfig = errors.New("skiplock: invalid configuration")
 	// ErrDuplicateJob is returned, together with the existing job, when a job with the same
 	// UniqueKey is already queued or running. The caller's transaction stays usable.
 	ErrDuplicateJob = errors.New("skiplock: a job with this unique key is already active")

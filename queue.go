@@ -93,16 +93,17 @@ type Client struct {
 	admin    adminSQL   // the operator calls' statements (admin.go)
 }
 
-// NewClient returns a Client on pool. The pool is not closed by skiplock.
+// NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
+// range is an error that matches [ErrInvalidConfig] and names the field.
 func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("skiplock: NewClient: pool is nil")
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Schema == "" {
 		cfg.Schema = DefaultSchema
-	}
-	if err := validSchema(cfg.Schema); err != nil {
-		return nil, err
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes

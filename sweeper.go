@@ -15,11 +15,12 @@ import (
 // SweeperConfig configures a [Sweeper]. The zero value is valid.
 type SweeperConfig struct {
 	// Interval between sweeps. Defaults to [DefaultSweepInterval] (30s); zero or negative
-	// means the default.
+	// means the default; a positive value under 1ms is an error.
 	Interval time.Duration
 	// VisibilityTimeout: a running job whose lease (locked_at, refreshed by heartbeats) is
 	// older than this is taken back. Must match the workers'. Defaults to
-	// [DefaultVisibilityTimeout] (1m); zero or negative means the default.
+	// [DefaultVisibilityTimeout] (1m); zero or negative means the default; a positive
+	// value under 1ms is an error.
 	VisibilityTimeout time.Duration
 	// ArchiveRetention is how long finished jobs are kept. Defaults to
 	// [DefaultArchiveRetention] (7 days); zero or negative means the default.
@@ -61,10 +62,14 @@ type sweepSQL struct {
 	reclaim, purgeArchive string
 }
 
-// NewSweeper returns a Sweeper for client.
+// NewSweeper returns a Sweeper for client. A field out of range is an error that
+// matches [ErrInvalidConfig] and names the field.
 func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 	if client == nil {
 		return nil, errors.New("skiplock: NewSweeper: client is nil")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultSweepInterval

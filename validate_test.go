@@ -127,6 +127,103 @@ func TestEnqueueTx_PayloadsAtTheLimitsAreStored(t *testing.T) {
 	}
 }
 
+type nilHook struct{ skiplock.Hook }
+
+// TestNewWorker_InvalidConfig: each field value that would fail later (a panic, an endless
+// warning loop, a busy loop, a huge allocation) is refused by NewWorker with
+// ErrInvalidConfig and a message naming the field.
+func TestNewWorker_InvalidConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		name  string
+		cfg   skiplock.WorkerConfig
+		field string
+		also  error
+	}{
+		{"ID with NUL", skiplock.WorkerConfig{ID: "w\x00"}, "WorkerConfig.ID", nil},
+		{"ID invalid UTF-8", skiplock.WorkerConfig{ID: "w\xff"}, "WorkerConfig.ID", nil},
+		{"ID too long", skiplock.WorkerConfig{ID: strings.Repeat("w", 256)}, "WorkerConfig.ID", nil},
+		{"VisibilityTimeout 2ns", skiplock.WorkerConfig{VisibilityTimeout: 2}, "WorkerConfig.VisibilityTimeout is 2ns: use at least 1ms, or 0 for the default", nil},
+		{"VisibilityTimeout under 1ms", skiplock.WorkerConfig{VisibilityTimeout: time.Millisecond - 1}, "WorkerConfig.VisibilityTimeout", nil},
+		{"PollInterval 1ns", skiplock.WorkerConfig{PollInterval: 1}, "WorkerConfig.PollInterval", nil},
+		{"SweepInterval 1µs", skiplock.WorkerConfig{SweepInterval: time.Microsecond}, "WorkerConfig.SweepInterval", nil},
+		{"queue name", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"A b": {}}}, "WorkerConfig.Queues", skiplock.ErrInvalidQueue},
+		{"MaxWorkers negative", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: -1}}}, `WorkerConfig.Queues["q"].MaxWorkers`, nil},
+		{"MaxWorkers huge", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 1 << 40}}}, `WorkerConfig.Queues["q"].MaxWorkers`, nil},
+		{"Completion unknown", skiplock.WorkerConfig{Completion: 99}, "WorkerConfig.Completion", nil},
+		{"CompleteBatchSize huge", skiplock.WorkerConfig{CompleteBatchSize: 1 << 40}, "WorkerConfig.CompleteBatchSize", nil},
+		{"ListenURL unparsable", skiplock.WorkerConfig{ListenURL: "postgres://u:secret@[::1"}, "WorkerConfig.ListenURL", nil},
+		{"nil hook", skiplock.WorkerConfig{Hooks: []skiplock.Hook{nil}}, "WorkerConfig.Hooks[0]", nil},
+		{"typed nil hook", skiplock.WorkerConfig{Hooks: []skiplock.Hook{(*nilHook)(nil)}}, "WorkerConfig.Hooks[0]", nil},
+	}
+	for _, c := range cases {
+		w, err := skiplock.NewWorker(b.client, c.cfg)
+		assert.Nil(t, w, c.name)
+		if assert.ErrorIs(t, err, skiplock.ErrInvalidConfig, c.name) {
+			assert.Contains(t, err.Error(), c.field, c.name)
+			assert.NotContains(t, err.Error(), "secret", "%s: the message must not show a password", c.name)
+		}
+		if c.also != nil {
+			assert.ErrorIs(t, err, c.also, c.name)
+		}
+	}
+
+	// The values next to the refused ones, and the documented zero and negative meanings,
+	// are accepted.
+	for _, cfg := range []skiplock.WorkerConfig{
+		{ID: strings.Repeat("é", 127), VisibilityTimeout: time.Millisecond, PollInterval: time.Millisecond, SweepInterval: time.Millisecond},
+		{VisibilityTimeout: -1, PollInterval: -1, SweepInterval: -1, FetchCooldown: -1, ShutdownTimeout: -1, ArchiveRetention: -1, CompleteBatchSize: -1, CompleteFlushInterval: -1},
+		{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 100_000}}, CompleteBatchSize: 100_000, Completion: skiplock.CompletionKeep, ListenURL: "postgres://127.0.0.1/x"},
+	} {
+		_, err := skiplock.NewWorker(b.client, cfg)
+		assert.NoError(t, err, "%+v", cfg)
+	}
+}
+
+// TestNewSweeper_InvalidConfig: a positive interval or visibility timeout under 1ms is
+// refused with ErrInvalidConfig naming the field (today's 1ns visibility timeout would
+// reclaim every running job at each sweep).
+func TestNewSweeper_InvalidConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		name  string
+		cfg   skiplock.SweeperConfig
+		field string
+	}{
+		{"Interval 1ns", skiplock.SweeperConfig{Interval: 1}, "SweeperConfig.Interval is 1ns"},
+		{"VisibilityTimeout 2ns", skiplock.SweeperConfig{VisibilityTimeout: 2}, "SweeperConfig.VisibilityTimeout is 2ns"},
+	}
+	for _, c := range cases {
+		s, err := skiplock.NewSweeper(b.client, c.cfg)
+		assert.Nil(t, s, c.name)
+		if assert.ErrorIs(t, err, skiplock.ErrInvalidConfig, c.name) {
+			assert.Contains(t, err.Error(), c.field, c.name)
+		}
+	}
+	_, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Interval: time.Millisecond, VisibilityTimeout: time.Millisecond})
+	assert.NoError(t, err)
+	_, err = skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Interval: -1, VisibilityTimeout: -1, ArchiveRetention: -1, BatchSize: -1})
+	assert.NoError(t, err)
+}
+
+// TestNewClient_InvalidConfig: a bad schema name is ErrInvalidConfig naming Config.Schema,
+// and still ErrInvalidSchema.
+func TestNewClient_InvalidConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, schema := range []string{"A b", "x\x00", strings.Repeat("s", 49), `x"; drop`} {
+		c, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: schema})
+		assert.Nil(t, c, schema)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidConfig, schema)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidSchema, schema)
+		if err != nil {
+			assert.Contains(t, err.Error(), "Config.Schema", schema)
+		}
+	}
+}
+
 // BenchmarkEnqueueTx_Savepoint measures what running EnqueueTx under a savepoint (so that
 // a refused insert could be rolled back to it instead of aborting the caller's
 // transaction) would cost. Each iteration times, inside one open transaction, a bare

@@ -51,7 +51,8 @@ const (
 // QueueConfig configures one queue of a [Worker].
 type QueueConfig struct {
 	// MaxWorkers is how many jobs of this queue run at once in this worker. Defaults to
-	// [DefaultMaxWorkers] (100); zero means the default, negative is an error.
+	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
+	// an error.
 	MaxWorkers int
 }
 
@@ -60,13 +61,13 @@ type WorkerConfig struct {
 	// Queues to work, by name. Defaults to {"default": {}}: the default queue with
 	// [DefaultMaxWorkers] slots.
 	Queues map[string]QueueConfig
-	// ID identifies this worker in locked_by; it must be unique among live workers.
-	// Defaults to hostname-pid-random.
+	// ID identifies this worker in locked_by; it must be unique among live workers, and at
+	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
 	ID string
 	// PollInterval is the fallback poll: a queue is claimed from at least this often even
 	// when no notification arrives (notifications are lost while nobody listens, and
 	// scheduled, retried and reclaimed jobs send none). Defaults to [DefaultPollInterval]
-	// (1s); zero or negative means the default.
+	// (1s); zero or negative means the default; a positive value under 1ms is an error.
 	PollInterval time.Duration
 	// FetchCooldown is how long the claim loop may wait for more free slots when only a few
 	// are free and the queue has a backlog, so that it claims in batches. Defaults to
@@ -81,11 +82,12 @@ type WorkerConfig struct {
 	// jobs every VisibilityTimeout/3, so this bounds the time to recover from a crash, not
 	// the length of a job. Defaults to [DefaultVisibilityTimeout] (1m): three heartbeat
 	// periods of 20s, long enough to ride out a database failover or a long GC pause
-	// without running a job twice. Zero or negative means the default.
+	// without running a job twice. Zero or negative means the default; a positive value
+	// under 1ms is an error.
 	VisibilityTimeout time.Duration
 	// SweepInterval is how often this worker's embedded [Sweeper] runs. Defaults to
 	// [DefaultSweepInterval] (30s); zero means the default, negative disables the embedded
-	// sweeper (run a [Sweeper] elsewhere then).
+	// sweeper (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
 	SweepInterval time.Duration
 	// ArchiveRetention is how long finished jobs are kept before the embedded sweeper
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
@@ -94,7 +96,8 @@ type WorkerConfig struct {
 	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive.
 	Completion Completion
 	// CompleteBatchSize is the most successes recorded by one statement. Defaults to
-	// [DefaultCompleteBatchSize] (500); zero or negative means the default.
+	// [DefaultCompleteBatchSize] (500); zero or negative means the default; more than
+	// 100000 is an error.
 	CompleteBatchSize int
 	// CompleteFlushInterval is how long a success may wait to be batched with others.
 	// Defaults to [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
@@ -104,11 +107,12 @@ type WorkerConfig struct {
 	RetryPolicy RetryPolicy
 	// ListenURL is a connection string for the LISTEN connection, for setups where the
 	// pool goes through a transaction-pooling PgBouncer (LISTEN needs a real session).
-	// Defaults to the pool's own connection settings.
+	// Defaults to the pool's own connection settings. NewWorker refuses one pgx cannot parse.
 	ListenURL string
 	// Logger receives the worker's logs. Defaults to the client's logger.
 	Logger *slog.Logger
-	// Hooks are told when each job starts and ends, for metrics and tracing.
+	// Hooks are told when each job starts and ends, for metrics and tracing. A nil entry
+	// is an error.
 	Hooks []Hook
 }
 
@@ -148,21 +152,17 @@ type Worker struct {
 	handlerWG sync.WaitGroup
 }
 
-// NewWorker returns a Worker for client configured by cfg.
+// NewWorker returns a Worker for client configured by cfg. A field out of range is an
+// error that matches [ErrInvalidConfig] and names the field.
 func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if client == nil {
 		return nil, errors.New("skiplock: NewWorker: client is nil")
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = map[string]QueueConfig{DefaultQueue: {}}
-	}
-	for name, q := range cfg.Queues {
-		if err := validQueue(name); err != nil {
-			return nil, err
-		}
-		if q.MaxWorkers < 0 {
-			return nil, fmt.Errorf("skiplock: queue %q: MaxWorkers %d is negative", name, q.MaxWorkers)
-		}
 	}
 	if cfg.ID == "" {
 		cfg.ID = defaultWorkerID()
@@ -184,9 +184,6 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.ArchiveRetention <= 0 {
 		cfg.ArchiveRetention = DefaultArchiveRetention
-	}
-	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {
-		return nil, fmt.Errorf("skiplock: unknown Completion %d", cfg.Completion)
 	}
 	if cfg.CompleteBatchSize <= 0 {
 		cfg.CompleteBatchSize = DefaultCompleteBatchSize

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
@@ -80,44 +81,87 @@ type RequeueFilter struct {
 
 // requeueSQL is the operator's "try again": dead or failed jobs back to queued, due now,
 // with their attempts reset. Their error history stays.
-const requeueSQL = `WITH r AS (
-	UPDATE {s}.jobs SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
-		locked_at = NULL, locked_by = NULL
+//
+//   - cand locks the matching rows, so a concurrent Requeue waits instead of counting them
+//     twice.
+//   - pick keeps, of the candidates sharing a unique key, only the newest, and none whose
+//     key an active job holds: requeueing those would break the key's promise (and fail on
+//     jobs_unique_key_idx). They are counted as skipped.
+//   - A job made active with the same key after this statement's snapshot still makes the
+//     UPDATE fail with unique_violation; Requeue then runs the statement again, and the
+//     new snapshot sees it.
+const requeueSQL = `WITH cand AS (
+	SELECT id, unique_key FROM {s}.jobs
 	WHERE status IN ('dead', 'failed')
 		AND ($1::bigint[] IS NULL OR id = ANY($1))
 		AND ($2::text IS NULL OR kind = $2)
 		AND ($3::text IS NULL OR queue = $3)
-	RETURNING queue
+	FOR UPDATE
+), pick AS (
+	SELECT DISTINCT ON (c.unique_key, CASE WHEN c.unique_key IS NULL THEN c.id END) c.id
+	FROM cand c
+	WHERE c.unique_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {s}.jobs a WHERE a.unique_key = c.unique_key AND a.status IN ('queued', 'running'))
+	ORDER BY c.unique_key, CASE WHEN c.unique_key IS NULL THEN c.id END, c.id DESC
+), r AS (
+	UPDATE {s}.jobs j SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+		locked_at = NULL, locked_by = NULL
+	FROM pick WHERE j.id = pick.id
+	RETURNING j.queue
 )
-SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}') FROM r`
+SELECT (SELECT count(*) FROM cand), (SELECT count(*) FROM r),
+	coalesce((SELECT array_agg(DISTINCT queue) FROM r), '{}')`
+
+// RequeueResult says what [Client.Requeue] did.
+type RequeueResult struct {
+	// Requeued counts the jobs put back in the queue.
+	Requeued int64
+	// Skipped counts the matching jobs left dead or failed because their unique key is
+	// held: by an active job, or by a newer matching job requeued instead.
+	Skipped int64
+}
 
 // Requeue puts the dead and failed jobs that match f back in the queue with their attempts
-// reset, and returns how many it moved. Cancelled and succeeded jobs are not touched.
-func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (int64, error) {
+// reset, and says how many it moved and how many it skipped. A job whose unique key an
+// active job holds is skipped, as are all but the newest of matching jobs that share a
+// key; finished jobs do not block a requeue, whatever the key's [UniqueOpts].States.
+// Cancelled and succeeded jobs are not touched. It runs as one statement.
+func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, error) {
 	if len(f.IDs) == 0 && f.Kind == "" && f.Queue == "" {
-		return 0, fmt.Errorf("%w: Requeue needs IDs, Kind or Queue", ErrInvalidOptions)
+		return RequeueResult{}, fmt.Errorf("%w: Requeue needs IDs, Kind or Queue", ErrInvalidOptions)
 	}
 	if f.Queue != "" {
 		if err := validQueue(f.Queue); err != nil {
-			return 0, err
+			return RequeueResult{}, err
 		}
 	}
 	var ids []int64
 	if len(f.IDs) > 0 {
 		ids = f.IDs
 	}
-	var n int64
-	var queues []string
-	err := c.pool.QueryRow(ctx, c.admin.requeue, ids, nullString(f.Kind), nullString(f.Queue)).Scan(&n, &queues)
-	if err != nil {
-		return 0, c.wrapErr("requeue", err)
+	var (
+		matched int64
+		res     RequeueResult
+		queues  []string
+		err     error
+	)
+	for range 5 {
+		err = c.pool.QueryRow(ctx, c.admin.requeue, ids, nullString(f.Kind), nullString(f.Queue)).Scan(&matched, &res.Requeued, &queues)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			break // a key taken after the snapshot (unique_violation) is worth another try
+		}
 	}
+	if err != nil {
+		return RequeueResult{}, c.wrapErr("requeue", err)
+	}
+	res.Skipped = matched - res.Requeued
 	if len(queues) > 0 {
 		if err := c.notify.queues(ctx, c.pool, queues); err != nil {
 			c.logger.Debug("skiplock: wake-up after requeue failed", "err", err)
 		}
 	}
-	return n, nil
+	return res, nil
 }
 
 func nullString(s string) *string {

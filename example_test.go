@@ -135,9 +135,9 @@ func ExampleClient_Requeue() {
 	// Pretend it ran out of attempts.
 	_, _ = pool.Exec(ctx, `UPDATE `+schema+`.jobs SET status = 'dead', attempts = 20 WHERE id = $1`, job.ID)
 
-	n, _ := client.Requeue(ctx, skiplock.RequeueFilter{Kind: "send_email"})
+	res, _ := client.Requeue(ctx, skiplock.RequeueFilter{Kind: "send_email"})
 	again, _ := client.Get(ctx, job.ID)
-	fmt.Println(n, again.Status, again.Attempts)
+	fmt.Println(res.Requeued, res.Skipped, again.Status, again.Attempts)
 	// Output:
-	// 1 queued 0
+	// 1 0 queued 0
 }

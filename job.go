@@ -69,6 +69,10 @@ type JobRow struct {
 	UniqueKey   string
 	CreatedAt   time.Time
 	FinishedAt  time.Time // zero until the job reaches a final state
+	// Duplicate is set on the job an enqueue returns when it inserted nothing because
+	// this existing job holds the unique key ([UniqueOpts], [EnqueueOptions].UniqueKey).
+	// It is not stored.
+	Duplicate bool
 }
 
 // jobColumns is the column list every statement returning a JobRow selects, in scanJob's order.

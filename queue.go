@@ -41,8 +41,13 @@ type EnqueueOptions struct {
 	// [DefaultMaxAttempts] (20); zero means the default, negative is an error.
 	MaxAttempts int
 	// UniqueKey, when set, allows only one queued or running job with this key: a second
-	// enqueue returns the existing job and [ErrDuplicateJob]. At most 255 bytes.
+	// enqueue returns the existing job (Duplicate set) and [ErrDuplicateJob]. At most 255
+	// bytes. Set UniqueKey or Unique, not both.
 	UniqueKey string
+	// Unique makes the job unique by its kind, args, queue and time bucket, in the states
+	// it names; a duplicate enqueue returns the existing job with Duplicate set and a nil
+	// error. Nil means not unique (unless UniqueKey is set).
+	Unique *UniqueOpts
 }
 
 // EnqueueParams is one job of an [Client.EnqueueMany] call.
@@ -144,7 +149,7 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 		return nil, err
 	}
 	notify := j.dueNow() && c.notify.throttle.takeNow(j.queue)
-	row, err := c.insertOne(ctx, c.pool, &j, notify)
+	row, err := c.insertOne(ctx, c.pool, &j, notify, false)
 	if err == nil && j.dueNow() && !notify {
 		c.notify.throttle.trailing(j.queue)
 	}
@@ -166,43 +171,122 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 	if err != nil {
 		return nil, err
 	}
-	return c.insertOne(ctx, tx, &j, j.dueNow())
+	return c.insertOne(ctx, tx, &j, j.dueNow(), true)
 }
 
-func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify bool) (*JobRow, error) {
+// insertOne writes one prepared job through db. callerTx says db is the caller's
+// transaction, whose isolation level this cannot know (see insertUnique).
+func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
+	if j.uniqueKey != nil {
+		return c.insertUnique(ctx, db, j, notify, callerTx)
+	}
 	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
 	// setups) would send it as bytea.
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, j.uniqueKey}
-	var q string
-	switch {
-	case notify && j.uniqueKey != nil:
-		q = c.sql.insertUniqueNotify
-	case notify:
-		q = c.sql.insertNotify
-	case j.uniqueKey != nil:
-		q = c.sql.insertUnique
-	default:
-		q = c.sql.insert
-	}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil}
+	q := c.sql.insert
 	if notify {
+		q = c.sql.insertNotify
 		args = append(args, c.notify.channel)
 	}
 	row, err := scanJob(db.QueryRow(ctx, q, args...))
-	if errors.Is(err, pgx.ErrNoRows) && j.uniqueKey != nil {
-		// ON CONFLICT DO NOTHING: an active job holds the key.
-		existing, gerr := scanJob(db.QueryRow(ctx, c.sql.getByUniqueKey, *j.uniqueKey))
-		if gerr != nil {
-			if errors.Is(gerr, pgx.ErrNoRows) { // it finished in between: the caller may retry
-				return nil, fmt.Errorf("%w: key %q", ErrDuplicateJob, *j.uniqueKey)
-			}
-			return nil, c.wrapErr("enqueue", gerr)
-		}
-		return existing, fmt.Errorf("%w: key %q is held by job %d", ErrDuplicateJob, *j.uniqueKey, existing.ID)
-	}
 	if err != nil {
 		return nil, c.wrapErr("enqueue", err)
 	}
 	return row, nil
+}
+
+// insertUnique writes a job with a unique key, or finds the job that holds the key.
+//
+// The insert is ON CONFLICT DO NOTHING on the active-key index, so a duplicate is not an
+// error and the caller's transaction stays usable. Under REPEATABLE READ or SERIALIZABLE,
+// though, a conflict with a row committed after the transaction's snapshot raises a
+// serialization failure, which would abort the caller's transaction. So inside the
+// caller's transaction the insert runs only when the transaction is READ COMMITTED (the
+// statement checks; no round trip is added); otherwise, once the lookup has found no
+// visible holder, it runs again inside a savepoint that absorbs such a failure.
+func (c *Client) insertUnique(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates}
+	if notify {
+		args = append(args, c.notify.channel)
+	}
+	q := c.sql.insertUnique[b2i(callerTx)][b2i(notify)]
+	// A holder that finishes between the insert and the lookup frees the key (unless its
+	// final state counts): try again a few times.
+	for range 3 {
+		row, err := scanJob(db.QueryRow(ctx, q, args...))
+		if err == nil {
+			return row, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, c.wrapErr("enqueue", err)
+		}
+		existing, err := scanJob(db.QueryRow(ctx, c.sql.findUnique, *j.uniqueKey, j.uniqueStates))
+		if err == nil {
+			return c.duplicate(j, existing)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, c.wrapErr("enqueue", err)
+		}
+		if callerTx {
+			var iso string
+			if err := db.QueryRow(ctx, isolationSQL).Scan(&iso); err != nil {
+				return nil, c.wrapErr("enqueue", err)
+			}
+			if iso != "read committed" {
+				return c.insertUniqueSavepoint(ctx, db, j, args, notify)
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: key %q: the job holding it keeps changing state; try again", ErrDuplicateJob, *j.uniqueKey)
+}
+
+// insertUniqueSavepoint is the unique insert in a transaction that is not READ COMMITTED:
+// inside a savepoint, so that a serialization failure (the key is held by a job this
+// transaction's snapshot cannot see) is rolled back to the savepoint and reported as a
+// duplicate, leaving the caller's transaction usable. It costs three round trips.
+func (c *Client) insertUniqueSavepoint(ctx context.Context, db DBTX, j *newJob, args []any, notify bool) (*JobRow, error) {
+	if _, err := db.Exec(ctx, savepointSQL); err != nil {
+		return nil, c.wrapErr("enqueue", err)
+	}
+	row, err := scanJob(db.QueryRow(ctx, c.sql.insertUnique[0][b2i(notify)], args...))
+	if err != nil {
+		// Roll back even if ctx ended: the caller's transaction must not stay aborted.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
+			return nil, c.wrapErr("enqueue", errors.Join(err, rerr))
+		}
+		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
+			return nil, c.wrapErr("enqueue", rerr)
+		}
+		var pgErr *pgconn.PgError
+		if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return nil, fmt.Errorf("%w: key %q is held by a job committed after this transaction's snapshot (%s); the transaction is still usable",
+				ErrDuplicateJob, *j.uniqueKey, "REPEATABLE READ or SERIALIZABLE")
+		}
+		return nil, c.wrapErr("enqueue", err)
+	}
+	if _, err := db.Exec(ctx, releaseSavepointSQL); err != nil {
+		return nil, c.wrapErr("enqueue", err)
+	}
+	return row, nil
+}
+
+// duplicate returns the job that holds a key as the answer to a duplicate enqueue. A
+// caller-chosen UniqueKey also reports ErrDuplicateJob, as it did before UniqueOpts.
+func (c *Client) duplicate(j *newJob, existing *JobRow) (*JobRow, error) {
+	existing.Duplicate = true
+	if j.keyIsCallers {
+		return existing, fmt.Errorf("%w: key %q is held by job %d", ErrDuplicateJob, *j.uniqueKey, existing.ID)
+	}
+	return existing, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // EnqueueMany inserts many jobs in one transaction of its own with a constant number of
@@ -217,12 +301,13 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, 
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
-	tx, err := c.pool.Begin(ctx)
+	// READ COMMITTED whatever the server's default: a unique conflict then never raises.
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, c.wrapErr("enqueue many", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	n, err := c.insertMany(ctx, tx, jobs)
+	n, err := c.insertMany(ctx, tx, jobs, false)
 	if err != nil {
 		return 0, err
 	}
@@ -244,7 +329,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DBTX, params []EnqueuePar
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
-	return c.insertMany(ctx, tx, jobs)
+	return c.insertMany(ctx, tx, jobs, true)
 }
 
 func (c *Client) prepareMany(params []EnqueueParams) ([]newJob, error) {
@@ -265,7 +350,7 @@ var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts
 // jobs due now (run_at from the column default, the database clock), COPY for scheduled
 // jobs, or one unnest insert when unique keys need ON CONFLICT; then one notification
 // per queue with due jobs.
-func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob) (int, error) {
+func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerTx bool) (int, error) {
 	queues := map[string]bool{}
 	hasUnique := false
 	for i := range jobs {
@@ -278,12 +363,11 @@ func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob) (int, e
 	}
 	var total int64
 	if hasUnique {
-		cols := unnestColumns(jobs)
-		tag, err := db.Exec(ctx, c.sql.insertUnnest, cols...)
+		n, err := c.insertManyUnique(ctx, db, jobs, callerTx)
 		if err != nil {
-			return 0, c.wrapErr("enqueue many", err)
+			return 0, err
 		}
-		total = tag.RowsAffected()
+		total = n
 	} else {
 		var now, later [][]any
 		for i := range jobs {
@@ -322,21 +406,73 @@ func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob) (int, e
 	return int(total), nil
 }
 
+// insertManyUnique writes jobs of which some have unique keys with one unnest insert that
+// skips duplicates. As in insertUnique, inside the caller's transaction the statement
+// inserts only under READ COMMITTED; when it inserts nothing the isolation level is read,
+// and under a stricter one the insert runs again inside a savepoint, so that a
+// serialization failure leaves the caller's transaction usable.
+func (c *Client) insertManyUnique(ctx context.Context, db DBTX, jobs []newJob, callerTx bool) (int64, error) {
+	cols := unnestColumns(jobs)
+	tag, err := db.Exec(ctx, c.sql.insertUnnest[b2i(callerTx)], cols...)
+	if err != nil {
+		return 0, c.wrapErr("enqueue many", err)
+	}
+	if tag.RowsAffected() > 0 || !callerTx {
+		return tag.RowsAffected(), nil
+	}
+	var iso string
+	if err := db.QueryRow(ctx, isolationSQL).Scan(&iso); err != nil {
+		return 0, c.wrapErr("enqueue many", err)
+	}
+	if iso == "read committed" {
+		return 0, nil // every job was a duplicate
+	}
+	if _, err := db.Exec(ctx, savepointSQL); err != nil {
+		return 0, c.wrapErr("enqueue many", err)
+	}
+	tag, err = db.Exec(ctx, c.sql.insertUnnest[0], cols...)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
+			return 0, c.wrapErr("enqueue many", errors.Join(err, rerr))
+		}
+		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
+			return 0, c.wrapErr("enqueue many", rerr)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return 0, fmt.Errorf("%w: a unique key is held by a job committed after this transaction's snapshot (%s); nothing was inserted and the transaction is still usable",
+				ErrDuplicateJob, iso)
+		}
+		return 0, c.wrapErr("enqueue many", err)
+	}
+	if _, err := db.Exec(ctx, releaseSavepointSQL); err != nil {
+		return 0, c.wrapErr("enqueue many", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 func unnestColumns(jobs []newJob) []any {
 	var (
-		queue = make([]string, len(jobs))
-		kind  = make([]string, len(jobs))
-		pay   = make([]string, len(jobs))
-		prio  = make([]int16, len(jobs))
-		maxA  = make([]int32, len(jobs))
-		runAt = make([]*time.Time, len(jobs))
-		uniq  = make([]*string, len(jobs))
+		queue  = make([]string, len(jobs))
+		kind   = make([]string, len(jobs))
+		pay    = make([]string, len(jobs))
+		prio   = make([]int16, len(jobs))
+		maxA   = make([]int32, len(jobs))
+		runAt  = make([]*time.Time, len(jobs))
+		uniq   = make([]*string, len(jobs))
+		states = make([]*string, len(jobs))
 	)
 	for i := range jobs {
 		j := &jobs[i]
 		queue[i], kind[i], pay[i], prio[i], maxA[i], runAt[i], uniq[i] = j.queue, j.kind, string(j.payload), j.priority, j.maxAttempts, j.runAt, j.uniqueKey
+		if j.uniqueStates != nil {
+			s := strings.Join(j.uniqueStates, ",")
+			states[i] = &s
+		}
 	}
-	return []any{queue, kind, pay, prio, maxA, runAt, uniq}
+	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states}
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
@@ -356,18 +492,25 @@ func renderSQL(schema, template string) string {
 
 // enqueueSQL holds the enqueue statements, rendered for the client's schema.
 type enqueueSQL struct {
-	insert, insertNotify, insertUnique, insertUniqueNotify string
-	insertUnnest, getByUniqueKey                           string
+	insert, insertNotify string
+	// insertUnique[gated][notify]: gated inserts only under READ COMMITTED (insertUnique).
+	insertUnique [2][2]string
+	// insertUnnest[gated]: the bulk insert with unique keys.
+	insertUnnest [2]string
+	findUnique   string
 }
 
 func newEnqueueSQL(schema string) enqueueSQL {
+	r := func(q string) string { return renderSQL(schema, q) }
 	return enqueueSQL{
-		insert:             renderSQL(schema, insertSQL("", false)),
-		insertNotify:       renderSQL(schema, insertSQL("", true)),
-		insertUnique:       renderSQL(schema, insertSQL(onConflictUnique, false)),
-		insertUniqueNotify: renderSQL(schema, insertSQL(onConflictUnique, true)),
-		insertUnnest:       renderSQL(schema, insertUnnestSQL),
-		getByUniqueKey:     renderSQL(schema, getByUniqueKeySQL),
+		insert:       r(insertSQL(false)),
+		insertNotify: r(insertSQL(true)),
+		insertUnique: [2][2]string{
+			{r(insertUniqueSQL(false, false)), r(insertUniqueSQL(false, true))},
+			{r(insertUniqueSQL(true, false)), r(insertUniqueSQL(true, true))},
+		},
+		insertUnnest: [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
+		findUnique:   r(findUniqueSQL),
 	}
 }
 
@@ -376,12 +519,25 @@ func newEnqueueSQL(schema string) enqueueSQL {
 // transaction.
 const onConflictUnique = `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING`
 
+// readCommittedGate makes an insert insert nothing outside READ COMMITTED, where an ON
+// CONFLICT with an invisible row would raise instead of doing nothing (insertUnique).
+const readCommittedGate = `
+	AND current_setting('transaction_isolation') = 'read committed'`
+
+// Statements around the unique insert under REPEATABLE READ and SERIALIZABLE.
+const (
+	isolationSQL           = `SELECT current_setting('transaction_isolation')`
+	savepointSQL           = `SAVEPOINT skiplock_enqueue`
+	rollbackToSavepointSQL = `ROLLBACK TO SAVEPOINT skiplock_enqueue`
+	releaseSavepointSQL    = `RELEASE SAVEPOINT skiplock_enqueue`
+)
+
 // insertSQL is the single-job insert. run_at defaults to the database clock. With notify,
 // pg_notify runs in the same statement (one round trip) and so in the same transaction:
 // Postgres delivers it only at commit.
-func insertSQL(conflict string, notify bool) string {
+func insertSQL(notify bool) string {
 	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7) ` + conflict + `
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7)
 RETURNING ` + jobColumns
 	if !notify {
 		return ins
@@ -390,11 +546,61 @@ RETURNING ` + jobColumns
 SELECT ins.* FROM ins CROSS JOIN pg_notify($8, $1::text) AS n`
 }
 
-const insertUnnestSQL = `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[])
-	AS t(q, k, p, pr, ma, ra, uk)
-` + onConflictUnique
+// finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
+// $8 that count, in the hot table (jobs_unique_key_done_idx) and the archive
+// (jobs_archive_unique_key_idx). Active holders are the ON CONFLICT's business.
+const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
+		WHERE d.unique_key = $7 AND d.status NOT IN ('queued', 'running') AND d.status = ANY ($8::text[])
+		UNION ALL
+		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = $7 AND a.status = ANY ($8::text[])`
 
-const getByUniqueKeySQL = `SELECT ` + jobColumns + ` FROM {s}.jobs
-WHERE unique_key = $1 AND status IN ('queued', 'running')`
+// insertUniqueSQL is the single-job insert with a unique key $7: nothing is inserted when
+// a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
+// lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
+// also settles concurrent inserts of one key: the later waits for the earlier to commit).
+// gated adds readCommittedGate. The channel of notify is $9.
+func insertUniqueSQL(gated, notify bool) string {
+	gate := ""
+	if gated {
+		gate = readCommittedGate
+	}
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text
+WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
+` + onConflictUnique + `
+RETURNING ` + jobColumns
+	if !notify {
+		return ins
+	}
+	return `WITH ins AS (` + ins + `)
+SELECT ins.* FROM ins CROSS JOIN pg_notify($9, $1::text) AS n`
+}
+
+// insertUnnestSQL is the bulk insert with unique keys: as insertUniqueSQL for every row,
+// the finished states that count given per row as a comma-separated list (us).
+func insertUnnestSQL(gate string) string {
+	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[])
+	AS t(q, k, p, pr, ma, ra, uk, us)
+WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {s}.jobs d
+		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))
+		UNION ALL
+		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = t.uk AND a.status = ANY (string_to_array(t.us, ','))))` + gate + `
+` + onConflictUnique
+}
+
+// findUniqueSQL returns the job holding key $1: an active one first, else a finished one
+// in a state of $2 that counts, from the hot table or the archive.
+const findUniqueSQL = `(SELECT ` + jobColumns + ` FROM {s}.jobs
+	WHERE unique_key = $1 AND (status IN ('queued', 'running') OR status = ANY ($2::text[]))
+	ORDER BY status IN ('queued', 'running') DESC, id DESC LIMIT 1)
+UNION ALL
+(SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive
+	WHERE unique_key = $1 AND status = ANY ($2::text[]) ORDER BY id DESC LIMIT 1)
+LIMIT 1`
+
+// archiveJobColumns is jobColumns for a jobs_archive row, which keeps no lease.
+const archiveJobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at`

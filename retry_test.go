@@ -181,12 +181,12 @@ func TestRetry_ExhaustedGoesDeadAndRequeueBringsItBack(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "an empty filter must not requeue everything")
 	n, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "other"})
 	require.NoError(t, err)
-	assert.Zero(t, n)
+	assert.Zero(t, n.Requeued)
 
 	fixed.Store(true)
 	n, err = b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "broken"})
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), n)
+	assert.Equal(t, skiplock.RequeueResult{Requeued: 1}, n)
 	eventually(t, 20*time.Second, func() bool {
 		j, err := b.client.Get(b.ctx, job.ID)
 		require.NoError(t, err)

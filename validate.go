@@ -51,6 +51,12 @@ type newJob struct {
 	runAt       *time.Time // nil: now() by the database clock
 	maxAttempts int32
 	uniqueKey   *string
+	// uniqueStates are the finished states in which a job with uniqueKey blocks this one
+	// (UniqueOpts.States); nil when only queued and running do.
+	uniqueStates []string
+	// keyIsCallers: uniqueKey is EnqueueOptions.UniqueKey, whose duplicates also report
+	// ErrDuplicateJob.
+	keyIsCallers bool
 }
 
 // dueNow reports whether the job may run at once (and so deserves a wake-up).
@@ -116,7 +122,17 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 	}
 	if o.UniqueKey != "" {
 		k := o.UniqueKey
-		j.uniqueKey = &k
+		j.uniqueKey, j.keyIsCallers = &k, true
+	}
+	if o.Unique != nil {
+		if o.UniqueKey != "" {
+			return newJob{}, fmt.Errorf("%w: set UniqueKey or Unique, not both", ErrInvalidOptions)
+		}
+		k, states, err := o.Unique.uniqueKey(kind, o.Queue, payload, j.runAt, time.Now())
+		if err != nil {
+			return newJob{}, err
+		}
+		j.uniqueKey, j.uniqueStates = &k, states
 	}
 	return j, nil
 }
@@ -136,6 +152,9 @@ func mergeOptions(base, over EnqueueOptions) EnqueueOptions {
 	}
 	if over.UniqueKey != "" {
 		base.UniqueKey = over.UniqueKey
+	}
+	if over.Unique != nil {
+		base.Unique = over.Unique
 	}
 	return base
 }

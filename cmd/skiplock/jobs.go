@@ -50,18 +50,23 @@ func cmdRequeue(ctx context.Context, a *app, o *options) error {
 		return err
 	}
 	defer pool.Close()
-	n, err := client.Requeue(ctx, skiplock.RequeueFilter{IDs: o.ids, Kind: o.kind, Queue: o.queue})
+	res, err := client.Requeue(ctx, skiplock.RequeueFilter{IDs: o.ids, Kind: o.kind, Queue: o.queue})
 	if errors.Is(err, skiplock.ErrInvalidQueue) {
 		return usagef("requeue", "requeue: --queue: %s", strings.TrimPrefix(err.Error(), "skiplock: "))
 	}
 	if err != nil {
 		return a.notMigratedHint(err)
 	}
-	if n == 0 {
+	n, skipped := res.Requeued, res.Skipped
+	switch {
+	case n == 0 && skipped == 0:
 		_, err = fmt.Fprintln(a.stdout, "requeued 0 jobs: no dead or failed job matched")
-		return err
+	case skipped == 0:
+		_, err = fmt.Fprintf(a.stdout, "requeued %d %s\n", n, plural(n, "job", "jobs"))
+	default:
+		_, err = fmt.Fprintf(a.stdout, "requeued %d %s, skipped %d: their unique key is held by an active job or by a newer job requeued instead\n",
+			n, plural(n, "job", "jobs"), skipped)
 	}
-	_, err = fmt.Fprintf(a.stdout, "requeued %d %s\n", n, plural(n, "job", "jobs"))
 	return err
 }
 

@@ -79,6 +79,7 @@ type job struct {
 	errorsJSON          string        // the error history, as JSON; empty for none
 	lockedBy            string        // for running jobs
 	runAgo              time.Duration // run_at is this long before now(); negative: in the future
+	uniqueKey           string
 }
 
 // insert writes j into the fixture's jobs table and returns its id.
@@ -96,13 +97,14 @@ func (f *fixture) insert(j job) int64 {
 	var id int64
 	err := f.pool.QueryRow(context.Background(), `
 		INSERT INTO `+pgx.Identifier{f.schema, "jobs"}.Sanitize()+`
-			(queue, kind, status, attempts, max_attempts, last_error, errors, locked_by, locked_at, run_at, finished_at)
+			(queue, kind, status, attempts, max_attempts, last_error, errors, locked_by, locked_at, run_at, finished_at, unique_key)
 		VALUES ($1, $2, $3, $4, 20, nullif($5, ''), nullif($6, '')::jsonb, nullif($7, ''),
 			CASE WHEN $3 = 'running' THEN now() END,
 			now() - make_interval(secs => $8),
-			CASE WHEN $3 IN ('succeeded', 'failed', 'dead', 'cancelled') THEN now() END)
+			CASE WHEN $3 IN ('succeeded', 'failed', 'dead', 'cancelled') THEN now() END,
+			nullif($9, ''))
 		RETURNING id`,
-		j.queue, j.kind, j.status, j.attempts, j.lastError, j.errorsJSON, j.lockedBy, j.runAgo.Seconds()).Scan(&id)
+		j.queue, j.kind, j.status, j.attempts, j.lastError, j.errorsJSON, j.lockedBy, j.runAgo.Seconds(), j.uniqueKey).Scan(&id)
 	require.NoError(f.t, err)
 	return id
 }
@@ -660,6 +662,29 @@ func TestRequeue(t *testing.T) {
 		r = f.run("requeue", "--kind", "email")
 		require.Equal(t, 0, r.code, r)
 		assert.Equal(t, "requeued 0 jobs: no dead or failed job matched\n", r.stdout)
+	})
+
+	t.Run("jobs sharing a unique key", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, true)
+		// Two dead jobs share key k1: only the newer goes back. A dead job's key k2 is held
+		// by a queued job: it stays dead. k3 is free.
+		oldK1 := f.insert(job{status: "dead", attempts: 20, uniqueKey: "k1"})
+		newK1 := f.insert(job{status: "dead", attempts: 20, uniqueKey: "k1"})
+		heldK2 := f.insert(job{status: "dead", attempts: 20, uniqueKey: "k2"})
+		f.insert(job{status: "queued", uniqueKey: "k2"})
+		freeK3 := f.insert(job{status: "failed", attempts: 3, uniqueKey: "k3"})
+
+		r := f.run("requeue", "--kind", "email")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, "requeued 2 jobs, skipped 2: their unique key is held by an active job or by a newer job requeued instead\n", r.stdout)
+		for j, want := range map[int64]string{oldK1: "dead", newK1: "queued", heldK2: "dead", freeK3: "queued"} {
+			status, _ := f.state(j)
+			assert.Equal(t, want, status, "job %d", j)
+		}
+		r = f.run("requeue", "--kind", "email")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, "requeued 0 jobs, skipped 2: their unique key is held by an active job or by a newer job requeued instead\n", r.stdout)
 	})
 
 	t.Run("invalid queue", func(t *testing.T) {

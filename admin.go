@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +18,7 @@ import (
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
 type adminSQL struct {
 	get, cancel, requeue, stats, list string
+	pause, resume, paused             string // pause.go
 }
 
 func newAdminSQL(schema string) adminSQL {
@@ -25,6 +28,9 @@ func newAdminSQL(schema string) adminSQL {
 		requeue: renderSQL(schema, requeueSQL),
 		stats:   renderSQL(schema, statsSQL),
 		list:    renderSQL(schema, listSQL),
+		pause:   renderSQL(schema, pauseSQL),
+		resume:  renderSQL(schema, resumeSQL),
+		paused:  renderSQL(schema, pausedQueuesSQL),
 	}
 }
 
@@ -178,14 +184,18 @@ type QueueStats struct {
 	Counts map[JobStatus]int64
 	// OldestDue is how long the oldest due, queued job has been waiting; 0 when none.
 	OldestDue time.Duration
+	// Paused says the queue is paused ([Client.PauseQueue]) since PausedAt.
+	Paused   bool
+	PausedAt time.Time
 }
 
 const statsSQL = `SELECT queue, status, count(*),
 	coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8
 FROM {s}.jobs GROUP BY queue, status ORDER BY queue, status`
 
-// Stats returns job counts by queue and status, and the age of each queue's oldest due
-// job. It scans the jobs table, which stays small while jobs flow.
+// Stats returns job counts by queue and status, the age of each queue's oldest due job,
+// and which queues are paused (a paused queue without jobs is listed too), ordered by
+// queue. It scans the jobs table, which stays small while jobs flow.
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	rows, err := c.pool.Query(ctx, c.admin.stats)
 	if err != nil {
@@ -211,6 +221,20 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, c.wrapErr("stats", err)
 	}
+	paused, err := c.pausedQueues(ctx, c.pool)
+	if err != nil {
+		return nil, c.wrapErr("stats", err)
+	}
+	for i := range out {
+		if at, ok := paused[out[i].Queue]; ok {
+			out[i].Paused, out[i].PausedAt = true, at
+			delete(paused, out[i].Queue)
+		}
+	}
+	for q, at := range paused {
+		out = append(out, QueueStats{Queue: q, Counts: map[JobStatus]int64{}, Paused: true, PausedAt: at})
+	}
+	slices.SortFunc(out, func(a, b QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
 	return out, nil
 }
 

@@ -118,6 +118,7 @@ type queueRunner struct {
 	max    int64
 	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
+	paused atomic.Bool  // the queue is paused: claim nothing (pause.go)
 	wakes  []chan struct{}
 	jobs   chan dispatched // to the runners; room for max jobs, so a send never blocks
 }
@@ -186,7 +187,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			default:
 			}
 		}
-		for ctx.Err() == nil {
+		for ctx.Err() == nil && !q.paused.Load() {
 			if free := q.max - q.active.Load(); free <= 0 {
 				break
 			} else if free < (q.max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {

@@ -1,11 +1,13 @@
-// This file holds both ends of the wake-up notifications: the sending side (the
-// notifier: one NOTIFY channel per schema, and the throttle of Enqueue's notifications)
-// and the receiving side (the listener: a LISTEN session that calls back per queue).
+// This file holds both ends of the notifications: the sending side (the notifier: the
+// wake-up channel per schema, the throttle of Enqueue's notifications, and the control
+// channel) and the receiving side (the listener: one LISTEN session that calls back per
+// queue woken and per control message).
 
 package skiplock
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -31,12 +33,13 @@ type execer interface {
 type notifier struct {
 	pool     *pgxpool.Pool
 	channel  string // "<schema>_jobs"
+	control  string // "<schema>_control": controlMsg payloads
 	logger   *slog.Logger
 	throttle *notifyThrottle
 }
 
 func newNotifier(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *notifier {
-	n := &notifier{pool: pool, channel: schema + "_jobs", logger: logger}
+	n := &notifier{pool: pool, channel: schema + "_jobs", control: schema + "_control", logger: logger}
 	n.throttle = &notifyThrottle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.sendOne}
 	return n
 }
@@ -101,17 +104,40 @@ func (t *notifyThrottle) trailing(queue string) {
 	})
 }
 
+// controlMsg is the payload of a notification on the control channel, as JSON:
+// {"op":"pause","queue":"q"}, {"op":"resume","queue":"q"}, {"op":"cancel","id":123}.
+// Receivers ignore ops they do not know, so senders may add new ones.
+type controlMsg struct {
+	Op    string `json:"op"`
+	Queue string `json:"queue,omitempty"`
+	ID    int64  `json:"id,omitempty"`
+}
+
+// The control ops.
+const (
+	controlPause  = "pause"
+	controlResume = "resume"
+)
+
+// payload returns m as the JSON a control notification carries.
+func (m controlMsg) payload() string {
+	b, _ := json.Marshal(m) // strings and an int: cannot fail
+	return string(b)
+}
+
 // listener holds a worker's LISTEN session. LISTEN is session state, so it runs on a
 // dedicated connection of its own, never a pooled one (a transaction-pooling PgBouncer
 // would hand the session to someone else); WorkerConfig.ListenURL may point it straight
 // at Postgres. On any error it reconnects with backoff, and after every (re)connect it
 // calls onListen: notifications sent while it was away are lost, so a claim must look.
 type listener struct {
-	config   *pgx.ConnConfig
-	channel  string
-	logger   *slog.Logger
-	onNotify func(queue string) // a notification for queue arrived
-	onListen func()             // the session (re)started listening
+	config    *pgx.ConnConfig
+	channel   string
+	control   string // the control channel; empty: not listened to
+	logger    *slog.Logger
+	onNotify  func(queue string)   // a notification for queue arrived
+	onControl func(msg controlMsg) // a control message arrived
+	onListen  func()               // the session (re)started listening
 }
 
 // listenerConfig is what a listener is built from.
@@ -120,8 +146,10 @@ type listenerConfig struct {
 	listenURL string
 	workerID  string // names the session in pg_stat_activity
 	channel   string
+	control   string // the control channel; empty: not listened to
 	logger    *slog.Logger
 	onNotify  func(queue string)
+	onControl func(msg controlMsg) // nil when control is empty
 	onListen  func()
 }
 
@@ -138,7 +166,8 @@ func newListener(lc listenerConfig) (*listener, error) {
 	}
 	// Name the session so operators (and tests) can find it in pg_stat_activity.
 	cfg.RuntimeParams["application_name"] = listenerAppName(lc.workerID)
-	return &listener{config: cfg, channel: lc.channel, logger: lc.logger, onNotify: lc.onNotify, onListen: lc.onListen}, nil
+	return &listener{config: cfg, channel: lc.channel, control: lc.control, logger: lc.logger,
+		onNotify: lc.onNotify, onControl: lc.onControl, onListen: lc.onListen}, nil
 }
 
 func (l *listener) run(ctx context.Context) {
@@ -171,13 +200,27 @@ func (l *listener) session(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 		return err
 	}
+	if l.control != "" {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.control}.Sanitize()); err != nil {
+			return err
+		}
+	}
 	l.onListen()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		l.onNotify(n.Payload)
+		if n.Channel != l.control || l.control == "" {
+			l.onNotify(n.Payload)
+			continue
+		}
+		var msg controlMsg
+		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
+			l.logger.Warn("skiplock: ignoring a control message that is not JSON", "payload", truncate(n.Payload, 100))
+			continue
+		}
+		l.onControl(msg)
 	}
 }
 

@@ -148,7 +148,8 @@ type Worker struct {
 	lease     *lease
 	completer *completer
 	failures  *failureRecorder
-	checkSQL  string // checkSchemaSQL, rendered
+	pause     *pauseWatcher // the paused flags of the queues
+	checkSQL  string        // checkSchemaSQL, rendered
 	handlerWG sync.WaitGroup
 }
 
@@ -228,6 +229,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		w.queues[name] = newQueueRunner(name, n, claims)
 	}
+	w.pause = newPauseWatcher(client, w.queues, cfg.PollInterval, logger)
 	return w, nil
 }
 
@@ -310,6 +312,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return w.client.wrapErr("worker start", err)
 	}
+	// Paused queues are known before the first claim.
+	if err := w.pause.load(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
 
 	// Job contexts outlive ctx: they end only at the shutdown deadline.
 	jobBase, cancelJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -334,13 +340,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		listenURL: w.cfg.ListenURL,
 		workerID:  w.id,
 		channel:   w.client.notify.channel,
+		control:   w.client.notify.control,
 		logger:    w.logger,
 		onNotify: func(queue string) {
 			if q, ok := w.queues[queue]; ok {
 				q.signal()
 			}
 		},
+		onControl: w.pause.control,
 		onListen: func() {
+			w.pause.reload() // pauses announced while the listener was away
 			for _, q := range w.queues {
 				q.signal()
 			}
@@ -354,6 +363,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); l.run(bg) }()
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.pause.run(bg) }()
 
 	var runnersWG sync.WaitGroup
 	for _, q := range w.queues {

@@ -33,6 +33,8 @@ type queueStatsJSON struct {
 	Queue            string           `json:"queue"`
 	Counts           map[string]int64 `json:"counts"`
 	OldestDueSeconds float64          `json:"oldest_due_seconds"`
+	Paused           bool             `json:"paused"`
+	PausedAt         *time.Time       `json:"paused_at,omitempty"`
 }
 
 // cmdStats prints job counts by queue and status, and each queue's oldest due job's age.
@@ -49,7 +51,10 @@ func cmdStats(ctx context.Context, a *app, o *options) error {
 	if o.json {
 		out := make([]queueStatsJSON, 0, len(stats))
 		for _, s := range stats {
-			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, OldestDueSeconds: s.OldestDue.Seconds()}
+			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, OldestDueSeconds: s.OldestDue.Seconds(), Paused: s.Paused}
+			if s.Paused {
+				q.PausedAt = &s.PausedAt
+			}
 			for _, st := range statuses {
 				q.Counts[string(st)] = s.Counts[st]
 			}
@@ -66,7 +71,7 @@ func cmdStats(ctx context.Context, a *app, o *options) error {
 	for _, st := range statuses {
 		fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(st)))
 	}
-	fmt.Fprint(tw, "\tOLDEST DUE\n")
+	fmt.Fprint(tw, "\tOLDEST DUE\tPAUSED\n")
 	total := skiplock.QueueStats{Queue: "(all)", Counts: map[skiplock.JobStatus]int64{}}
 	for _, s := range stats {
 		writeStatsRow(tw, s)
@@ -86,7 +91,11 @@ func writeStatsRow(w io.Writer, s skiplock.QueueStats) {
 	for _, st := range statuses {
 		fmt.Fprintf(w, "\t%d", s.Counts[st])
 	}
-	fmt.Fprintf(w, "\t%s\n", formatAge(s.OldestDue))
+	paused := "-"
+	if s.Paused {
+		paused = "since " + s.PausedAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "\t%s\t%s\n", formatAge(s.OldestDue), paused)
 }
 
 // formatAge shows a wait in whole seconds, or milliseconds when under a second; "-" for none.

@@ -494,7 +494,7 @@ func TestStats(t *testing.T) {
 
 		r := f.run("stats")
 		require.Equal(t, 0, r.code, r)
-		assert.Equal(t, []string{"QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "DEAD", "CANCELLED", "OLDEST", "DUE"},
+		assert.Equal(t, []string{"QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "DEAD", "CANCELLED", "OLDEST", "DUE", "PAUSED"},
 			row(t, r.stdout, "QUEUE"))
 		def := row(t, r.stdout, "default")
 		assert.Equal(t, []string{"default", "3", "1", "0", "0", "2", "0"}, def[:7])
@@ -502,8 +502,8 @@ func TestStats(t *testing.T) {
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, age, 90*time.Second)
 		assert.Less(t, age, 10*time.Minute)
-		assert.Equal(t, []string{"mail", "0", "0", "0", "1", "0", "1", "-"}, row(t, r.stdout, "mail"))
-		assert.Equal(t, []string{"(all)", "3", "1", "0", "1", "2", "1", def[7]}, row(t, r.stdout, "(all)"))
+		assert.Equal(t, []string{"mail", "0", "0", "0", "1", "0", "1", "-", "-"}, row(t, r.stdout, "mail"))
+		assert.Equal(t, []string{"(all)", "3", "1", "0", "1", "2", "1", def[7], "-"}, row(t, r.stdout, "(all)"))
 
 		// The columns line up: every value starts where its header does.
 		lines := strings.Split(r.stdout, "\n")
@@ -520,6 +520,46 @@ func TestStats(t *testing.T) {
 		assert.Equal(t, "mail", got[1].Queue)
 		assert.Equal(t, map[string]int64{"queued": 0, "running": 0, "succeeded": 0, "failed": 1, "dead": 0, "cancelled": 1}, got[1].Counts)
 		assert.Zero(t, got[1].OldestDueSeconds)
+	})
+
+	t.Run("pause and resume", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, true)
+		f.insert(job{queue: "mail", status: "queued"})
+		r := f.run("pause", "mail")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, "queue \"mail\" paused: workers stop claiming its jobs; running jobs finish\n", r.stdout)
+		r = f.run("pause", "idle") // a queue without jobs shows too
+		require.Equal(t, 0, r.code, r)
+
+		r = f.run("stats")
+		require.Equal(t, 0, r.code, r)
+		mail := row(t, r.stdout, "mail")
+		assert.Equal(t, []string{"mail", "1", "0", "0", "0", "0", "0"}, mail[:7])
+		assert.Equal(t, "since", mail[len(mail)-2])
+		idle := row(t, r.stdout, "idle")
+		assert.Equal(t, "since", idle[len(idle)-2])
+		r = f.run("stats", "--json")
+		require.Equal(t, 0, r.code, r)
+		var got []queueStatsJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+		require.Len(t, got, 2)
+		assert.True(t, got[0].Paused && got[1].Paused, r.stdout)
+		assert.NotNil(t, got[0].PausedAt)
+
+		r = f.run("resume", "mail")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, "queue \"mail\" resumed\n", r.stdout)
+		r = f.run("stats")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, "-", row(t, r.stdout, "mail")[8])
+
+		r = f.run("pause")
+		require.Equal(t, 2, r.code, r)
+		assert.Contains(t, r.stderr, "pause: give the queue name")
+		r = f.run("resume", "Bad Queue")
+		require.Equal(t, 2, r.code, r)
+		assert.Contains(t, r.stderr, "invalid queue name")
 	})
 }
 

@@ -1,0 +1,144 @@
+package skiplock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// deadListenURL points a worker's listener at a port nobody listens on: it never
+// connects, so only the fallback poll tells the worker anything.
+const deadListenURL = "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1"
+
+// pauseFixture is a worker of queues "p" and "other" whose handlers count what ran, and
+// block on release for jobs with N < 0.
+type pauseFixture struct {
+	*bundle
+	ran     atomic.Int32
+	running chan int
+	release chan struct{}
+}
+
+func newPauseFixture(t *testing.T, cfg skiplock.WorkerConfig) (*pauseFixture, *skiplock.Worker) {
+	t.Helper()
+	f := &pauseFixture{bundle: setup(t), running: make(chan int, 10), release: make(chan struct{})}
+	cfg.Queues = map[string]skiplock.QueueConfig{"p": {MaxWorkers: 4}, "other": {MaxWorkers: 4}}
+	cfg.SweepInterval = -1
+	cfg.Logger = testLogger()
+	w := newWorker(t, f.bundle, cfg)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		if job.Args.N < 0 {
+			f.running <- job.Args.N
+			<-f.release
+		}
+		f.ran.Add(1)
+		return nil
+	}))
+	return f, w
+}
+
+func (f *pauseFixture) enqueue(t *testing.T, queue string, n int) {
+	t.Helper()
+	for i := range n {
+		_, err := f.client.Enqueue(f.ctx, noopArgs{N: i}, &skiplock.EnqueueOptions{Queue: queue})
+		require.NoError(t, err, "enqueueing into a paused queue works")
+	}
+}
+
+// stillQueued checks for d that the n jobs of queue stay queued.
+func (f *pauseFixture) stillQueued(t *testing.T, queue string, n int, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		require.Equal(t, n, f.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND status = 'queued'`, queue),
+			"a paused queue's jobs must stay queued")
+	}
+}
+
+func TestPause_NotificationStopsClaimsAtOnce(t *testing.T) {
+	t.Parallel()
+	// A one-minute poll: only the control notification can pause or resume in time.
+	f, w := newPauseFixture(t, skiplock.WorkerConfig{PollInterval: time.Minute})
+	runWorker(t, w)
+
+	// A job running when the pause comes finishes.
+	_, err := f.client.Enqueue(f.ctx, noopArgs{N: -1}, &skiplock.EnqueueOptions{Queue: "p"})
+	require.NoError(t, err)
+	select {
+	case <-f.running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocking job did not start")
+	}
+	require.NoError(t, f.client.PauseQueue(f.ctx, "p"))
+	close(f.release)
+	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 1 }, "the running job finished")
+
+	// ~100ms: leave the notification 500ms on a loaded machine, then enqueue. Each enqueue
+	// sends a wake-up, which the paused queue must ignore.
+	time.Sleep(500 * time.Millisecond)
+	f.enqueue(t, "p", 5)
+	f.enqueue(t, "other", 3)
+	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 4 }, "the other queue keeps running")
+	f.stillQueued(t, "p", 5, 1500*time.Millisecond)
+
+	stats, err := f.client.Stats(f.ctx)
+	require.NoError(t, err)
+	paused := map[string]bool{}
+	for _, s := range stats {
+		paused[s.Queue] = s.Paused
+	}
+	assert.Equal(t, map[string]bool{"p": true}, paused, "finished jobs are archived: only p has jobs, and it is paused")
+
+	began := time.Now()
+	require.NoError(t, f.client.ResumeQueue(f.ctx, "p"))
+	eventually(t, 20*time.Second, func() bool { return f.ran.Load() == 9 }, "resumed queue drains")
+	assert.Less(t, time.Since(began), 20*time.Second, "resumed by the notification, not the one-minute poll")
+}
+
+func TestPause_PollCoversForADeadListener(t *testing.T) {
+	t.Parallel()
+	f, w := newPauseFixture(t, skiplock.WorkerConfig{PollInterval: 200 * time.Millisecond, ListenURL: deadListenURL})
+	runWorker(t, w)
+	f.enqueue(t, "p", 2)
+	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 2 }, "jobs run by polling")
+
+	require.NoError(t, f.client.PauseQueue(f.ctx, "p"))
+	time.Sleep(3 * 200 * time.Millisecond) // one poll interval, with a margin for a loaded machine
+	f.enqueue(t, "p", 4)
+	f.stillQueued(t, "p", 4, 1500*time.Millisecond)
+
+	require.NoError(t, f.client.ResumeQueue(f.ctx, "p"))
+	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 6 }, "resumed queue drains by polling")
+}
+
+func TestPause_WorkerStartedLaterSeesIt(t *testing.T) {
+	t.Parallel()
+	f, w := newPauseFixture(t, skiplock.WorkerConfig{PollInterval: time.Minute, ListenURL: deadListenURL})
+	require.NoError(t, f.client.PauseQueue(f.ctx, "p"))
+	require.NoError(t, f.client.PauseQueue(f.ctx, "p"), "pausing twice is fine")
+	f.enqueue(t, "p", 3)
+	f.enqueue(t, "other", 1)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 1 }, "the other queue runs")
+	f.stillQueued(t, "p", 3, time.Second)
+
+	stats, err := f.client.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 1, "the other queue's job is archived")
+	assert.True(t, stats[0].Paused && stats[0].Queue == "p" && !stats[0].PausedAt.IsZero(), "%+v", stats[0])
+
+	// A paused queue without jobs still shows in Stats.
+	require.NoError(t, f.client.PauseQueue(f.ctx, "empty"))
+	stats, err = f.client.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	assert.Equal(t, "empty", stats[0].Queue)
+	assert.True(t, stats[0].Paused)
+
+	require.ErrorIs(t, f.client.PauseQueue(f.ctx, "Bad Name"), skiplock.ErrInvalidQueue)
+}

@@ -19,6 +19,7 @@ import (
 type adminSQL struct {
 	get, cancel, requeue, stats, list string
 	pause, resume, paused             string // pause.go
+	listPeriodic                      string // periodic.go
 }
 
 func newAdminSQL(schema string) adminSQL {
@@ -31,6 +32,8 @@ func newAdminSQL(schema string) adminSQL {
 		pause:   renderSQL(schema, pauseSQL),
 		resume:  renderSQL(schema, resumeSQL),
 		paused:  renderSQL(schema, pausedQueuesSQL),
+
+		listPeriodic: renderSQL(schema, listPeriodicSQL),
 	}
 }
 

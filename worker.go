@@ -114,6 +114,11 @@ type WorkerConfig struct {
 	// Hooks are told when each job starts and ends, for metrics and tracing. A nil entry
 	// is an error.
 	Hooks []Hook
+	// PeriodicJobs are the jobs this worker enqueues on a schedule (see [PeriodicJob]).
+	// Declare the same set in every worker that may enqueue them: each occurrence is
+	// enqueued once, by whichever of them gets to it first. A schedule that no running
+	// worker declares for a minute is marked inactive. Defaults to none.
+	PeriodicJobs []PeriodicJob
 }
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
@@ -148,8 +153,9 @@ type Worker struct {
 	lease     *lease
 	completer *completer
 	failures  *failureRecorder
-	pause     *pauseWatcher // the paused flags of the queues
-	checkSQL  string        // checkSchemaSQL, rendered
+	pause     *pauseWatcher   // the paused flags of the queues
+	periodic  *periodicRunner // nil without PeriodicJobs
+	checkSQL  string          // checkSchemaSQL, rendered
 	handlerWG sync.WaitGroup
 }
 
@@ -230,6 +236,13 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		w.queues[name] = newQueueRunner(name, n, claims)
 	}
 	w.pause = newPauseWatcher(client, w.queues, cfg.PollInterval, logger)
+	if len(cfg.PeriodicJobs) > 0 {
+		entries, err := validPeriodic(client, cfg.PeriodicJobs)
+		if err != nil {
+			return nil, err
+		}
+		w.periodic = newPeriodicRunner(client, entries, logger)
+	}
 	return w, nil
 }
 
@@ -316,6 +329,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.pause.load(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	// The schedules are recorded before anything runs: a worker that cannot record them
+	// does not start.
+	if w.periodic != nil {
+		if err := w.periodic.declare(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
 
 	// Job contexts outlive ctx: they end only at the shutdown deadline.
 	jobBase, cancelJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -365,6 +385,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); l.run(bg) }()
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.pause.run(bg) }()
+	if w.periodic != nil {
+		// ctx, not bg: a worker shutting down enqueues nothing more. A transaction cut off
+		// by it rolls back whole, and another worker enqueues that occurrence.
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); w.periodic.run(ctx) }()
+	}
 
 	var runnersWG sync.WaitGroup
 	for _, q := range w.queues {

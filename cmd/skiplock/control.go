@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/skiplock/skiplock"
 )
@@ -54,7 +56,63 @@ func (a *app) setPaused(ctx context.Context, cmd, queue string, pause bool) erro
 	return err
 }
 
-// cmdPeriodic lists the periodic schedules.
+// periodicJSON is one schedule of `periodic --json`.
+type periodicJSON struct {
+	Name       string     `json:"name"`
+	Kind       string     `json:"kind"`
+	Queue      string     `json:"queue"`
+	Schedule   string     `json:"schedule"`
+	Misfire    string     `json:"misfire"`
+	Active     bool       `json:"active"`
+	LastRunAt  *time.Time `json:"last_run_at"`
+	LastJobID  *int64     `json:"last_job_id"`
+	NextRunAt  time.Time  `json:"next_run_at"`
+	DeclaredAt time.Time  `json:"declared_at"`
+}
+
+// cmdPeriodic lists the periodic schedules with their last and next run.
 func cmdPeriodic(ctx context.Context, a *app, o *options) error {
-	return errors.New("periodic: not yet")
+	client, pool, err := a.connect(ctx, "periodic")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	list, err := client.ListPeriodic(ctx)
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	if o.json {
+		out := make([]periodicJSON, 0, len(list))
+		for _, p := range list {
+			j := periodicJSON{Name: p.Name, Kind: p.Kind, Queue: p.Queue, Schedule: p.Schedule, Misfire: p.Misfire,
+				Active: p.Active, NextRunAt: p.NextRunAt, DeclaredAt: p.DeclaredAt}
+			if !p.LastRunAt.IsZero() {
+				j.LastRunAt, j.LastJobID = &p.LastRunAt, &p.LastJobID
+			}
+			out = append(out, j)
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(list) == 0 {
+		_, err := fmt.Fprintf(a.stdout, "no periodic schedules in schema %q: workers declare them in WorkerConfig.PeriodicJobs\n", a.schema)
+		return err
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "NAME\tKIND\tQUEUE\tSCHEDULE\tMISFIRE\tACTIVE\tLAST RUN\tLAST JOB\tNEXT RUN\n")
+	for _, p := range list {
+		last, job, next, active := "-", "-", "-", "no"
+		if !p.LastRunAt.IsZero() {
+			last = p.LastRunAt.UTC().Format(time.RFC3339)
+			if p.LastJobID != 0 {
+				job = fmt.Sprint(p.LastJobID)
+			}
+		}
+		if p.Active {
+			active = "yes"
+			next = p.NextRunAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Kind, p.Queue,
+			p.Schedule, p.Misfire, active, last, job, next)
+	}
+	return tw.Flush()
 }

@@ -744,6 +744,37 @@ func TestRequeue(t *testing.T) {
 	})
 }
 
+func TestPeriodic(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	r := f.run("periodic")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, "no periodic schedules in schema")
+
+	_, err := f.pool.Exec(context.Background(), `INSERT INTO `+pgx.Identifier{f.schema, "periodic"}.Sanitize()+`
+		(name, kind, queue, schedule, misfire, next_run_at, last_run_at, last_job_id, active, declared_at) VALUES
+		('nightly', 'report', 'default', '0 3 * * *', 'run_once', '2030-01-02T03:00:00Z', '2030-01-01T03:00:00Z', 42, true, now()),
+		('old', 'cleanup', 'maint', 'every 1h0m0s', 'skip', '2030-01-01T00:00:00Z', NULL, NULL, false, now() - interval '1 day')`)
+	require.NoError(t, err)
+	r = f.run("periodic")
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, []string{"NAME", "KIND", "QUEUE", "SCHEDULE", "MISFIRE", "ACTIVE", "LAST", "RUN", "LAST", "JOB", "NEXT", "RUN"}, row(t, r.stdout, "NAME"))
+	assert.Equal(t, []string{"nightly", "report", "default", "0", "3", "*", "*", "*", "run_once", "yes",
+		"2030-01-01T03:00:00Z", "42", "2030-01-02T03:00:00Z"}, row(t, r.stdout, "nightly"))
+	assert.Equal(t, []string{"old", "cleanup", "maint", "every", "1h0m0s", "skip", "no", "-", "-", "-"}, row(t, r.stdout, "old"))
+
+	r = f.run("periodic", "--json")
+	require.Equal(t, 0, r.code, r)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	require.Len(t, got, 2)
+	assert.Equal(t, "nightly", got[0]["name"])
+	assert.Equal(t, "2030-01-01T03:00:00Z", got[0]["last_run_at"])
+	assert.Equal(t, 42.0, got[0]["last_job_id"])
+	assert.Equal(t, false, got[1]["active"])
+	assert.Nil(t, got[1]["last_run_at"])
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, true)

@@ -1,0 +1,255 @@
+package skiplock_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type tickArgs struct{}
+
+func (tickArgs) Kind() string { return "tick" }
+
+// tickWorker is a worker that declares the periodic job "tick" every second and runs it.
+func tickWorker(t *testing.T, b *bundle, id string) *skiplock.Worker {
+	t.Helper()
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		ID: id, SweepInterval: -1, Logger: testLogger(), ShutdownTimeout: time.Second,
+		PeriodicJobs: []skiplock.PeriodicJob{{Name: "tick", Schedule: skiplock.Every(time.Second), Args: tickArgs{}}},
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[tickArgs]) error { return nil }))
+	return w
+}
+
+// occurrenceAudit reads every enqueued occurrence of "tick" (jobs and archive), and
+// checks that none is repeated and none is missing between the first and the last, and
+// that the schedule row points past the last. It returns how many there are.
+func occurrenceAudit(t *testing.T, b *bundle) int {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT run_at, count(*) FROM (
+		SELECT run_at FROM {s}.jobs WHERE kind = 'tick'
+		UNION ALL SELECT run_at FROM {s}.jobs_archive WHERE kind = 'tick') o
+	GROUP BY run_at ORDER BY run_at`))
+	require.NoError(t, err)
+	var at []time.Time
+	for rows.Next() {
+		var ts time.Time
+		var n int
+		require.NoError(t, rows.Scan(&ts, &n))
+		assert.Equal(t, 1, n, "occurrence %s enqueued %d times", ts, n)
+		at = append(at, ts)
+	}
+	require.NoError(t, rows.Err())
+	for i := 1; i < len(at); i++ {
+		assert.Equal(t, time.Second, at[i].Sub(at[i-1]), "an occurrence is missing after %s", at[i-1])
+	}
+	if len(at) > 0 {
+		var next, last time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at, last_run_at FROM {s}.periodic WHERE name = 'tick'`)).Scan(&next, &last))
+		assert.True(t, last.Equal(at[len(at)-1]), "last_run_at %s is the last occurrence %s", last, at[len(at)-1])
+		assert.True(t, next.Equal(last.Add(time.Second)), "next_run_at %s follows it", next)
+	}
+	return len(at)
+}
+
+func tickCount(t *testing.T, b *bundle) int {
+	return b.count(t, `SELECT (SELECT count(*) FROM {s}.jobs WHERE kind = 'tick') + (SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'tick')`)
+}
+
+func TestPeriodic_FiveWorkersEnqueueEachOccurrenceOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var stops []func()
+	for i := range 5 {
+		stops = append(stops, runWorker(t, tickWorker(t, b, "tick-"+string(rune('a'+i)))))
+	}
+	eventually(t, 30*time.Second, func() bool { return tickCount(t, b) >= 6 }, "6 occurrences enqueued")
+	for _, stop := range stops {
+		stop()
+	}
+	n := occurrenceAudit(t, b)
+	assert.GreaterOrEqual(t, n, 6)
+	t.Logf("%d occurrences, each enqueued once by 5 workers", n)
+}
+
+func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	stops := map[int]func(){}
+	next := 0
+	start := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		w := tickWorker(t, b, "kill-"+b.schema+"-"+string(rune('a'+next)))
+		// Hold each transaction open a little after its enqueue, so the faults land between
+		// the claim and the commit.
+		skiplock.SetPeriodicBeforeCommit(w, func() { time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond) })
+		stops[next] = runWorker(t, w)
+		next++
+	}
+	for range 5 {
+		start()
+	}
+	// Faults for ~8 seconds: backends terminated between the claim of a schedule and the
+	// commit (their transaction is idle after locking the row), and workers stopped
+	// mid-run and replaced.
+	killed := 0
+	deadline := time.Now().Add(8 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
+				AND state LIKE 'idle in transaction%' AND query LIKE '%' || $1 || '%periodic%'`, b.schema).Scan(&n))
+		killed += n
+		if i%10 == 9 {
+			mu.Lock()
+			for k, stop := range stops { // stop one worker, any
+				delete(stops, k)
+				mu.Unlock()
+				stop()
+				mu.Lock()
+				break
+			}
+			mu.Unlock()
+			start()
+		}
+		time.Sleep(time.Duration(20+rand.IntN(60)) * time.Millisecond)
+	}
+	before := tickCount(t, b)
+	eventually(t, 30*time.Second, func() bool { return tickCount(t, b) >= before+2 }, "occurrences go on after the faults")
+	mu.Lock()
+	for _, stop := range stops {
+		stop()
+	}
+	mu.Unlock()
+	n := occurrenceAudit(t, b)
+	assert.GreaterOrEqual(t, n, 8)
+	assert.Positive(t, killed, "some transactions were terminated between claim and commit")
+	t.Logf("%d occurrences, %d backends terminated mid-transaction, workers replaced every ~0.5s", n, killed)
+}
+
+// misfireCase starts a worker whose hourly schedule was last due three hours and a half
+// ago (declared then, never run since), and returns the run_at of the jobs it enqueued.
+func misfireCase(t *testing.T, job skiplock.PeriodicJob) (b *bundle, runAts []time.Time, next time.Time) {
+	t.Helper()
+	b = setup(t)
+	job.Name, job.Schedule, job.Args = "hourly", skiplock.Every(time.Hour), tickArgs{}
+	var now time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT now()`).Scan(&now))
+	due := now.Truncate(time.Hour).Add(-3 * time.Hour) // four occurrences due: -3h, -2h, -1h, 0h
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.periodic (name, kind, queue, schedule, misfire, next_run_at, declared_at)
+		VALUES ('hourly', 'tick', 'default', 'every 1h0m0s', 'run_once', $1, now() - interval '3 hours')`), due)
+	require.NoError(t, err)
+	// The worker works another queue: the jobs stay queued, as enqueued, to be looked at.
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"elsewhere": {}},
+		SweepInterval: -1, Logger: testLogger(), PeriodicJobs: []skiplock.PeriodicJob{job}})
+	stop := runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		var n time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at FROM {s}.periodic WHERE name = 'hourly'`)).Scan(&n))
+		return n.After(now)
+	}, "schedule moved on")
+	stop()
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at FROM {s}.periodic WHERE name = 'hourly'`)).Scan(&next))
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT run_at FROM {s}.jobs WHERE kind = 'tick' ORDER BY run_at`))
+	require.NoError(t, err)
+	for rows.Next() {
+		var at time.Time
+		require.NoError(t, rows.Scan(&at))
+		runAts = append(runAts, at)
+	}
+	require.NoError(t, rows.Err())
+	assert.True(t, next.Equal(now.Truncate(time.Hour).Add(time.Hour)), "next is the coming hour: %s", next)
+	return b, runAts, next
+}
+
+func TestPeriodic_MisfirePolicies(t *testing.T) {
+	t.Parallel()
+	// Four occurrences are due: three, two and one hours before the current hour, and the
+	// current hour. A MisfireAfter of two hours makes the last two on time; of 1ns, none.
+	hour := func(next time.Time, h int) time.Time { return next.Add(time.Duration(h-1) * time.Hour) }
+	t.Run("skip", func(t *testing.T) {
+		t.Parallel()
+		_, got, next := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireSkip, MisfireAfter: 2 * time.Hour})
+		require.Len(t, got, 2, "only the occurrences less than two hours late")
+		assert.True(t, got[0].Equal(hour(next, -1)) && got[1].Equal(hour(next, 0)), "%v", got)
+	})
+	t.Run("run once", func(t *testing.T) {
+		t.Parallel()
+		_, got, next := misfireCase(t, skiplock.PeriodicJob{MisfireAfter: 1})
+		require.Len(t, got, 1, "one job for the four missed occurrences")
+		assert.True(t, got[0].Equal(hour(next, 0)), "the latest: %v", got)
+	})
+	t.Run("backfill", func(t *testing.T) {
+		t.Parallel()
+		_, got, next := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireBackfill, BackfillLimit: 3, MisfireAfter: 1})
+		require.Len(t, got, 3, "the latest three of four")
+		assert.True(t, got[0].Equal(hour(next, -2)) && got[2].Equal(hour(next, 0)), "%v", got)
+	})
+	t.Run("skip everything missed", func(t *testing.T) {
+		t.Parallel()
+		_, got, _ := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireSkip, MisfireAfter: 1})
+		assert.Empty(t, got)
+	})
+}
+
+func TestPeriodic_UndeclaredScheduleBecomesInactive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// "gone" was last declared two minutes ago; "elsewhere" is declared by another
+	// (running) worker; "tick" is this worker's.
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.periodic (name, kind, queue, schedule, misfire, next_run_at, declared_at) VALUES
+		('gone', 'tick', 'default', 'every 1s', 'run_once', now(), now() - interval '2 minutes'),
+		('elsewhere', 'tick', 'default', 'every 1h0m0s', 'run_once', now() + interval '1 hour', now())`))
+	require.NoError(t, err)
+	runWorker(t, tickWorker(t, b, "retire-"+b.schema))
+	eventually(t, 20*time.Second, func() bool { return tickCount(t, b) >= 1 }, "tick enqueued")
+
+	list, err := b.client.ListPeriodic(b.ctx)
+	require.NoError(t, err)
+	active := map[string]bool{}
+	for _, p := range list {
+		active[p.Name] = p.Active
+	}
+	assert.Equal(t, map[string]bool{"gone": false, "elsewhere": true, "tick": true}, active)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE NOT active`), "gone is marked inactive in the table")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs j WHERE run_at IS NULL`))
+	for _, p := range list {
+		if p.Name == "tick" {
+			assert.Equal(t, "every 1s", p.Schedule)
+			assert.Equal(t, "run_once", p.Misfire)
+			assert.NotZero(t, p.LastJobID)
+			assert.True(t, p.NextRunAt.After(p.LastRunAt))
+		}
+	}
+}
+
+func TestPeriodic_InvalidJobsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ok := skiplock.PeriodicJob{Name: "x", Schedule: skiplock.Every(time.Minute), Args: tickArgs{}}
+	for name, mod := range map[string]func(p *skiplock.PeriodicJob){
+		"no name":        func(p *skiplock.PeriodicJob) { p.Name = "" },
+		"no schedule":    func(p *skiplock.PeriodicJob) { p.Schedule = nil },
+		"no args":        func(p *skiplock.PeriodicJob) { p.Args = nil },
+		"zero interval":  func(p *skiplock.PeriodicJob) { p.Schedule = skiplock.Every(0) },
+		"run at":         func(p *skiplock.PeriodicJob) { p.Options = &skiplock.EnqueueOptions{RunAt: time.Now()} },
+		"bad queue":      func(p *skiplock.PeriodicJob) { p.Options = &skiplock.EnqueueOptions{Queue: "A B"} },
+		"negative limit": func(p *skiplock.PeriodicJob) { p.BackfillLimit = -1 },
+	} {
+		p := ok
+		mod(&p)
+		_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{p}})
+		assert.Error(t, err, name)
+	}
+	_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{ok, ok}})
+	assert.ErrorContains(t, err, "declared twice")
+}

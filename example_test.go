@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/cron"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -140,4 +141,83 @@ func ExampleClient_Requeue() {
 	fmt.Println(res.Requeued, res.Skipped, again.Status, again.Attempts)
 	// Output:
 	// 1 0 queued 0
+}
+
+// A unique job: enqueueing the same args again while the first is queued returns the
+// existing job, marked Duplicate, and no error.
+func ExampleUniqueOpts() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	// At most one welcome email per address per hour, counting those already sent.
+	opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{
+		ArgsFields: []string{"to"},
+		ByPeriod:   time.Hour,
+		States:     []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusSucceeded},
+	}}
+	first, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com", Subject: "Welcome"}, opts)
+	again, err := client.Enqueue(ctx, SendEmail{To: "ada@example.com", Subject: "Welcome!"}, opts)
+	fmt.Println(err, again.Duplicate, again.ID == first.ID)
+	// Output:
+	// <nil> true true
+}
+
+// Pause a queue during an incident: workers stop claiming its jobs, enqueueing goes on.
+func ExampleClient_PauseQueue() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	_ = client.PauseQueue(ctx, "email")
+	_, _ = client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, &skiplock.EnqueueOptions{Queue: "email"})
+	stats, _ := client.Stats(ctx)
+	fmt.Println(stats[0].Queue, stats[0].Paused, stats[0].Counts[skiplock.StatusQueued])
+	_ = client.ResumeQueue(ctx, "email")
+	stats, _ = client.Stats(ctx)
+	fmt.Println(stats[0].Queue, stats[0].Paused)
+	// Output:
+	// email true 1
+	// email false
+}
+
+// Periodic jobs: every worker declares the same schedules; each occurrence is enqueued
+// once, by whichever worker gets to it, and survives restarts.
+func ExamplePeriodicJob() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		PeriodicJobs: []skiplock.PeriodicJob{
+			{Name: "digest", Schedule: cron.MustParse("0 8 * * MON-FRI"), Args: SendEmail{To: "team@example.com", Subject: "Digest"}},
+			{Name: "heartbeat", Schedule: skiplock.Every(time.Hour), Args: SendEmail{To: "ops@example.com"}, Misfire: skiplock.MisfireSkip},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendEmail]) error { return nil })
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- w.Run(runCtx) }()
+	var list []skiplock.PeriodicInfo
+	for len(list) < 2 { // Run records the schedules before it starts working
+		list, _ = client.ListPeriodic(ctx)
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	for _, p := range list {
+		fmt.Println(p.Name, p.Schedule, p.Misfire, p.Active)
+	}
+	// Output:
+	// digest 0 8 * * MON-FRI run_once true
+	// heartbeat every 1h0m0s skip true
 }

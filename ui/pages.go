@@ -364,13 +364,13 @@ func (h *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	n, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: []int64{id}})
+	res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: []int64{id}})
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	done := url.Values{"done": {"requeued"}, "n_requeued": {"1"}}
-	if n == 0 {
+	if res.Requeued == 0 {
 		tag, err := h.pool.Exec(ctx, h.sql.runNow, id)
 		if err != nil {
 			h.fail(w, r, err)
@@ -481,14 +481,15 @@ func (h *Handler) deadAction(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	switch r.PostFormValue("action") {
 	case "requeue":
-		n, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: ids})
+		res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: ids})
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
 		ret.Set("done", "requeued")
-		ret.Set("n_requeued", strconv.FormatInt(n, 10))
-		if skipped := len(ids) - int(n); skipped > 0 {
+		ret.Set("n_requeued", strconv.FormatInt(res.Requeued, 10))
+		// Skipped: not dead or failed any more, or their unique key is held.
+		if skipped := len(ids) - int(res.Requeued); skipped > 0 {
 			ret.Set("done", "requeued,skipped")
 			ret.Set("n_skipped", strconv.Itoa(skipped))
 		}

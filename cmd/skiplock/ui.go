@@ -84,8 +84,11 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 		return err
 	}
 	defer pool.Close()
+	ctl := ui.NewClientControl(client)
 	h, err := ui.New(ui.Config{
 		Client:       client,
+		Queues:       ctl, // paused state, pause and resume buttons
+		Periodic:     ctl, // the periodic page
 		ReadOnly:     opt.readOnly,
 		Token:        opt.token,
 		BasicAuth:    basic,

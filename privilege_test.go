@@ -266,7 +266,7 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	healed.Store(true)
 	n, err := client.Requeue(ctx, skiplock.RequeueFilter{Kind: privDoomed{}.Kind()})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, skiplock.RequeueResult{Requeued: 1}, n)
 	eventually(t, 30*time.Second, func() bool { return status(doomed.ID) == skiplock.StatusSucceeded }, "requeued job succeeds")
 
 	// A sweep as the app role, with a retention short enough that it deletes archive rows.

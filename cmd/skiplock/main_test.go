@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +25,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 )
+
+// migrationVersions returns the versions of the embedded migrations, ascending, so that
+// tests follow the migrations this build holds.
+func migrationVersions(t *testing.T) []int {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	require.NoError(t, err)
+	var vs []int
+	for _, n := range names {
+		v, err := strconv.Atoi(strings.SplitN(n, "_", 2)[0])
+		require.NoError(t, err, n)
+		vs = append(vs, v)
+	}
+	slices.Sort(vs)
+	return vs
+}
 
 // unreachableURL names a port nothing listens on (port 1 needs root to bind).
 const unreachableURL = "postgres://postgres@127.0.0.1:1/x?sslmode=disable"
@@ -409,18 +428,24 @@ func TestMigrate(t *testing.T) {
 	assert.Contains(t, r.stderr, "--target 99 is beyond the latest version this build knows")
 	assert.False(t, f.tableExists("jobs"))
 
+	vs := migrationVersions(t)
+	latest := strconv.Itoa(vs[len(vs)-1])
+	applied := make([]string, len(vs))
+	for i, v := range vs {
+		applied[i] = strconv.Itoa(v)
+	}
 	r = f.run("migrate", "up")
 	require.Equal(t, 0, r.code, r)
-	assert.Contains(t, r.stdout, fmt.Sprintf("migrated schema %q from version 0 to 1", f.schema))
+	assert.Contains(t, r.stdout, fmt.Sprintf("migrated schema %q from version 0 to %s", f.schema, latest))
 	assert.True(t, f.tableExists("jobs"))
 	assert.True(t, f.tableExists("jobs_archive"))
 
 	r = f.run("migrate", "status")
 	require.Equal(t, 0, r.code, r)
 	assert.Equal(t, []string{"schema:", f.schema}, row(t, r.stdout, "schema:"))
-	assert.Equal(t, []string{"current:", "1"}, row(t, r.stdout, "current:"))
-	assert.Equal(t, []string{"latest:", "1"}, row(t, r.stdout, "latest:"))
-	assert.Equal(t, []string{"applied:", "1"}, row(t, r.stdout, "applied:"))
+	assert.Equal(t, []string{"current:", latest}, row(t, r.stdout, "current:"))
+	assert.Equal(t, []string{"latest:", latest}, row(t, r.stdout, "latest:"))
+	assert.Equal(t, "applied: "+strings.Join(applied, ", "), strings.Join(row(t, r.stdout, "applied:"), " "))
 	assert.Contains(t, r.stdout, "up to date")
 
 	r = f.run("migrate", "up")
@@ -436,14 +461,14 @@ func TestMigrate(t *testing.T) {
 	status, _ := f.state(jobID)
 	assert.Equal(t, "dead", status)
 
-	r = f.run("migrate", "down", "--target", "1")
+	r = f.run("migrate", "down", "--target", latest)
 	require.Equal(t, 0, r.code, r)
 	assert.Contains(t, r.stdout, "nothing to revert")
 	assert.True(t, f.tableExists("jobs"))
 
 	r = f.run("migrate", "down", "--yes")
 	require.Equal(t, 0, r.code, r)
-	assert.Contains(t, r.stdout, fmt.Sprintf("reverted schema %q from version 1 to 0", f.schema))
+	assert.Contains(t, r.stdout, fmt.Sprintf("reverted schema %q from version %s to 0", f.schema, latest))
 	assert.False(t, f.tableExists("jobs"))
 	assert.False(t, f.tableExists("jobs_archive"))
 
@@ -843,7 +868,7 @@ func TestBinary(t *testing.T) {
 		{name: "unreachable from DATABASE_URL", env: []string{"DATABASE_URL=" + unreachableURL}, args: []string{"migrate", "status"},
 			code: 1, stderr: "(check --database-url / DATABASE_URL)"},
 		{name: "migrate with DATABASE_URL", env: []string{"DATABASE_URL=" + url}, args: []string{"--schema", schema, "migrate", "up"},
-			code: 0, stdout: "from version 0 to 1"},
+			code: 0, stdout: fmt.Sprintf("from version 0 to %d", slices.Max(migrationVersions(t)))},
 		{name: "cancel missing job", env: []string{"DATABASE_URL=" + url}, args: []string{"--schema", schema, "cancel", "--id", "42"},
 			code: 1, stderr: "job 42 not found"},
 	}

@@ -189,7 +189,7 @@ type QueueStats struct {
 	OldestDue time.Duration
 	// Paused says the queue is paused ([Client.PauseQueue]) since PausedAt.
 	Paused   bool
-	PausedAt time.Time
+	PausedAt time.Time // zero unless Paused
 }
 
 const statsSQL = `SELECT queue, status, count(*),

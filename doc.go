@@ -43,6 +43,15 @@
 // handler is a failed attempt too, retried with backoff, so a rolling deploy heals.
 // [Client.Requeue] brings dead and failed jobs back.
 //
+// # Job control
+//
+// [UniqueOpts] makes a job unique by its kind, args, queue and time bucket, counting the
+// states it names (a duplicate returns the existing job with [JobRow].Duplicate set).
+// [Client.PauseQueue] stops every worker claiming from a queue until
+// [Client.ResumeQueue]. [WorkerConfig].PeriodicJobs enqueues jobs on a [Schedule] ([Every],
+// or a cron expression from the cron sub-package), each occurrence exactly once across
+// workers, with the schedule's state kept in the database.
+//
 // # Guarantees
 //
 // Two workers never hold the same attempt of a job: the claim is one atomic statement and

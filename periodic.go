@@ -452,12 +452,13 @@ func nextAfter(s Schedule, t time.Time) time.Time {
 
 // PeriodicInfo is a periodic schedule as stored, for [Client.ListPeriodic].
 type PeriodicInfo struct {
-	Name, Kind, Queue string
-	Schedule          string    // the schedule's description
-	Misfire           string    // run_once, skip or backfill:N
-	NextRunAt         time.Time // the next occurrence to enqueue
-	LastRunAt         time.Time // the last occurrence enqueued; zero if none yet
-	LastJobID         int64     // its job; 0 if none yet
+	Name        string    // the PeriodicJob's Name
+	Kind, Queue string    // of the job it enqueues
+	Schedule    string    // the schedule's description
+	Misfire     string    // run_once, skip or backfill:N
+	NextRunAt   time.Time // the next occurrence to enqueue
+	LastRunAt   time.Time // the last occurrence enqueued; zero if none yet
+	LastJobID   int64     // its job; 0 if none yet
 	// Active is false once no running worker has declared the schedule for a minute (it
 	// was removed from the code, or every worker declaring it stopped); inactive schedules
 	// are not enqueued until a worker declares them again.

@@ -63,8 +63,9 @@ func tickCount(t *testing.T, b *bundle) int {
 	return b.count(t, `SELECT (SELECT count(*) FROM {s}.jobs WHERE kind = 'tick') + (SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'tick')`)
 }
 
+// Not parallel: it runs five workers for several seconds, and runs before the parallel
+// tests start, so neither it nor the load-sensitive tests slow each other.
 func TestPeriodic_FiveWorkersEnqueueEachOccurrenceOnce(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	var stops []func()
 	for i := range 5 {
@@ -79,8 +80,8 @@ func TestPeriodic_FiveWorkersEnqueueEachOccurrenceOnce(t *testing.T) {
 	t.Logf("%d occurrences, each enqueued once by 5 workers", n)
 }
 
+// Not parallel, for the same reason as the test above.
 func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	var mu sync.Mutex
 	stops := map[int]func(){}

@@ -135,25 +135,27 @@ var farFuture = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 func validPeriodic(c *Client, jobs []PeriodicJob) (map[string]*periodicEntry, error) {
 	out := map[string]*periodicEntry{}
 	for i, p := range jobs {
-		where := fmt.Sprintf("skiplock: WorkerConfig.PeriodicJobs[%d] (%q)", i, truncate(p.Name, 40))
+		bad := func(field, value, fix string) error {
+			return &configError{field: fmt.Sprintf("WorkerConfig.PeriodicJobs[%d].%s", i, field), value: value, fix: fix}
+		}
 		switch {
 		case p.Name == "" || len(p.Name) > 128 || !validText(p.Name):
-			return nil, fmt.Errorf("%s: Name must be 1-128 bytes of UTF-8 without NUL", where)
+			return nil, bad("Name", strconv.Quote(truncate(p.Name, 40)), "use 1-128 bytes of UTF-8 without NUL")
 		case out[p.Name] != nil:
-			return nil, fmt.Errorf("%s: Name is declared twice", where)
+			return nil, bad("Name", strconv.Quote(truncate(p.Name, 40)), "it is declared twice: names must be unique")
 		case p.Schedule == nil:
-			return nil, fmt.Errorf("%s: Schedule is nil", where)
+			return nil, bad("Schedule", "nil", "set one, such as skiplock.Every(time.Hour) or a cron.Parse result")
 		case p.Misfire < MisfireRunOnce || p.Misfire > MisfireBackfill:
-			return nil, fmt.Errorf("%s: unknown Misfire %d", where, p.Misfire)
+			return nil, bad("Misfire", strconv.Itoa(int(p.Misfire)), "use MisfireRunOnce, MisfireSkip or MisfireBackfill")
 		case p.BackfillLimit < 0:
-			return nil, fmt.Errorf("%s: BackfillLimit %d is negative", where, p.BackfillLimit)
+			return nil, bad("BackfillLimit", strconv.Itoa(p.BackfillLimit), "use 0 for the default or a positive count")
 		case p.MisfireAfter < 0:
-			return nil, fmt.Errorf("%s: MisfireAfter %s is negative", where, p.MisfireAfter)
+			return nil, bad("MisfireAfter", p.MisfireAfter.String(), "use 0 for the default or a positive duration")
 		case p.Options != nil && !p.Options.RunAt.IsZero():
-			return nil, fmt.Errorf("%s: Options.RunAt must be zero: each job runs at its occurrence", where)
+			return nil, bad("Options.RunAt", p.Options.RunAt.Format(time.RFC3339), "leave it zero: each job runs at its occurrence")
 		}
 		if e, ok := p.Schedule.(every); ok && e.d <= 0 {
-			return nil, fmt.Errorf("%s: Every(%s): the interval must be positive", where, e.d)
+			return nil, bad("Schedule", "Every("+e.d.String()+")", "use a positive interval")
 		}
 		if p.BackfillLimit == 0 {
 			p.BackfillLimit = DefaultBackfillLimit
@@ -163,7 +165,7 @@ func validPeriodic(c *Client, jobs []PeriodicJob) (map[string]*periodicEntry, er
 		}
 		j, err := c.prepare(p.Args, p.Options) // the same validation every occurrence gets
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, fmt.Errorf("%w: WorkerConfig.PeriodicJobs[%d] (%q): %w", ErrInvalidConfig, i, truncate(p.Name, 40), err)
 		}
 		desc := fmt.Sprintf("%T", p.Schedule)
 		if s, ok := p.Schedule.(fmt.Stringer); ok {

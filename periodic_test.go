@@ -249,7 +249,8 @@ func TestPeriodic_InvalidJobsAreRefused(t *testing.T) {
 		p := ok
 		mod(&p)
 		_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{p}})
-		assert.Error(t, err, name)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidConfig, name)
+		assert.ErrorContains(t, err, "WorkerConfig.PeriodicJobs[0]", name)
 	}
 	_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{ok, ok}})
 	assert.ErrorContains(t, err, "declared twice")

@@ -17,11 +17,11 @@ type mapArgs map[string]any
 
 func (mapArgs) Kind() string { return "map_args" }
 
-// rawArgs marshals to its bytes as they are: key order as written.
-type rawArgs struct{ raw string }
+// orderedArgs marshals to its bytes as they are: object keys in the order written.
+type orderedArgs struct{ raw string }
 
-func (rawArgs) Kind() string                   { return "map_args" }
-func (r rawArgs) MarshalJSON() ([]byte, error) { return []byte(r.raw), nil }
+func (orderedArgs) Kind() string                   { return "map_args" }
+func (r orderedArgs) MarshalJSON() ([]byte, error) { return []byte(r.raw), nil }
 
 func TestUnique_ConcurrentEnqueuesLeaveOneRow(t *testing.T) {
 	t.Parallel()
@@ -76,14 +76,14 @@ func TestUnique_ByArgsIsCanonicalAndByFields(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	byArgs := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ByArgs: true}}
-	first, err := b.client.Enqueue(b.ctx, rawArgs{`{"a":1,"b":{"x":1,"y":2}}`}, byArgs)
+	first, err := b.client.Enqueue(b.ctx, orderedArgs{`{"a":1,"b":{"x":1,"y":2}}`}, byArgs)
 	require.NoError(t, err)
 	require.False(t, first.Duplicate)
-	dup, err := b.client.Enqueue(b.ctx, rawArgs{`{"b":{"y":2,"x":1},"a":1}`}, byArgs)
+	dup, err := b.client.Enqueue(b.ctx, orderedArgs{`{"b":{"y":2,"x":1},"a":1}`}, byArgs)
 	require.NoError(t, err, "a duplicate is not an error")
 	assert.True(t, dup.Duplicate, "key order does not matter")
 	assert.Equal(t, first.ID, dup.ID)
-	other, err := b.client.Enqueue(b.ctx, rawArgs{`{"a":2,"b":{"x":1,"y":2}}`}, byArgs)
+	other, err := b.client.Enqueue(b.ctx, orderedArgs{`{"a":2,"b":{"x":1,"y":2}}`}, byArgs)
 	require.NoError(t, err)
 	assert.False(t, other.Duplicate, "other args are another job")
 
@@ -183,7 +183,7 @@ func TestUnique_InvalidOptions(t *testing.T) {
 		_, err := b.client.Enqueue(b.ctx, noopArgs{}, o)
 		assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, name)
 	}
-	_, err := b.client.Enqueue(b.ctx, rawArgs{`[1,2]`}, &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ArgsFields: []string{"a"}}})
+	_, err := b.client.Enqueue(b.ctx, orderedArgs{`[1,2]`}, &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ArgsFields: []string{"a"}}})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidPayload, "fields of args that are not an object")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`))
 }

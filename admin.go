@@ -58,17 +58,21 @@ SELECT id, queue, kind, payload, status, priority, run_at, attempts, max_attempt
 FROM {s}.jobs_archive WHERE id = $1
 LIMIT 1`
 
-// cancelSQL cancels a queued or running job. A running job keeps its locked_by: its
-// worker's heartbeat stops matching (status is no longer running), so the worker cancels
-// the handler's context, and the handler's late result is fenced out.
-const cancelSQL = `UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), locked_at = NULL
+// cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
+// of its worker's writes (status running) no longer matches, so its handler's late result
+// is fenced out. The worker learns of it from the control message Cancel sends, or at
+// its next heartbeat, and cancels the handler's context.
+const cancelSQL = `UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), locked_at = NULL,
+	lease_until = NULL
 WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING ` + jobColumns
 
 // Cancel cancels the job with the given id and returns it. A queued job will not run; a
-// running job's handler is told through its context at the worker's next heartbeat, and
-// its result is ignored. A job already in a final state is returned unchanged. It returns
-// [ErrJobNotFound] when there is no such job.
+// running job's handler is told through its context (cause: the job is no longer held)
+// within about a notification's delivery time, through the schema's control channel, or
+// at the worker's next heartbeat if that message is lost; its result is ignored. A job
+// already in a final state is returned unchanged. It returns [ErrJobNotFound] when there
+// is no such job.
 func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	row, err := scanJob(c.pool.QueryRow(ctx, c.admin.cancel, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -76,6 +80,12 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	}
 	if err != nil {
 		return nil, c.wrapErr("cancel", err)
+	}
+	if row.LockedBy != "" {
+		// It was running: tell its worker now rather than at its next heartbeat.
+		if err := c.notify.sendControl(ctx, c.pool, controlMsg{Op: controlCancel, ID: id}); err != nil {
+			c.logger.Debug("skiplock: cancel message not sent; the worker learns at its next heartbeat", "job", id, "err", err)
+		}
 	}
 	return row, nil
 }

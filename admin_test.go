@@ -82,3 +82,43 @@ func TestStats_CountsByQueueAndStatus(t *testing.T) {
 	assert.Equal(t, int64(1), stats[1].Counts[skiplock.StatusQueued])
 	assert.Zero(t, stats[1].OldestDue, "a job not yet due is not waiting")
 }
+
+func TestCancel_ReachesRunningHandlerAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	seen := make(chan time.Time, 1)
+	// Heartbeats every 20s: only the control message can explain a quick cancel.
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "rc-" + b.schema, VisibilityTimeout: time.Minute, SweepInterval: -1,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hangArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		seen <- time.Now()
+		return ctx.Err()
+	}))
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %_control%'`,
+			"skiplock-listen rc-"+b.schema) == 1
+	}, "the worker listens on the control channel")
+
+	var worst time.Duration
+	for range 3 {
+		job, err := b.client.Enqueue(b.ctx, hangArgs{}, nil)
+		require.NoError(t, err)
+		<-started
+		t0 := time.Now()
+		got, err := b.client.Cancel(b.ctx, job.ID)
+		require.NoError(t, err)
+		require.Equal(t, skiplock.StatusCancelled, got.Status)
+		select {
+		case at := <-seen:
+			worst = max(worst, at.Sub(t0))
+		case <-time.After(10 * time.Second):
+			t.Fatal("the running handler was not told of the cancel")
+		}
+	}
+	t.Logf("cancel -> handler's context done: worst of 3 %s", worst)
+	assert.Less(t, worst, 2*time.Second, "about 100 ms expected; the heartbeat fallback would take 20 s")
+}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -33,8 +34,13 @@ import (
 //     row); a row locked FOR UPDATE cannot move before the statement ends.
 //   - The UPDATE commits status 'running' with the statement. It is that committed state,
 //     not a held lock or an open transaction, that protects the job while its handler runs.
-//   - attempts + 1 and locked_by form the fencing token: every later statement about this
-//     attempt matches (id, attempts, locked_by), so a stale worker cannot touch a newer one.
+//   - fence + 1 is the fencing token of this claim: no claim of the job before it took the
+//     same value, and none after it will. Every later statement about this attempt matches
+//     (id, fence, locked_by, status running; see fenceSQL), so a stale worker, or a stale
+//     statement of this one, cannot touch a newer claim.
+//   - lease_until is this worker's lease: now() + its own visibility timeout ($4). The
+//     sweeper takes the job back only once it has passed, whatever its own settings.
+//   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
 const claimSQL = `WITH RECURSIVE prios AS (
 	(SELECT priority FROM {s}.jobs
 	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
@@ -55,32 +61,68 @@ const claimSQL = `WITH RECURSIVE prios AS (
 	LIMIT $2
 )
 UPDATE {s}.jobs
-SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1
+SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
+	fence = fence + 1, lease_until = now() + $4::interval
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-RETURNING ` + jobColumns
+RETURNING ` + jobColumns + `, fence, timeout_ms`
 
 // claimer runs the claim statement, rendered for one schema.
 type claimer struct {
-	pool    *pgxpool.Pool
-	sql     string
-	wrapErr func(op string, err error) error
+	pool       *pgxpool.Pool
+	sql        string
+	visibility time.Duration // the lease a claim writes
+	wrapErr    func(op string, err error) error
 }
 
-func newClaimer(c *Client) *claimer {
-	return &claimer{pool: c.pool, sql: renderSQL(c.schema, claimSQL), wrapErr: c.wrapErr}
+func newClaimer(c *Client, visibility time.Duration) *claimer {
+	return &claimer{pool: c.pool, sql: renderSQL(c.schema, claimSQL), visibility: visibility, wrapErr: c.wrapErr}
 }
+
+// claimedJob is one job a claim returned: the row, the fencing token the claim took, the
+// job's own timeout (0: none), and when the claim statement started, by the worker's clock
+// (the lease lasts at least the visibility timeout from then).
+type claimedJob struct {
+	row     *JobRow
+	fence   int64
+	timeout time.Duration
+	leased  time.Time
+}
+
+// extraScan scans a row of jobColumns followed by extra columns into scanJob's
+// destinations and then extra.
+type extraScan struct {
+	pgx.Rows
+	extra []any
+}
+
+func (r extraScan) Scan(dest ...any) error { return r.Rows.Scan(append(dest, r.extra...)...) }
 
 // claim takes up to limit due jobs of queue for the worker id.
-func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]*JobRow, error) {
-	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID)
+func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
+	began := time.Now()
+	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID, c.visibility)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
-	jobs, err := collectJobs(rows)
-	if err != nil {
+	defer rows.Close()
+	var out []claimedJob
+	for rows.Next() {
+		cj := claimedJob{leased: began}
+		var timeoutMs *int64
+		row, err := scanJob(extraScan{rows, []any{&cj.fence, &timeoutMs}})
+		if err != nil {
+			return nil, c.wrapErr("claim", err)
+		}
+		cj.row = row
+		if timeoutMs != nil {
+			cj.timeout = time.Duration(*timeoutMs) * time.Millisecond
+		}
+		out = append(out, cj)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
-	return jobs, nil
+	return out, nil
 }
 
 // claimTimeout bounds one claim statement.
@@ -100,15 +142,16 @@ type claimLoopConfig struct {
 	logger        *slog.Logger
 	// start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners.
-	start func(jobBase context.Context, row *JobRow) dispatched
+	start func(jobBase context.Context, job claimedJob) dispatched
 }
 
 // dispatched is a claimed job on its way to a runner.
 type dispatched struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	key    jobKey
-	row    *JobRow
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	key     jobKey
+	row     *JobRow
+	timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
 }
 
 // queueRunner holds one queue's claim loops and slots, and the channel to its runners.

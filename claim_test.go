@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -38,7 +39,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 		ANALYZE {s}.jobs;`, "{s}", `"`+schema+`"`))
 	require.NoError(t, err)
 
-	rows, err := pool.Query(ctx, "EXPLAIN "+newClaimer(c).sql, "default", 100, "w1")
+	rows, err := pool.Query(ctx, "EXPLAIN "+newClaimer(c, time.Minute).sql, "default", 100, "w1", time.Minute)
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {
@@ -53,14 +54,15 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 	assert.NotContains(t, text, "Seq Scan on jobs", text)
 
 	// And the claim itself returns the highest priority first.
-	jobs, err := newClaimer(c).claim(ctx, "default", 10, "w1")
+	jobs, err := newClaimer(c, time.Minute).claim(ctx, "default", 10, "w1")
 	require.NoError(t, err)
 	require.Len(t, jobs, 10)
 	for _, j := range jobs {
-		assert.Equal(t, 2, j.Priority)
-		assert.Equal(t, StatusRunning, j.Status)
-		assert.Equal(t, 1, j.Attempts)
-		assert.Equal(t, "w1", j.LockedBy)
+		assert.Equal(t, 2, j.row.Priority)
+		assert.Equal(t, StatusRunning, j.row.Status)
+		assert.Equal(t, 1, j.row.Attempts)
+		assert.Equal(t, int64(1), j.fence)
+		assert.Equal(t, "w1", j.row.LockedBy)
 	}
 }
 
@@ -78,7 +80,7 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+newClaimer(c).sql, "default", 100, "w1").Scan(&plan))
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+newClaimer(c, time.Minute).sql, "default", 100, "w1", time.Minute).Scan(&plan))
 		top := plan[0]["Plan"].(map[string]any)
 		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 due jobs")
 		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)

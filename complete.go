@@ -36,7 +36,8 @@ func completeSQL(mode Completion) string {
 	case CompletionDelete:
 		return `DELETE FROM {s}.jobs WHERE ` + fenceSQL
 	case CompletionKeep:
-		return `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL
+		return `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL,
+	lease_until = NULL
 WHERE ` + fenceSQL
 	default:
 		// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
@@ -45,9 +46,9 @@ WHERE ` + fenceSQL
 	RETURNING *
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at)
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence)
 SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, now()
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence
 FROM done`
 	}
 }
@@ -64,10 +65,12 @@ type completer struct {
 	flushEvery time.Duration
 	logger     *slog.Logger
 
-	ch      chan jobKey
-	quit    chan struct{}
-	done    chan struct{}
-	stopped sync.Once
+	ch   chan jobKey
+	quit chan struct{}
+	done chan struct{}
+
+	mu     sync.RWMutex // add holds it to read; stop to close
+	closed bool
 }
 
 func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *completer {
@@ -78,11 +81,29 @@ func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID s
 	}
 }
 
-// add reports the success of a held attempt.
-func (c *completer) add(k jobKey) { c.ch <- k }
+// add reports the success of a held attempt and whether the completer took it: after
+// stop it takes nothing (and never blocks), and the caller must say so. A send that finds
+// the channel full waits for the batching loops, which keep reading until stop.
+func (c *completer) add(k jobKey) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false
+	}
+	c.ch <- k
+	return true
+}
 
-// stop makes run flush what was added and return.
-func (c *completer) stop() { c.stopped.Do(func() { close(c.quit) }) }
+// stop makes run flush what was added and return. Every add that returned true is
+// flushed: stop waits for the adds in flight before it closes quit.
+func (c *completer) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		close(c.quit)
+	}
+}
 
 // run runs completerLoops batching loops over the same channel until stop, then closes done.
 func (c *completer) run() {
@@ -137,15 +158,17 @@ func (c *completer) flush(batch []jobKey) []jobKey {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
 	sort.Slice(batch, func(i, j int) bool { return batch[i].id < batch[j].id })
 	ids := make([]int64, len(batch))
-	attempts := make([]int32, len(batch))
+	fences := make([]int64, len(batch))
 	for i, k := range batch {
-		ids[i], attempts[i] = k.id, int32(k.attempts)
+		ids[i], fences[i] = k.id, k.fence
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
+	// A replay after a lost reply is harmless: rows the first run recorded no longer
+	// match the fence.
 	err := retryDB(ctx, func() error {
-		tag, err := c.pool.Exec(ctx, c.sql, ids, attempts, c.workerID)
+		tag, err := c.pool.Exec(ctx, c.sql, ids, fences, c.workerID)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -15,7 +15,11 @@ import (
 )
 
 // retryDB retries fn while its error is transient (see [transient]), with backoff, until
-// ctx ends. Every statement it runs is fenced, so running one twice is harmless.
+// ctx ends. A statement whose reply was lost may have committed, so retryDB runs only
+// statements whose replay is harmless: each is fenced on (id, fence, locked_by) and takes
+// the row out of that fence when it commits (success, failure, snooze, release), so a
+// replay after a commit matches nothing — not even a later claim of the same job by the
+// same worker, which took a new fence token.
 func retryDB(ctx context.Context, fn func() error) error {
 	delay := 20 * time.Millisecond
 	for {

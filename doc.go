@@ -54,9 +54,16 @@
 //
 // # Guarantees
 //
-// Two workers never hold the same attempt of a job: the claim is one atomic statement and
-// every later update is fenced on (id, attempts, locked_by). Execution is at least once:
-// a job whose worker dies is taken back by the [Sweeper] after the visibility timeout and
+// Two workers never hold the same attempt of a job: the claim is one atomic statement that
+// takes a fencing token (a per-row counter that never goes back), and every later write is
+// fenced on (id, token, locked_by), so a stale worker, or a statement replayed after a lost
+// reply, changes nothing. Each claim writes the claiming worker's lease in the row
+// (now() + its VisibilityTimeout) and heartbeats renew it; the [Sweeper] takes back only
+// jobs whose lease ended, counting the lost attempt, so workers with different settings
+// agree. Every attempt has a timeout ([WorkerConfig].JobTimeout, cause [ErrJobTimeout]),
+// every statement of the engine a time limit, and a worker whose heartbeats stop landing
+// cancels its handlers before their leases end. Execution is at least once:
+// a job whose worker dies is taken back after its lease ends and
 // run again, so handlers must be idempotent — for example, record an idempotency key
 // (the job ID) in the same transaction as the handler's own write, and skip the work when
 // the key is already there. Every enqueued job reaches a final state or stays visibly

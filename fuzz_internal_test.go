@@ -121,14 +121,14 @@ func FuzzDecodeJobRow(f *testing.F) {
 			}
 		}()
 
-		jobs, err := newClaimer(client).claim(ctx, "fuzz", 1, w.id)
+		jobs, err := newClaimer(client, time.Minute).claim(ctx, "fuzz", 1, w.id)
 		if err != nil {
 			t.Fatalf("%s\nclaiming the job failed, so it stays running with no worker: %v", input, err)
 		}
-		if len(jobs) != 1 || jobs[0].ID != id {
+		if len(jobs) != 1 || jobs[0].row.ID != id {
 			t.Fatalf("%s\nclaimed %d jobs, want job %d", input, len(jobs), id)
 		}
-		row := jobs[0]
+		row, fence := jobs[0].row, jobs[0].fence
 		if !stored {
 			row.Payload = payload // what a decoder must survive even if Postgres never returns it
 		}
@@ -147,7 +147,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.execute(ctx, jobKey{row.ID, row.Attempts}, row)
+		w.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobKey{row.ID, fence}, row: row})
 
 		var status, lastErr string
 		if err := pool.QueryRow(ctx, statusSQL, id).Scan(&status, &lastErr); err != nil {

@@ -1,12 +1,14 @@
 // This file holds the lease a worker keeps on the jobs it runs: the attempts it holds
-// (heldJobs), the one fence predicate every write about a claimed attempt matches
-// (fenceSQL), the heartbeat that renews the lease and notices jobs taken away, and the
-// release of unfinished jobs at shutdown.
+// (heldJobs, keyed by the fencing token), the one fence predicate every write about a
+// claimed attempt matches (fenceSQL), the heartbeat that renews each row's lease and
+// notices jobs taken away, the watchdog that cancels handlers whose lease could not be
+// renewed in time, and the release of jobs cut off by shutdown.
 
 package skiplock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -16,113 +18,234 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// jobKey identifies one claimed attempt of a job.
+// jobKey identifies one claimed attempt of a job: its id and the fencing token the claim
+// took. The token grows at every claim and never goes back, so a key is never reused.
 type jobKey struct {
-	id       int64
-	attempts int
+	id    int64
+	fence int64
 }
 
-// fenceSQL is the condition that picks, among the ids in $1 (ascending) with the attempts
-// in $2, the rows this worker ($3) still holds: the fence of every statement about a
-// worker's own jobs (heartbeat, release, success, failure). A job that was reclaimed by
-// the sweeper, re-claimed by another worker, cancelled or released no longer matches, so
-// a stale worker's late result changes nothing. Statements about one job pass one-element
-// arrays.
+// fenceSQL is the condition that picks, among the ids in $1 (ascending) with the fencing
+// tokens in $2, the rows this worker ($3) still holds: the fence of every statement about a
+// worker's own jobs (heartbeat, release, success, failure, snooze). A job that was
+// reclaimed by the sweeper, re-claimed by any worker (this one included: the claim took a
+// new token), cancelled or released no longer matches, so a stale write — a late result,
+// a statement replayed after a lost reply — changes nothing. Statements about one job pass
+// one-element arrays.
 //
+//   - fence is the token: claims add one and nothing else changes it, so unlike attempts
+//     (given back by a snooze or a shutdown release, reset by a requeue) it never repeats.
+//   - locked_by keeps a fleet of mixed releases safe while migration 002 rolls out: a
+//     worker of the previous release claims without taking a new token, but it writes its
+//     own locked_by.
 //   - id = ANY($1) is the only index condition the planner can use: status has an empty
 //     string appended before the comparison, which the planner cannot match to the
-//     partial indexes' predicates. With a
-//     table that had no statistics, it once preferred scanning jobs_running_idx once per
-//     id — a million rows read for a batch of 500.
+//     partial indexes' predicates. With a table that had no statistics, it once preferred
+//     scanning jobs_running_idx once per id — a million rows read for a batch of 500.
 //   - The statements act by id, never by a ctid read earlier in the statement: a row
 //     updated (by a heartbeat, say) after the statement's snapshot would be invisible at
 //     its new ctid, and its success silently dropped. By id, Postgres waits for the other
 //     update, rechecks this condition on the newest row version and acts on it.
 const fenceSQL = `id = ANY ($1::bigint[]) AND (status || '') = 'running' AND locked_by = $3
-	AND attempts = ($2::int[])[array_position($1::bigint[], id)]`
+	AND fence = ($2::bigint[])[array_position($1::bigint[], id)]`
 
-// heldJobs is the set of attempts a worker runs, each with the cancel function of its
-// handler's context. It is safe for concurrent use.
-type heldJobs struct {
-	m sync.Map // jobKey -> context.CancelCauseFunc
+// heldJob is one attempt the worker runs.
+type heldJob struct {
+	cancel context.CancelCauseFunc
+	// renewed is when the statement that last wrote this row's lease (the claim, then each
+	// heartbeat that renewed it) started, by the worker's clock: the lease lasts at least
+	// the visibility timeout from then.
+	renewed time.Time
+	// abandoned: the handler overran its timeout and the grace after it; the lease is no
+	// longer renewed, so the job is taken back when it ends.
+	abandoned bool
 }
 
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc) { h.m.Store(k, cancel) }
+// heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
+type heldJobs struct {
+	mu sync.Mutex
+	m  map[jobKey]*heldJob
+}
 
-func (h *heldJobs) remove(k jobKey) { h.m.Delete(k) }
+func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
+
+// add registers the attempt k, whose lease was written by a statement started at renewed.
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time) {
+	h.mu.Lock()
+	h.m[k] = &heldJob{cancel: cancel, renewed: renewed}
+	h.mu.Unlock()
+}
+
+func (h *heldJobs) remove(k jobKey) {
+	h.mu.Lock()
+	delete(h.m, k)
+	h.mu.Unlock()
+}
 
 // cancel cancels the context of the attempt k, if held, with cause.
 func (h *heldJobs) cancel(k jobKey, cause error) bool {
-	v, ok := h.m.Load(k)
+	h.mu.Lock()
+	j, ok := h.m[k]
+	h.mu.Unlock()
 	if ok {
-		v.(context.CancelCauseFunc)(cause)
+		j.cancel(cause)
 	}
 	return ok
 }
 
-func (h *heldJobs) count() int {
-	n := 0
-	h.m.Range(func(_, _ any) bool { n++; return true })
-	return n
-}
-
-// keys lists the held attempts by ascending id: batched statements lock rows in the order
-// given, and one order everywhere means they cannot deadlock.
-func (h *heldJobs) keys() (ids []int64, attempts []int32) {
-	var keys []jobKey
-	h.m.Range(func(k, _ any) bool {
-		keys = append(keys, k.(jobKey))
-		return true
-	})
-	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
-	for _, k := range keys {
-		ids = append(ids, k.id)
-		attempts = append(attempts, int32(k.attempts))
+// cancelID cancels every held attempt of job id with cause (a remote cancel knows the id
+// only) and reports whether there was one.
+func (h *heldJobs) cancelID(id int64, cause error) bool {
+	var cancels []context.CancelCauseFunc
+	h.mu.Lock()
+	for k, j := range h.m {
+		if k.id == id {
+			cancels = append(cancels, j.cancel)
+		}
 	}
-	return ids, attempts
+	h.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+	return len(cancels) > 0
 }
 
-// releaseSQL gives jobs cut off by shutdown back to the queue, due now, and gives back the
-// attempt (the job did not fail; the worker stopped). Fenced like every other update.
+// abandon stops renewing the lease of k: its handler overran its timeout.
+func (h *heldJobs) abandon(k jobKey) {
+	h.mu.Lock()
+	if j, ok := h.m[k]; ok {
+		j.abandoned = true
+	}
+	h.mu.Unlock()
+}
+
+func (h *heldJobs) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
+// renewable lists the held attempts whose lease is renewed, by ascending id: batched
+// statements lock rows in the order given, and one order everywhere means they cannot
+// deadlock.
+func (h *heldJobs) renewable() (ids, fences []int64) {
+	h.mu.Lock()
+	keys := make([]jobKey, 0, len(h.m))
+	for k, j := range h.m {
+		if !j.abandoned {
+			keys = append(keys, k)
+		}
+	}
+	h.mu.Unlock()
+	return sortedKeys(keys)
+}
+
+// sortedKeys splits keys into ids and fences, by ascending id.
+func sortedKeys(keys []jobKey) (ids, fences []int64) {
+	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+	ids = make([]int64, len(keys))
+	fences = make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i], fences[i] = k.id, k.fence
+	}
+	return ids, fences
+}
+
+// renewedAt records that the leases of keys were renewed by a statement started at t.
+func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
+	h.mu.Lock()
+	for _, k := range keys {
+		if j, ok := h.m[k]; ok && t.After(j.renewed) {
+			j.renewed = t
+		}
+	}
+	h.mu.Unlock()
+}
+
+// expiring cancels, with cause, every held attempt whose lease was last renewed before
+// cutoff and returns their keys.
+func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
+	var out []jobKey
+	var cancels []context.CancelCauseFunc
+	h.mu.Lock()
+	for k, j := range h.m {
+		if j.renewed.Before(cutoff) {
+			out = append(out, k)
+			cancels = append(cancels, j.cancel)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+	return out
+}
+
+// releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue,
+// due now, and gives back the attempt: the job did not fail, the worker stopped. The fence
+// token stays: the next claim takes a new one. Fenced like every other update.
 const releaseSQL = `UPDATE {s}.jobs SET
-	status = 'queued', run_at = now(), attempts = attempts - 1, locked_at = NULL, locked_by = NULL
+	status = 'queued', run_at = now(), attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
+	lease_until = NULL
 WHERE ` + fenceSQL
 
-// heartbeatSQL refreshes the lease of this worker's running jobs and returns the ones it
-// still holds; a job missing from the result was cancelled or reclaimed. The refresh locks
-// with SKIP LOCKED: a row locked by another statement (its success being recorded, the
-// sweeper) is one the heartbeat need not touch, and never waiting means the heartbeat can
-// never deadlock with them. Skipped rows are still reported as held: they are, as far as
-// this snapshot can tell, and the next heartbeat looks again.
+// heartbeatSQL renews the lease of this worker's running jobs to now() + $4 and returns the
+// ones it still holds, each with whether its lease was renewed; a job missing from the
+// result was cancelled or reclaimed.
+//
+//   - The refresh locks with SKIP LOCKED: a row locked by another statement (its success
+//     being recorded, the sweeper, a cancel) is one the heartbeat need not touch, and never
+//     waiting means the heartbeat can never deadlock with them. Skipped rows are reported
+//     held but not renewed: the watchdog keeps counting from their last renewal.
+//   - locked_at is refreshed too: a sweeper of the release before migration 002 judges a
+//     lease by locked_at alone, and must not take back a live job during a rolling deploy.
+//   - The final SELECT sees the rows as they were before the refresh (one snapshot): it
+//     reports what this worker holds, which the refresh does not change.
 const heartbeatSQL = `WITH lockable AS (
 	SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
 	FOR UPDATE SKIP LOCKED
 ), refreshed AS (
-	UPDATE {s}.jobs SET locked_at = now() WHERE id IN (SELECT id FROM lockable)
+	UPDATE {s}.jobs SET locked_at = now(), lease_until = now() + $4::interval
+	WHERE id IN (SELECT id FROM lockable)
+	RETURNING id
 )
-SELECT id, attempts FROM {s}.jobs WHERE ` + fenceSQL
+SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + fenceSQL
+
+// errLeaseExpiring is the cancel cause of a job whose lease this worker could not renew in
+// time (its database connection is down or hanging): another worker may soon hold it.
+var errLeaseExpiring = errors.New("skiplock: the lease of this job could not be renewed (database unreachable); another worker may run it")
 
 // lease renews and gives back the leases of one worker's held jobs.
 type lease struct {
-	pool      *pgxpool.Pool
-	workerID  string
-	logger    *slog.Logger
-	interval  time.Duration // between heartbeats: a third of the visibility timeout
-	held      *heldJobs
-	heartbeat string // heartbeatSQL, rendered
-	release   string // releaseSQL, rendered
+	pool       *pgxpool.Pool
+	workerID   string
+	logger     *slog.Logger
+	visibility time.Duration // the lease each claim and heartbeat writes
+	interval   time.Duration // between heartbeats: a third of the visibility timeout
+	held       *heldJobs
+	heartbeat  string // heartbeatSQL, rendered
+	release    string // releaseSQL, rendered
 }
 
 func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, logger *slog.Logger) *lease {
 	return &lease{
-		pool: pool, workerID: workerID, logger: logger, interval: visibility / 3, held: held,
+		pool: pool, workerID: workerID, logger: logger, visibility: visibility, interval: visibility / 3, held: held,
 		heartbeat: renderSQL(schema, heartbeatSQL),
 		release:   renderSQL(schema, releaseSQL),
 	}
 }
 
-// run heartbeats every interval until ctx ends.
+// cancelMargin is how long before a held job's lease could end the watchdog cancels its
+// handler, as a fraction of the visibility timeout: a lease renewed at t lasts until at
+// least t + visibility, and the handler is told at t + visibility - visibility/cancelMargin.
+const cancelMargin = 3
+
+// run heartbeats every interval, and watches the leases, until ctx ends.
 func (l *lease) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); l.watch(ctx) }()
+	defer wg.Wait()
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
@@ -135,55 +258,103 @@ func (l *lease) run(ctx context.Context) {
 	}
 }
 
+// watch cancels the handlers of held jobs whose lease was not renewed for
+// visibility - visibility/cancelMargin: their heartbeats are not landing (the database
+// is unreachable, or the connection black-holed), and once the lease ends another worker
+// may claim the job. Told in time, a handler stops before anyone else can start it.
+func (l *lease) watch(ctx context.Context) {
+	every := max(l.visibility/(4*cancelMargin), time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-(l.visibility - l.visibility/cancelMargin))
+		if lost := l.held.expiring(cutoff, errLeaseExpiring); len(lost) > 0 {
+			l.logger.Warn("skiplock: heartbeats are not landing; cancelling handlers before their leases end",
+				"jobs", len(lost))
+		}
+	}
+}
+
 // beat renews the lease of every held job and cancels, with errJobLost, the context of
-// each one the worker no longer holds.
+// each one the worker no longer holds. The statement may take at most one heartbeat
+// interval: a heartbeat that hangs (a half-open connection) is given up, and the next one
+// gets a fresh try.
 func (l *lease) beat(ctx context.Context) {
-	ids, attempts := l.held.keys()
+	ids, fences := l.held.renewable()
 	if len(ids) == 0 {
 		return
 	}
-	rows, err := l.pool.Query(ctx, l.heartbeat, ids, attempts, l.workerID)
+	l.renew(ctx, ids, fences)
+}
+
+// renew runs the heartbeat statement for the attempts (ids, fences) and acts on its
+// result. Between reading those keys and the statement, an attempt may end and a new
+// claim of the same job begin; the new claim has its own key, which this never touches.
+func (l *lease) renew(ctx context.Context, ids, fences []int64) {
+	ctx, cancel := context.WithTimeout(ctx, l.interval)
+	defer cancel()
+	began := time.Now()
+	rows, err := l.pool.Query(ctx, l.heartbeat, ids, fences, l.workerID, l.visibility)
 	if err != nil {
 		l.logger.Warn("skiplock: heartbeat failed", "jobs", len(ids), "err", err)
 		return
 	}
 	still := map[jobKey]bool{}
+	var renewed []jobKey
 	var key jobKey
-	_, err = pgx.ForEachRow(rows, []any{&key.id, &key.attempts}, func() error {
+	var ok bool
+	_, err = pgx.ForEachRow(rows, []any{&key.id, &key.fence, &ok}, func() error {
 		still[key] = true
+		if ok {
+			renewed = append(renewed, key)
+		}
 		return nil
 	})
 	if err != nil {
 		l.logger.Warn("skiplock: heartbeat failed", "jobs", len(ids), "err", err)
 		return
 	}
+	l.held.renewedAt(renewed, began)
 	for i := range ids {
-		k := jobKey{ids[i], int(attempts[i])}
+		k := jobKey{ids[i], fences[i]}
 		if still[k] {
 			continue
 		}
 		if l.held.cancel(k, errJobLost) {
-			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.id, "attempt", k.attempts)
+			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.id, "fence", k.fence)
 		}
 	}
 }
 
-// releaseAll puts the held jobs (those whose handlers did not finish) back in the queue.
-func (l *lease) releaseAll() {
-	ids, attempts := l.held.keys()
-	if len(ids) == 0 {
+// releaseTimeout bounds the shutdown release statement.
+const releaseTimeout = 10 * time.Second
+
+// releaseJobs puts jobs cut off by shutdown, whose handlers have returned, back in the
+// queue.
+func (l *lease) releaseJobs(keys []jobKey) {
+	if len(keys) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ids, fences := sortedKeys(keys)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	tag, err := l.pool.Exec(ctx, l.release, ids, attempts, l.workerID)
+	// Replaying the release after a lost reply is harmless: the first one, if it
+	// committed, made the rows stop matching the fence.
+	var n int64
+	err := retryDB(ctx, func() error {
+		tag, err := l.pool.Exec(ctx, l.release, ids, fences, l.workerID)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
-		l.logger.Error("skiplock: putting unfinished jobs back failed; the sweeper will reclaim them after the visibility timeout",
+		l.logger.Error("skiplock: putting unfinished jobs back failed; the sweeper will take them back when their leases end",
 			"jobs", len(ids), "err", err)
 		return
 	}
-	l.logger.Info("skiplock: unfinished jobs put back in the queue", "jobs", tag.RowsAffected())
-	for i := range ids {
-		l.held.remove(jobKey{ids[i], int(attempts[i])})
-	}
+	l.logger.Info("skiplock: unfinished jobs put back in the queue", "jobs", n)
 }

@@ -6,13 +6,18 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/blackhole"
+	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 func TestWorker_HeartbeatsKeepLongJobAlive(t *testing.T) {
@@ -87,4 +92,144 @@ func TestFencing_StaleFailureChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
 	assert.Equal(t, skiplock.StatusCancelled, after.Status)
+}
+
+func TestLease_WorkersWithDifferentVisibilityTimeoutsAgree(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, worker text)`))
+	require.NoError(t, err)
+	handler := func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
+		if _, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3)`), job.ID, job.Attempts, job.LockedBy); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(job.Args.Ms) * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// A worker of the old deploy: a long visibility timeout, so it heartbeats rarely.
+	old := newWorker(t, b, skiplock.WorkerConfig{ID: "old", VisibilityTimeout: time.Hour, SweepInterval: -1,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(old, handler))
+	job, err := b.client.Enqueue(b.ctx, slowArgs{Ms: 3000}, nil)
+	require.NoError(t, err)
+	runWorker(t, old)
+	eventually(t, 10*time.Second, func() bool { return b.count(t, `SELECT count(*) FROM {s}.audit`) == 1 }, "old worker started the job")
+
+	// A worker of the new deploy joins with a much shorter timeout and a busy embedded
+	// sweeper. It must leave the old worker's live job alone: its lease is the old one's.
+	young := newWorker(t, b, skiplock.WorkerConfig{ID: "young", VisibilityTimeout: 500 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(young, handler))
+	runWorker(t, young)
+
+	eventually(t, 20*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job succeeded")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts, "never reclaimed")
+	assert.Equal(t, "old", j.LockedBy)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.audit`), "ran once")
+}
+
+type holdArgs struct {
+	N int `json:"n"`
+}
+
+func (holdArgs) Kind() string { return "hold" }
+
+func TestLease_BlackHoledWorkerCancelsItsHandlersBeforeOthersRunItsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs = 4
+	const vt = 2 * time.Second
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, worker text,
+		started timestamptz, ended timestamptz, ok bool)`))
+	require.NoError(t, err)
+	// Every handler writes its audit row through the test's own pool, which is not cut off.
+	handler := func(ctx context.Context, job *skiplock.Job[holdArgs]) error {
+		started := time.Now()
+		d := 200 * time.Millisecond
+		if job.LockedBy == "cut-off" {
+			d = time.Minute // holds its jobs until the network fails under it
+		}
+		var err error
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		_, aerr := b.pool.Exec(context.Background(), b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3, $4, $5, $6)`),
+			job.ID, job.Attempts, job.LockedBy, started, time.Now(), err == nil)
+		require.NoError(t, aerr)
+		return err
+	}
+
+	// Worker "cut-off" reaches the database through a proxy that will stop forwarding.
+	proxy, pool := proxiedPool(t, 4)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	cut, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "cut-off", VisibilityTimeout: vt, SweepInterval: -1,
+		PollInterval: 50 * time.Millisecond, ShutdownTimeout: time.Second, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(cut, handler))
+	for i := range jobs {
+		_, err := b.client.Enqueue(b.ctx, holdArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	stopCut := runWorker(t, cut)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND locked_by = 'cut-off'`) == jobs
+	}, "the cut-off worker holds every job")
+
+	// Its network path goes dead: no reset, no error, just silence.
+	proxy.Blackhole()
+	healthy := newWorker(t, b, skiplock.WorkerConfig{ID: "healthy", VisibilityTimeout: vt, SweepInterval: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(healthy, handler))
+	runWorker(t, healthy)
+
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+	}, "every job finished elsewhere")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'cut-off' AND NOT ok`),
+		"the cut-off worker cancelled each of its handlers")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'healthy' AND ok`), "each job finished once")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.audit a JOIN {s}.audit o
+		ON a.job_id = o.job_id AND a.ctid <> o.ctid AND a.started < o.ended AND o.started < a.ended`),
+		"a job ran in two places at once")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 2`), "the cut-off attempt counts")
+
+	// The network comes back: the stale worker's late writes change nothing.
+	before := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE locked_by = 'healthy'`)
+	proxy.Restore()
+	stopCut()
+	assert.Equal(t, before, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE locked_by = 'healthy'`))
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`))
+}
+
+// proxiedPool opens a pool on the test database through a loopback proxy that a test can
+// black-hole; both are closed at cleanup.
+func proxiedPool(t *testing.T, maxConns int32) (*blackhole.Proxy, *pgxpool.Pool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	target := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	proxy, err := blackhole.Start(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(proxy.Port())
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return proxy, pool
 }

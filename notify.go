@@ -117,7 +117,17 @@ type controlMsg struct {
 const (
 	controlPause  = "pause"
 	controlResume = "resume"
+	// controlCancel: job ID was cancelled; the worker running it cancels its handler's
+	// context at once rather than at its next heartbeat.
+	controlCancel = "cancel"
 )
+
+// sendControl sends m on the control channel through db. Inside a transaction it is
+// delivered at its commit.
+func (n *notifier) sendControl(ctx context.Context, db execer, m controlMsg) error {
+	_, err := db.Exec(ctx, notifyOneSQL, n.control, m.payload())
+	return err
+}
 
 // payload returns m as the JSON a control notification carries.
 func (m controlMsg) payload() string {

@@ -48,6 +48,10 @@ type EnqueueOptions struct {
 	// it names; a duplicate enqueue returns the existing job with Duplicate set and a nil
 	// error. Nil means not unique (unless UniqueKey is set).
 	Unique *UniqueOpts
+	// Timeout bounds each attempt of this job, overriding the kind's Timeout method and
+	// [WorkerConfig].JobTimeout (see there). Zero means those; negative is an error.
+	// Stored in milliseconds.
+	Timeout time.Duration
 }
 
 // EnqueueParams is one job of an [Client.EnqueueMany] call.
@@ -182,7 +186,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 	}
 	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
 	// setups) would send it as bytea.
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs}
 	q := c.sql.insert
 	if notify {
 		q = c.sql.insertNotify
@@ -205,7 +209,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 // statement checks; no round trip is added); otherwise, once the lookup has found no
 // visible holder, it runs again inside a savepoint that absorbs such a failure.
 func (c *Client) insertUnique(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs}
 	if notify {
 		args = append(args, c.notify.channel)
 	}
@@ -352,12 +356,12 @@ var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts
 // per queue with due jobs.
 func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerTx bool) (int, error) {
 	queues := map[string]bool{}
-	hasUnique := false
+	hasUnique := false // or a per-job timeout, which the COPY columns do not carry
 	for i := range jobs {
 		if jobs[i].dueNow() {
 			queues[jobs[i].queue] = true
 		}
-		if jobs[i].uniqueKey != nil {
+		if jobs[i].uniqueKey != nil || jobs[i].timeoutMs != nil {
 			hasUnique = true
 		}
 	}
@@ -463,6 +467,7 @@ func unnestColumns(jobs []newJob) []any {
 		runAt  = make([]*time.Time, len(jobs))
 		uniq   = make([]*string, len(jobs))
 		states = make([]*string, len(jobs))
+		tmo    = make([]*int64, len(jobs))
 	)
 	for i := range jobs {
 		j := &jobs[i]
@@ -471,8 +476,9 @@ func unnestColumns(jobs []newJob) []any {
 			s := strings.Join(j.uniqueStates, ",")
 			states[i] = &s
 		}
+		tmo[i] = j.timeoutMs
 	}
-	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states}
+	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo}
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
@@ -536,14 +542,14 @@ const (
 // pg_notify runs in the same statement (one round trip) and so in the same transaction:
 // Postgres delivers it only at commit.
 func insertSQL(notify bool) string {
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7)
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
 RETURNING ` + jobColumns
 	if !notify {
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($8, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($9, $1::text) AS n`
 }
 
 // finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
@@ -558,14 +564,14 @@ const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
 // a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
 // lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
 // also settles concurrent inserts of one key: the later waits for the earlier to commit).
-// gated adds readCommittedGate. The channel of notify is $9.
+// gated adds readCommittedGate. $9 is the job's timeout_ms; the channel of notify is $10.
 func insertUniqueSQL(gated, notify bool) string {
 	gate := ""
 	if gated {
 		gate = readCommittedGate
 	}
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
-SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms)
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint
 WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
 ` + onConflictUnique + `
 RETURNING ` + jobColumns
@@ -573,16 +579,16 @@ RETURNING ` + jobColumns
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($9, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($10, $1::text) AS n`
 }
 
 // insertUnnestSQL is the bulk insert with unique keys: as insertUniqueSQL for every row,
 // the finished states that count given per row as a comma-separated list (us).
 func insertUnnestSQL(gate string) string {
-	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[])
-	AS t(q, k, p, pr, ma, ra, uk, us)
+	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[])
+	AS t(q, k, p, pr, ma, ra, uk, us, tm)
 WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {s}.jobs d
 		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))

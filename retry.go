@@ -143,7 +143,7 @@ const retrySQL = `UPDATE {s}.jobs SET
 	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
 	run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE now() + $4::interval END,
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-	locked_at = NULL,
+	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END,
 	last_error = $5,
 	errors = ` + appendErrorSQL + `
@@ -152,15 +152,17 @@ RETURNING status, run_at`
 
 // failSQL ends the attempt and the job in status $4 (failed or cancelled), with no retry.
 const failSQL = `UPDATE {s}.jobs SET
-	status = $4, finished_at = now(), locked_at = NULL, last_error = $5,
+	status = $4, finished_at = now(), locked_at = NULL, lease_until = NULL, last_error = $5,
 	errors = ` + appendErrorSQL + `
 WHERE ` + fenceSQL + `
 RETURNING status, run_at`
 
-// snoozeSQL puts the job back at now() + $4 and gives back the attempt it used.
+// snoozeSQL puts the job back at now() + $4 and gives back the attempt it used. It leaves
+// the fence token alone: the next claim takes a new one, so this statement, replayed after
+// a lost reply, cannot match that claim.
 const snoozeSQL = `UPDATE {s}.jobs SET
 	status = 'queued', run_at = now() + $4::interval, attempts = attempts - 1,
-	locked_at = NULL, locked_by = NULL
+	locked_at = NULL, locked_by = NULL, lease_until = NULL
 WHERE ` + fenceSQL + `
 RETURNING status, run_at`
 
@@ -181,12 +183,12 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, logger *slo
 	}
 }
 
-// record writes a failed attempt (retry, dead, failed, cancelled or snoozed) with
-// one fenced statement and returns the job's new status.
-func (f *failureRecorder) record(row *JobRow, herr error, policy RetryPolicy) JobStatus {
+// record writes a failed attempt k of row (retry, dead, failed, cancelled or snoozed)
+// with one fenced statement and returns the job's new status.
+func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	var (
 		q    string
-		args = []any{[]int64{row.ID}, []int32{int32(row.Attempts)}, f.workerID}
+		args = []any{[]int64{k.id}, []int64{k.fence}, f.workerID}
 		msg  = storableMessage(herr.Error())
 		re   *resultError
 	)
@@ -216,6 +218,9 @@ func (f *failureRecorder) record(row *JobRow, herr error, policy RetryPolicy) Jo
 	defer cancel()
 	var status string
 	var runAt time.Time
+	// Every statement here is fenced on the claim's token: replayed after a lost reply, it
+	// matches nothing if the first run committed (the job left running, and any later
+	// claim took a new token), so retrying is harmless.
 	err := retryDB(ctx, func() error { return f.pool.QueryRow(ctx, q, args...).Scan(&status, &runAt) })
 	if errors.Is(err, pgx.ErrNoRows) {
 		f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,10 +18,14 @@ type SweeperConfig struct {
 	// Interval between sweeps. Defaults to [DefaultSweepInterval] (30s); zero or negative
 	// means the default; a positive value under 1ms is an error.
 	Interval time.Duration
-	// VisibilityTimeout: a running job whose lease (locked_at, refreshed by heartbeats) is
-	// older than this is taken back. Must match the workers'. Defaults to
-	// [DefaultVisibilityTimeout] (1m); zero or negative means the default; a positive
-	// value under 1ms is an error.
+	// VisibilityTimeout applies only to running jobs without a lease of their own: those
+	// claimed by workers of a release before migration 002, which record no lease end. Such
+	// a job is taken back once its locked_at (refreshed by its heartbeats) is older than
+	// this, so set it to the old workers' visibility timeout during a rolling deploy. A job
+	// claimed by a current worker carries its lease end (that worker's own visibility
+	// timeout) and is taken back when it passes, whatever this is. Defaults to
+	// [DefaultVisibilityTimeout] (1m); zero or negative means the default; a positive value
+	// under 1ms is an error.
 	VisibilityTimeout time.Duration
 	// ArchiveRetention is how long finished jobs are kept. Defaults to
 	// [DefaultArchiveRetention] (7 days); zero or negative means the default.
@@ -127,12 +132,23 @@ const vacuumCheckInterval = time.Second
 // sweeper holds it. The second key is the schema's hash: schemas sweep independently.
 const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))`
 
-// reclaimSQL takes back expired running jobs. The lost attempt counts: a job whose
-// attempts are used up goes dead, so a job that kills every worker that runs it cannot
-// loop forever.
+// reclaimSQL takes back running jobs whose lease has ended. The lost attempt counts: a
+// job whose attempts are used up goes dead, so a job that kills every worker that runs it
+// cannot loop forever.
+//
+//   - The lease end is the row's own lease_until, written by the claiming worker from its
+//     own visibility timeout: workers with different timeouts, and this sweeper, agree on
+//     it. A row without one was claimed by a worker of the release before migration 002;
+//     its lease is judged as that release did, by locked_at + $1.
+//   - status = 'running' ... ORDER BY locked_at walks jobs_running_idx, which holds only
+//     running rows (a few per worker slot), so no index on lease_until is needed.
+//   - FOR UPDATE SKIP LOCKED: a row being written by its worker (a success, a heartbeat)
+//     is left for the next sweep rather than waited for.
+//   - The fence token is left alone (the next claim takes a new one); lease_until is
+//     cleared with the rest of the claim's state.
 const reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
-	WHERE status = 'running' AND locked_at < now() - $1::interval
+	WHERE status = 'running' AND coalesce(lease_until, locked_at + $1::interval) < now()
 	ORDER BY locked_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
@@ -143,7 +159,7 @@ UPDATE {s}.jobs SET
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
 	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
 	errors = ` + appendHistory + `'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'))` + `,
-	locked_at = NULL,
+	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
 WHERE id IN (SELECT id FROM expired)
 RETURNING id, status, queue`
@@ -162,14 +178,51 @@ const purgeArchiveSQL = `WITH a AS (
 )
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM h)`
 
+// Limits of one sweep. The sweep lock is held by a transaction: if that transaction
+// hangs (its connection half-open, a statement stuck), no one sweeps until it ends, so
+// every way it can hang is bounded, on both sides of the connection.
+const (
+	// sweepTimeout bounds one sweep transaction, on the worker's side (its context).
+	sweepTimeout = 30 * time.Second
+	// sweepStatementTimeout is the transaction's statement_timeout.
+	sweepStatementTimeout = 10 * time.Second
+	// sweepLockTimeout is the transaction's lock_timeout: the statements skip locked rows,
+	// so a wait is on a table lock (a migration, a manual LOCK).
+	sweepLockTimeout = 2 * time.Second
+	// sweepIdleTimeout is the transaction's idle_in_transaction_session_timeout: the server
+	// ends the session, and with it the sweep lock, when the sweeper stops talking
+	// mid-transaction (killed, or its connection black-holed).
+	sweepIdleTimeout = 5 * time.Second
+)
+
+// sweepLimitsSQL sets the sweep transaction's time limits, for this transaction only
+// (set_config with is_local: SET LOCAL, with parameters).
+const sweepLimitsSQL = `SELECT set_config('statement_timeout', $1, true),
+	set_config('lock_timeout', $2, true),
+	set_config('idle_in_transaction_session_timeout', $3, true)`
+
+// setSweepLimits bounds the waits of the transaction tx.
+func setSweepLimits(ctx context.Context, tx pgx.Tx) error {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	_, err := tx.Exec(ctx, sweepLimitsSQL, ms(sweepStatementTimeout), ms(sweepLockTimeout), ms(sweepIdleTimeout))
+	return err
+}
+
 // Sweep runs one sweep now, if no other sweeper is running one: it reclaims every expired
 // job (in batches, in one transaction holding the sweep lock), then deletes finished jobs
-// past retention in batches of their own short transactions.
+// past retention in batches of their own short transactions. Each transaction is bounded
+// (see sweepTimeout and the limits beside it).
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	c := s.client
 	queues := map[string]bool{}
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(tctx, c.pool, func(tx pgx.Tx) error {
+		ctx := tctx
+		if err := setSweepLimits(ctx, tx); err != nil {
+			return err
+		}
 		var got bool
 		if err := tx.QueryRow(ctx, sweepLockSQL, c.schema).Scan(&got); err != nil {
 			return err
@@ -219,7 +272,10 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		for q := range queues {
 			names = append(names, q)
 		}
-		if err := c.notify.queues(ctx, c.pool, names); err != nil {
+		nctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
+		err := c.notify.queues(nctx, c.pool, names)
+		cancel()
+		if err != nil {
 			s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
 		}
 	}
@@ -227,12 +283,17 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	for range maxPurgeBatches {
 		var n int64
 		var got bool
-		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, sweepLockSQL, c.schema).Scan(&got); err != nil || !got {
+		pctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+		err := pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) error {
+			if err := setSweepLimits(pctx, tx); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, s.sql.purgeArchive, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
+			if err := tx.QueryRow(pctx, sweepLockSQL, c.schema).Scan(&got); err != nil || !got {
+				return err
+			}
+			return tx.QueryRow(pctx, s.sql.purgeArchive, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
 		})
+		cancel()
 		if err != nil {
 			return res, c.wrapErr("sweep: purge", err)
 		}
@@ -257,6 +318,8 @@ const vacuumDeadTuples = 5000
 // may be slow to notice (its naptime) or switched off, and a bloated table makes every
 // claim walk dead index entries. Errors (no privilege, say) are logged, not returned.
 func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
+	ctx, cancel := context.WithTimeout(ctx, vacuumTimeout)
+	defer cancel()
 	c := s.client
 	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
 	var dead, live int64
@@ -271,6 +334,9 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	}
 	res.Vacuumed = true
 }
+
+// vacuumTimeout bounds the check and the vacuum of the jobs table, which stays small.
+const vacuumTimeout = time.Minute
 
 // maxPurgeBatches bounds the retention work of one sweep.
 const maxPurgeBatches = 1000

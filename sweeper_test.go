@@ -2,15 +2,19 @@ package skiplock_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/blackhole"
 )
 
 type blockArgs struct{}
@@ -30,8 +34,9 @@ func startSweeper(t *testing.T, b *bundle, vt time.Duration) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// vanishingWorker runs a worker whose handler blocks until release is closed and whose
-// heartbeats are too rare to matter: to the database it is a worker that died mid-job.
+// vanishingWorker runs a worker whose handler blocks until release is closed, whose
+// heartbeats are too rare to matter, and whose handler makes its own lease end at once:
+// to the database it is a worker that died mid-job.
 func vanishingWorker(t *testing.T, b *bundle, id string, slots int, release <-chan struct{}, claimed chan<- int) (*skiplock.Worker, func()) {
 	t.Helper()
 	pool := newPool(t, 4)
@@ -43,6 +48,8 @@ func vanishingWorker(t *testing.T, b *bundle, id string, slots int, release <-ch
 	})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[blockArgs]) error {
+		_, err := b.pool.Exec(context.Background(), b.q(`UPDATE {s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`), job.ID)
+		require.NoError(t, err)
 		claimed <- job.Attempts
 		<-release
 		return nil
@@ -198,4 +205,66 @@ func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
 	}, "the sweeper vacuumed the jobs table")
 	// The empty pages at the end of the heap were given back.
 	assert.Less(t, b.count(t, `SELECT pg_relation_size($1::regclass)::int`, `"`+b.schema+`".jobs`), 64*1024)
+}
+
+// holeOnReclaim black-holes a proxy the moment its pool starts the sweeper's reclaim
+// statement: the sweep transaction then holds the sweep lock with a connection that
+// never answers.
+type holeOnReclaim struct {
+	proxy *blackhole.Proxy
+	hit   chan struct{}
+	once  sync.Once
+}
+
+func (h *holeOnReclaim) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "WITH expired AS") {
+		h.once.Do(func() { h.proxy.Blackhole(); close(h.hit) })
+	}
+	return ctx
+}
+
+func (h *holeOnReclaim) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestSweeper_StuckSweepDoesNotStopSweeping(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	// Sweeper A's connection black-holes in the middle of its sweep, after it took the
+	// sweep lock.
+	proxy, pool := proxiedPool(t, 2)
+	tracer := &holeOnReclaim{proxy: proxy, hit: make(chan struct{})}
+	cfg := pool.Config() // the same settings, with a tracer
+	cfg.ConnConfig.Tracer = tracer
+	tracedPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(tracedPool.Close)
+	ca, err := skiplock.NewClient(tracedPool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	sa, err := skiplock.NewSweeper(ca, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = sa.Sweep(context.Background())
+	}()
+	t.Cleanup(func() { proxy.Close(); <-done })
+	select {
+	case <-tracer.hit:
+	case <-time.After(10 * time.Second):
+		t.Fatal("sweeper A never reached its reclaim")
+	}
+
+	// Meanwhile a worker vanished: its job's lease ended. Sweeper B must take it back.
+	var id int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by, lease_until, fence)
+		VALUES ('k', 'running', 1, now(), 'gone', now() - interval '1 second', 1) RETURNING id`)).Scan(&id))
+	sb, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	began := time.Now()
+	eventually(t, 30*time.Second, func() bool {
+		res, err := sb.Sweep(b.ctx)
+		require.NoError(t, err)
+		return !res.Skipped && len(res.Reclaimed) == 1 && res.Reclaimed[0] == id
+	}, "sweeper B reclaims the expired job although A's sweep hangs")
+	t.Logf("sweeper B took over %s after A's connection went dead", time.Since(began).Round(time.Millisecond))
 }

@@ -57,6 +57,8 @@ type newJob struct {
 	// keyIsCallers: uniqueKey is EnqueueOptions.UniqueKey, whose duplicates also report
 	// ErrDuplicateJob.
 	keyIsCallers bool
+	// timeoutMs is EnqueueOptions.Timeout; nil: the kind's or the worker's job timeout.
+	timeoutMs *int64
 }
 
 // dueNow reports whether the job may run at once (and so deserves a wake-up).
@@ -134,6 +136,13 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 		}
 		j.uniqueKey, j.uniqueStates = &k, states
 	}
+	if o.Timeout < 0 || (o.Timeout > 0 && o.Timeout < time.Millisecond) {
+		return newJob{}, fmt.Errorf("%w: Timeout %s: must be zero (the kind's or worker's timeout) or at least 1ms", ErrInvalidOptions, o.Timeout)
+	}
+	if o.Timeout > 0 {
+		ms := o.Timeout.Milliseconds()
+		j.timeoutMs = &ms
+	}
 	return j, nil
 }
 
@@ -155,6 +164,9 @@ func mergeOptions(base, over EnqueueOptions) EnqueueOptions {
 	}
 	if over.Unique != nil {
 		base.Unique = over.Unique
+	}
+	if over.Timeout != 0 {
+		base.Timeout = over.Timeout
 	}
 	return base
 }
@@ -433,6 +445,9 @@ func (cfg *WorkerConfig) validate() error {
 		return err
 	}
 	if err := checkInterval("WorkerConfig.SweepInterval", cfg.SweepInterval, "the default (negative disables the embedded sweeper)"); err != nil {
+		return err
+	}
+	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
 		return err
 	}
 	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {

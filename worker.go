@@ -46,6 +46,8 @@ const (
 	DefaultCompleteBatchSize = 500
 	// DefaultCompleteFlushInterval is the default of [WorkerConfig].CompleteFlushInterval.
 	DefaultCompleteFlushInterval = 2 * time.Millisecond
+	// DefaultJobTimeout is the default of [WorkerConfig].JobTimeout.
+	DefaultJobTimeout = time.Minute
 )
 
 // QueueConfig configures one queue of a [Worker].
@@ -74,17 +76,32 @@ type WorkerConfig struct {
 	// [DefaultFetchCooldown] (1ms); zero means the default, negative means never wait.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run waits for running handlers after its context is
-	// cancelled, before cancelling their contexts and putting their jobs back in the queue.
-	// Defaults to [DefaultShutdownTimeout] (10s); zero or negative means the default.
+	// cancelled, before cancelling their contexts. Handlers that then return within
+	// min(ShutdownTimeout, 5s) have their jobs put back in the queue (or their results
+	// recorded); the jobs of handlers still running after that are left to their lease,
+	// which is no longer renewed (see [Worker.Run]). Defaults to [DefaultShutdownTimeout]
+	// (10s); zero or negative means the default.
 	ShutdownTimeout time.Duration
-	// VisibilityTimeout is how long a running job may go without a heartbeat before the
-	// sweeper takes it back from its (presumably dead) worker. The worker refreshes its
-	// jobs every VisibilityTimeout/3, so this bounds the time to recover from a crash, not
-	// the length of a job. Defaults to [DefaultVisibilityTimeout] (1m): three heartbeat
-	// periods of 20s, long enough to ride out a database failover or a long GC pause
-	// without running a job twice. Zero or negative means the default; a positive value
-	// under 1ms is an error.
+	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim
+	// writes the lease end (now() + VisibilityTimeout) in the job's row, and heartbeats
+	// renew it every VisibilityTimeout/3, each heartbeat given at most that long. The
+	// sweeper takes a job back only once its lease has ended, so this bounds the time to
+	// recover from a crash, not the length of a job; workers with different settings
+	// agree. If this worker's heartbeats stop landing, it cancels its own handlers
+	// VisibilityTimeout/3 before their leases can end. Defaults to
+	// [DefaultVisibilityTimeout] (1m): three heartbeat periods of 20s, long enough to ride
+	// out a database failover or a long GC pause without running a job twice. Zero or
+	// negative means the default; a positive value under 1ms is an error.
 	VisibilityTimeout time.Duration
+	// JobTimeout bounds one attempt of a job: when it passes, the handler's context is
+	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
+	// counts as failed, retried by the retry policy. A kind overrides it with a method
+	// Timeout() time.Duration on its args type, a job with [EnqueueOptions].Timeout. A
+	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
+	// after the timeout, so its lease ends and the job is retried elsewhere with the
+	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
+	// negative means no timeout; a positive value under 1ms is an error.
+	JobTimeout time.Duration
 	// SweepInterval is how often this worker's embedded [Sweeper] runs. Defaults to
 	// [DefaultSweepInterval] (30s); zero means the default, negative disables the embedded
 	// sweeper (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
@@ -124,6 +141,11 @@ type WorkerConfig struct {
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
 var ErrWorkerStarted = errors.New("skiplock: worker already started: a Worker runs once")
 
+// ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
+// the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
+// [EnqueueOptions].Timeout). The attempt counts as failed.
+var ErrJobTimeout = errors.New("skiplock: job timeout")
+
 // errShutdown is the cancel cause of job contexts cut off by shutdown.
 var errShutdown = errors.New("skiplock: worker shutting down")
 
@@ -132,8 +154,14 @@ var errShutdown = errors.New("skiplock: worker shutting down")
 var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
 
 type handler struct {
-	run    func(ctx context.Context, row *JobRow) error
-	policy RetryPolicy
+	run     func(ctx context.Context, row *JobRow) error
+	policy  RetryPolicy
+	timeout time.Duration // the kind's Timeout(); 0: the worker's
+}
+
+// timeoutArgs is implemented by args types with a kind-specific job timeout.
+type timeoutArgs interface {
+	Timeout() time.Duration
 }
 
 // Worker claims jobs and runs their handlers. Create it with [NewWorker], register
@@ -157,6 +185,12 @@ type Worker struct {
 	periodic  *periodicRunner // nil without PeriodicJobs
 	checkSQL  string          // checkSchemaSQL, rendered
 	handlerWG sync.WaitGroup
+
+	// Shutdown: the jobs cut off by it whose handlers returned, to put back in the queue.
+	relMu     sync.Mutex
+	toRelease []jobKey
+	relClosed bool        // the release is done; later returns are left to their leases
+	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
 }
 
 // NewWorker returns a Worker for client configured by cfg. A field out of range is an
@@ -201,12 +235,15 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = BackoffPolicy{}
 	}
+	if cfg.JobTimeout == 0 {
+		cfg.JobTimeout = DefaultJobTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = client.logger
 	}
 	logger := cfg.Logger.With("worker", cfg.ID)
 	pool, schema := client.pool, client.schema
-	held := &heldJobs{}
+	held := newHeldJobs()
 	w := &Worker{
 		client:    client,
 		cfg:       cfg,
@@ -221,7 +258,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		checkSQL:  renderSQL(schema, checkSchemaSQL),
 	}
 	claims := claimLoopConfig{
-		claimer:       newClaimer(client),
+		claimer:       newClaimer(client, cfg.VisibilityTimeout),
 		workerID:      cfg.ID,
 		pollInterval:  cfg.PollInterval,
 		fetchCooldown: cfg.FetchCooldown,
@@ -292,6 +329,9 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	if p, ok := kindOf.(retryPolicyArgs); ok {
 		h.policy = p.RetryPolicy()
 	}
+	if p, ok := kindOf.(timeoutArgs); ok {
+		h.timeout = p.Timeout()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started.Load() {
@@ -304,11 +344,22 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	return nil
 }
 
-// Run claims and runs jobs until ctx is cancelled, then shuts down gracefully: it stops
-// claiming, waits up to ShutdownTimeout for running handlers, then cancels their contexts
-// and puts the jobs that did not finish back in the queue at once, due now. Putting a job
-// back this way does not use up an attempt. Run returns nil after a graceful shutdown, or
-// an error if it cannot start (schema not migrated, already run). A Worker runs once.
+// Run claims and runs jobs until ctx is cancelled, then shuts down gracefully:
+//
+//  1. it stops claiming and waits up to ShutdownTimeout for running handlers; the results
+//     of those that return are recorded as usual;
+//  2. it cancels the contexts of the handlers still running (cause: shutdown) and waits
+//     up to min(ShutdownTimeout, 5s) more; the jobs of those that return with an error are
+//     put back in the queue at once, due now, without using up an attempt (a nil return
+//     is recorded as a success);
+//  3. handlers still running then ignore their context: their jobs are not put back (they
+//     still run) and their leases are no longer renewed, so the sweeper takes them back
+//     when the leases end, counting the attempt. Such a handler's result, when it comes,
+//     is logged and not recorded.
+//
+// Run returns nil after a graceful shutdown, or an error if it cannot start (schema not
+// migrated, already run). When it returns, none of its goroutines is left, except one per
+// handler of step 3, which ends when that handler returns. A Worker runs once.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
 // retried; they do not stop Run.
@@ -367,7 +418,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				q.signal()
 			}
 		},
-		onControl: w.pause.control,
+		onControl: func(msg controlMsg) {
+			w.pause.control(msg)
+			w.control(msg)
+		},
 		onListen: func() {
 			w.pause.reload() // pauses announced while the listener was away
 			for _, q := range w.queues {
@@ -416,18 +470,46 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !allReturned {
 		cancelJobs(errShutdown)
 		// Handlers that honour their context return now; give them a moment.
-		allReturned = waitTimeout(&w.handlerWG, min(w.cfg.ShutdownTimeout, 2*time.Second))
+		allReturned = waitTimeout(&w.handlerWG, min(w.cfg.ShutdownTimeout, shutdownGrace))
 	}
-	if allReturned {
-		runnersWG.Wait()
+	// Put back the jobs cut off by shutdown whose handlers returned. A job whose handler
+	// still runs is not put back: another worker would run the same attempt beside it.
+	w.relMu.Lock()
+	release := w.toRelease
+	w.toRelease, w.relClosed = nil, true
+	w.relMu.Unlock()
+	w.lease.releaseJobs(release)
+	for _, k := range release {
+		w.held.remove(k)
+	}
+	if !allReturned {
+		w.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
+			"running", w.held.count())
 	}
 	w.completer.stop() // flushes the successes already reported
 	<-w.completer.done
-	w.lease.releaseAll()
-	stopBG()
+	stopBG() // heartbeats end: the leases of jobs still running run out
 	bgWG.Wait()
+	w.stopped.Store(true)
+	if allReturned {
+		runnersWG.Wait()
+	}
 	w.logger.Info("skiplock: worker stopped")
 	return nil
+}
+
+// shutdownGrace bounds how long Run waits for handlers to return after it cancelled their
+// contexts.
+const shutdownGrace = 5 * time.Second
+
+// control acts on a control message from another process.
+func (w *Worker) control(m controlMsg) {
+	switch m.Op {
+	case controlCancel:
+		if w.held.cancelID(m.ID, errJobLost) {
+			w.logger.Info("skiplock: job cancelled remotely; cancelling its context", "job", m.ID)
+		}
+	}
 }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated.
@@ -452,7 +534,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // pay for stack growth on every job.
 func (w *Worker) runner(q *queueRunner) {
 	for d := range q.jobs {
-		w.execute(d.ctx, d.key, d.row)
+		w.execute(d)
 		d.cancel(nil)
 		q.finished()
 		w.handlerWG.Done()
@@ -460,21 +542,51 @@ func (w *Worker) runner(q *queueRunner) {
 }
 
 // start registers one claimed job: its context (derived from jobBase, which shutdown
-// cancels) and its place among the held jobs. Its slot was reserved before the claim.
-func (w *Worker) start(jobBase context.Context, row *JobRow) dispatched {
+// cancels) and its place among the held jobs, with the lease its claim wrote. Its slot
+// was reserved before the claim.
+func (w *Worker) start(jobBase context.Context, cj claimedJob) dispatched {
 	jobCtx, cancel := context.WithCancelCause(jobBase)
-	key := jobKey{row.ID, row.Attempts}
-	w.held.add(key, cancel)
+	key := jobKey{cj.row.ID, cj.fence}
+	w.held.add(key, cancel, cj.leased)
 	w.handlerWG.Add(1)
-	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: row}
+	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout}
+}
+
+// timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
+// worker's. Zero or negative means none.
+func (w *Worker) timeoutFor(d dispatched, h handler) time.Duration {
+	switch {
+	case d.timeout > 0:
+		return d.timeout
+	case h.timeout != 0:
+		return h.timeout
+	default:
+		return w.cfg.JobTimeout
+	}
 }
 
 // execute runs one claimed job's handler and hands the outcome on: a success to the
-// completer, a failure to the failure recorder. A job cut off by shutdown stays held, for
-// Run to put back; the result of a job the worker no longer holds is dropped.
-func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {
+// completer, a failure to the failure recorder, a job cut off by shutdown to Run to put
+// back. The result of a job the worker no longer holds is dropped, and so is one that
+// comes after Run returned; both are logged. Every write is fenced on the claim's token.
+func (w *Worker) execute(d dispatched) {
+	ctx, key, row := d.ctx, d.key, d.row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := w.handlers[row.Kind]
+	timeout := w.timeoutFor(d, h)
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
+		defer cancel()
+		// A handler that ignores its timeout is no longer heartbeated after a grace
+		// period: its lease runs out and the job is retried elsewhere, this attempt counted.
+		abandon := time.AfterFunc(timeout+w.lease.interval, func() {
+			w.held.abandon(key)
+			w.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
+				"job", row.ID, "attempt", row.Attempts, "timeout", timeout)
+		})
+		defer abandon.Stop()
+	}
 	for _, hk := range w.cfg.Hooks {
 		ctx = hk.JobStarted(ctx, row)
 	}
@@ -487,27 +599,51 @@ func (w *Worker) execute(ctx context.Context, key jobKey, row *JobRow) {
 		err, panicked = callHandler(ctx, h.run, row)
 	}
 	dur := time.Since(began)
-
-	if err != nil && errors.Is(context.Cause(ctx), errShutdown) {
-		// Cut off by shutdown: leave it registered so Run puts it back in the queue.
-		w.report(ctx, row, JobResult{Status: StatusQueued, Err: err, Duration: dur, Panicked: panicked})
+	cause := context.Cause(ctx)
+	if w.stopped.Load() {
+		w.held.remove(key)
+		w.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
+			"job", row.ID, "attempt", row.Attempts, "err", err)
 		return
 	}
+	if err != nil && errors.Is(cause, errShutdown) {
+		// Cut off by shutdown: Run puts it back once it has stopped waiting for handlers.
+		w.relMu.Lock()
+		late := w.relClosed
+		if !late {
+			w.toRelease = append(w.toRelease, key)
+		}
+		w.relMu.Unlock()
+		if late {
+			w.held.remove(key)
+			w.logger.Warn("skiplock: a handler cut off by shutdown returned too late to put its job back; it is retried when its lease ends, this attempt counted",
+				"job", row.ID, "attempt", row.Attempts)
+		}
+		w.report(ctx, row, JobResult{Status: StatusQueued, Err: err, Duration: dur, Panicked: panicked})
+		return // still held, its lease renewed, until Run puts it back
+	}
 	w.held.remove(key)
-	if errors.Is(context.Cause(ctx), errJobLost) {
+	if errors.Is(cause, errJobLost) {
 		w.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
 		return
 	}
 	if err == nil {
-		w.completer.add(key)
+		if !w.completer.add(key) {
+			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
+				"job", row.ID, "attempt", row.Attempts)
+			return
+		}
 		w.report(ctx, row, JobResult{Status: StatusSucceeded, Duration: dur})
 		return
+	}
+	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
+		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
 	policy := w.cfg.RetryPolicy
 	if h.policy != nil {
 		policy = h.policy
 	}
-	status := w.failures.record(row, err, policy)
+	status := w.failures.record(key, row, err, policy)
 	w.report(ctx, row, JobResult{Status: status, Err: err, Duration: dur, Panicked: panicked})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/skiplock/skiplock"
 )
@@ -368,3 +369,175 @@ func TestWorker_HooksSeeOutcomes(t *testing.T) {
 }
 
 var _ = pgxpool.New
+
+type hangArgs struct {
+	IgnoreCancel bool `json:"ignore_cancel"`
+}
+
+func (hangArgs) Kind() string { return "hang" }
+
+func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	causes := make(chan error, 10)
+	stuck := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues:     map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}},
+		JobTimeout: 300 * time.Millisecond, VisibilityTimeout: 900 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		RetryPolicy: fixedDelay(0), Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hangArgs]) error {
+		if job.Args.IgnoreCancel {
+			<-stuck // hangs, deaf to its context
+			return nil
+		}
+		<-ctx.Done() // hangs until told
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	polite, err := b.client.Enqueue(b.ctx, hangArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 2})
+	require.NoError(t, err)
+	deaf, err := b.client.Enqueue(b.ctx, hangArgs{IgnoreCancel: true}, &skiplock.EnqueueOptions{MaxAttempts: 2})
+	require.NoError(t, err)
+	runWorker(t, w)
+	t.Cleanup(func() { close(stuck) }) // before the worker stops
+
+	for _, id := range []int64{polite.ID, deaf.ID} {
+		eventually(t, 30*time.Second, func() bool {
+			j, err := b.client.Get(b.ctx, id)
+			require.NoError(t, err)
+			return j.Status == skiplock.StatusDead
+		}, "job %d dead after its attempts", id)
+	}
+	p, err := b.client.Get(b.ctx, polite.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, p.Attempts)
+	require.Len(t, p.Errors, 2)
+	for _, e := range p.Errors {
+		assert.Contains(t, e.Error, "job timeout after 300ms")
+	}
+	assert.ErrorIs(t, <-causes, skiplock.ErrJobTimeout, "the handler can read why it was cancelled")
+
+	// The deaf handler never returned: its lease ran out and each attempt counted.
+	d, err := b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, d.Attempts)
+	require.Len(t, d.Errors, 2)
+	for _, e := range d.Errors {
+		assert.Contains(t, e.Error, "lease expired")
+	}
+}
+
+func TestWorker_PerKindAndPerJobTimeouts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan time.Duration, 2)
+	w := newWorker(t, b, skiplock.WorkerConfig{JobTimeout: time.Hour, SweepInterval: -1, PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[timedArgs]) error {
+		dl, ok := ctx.Deadline()
+		require.True(t, ok)
+		got <- time.Until(dl)
+		return nil
+	}))
+	_, err := b.client.Enqueue(b.ctx, timedArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	kind := <-got
+	assert.InDelta(t, float64(timedArgsTimeout), float64(kind), float64(5*time.Second), "the kind's Timeout method")
+	_, err = b.client.Enqueue(b.ctx, timedArgs{}, &skiplock.EnqueueOptions{Timeout: 3 * time.Minute})
+	require.NoError(t, err)
+	job := <-got
+	assert.InDelta(t, float64(3*time.Minute), float64(job), float64(5*time.Second), "EnqueueOptions.Timeout")
+
+	_, err = b.client.Enqueue(b.ctx, timedArgs{}, &skiplock.EnqueueOptions{Timeout: -time.Second})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+}
+
+const timedArgsTimeout = 7 * time.Minute
+
+type timedArgs struct{}
+
+func (timedArgs) Kind() string           { return "timed" }
+func (timedArgs) Timeout() time.Duration { return timedArgsTimeout }
+
+// TestWorker_ShutdownNeverRunsAnAttemptTwice is not parallel: it checks that Run leaves
+// no goroutine behind, which needs the process to itself.
+func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
+	b := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	started := make(chan int64, 2)
+	stuck := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "stopping", ShutdownTimeout: 300 * time.Millisecond,
+		VisibilityTimeout: time.Second, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hangArgs]) error {
+		started <- job.ID
+		if job.Args.IgnoreCancel {
+			<-stuck
+			return nil // a late success: it must not be recorded over the next attempt's
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	polite, err := b.client.Enqueue(b.ctx, hangArgs{}, nil)
+	require.NoError(t, err)
+	deaf, err := b.client.Enqueue(b.ctx, hangArgs{IgnoreCancel: true}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-started
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+
+	// The polite handler returned when cancelled: its job is back, its attempt given back.
+	p, err := b.client.Get(b.ctx, polite.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusQueued, p.Status)
+	assert.Equal(t, 0, p.Attempts)
+	// The deaf one still runs: its job must not be handed to anyone else as the same attempt.
+	d, err := b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusRunning, d.Status, "a job whose handler still runs was put back")
+	assert.Equal(t, "stopping", d.LockedBy)
+
+	// Another worker takes it once its lease ends, as the next attempt.
+	var mu sync.Mutex
+	ran := map[int64]int{}
+	w2 := newWorker(t, b, skiplock.WorkerConfig{ID: "next", VisibilityTimeout: time.Second, SweepInterval: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, Completion: skiplock.CompletionKeep, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w2, func(ctx context.Context, job *skiplock.Job[hangArgs]) error {
+		mu.Lock()
+		ran[job.ID] = job.Attempts
+		mu.Unlock()
+		return nil
+	}))
+	stop2 := runWorker(t, w2)
+	for _, id := range []int64{polite.ID, deaf.ID} {
+		eventually(t, 15*time.Second, func() bool {
+			j, err := b.client.Get(b.ctx, id)
+			require.NoError(t, err)
+			return j.Status == skiplock.StatusSucceeded
+		}, "job %d succeeded", id)
+	}
+	stop2()
+	mu.Lock()
+	assert.Equal(t, map[int64]int{polite.ID: 1, deaf.ID: 2}, ran, "attempts run by the next worker")
+	mu.Unlock()
+
+	// The deaf handler returns at last: its stale success changes nothing, and its
+	// goroutine ends.
+	before, err := b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
+	close(stuck)
+	after, err := b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	assert.Equal(t, "next", after.LockedBy)
+}

@@ -1,0 +1,139 @@
+package skiplock
+
+// Tests of the fencing token (lease.go) at the level of the statements: a statement about
+// one claim, replayed or run late, never touches a later claim of the same job by the same
+// worker.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type fenceArgs struct{}
+
+func (fenceArgs) Kind() string { return "fence" }
+
+// claimOne claims the one queued job of the default queue as worker w.
+func claimOne(t *testing.T, cl *claimer, w string) claimedJob {
+	t.Helper()
+	jobs, err := cl.claim(context.Background(), DefaultQueue, 1, w)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	return jobs[0]
+}
+
+func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	job, err := c.Enqueue(ctx, fenceArgs{}, nil)
+	require.NoError(t, err)
+	cl := newClaimer(c, time.Minute)
+	f := newFailureRecorder(pool, schema, "w", slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
+	// its attempt given back.
+	first := claimOne(t, cl, "w")
+	k1 := jobKey{first.row.ID, first.fence}
+	require.Equal(t, StatusQueued, f.record(k1, first.row, Snooze(0), BackoffPolicy{}))
+	// w claims it again: the same attempt number, by the same worker.
+	second := claimOne(t, cl, "w")
+	require.Equal(t, first.row.Attempts, second.row.Attempts)
+	assert.Greater(t, second.fence, first.fence, "every claim takes a new token")
+
+	// The snooze statement is run again (its commit reply was lost, and the DB retry
+	// replays it): it must not put the live run back in the queue.
+	f.record(k1, first.row, Snooze(0), BackoffPolicy{})
+	got, err := c.Get(ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, StatusRunning, got.Status, "the replayed snooze took the live run back")
+	assert.Equal(t, "w", got.LockedBy)
+
+	// The live run's own writes still land.
+	require.Equal(t, StatusQueued, f.record(jobKey{second.row.ID, second.fence}, second.row, Snooze(0), BackoffPolicy{}))
+}
+
+// heartbeatHook runs start when the pool starts a heartbeat statement and end when it has
+// read the statement's result, once each.
+type heartbeatHook struct {
+	start, end func()
+	s, e       sync.Once
+}
+
+func (h *heartbeatHook) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "refreshed AS") {
+		h.s.Do(h.start)
+		return context.WithValue(ctx, h, true)
+	}
+	return ctx
+}
+
+func (h *heartbeatHook) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if ctx.Value(h) != nil {
+		h.e.Do(h.end)
+	}
+}
+
+func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	_, err := c.Enqueue(ctx, fenceArgs{}, nil)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl := newClaimer(c, time.Minute)
+	f := newFailureRecorder(pool, schema, "w", logger)
+	held := newHeldJobs()
+
+	first := claimOne(t, cl, "w")
+	k1 := jobKey{first.row.ID, first.fence}
+	_, cancel1 := context.WithCancelCause(ctx)
+	defer cancel1(nil)
+	held.add(k1, cancel1, first.leased)
+
+	// The heartbeat has read the keys it renews (k1) when the first run's snooze commits;
+	// its statement then finds the job queued. Before it acts on that, the job is claimed
+	// again by this worker: the same attempt number, a new run.
+	ctx2, cancel2 := context.WithCancelCause(ctx)
+	defer cancel2(nil)
+	hook := &heartbeatHook{
+		start: func() {
+			held.remove(k1)
+			require.Equal(t, StatusQueued, f.record(k1, first.row, Snooze(0), BackoffPolicy{}))
+		},
+		end: func() {
+			second := claimOne(t, cl, "w")
+			held.add(jobKey{second.row.ID, second.fence}, cancel2, second.leased)
+		},
+	}
+	cfg := pool.Config()
+	cfg.ConnConfig.Tracer = hook
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer traced.Close()
+	l := newLease(traced, schema, "w", time.Minute, held, logger)
+
+	l.beat(ctx)
+	// The heartbeat found the first run gone: that must not cancel the second.
+	assert.NoError(t, ctx2.Err(), "the new run was cancelled: %v", context.Cause(ctx2))
+	assert.Equal(t, 1, held.count())
+
+	// The next heartbeat renews the second run's lease.
+	var before, after time.Time
+	lease := renderSQL(schema, `SELECT lease_until FROM {s}.jobs WHERE id = $1`)
+	require.NoError(t, pool.QueryRow(ctx, lease, k1.id).Scan(&before))
+	l.beat(ctx)
+	require.NoError(t, pool.QueryRow(ctx, lease, k1.id).Scan(&after))
+	assert.True(t, after.After(before), "lease renewed: %v -> %v", before, after)
+	assert.NoError(t, ctx2.Err())
+}

@@ -88,7 +88,7 @@ func cmdCancel(ctx context.Context, a *app, o *options) error {
 	case job.Status != skiplock.StatusCancelled:
 		_, err = fmt.Fprintf(a.stdout, "job %d is already %s: left unchanged\n", job.ID, job.Status)
 	case job.LockedBy != "":
-		_, err = fmt.Fprintf(a.stdout, "job %d cancelled (it was running on %s, which stops it at its next heartbeat)\n", job.ID, job.LockedBy)
+		_, err = fmt.Fprintf(a.stdout, "job %d cancelled (it was running on %s, which is told to stop it at once)\n", job.ID, job.LockedBy)
 	default:
 		_, err = fmt.Fprintf(a.stdout, "job %d cancelled\n", job.ID)
 	}

@@ -166,7 +166,8 @@ func commands() []*command {
 			args:    "--id N",
 			summary: "cancel a queued or running job",
 			help: "Cancels a job: a queued job will not run; a running job's handler is told through its\n" +
-				"context at its worker's next heartbeat, and its result is ignored. A job already\n" +
+				"context at once (at its worker's next heartbeat if the message is lost), and its\n" +
+				"result is ignored. A job already\n" +
 				"finished is left as it is. A missing job is an error (exit status 1).",
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.Int64Var(&o.id, "id", 0, "the `id` of the job")

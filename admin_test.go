@@ -31,7 +31,7 @@ func TestCancel_QueuedAndRunning(t *testing.T) {
 	_, err = b.client.Cancel(b.ctx, 987654321)
 	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
 
-	// A running job is told through its context at the next heartbeat.
+	// A running job is told through its context (the control message, or the heartbeat).
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	w := newWorker(t, b, skiplock.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})

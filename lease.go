@@ -59,6 +59,8 @@ type heldJob struct {
 	// abandoned: the handler overran its timeout and the grace after it; the lease is no
 	// longer renewed, so the job is taken back when it ends.
 	abandoned bool
+	// expiring: the watchdog cancelled the handler, its lease about to end.
+	expiring bool
 }
 
 // heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
@@ -163,13 +165,14 @@ func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
 }
 
 // expiring cancels, with cause, every held attempt whose lease was last renewed before
-// cutoff and returns their keys.
+// cutoff and returns their keys; each attempt once.
 func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 	var out []jobKey
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {
-		if j.renewed.Before(cutoff) {
+		if !j.expiring && j.renewed.Before(cutoff) {
+			j.expiring = true
 			out = append(out, k)
 			cancels = append(cancels, j.cancel)
 		}

@@ -195,11 +195,15 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	for i := range rep.Faults {
 		f := &rep.Faults[i]
 		var first *time.Time
+		// After a failover, every completion stamped after the old primary's processes were
+		// all gone is the new primary's (now() is the transaction's start); the other
+		// workers keep completing jobs through a black hole, so count from its start.
 		after := f.End
-		if f.Kind == FaultFailover && r.fo != nil {
-			// Every completion stamped after the old primary's processes were all gone is
-			// the new primary's (now() is the transaction's start).
+		switch {
+		case f.Kind == FaultFailover && r.fo != nil:
 			after = r.fo.killed
+		case f.Kind == FaultBlackhole:
+			after = f.At
 		}
 		err := retryDB(ctx, func(ctx context.Context) error {
 			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, after).Scan(&first)
@@ -211,7 +215,7 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		if first != nil {
 			f.FirstCompletion = first.Sub(f.At)
 		}
-		if f.Kind != FaultKill {
+		if !f.Kind.holds() {
 			continue
 		}
 		f.Held = len(f.held)
@@ -363,8 +367,8 @@ func (r *runner) diedBetween(p *proc, from, to time.Time) bool {
 	return !p.exitAt.Before(from) && !died.After(to)
 }
 
-// dbFaultBetween reports whether a Postgres restart or backend termination happened
-// (at least in part) between from and to.
+// dbFaultBetween reports whether a Postgres restart, a backend termination, a black-holed
+// worker or a rolling deploy happened (at least in part) between from and to.
 func (r *runner) dbFaultBetween(from, to time.Time) bool {
 	for _, f := range r.faults {
 		if f.Kind != FaultKill && !f.At.After(to) && !f.End.Before(from) {

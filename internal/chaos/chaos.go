@@ -8,7 +8,12 @@
 //
 //   - kills a random worker process with SIGKILL, Kills times, starting a new one each time;
 //   - restarts Postgres once (pg_ctl restart -m fast);
-//   - terminates every client backend of the database once (pg_terminate_backend).
+//   - terminates every client backend of the database once (pg_terminate_backend);
+//   - redeploys every worker once, one at a time and gracefully (SIGTERM), with a
+//     different visibility timeout: a rolling deploy;
+//   - black-holes one worker's network path to the database once: each worker reaches
+//     Postgres through a loopback proxy of its own (package blackhole), which stops
+//     forwarding for a while, with no reset, then forwards again.
 //
 // Each job's handler records its execution in chaos.executions (see package audit). When
 // every job has reached a final state (or the drain deadline passed), Run checks the
@@ -38,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +58,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/blackhole"
 	"github.com/skiplock/skiplock/internal/chaos/audit"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -74,6 +81,18 @@ type Options struct {
 	// NoTerminate skips terminating the database's backends. Defaults to false: they are
 	// terminated once.
 	NoTerminate bool
+	// NoDeploy skips the rolling deploy. Defaults to false: every worker is restarted
+	// once, gracefully, with DeployVisibilityTimeout.
+	NoDeploy bool
+	// DeployVisibilityTimeout is the visibility timeout of the workers the rolling deploy
+	// starts. Defaults to half of VisibilityTimeout.
+	DeployVisibilityTimeout time.Duration
+	// NoBlackhole skips the black-holed worker. Defaults to false: one worker's proxy stops
+	// forwarding for BlackholeFor, once.
+	NoBlackhole bool
+	// BlackholeFor is how long the black hole lasts. Defaults to twice the visibility
+	// timeout: the worker's leases end and its jobs are done elsewhere meanwhile.
+	BlackholeFor time.Duration
 	// FaultInterval is the time between two faults. Jobs are enqueued over the whole
 	// fault window, so they keep flowing while faults happen. Defaults to 1.5s.
 	FaultInterval time.Duration
@@ -104,10 +123,10 @@ type Options struct {
 	// Defaults to building it with the go command, which takes a few seconds.
 	WorkerBinary string
 	// Failover, when not NoFailover, runs the failover scenario instead of the faults
-	// above (Kills, NoRestart and NoTerminate are ignored): a second cluster streams from
-	// the first, everyone connects with a multi-host URL, and Warmup after the start the
-	// primary is killed and the standby promoted; enqueues go on for FaultInterval after
-	// that. See [FailoverOptions]. Defaults to NoFailover.
+	// above (Kills, NoRestart, NoTerminate, NoDeploy and NoBlackhole are ignored): a
+	// second cluster streams from the first, everyone connects with a multi-host URL, and
+	// Warmup after the start the primary is killed and the standby promoted; enqueues go
+	// on for FaultInterval after that. See [FailoverOptions]. Defaults to NoFailover.
 	Failover Replication
 	// StandbyLag is, in a failover run, how long the primary's WAL sender is paused
 	// (SIGSTOP) right before the kill, so that the standby is that far behind when the
@@ -126,7 +145,7 @@ func Quick() Options {
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
-		o.Kills, o.NoRestart, o.NoTerminate = -1, true, true
+		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole = -1, true, true, true, true
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
 		}
@@ -154,6 +173,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
+	}
+	if o.DeployVisibilityTimeout <= 0 {
+		o.DeployVisibilityTimeout = o.VisibilityTimeout / 2
+	}
+	if o.BlackholeFor <= 0 {
+		o.BlackholeFor = 2 * o.VisibilityTimeout
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 32
@@ -208,6 +233,7 @@ type runner struct {
 	url     string // what the workers and the pool connect to
 	client  *skiplock.Client
 	fleet   *fleet
+	proxies []*blackhole.Proxy // by worker slot
 	enq     *enqueuer
 	faults  []Fault
 
@@ -232,19 +258,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		rec:  &recorder{out: out, t0: time.Now()},
 		rng:  rand.New(rand.NewPCG(opts.Seed, opts.Seed>>1|1)),
 	}
-	restart, terminate := 1, 1
-	if opts.NoRestart {
-		restart = 0
-	}
-	if opts.NoTerminate {
-		terminate = 0
+	one := func(skip bool) int {
+		if skip {
+			return 0
+		}
+		return 1
 	}
 	if opts.Failover != NoFailover {
 		r.rec.logf("chaos: failover with %s replication, %d workers, %d jobs, primary killed after %v; seed %d",
 			opts.Failover, opts.Workers, opts.Jobs, opts.Warmup, opts.Seed)
 	} else {
-		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination; seed %d",
-			opts.Workers, opts.Jobs, opts.Kills, restart, terminate, opts.Seed)
+		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker; seed %d",
+			opts.Workers, opts.Jobs, opts.Kills, one(opts.NoRestart), one(opts.NoTerminate), one(opts.NoDeploy), one(opts.NoBlackhole), opts.Seed)
 	}
 
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -286,6 +311,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 func (r *runner) cleanup() {
 	if r.fleet != nil {
 		r.fleet.stop(stopGrace)
+	}
+	for _, p := range r.proxies {
+		p.Close()
 	}
 	if r.pool != nil {
 		r.pool.Close()
@@ -377,13 +405,34 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return rep, err
 	}
-	r.fleet = newFleet(bin, logDir, []string{
-		"-url", r.url,
-		"-visibility-timeout", r.opts.VisibilityTimeout.String(),
+	// Each worker slot reaches the server through a proxy of its own, which the black-hole
+	// fault silences. A failover run connects straight, with its multi-host URL.
+	urls := make([]string, r.opts.Workers)
+	for slot := range urls {
+		if r.opts.Failover != NoFailover {
+			urls[slot] = r.url
+			continue
+		}
+		u, err := url.Parse(r.url)
+		if err != nil {
+			return rep, err
+		}
+		p, err := blackhole.Start(u.Host)
+		if err != nil {
+			return rep, fmt.Errorf("chaos: proxy: %w", err)
+		}
+		r.proxies = append(r.proxies, p)
+		u.Host = p.Addr()
+		q := u.Query()
+		q.Set("connect_timeout", "2")
+		u.RawQuery = q.Encode()
+		urls[slot] = u.String()
+	}
+	r.fleet = newFleet(bin, logDir, urls, r.opts.VisibilityTimeout, []string{
 		"-sweep-interval", r.opts.SweepInterval.String(),
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
 		"-max-work", r.opts.MaxWork.String(),
-	}, r.opts.Workers, r.rec)
+	}, r.rec)
 	for slot := range r.opts.Workers {
 		p, err := r.fleet.start(slot)
 		if err != nil {
@@ -448,31 +497,37 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 }
 
 // faultPlan orders the faults: kills spread over the window, the restart at about 40% of
-// it and the termination at about 70%.
+// it, the rolling deploy at about 55%, the termination at about 70% and the black hole
+// last (it lasts BlackholeFor, and the faults after it would wait for it).
 func (r *runner) faultPlan() []FaultKind {
 	if r.opts.Failover != NoFailover {
 		return []FaultKind{FaultFailover}
 	}
-	n := r.opts.Kills
-	if !r.opts.NoRestart {
-		n++
+	type placed struct {
+		kind FaultKind
+		at   int // per cent of the window
 	}
-	if !r.opts.NoTerminate {
-		n++
+	var others []placed
+	add := func(skip bool, kind FaultKind, at int) {
+		if !skip {
+			others = append(others, placed{kind, at})
+		}
 	}
+	add(r.opts.NoRestart, FaultRestart, 40)
+	add(r.opts.NoDeploy, FaultDeploy, 55)
+	add(r.opts.NoTerminate, FaultTerminate, 70)
+	add(r.opts.NoBlackhole, FaultBlackhole, 100)
+	n := r.opts.Kills + len(others)
 	plan := make([]FaultKind, n)
 	for i := range plan {
 		plan[i] = FaultKill
 	}
-	if !r.opts.NoRestart {
-		plan[n*2/5] = FaultRestart
-	}
-	if !r.opts.NoTerminate {
-		i := n * 7 / 10
-		if plan[i] != FaultKill {
-			i++
+	for _, o := range others {
+		i := min(n*o.at/100, n-1)
+		for plan[i] != FaultKill { // taken: the next free place, wrapping around
+			i = (i + 1) % n
 		}
-		plan[min(i, n-1)] = FaultTerminate
+		plan[i] = o.kind
 	}
 	return plan
 }
@@ -495,6 +550,10 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.terminate(ctx, &f)
 		case FaultFailover:
 			err = r.failover(ctx, &f)
+		case FaultDeploy:
+			err = r.deploy(ctx, &f)
+		case FaultBlackhole:
+			err = r.blackhole(ctx, &f)
 		}
 		if err != nil {
 			return err
@@ -551,14 +610,7 @@ func (r *runner) kill(ctx context.Context, f *Fault) error {
 	f.End = dead
 	f.worker = p.id
 	// Its lease on these is not over before VisibilityTimeout: nobody else can have them yet.
-	err = retryDB(ctx, func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, `SELECT id FROM skiplock.jobs WHERE status = 'running' AND locked_by = $1`, p.id)
-		if err != nil {
-			return err
-		}
-		f.held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
+	f.held, err = r.heldBy(ctx, p.id)
 	if err != nil {
 		return fmt.Errorf("chaos: listing the jobs of killed worker %s: %w", p.id, err)
 	}
@@ -580,6 +632,70 @@ func (r *runner) restart(ctx context.Context, f *Fault) error {
 	f.End = time.Now().Round(0)
 	f.Detail = fmt.Sprintf("pg_ctl restart -m fast: postmaster %d -> %d, accepting again after %s",
 		old, r.cluster.PID(), fmtDur(f.End.Sub(f.At)))
+	return nil
+}
+
+// heldBy lists the running jobs worker id holds.
+func (r *runner) heldBy(ctx context.Context, id string) ([]int64, error) {
+	var held []int64
+	err := retryDB(ctx, func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, `SELECT id FROM skiplock.jobs WHERE status = 'running' AND locked_by = $1`, id)
+		if err != nil {
+			return err
+		}
+		held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	return held, err
+}
+
+// deploy restarts every worker slot in turn, gracefully, with the deploy's visibility
+// timeout: for a while old and new workers, with different timeouts, share the jobs.
+func (r *runner) deploy(ctx context.Context, f *Fault) error {
+	f.At = time.Now().Round(0)
+	r.fleet.setVisibilityTimeout(r.opts.DeployVisibilityTimeout)
+	for slot := range r.opts.Workers {
+		old, np, err := r.fleet.redeploy(ctx, slot, stopGrace)
+		if err != nil {
+			return err
+		}
+		r.rec.logf("deploy: worker %s (pid %d) stopped, %s (pid %d) started with visibility timeout %s",
+			old.id, old.pid, np.id, np.pid, r.opts.DeployVisibilityTimeout)
+	}
+	f.End = time.Now().Round(0)
+	f.Detail = fmt.Sprintf("%d workers restarted one by one (SIGTERM), visibility timeout %s -> %s, in %s",
+		r.opts.Workers, r.opts.VisibilityTimeout, r.opts.DeployVisibilityTimeout, fmtDur(f.End.Sub(f.At)))
+	return nil
+}
+
+// blackhole silences the network path of a worker holding running jobs for BlackholeFor,
+// then restores it. The worker must cancel its own handlers before its leases end; its
+// jobs are done elsewhere meanwhile.
+func (r *runner) blackhole(ctx context.Context, f *Fault) error {
+	slot := r.pickVictim(ctx)
+	id := ""
+	for wid, s := range r.fleet.slotsByID() {
+		if s == slot {
+			id = wid
+		}
+	}
+	f.At = time.Now().Round(0)
+	r.proxies[slot].Blackhole()
+	f.worker = id
+	held, err := r.heldBy(ctx, id)
+	if err != nil {
+		r.proxies[slot].Restore()
+		return fmt.Errorf("chaos: listing the jobs of black-holed worker %s: %w", id, err)
+	}
+	f.held = held
+	err = sleepUntil(ctx, f.At.Add(r.opts.BlackholeFor))
+	r.proxies[slot].Restore()
+	f.End = time.Now().Round(0)
+	if err != nil {
+		return err
+	}
+	f.Detail = fmt.Sprintf("worker %s cut off for %s holding %d running jobs, then reconnected",
+		id, fmtDur(f.End.Sub(f.At)), len(held))
 	return nil
 }
 

@@ -36,21 +36,30 @@ type proc struct {
 type fleet struct {
 	bin     string
 	args    []string // flags common to every worker
+	urls    []string // by slot: each slot reaches the database through its own proxy
 	logDir  string
 	rec     *recorder
 	restart time.Duration // delay before a crashed worker is started again
 
 	mu       sync.Mutex
-	current  []*proc // by slot
+	vt       time.Duration // the visibility timeout of workers started from now on
+	current  []*proc       // by slot
 	all      []*proc
 	crashes  []string
 	stopping bool
 	wg       sync.WaitGroup // the waiter goroutines
 }
 
-func newFleet(bin, logDir string, args []string, slots int, rec *recorder) *fleet {
-	return &fleet{bin: bin, args: args, logDir: logDir, rec: rec, restart: 500 * time.Millisecond,
-		current: make([]*proc, slots)}
+func newFleet(bin, logDir string, urls []string, vt time.Duration, args []string, rec *recorder) *fleet {
+	return &fleet{bin: bin, args: args, urls: urls, vt: vt, logDir: logDir, rec: rec, restart: 500 * time.Millisecond,
+		current: make([]*proc, len(urls))}
+}
+
+// setVisibilityTimeout makes workers started from now on use vt.
+func (f *fleet) setVisibilityTimeout(vt time.Duration) {
+	f.mu.Lock()
+	f.vt = vt
+	f.mu.Unlock()
 }
 
 // start starts a new generation in slot. The caller holds no lock.
@@ -74,7 +83,8 @@ func (f *fleet) startLocked(slot int) (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: worker log: %w", err)
 	}
-	p.cmd = exec.Command(f.bin, append([]string{"-id", p.id}, f.args...)...)
+	args := []string{"-id", p.id, "-url", f.urls[slot], "-visibility-timeout", f.vt.String()}
+	p.cmd = exec.Command(f.bin, append(args, f.args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	setProcAttr(p.cmd)
 	if err := p.cmd.Start(); err != nil {
@@ -143,6 +153,32 @@ func (f *fleet) kill(ctx context.Context, slot int) (*proc, time.Time, error) {
 		return p, time.Time{}, ctx.Err()
 	}
 	return p, p.exitAt, nil
+}
+
+// redeploy stops the current process of slot gracefully (SIGTERM; SIGKILL after grace)
+// and starts a new generation in it, as a rolling deploy does. It returns both.
+func (f *fleet) redeploy(ctx context.Context, slot int, grace time.Duration) (old, np *proc, err error) {
+	f.mu.Lock()
+	p := f.current[slot]
+	if p == nil {
+		f.mu.Unlock()
+		return nil, nil, fmt.Errorf("chaos: no worker in slot %d", slot)
+	}
+	p.expected = true
+	f.mu.Unlock()
+	_ = signalGroup(p.pid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		_ = signalGroup(p.pid, syscall.SIGKILL)
+		<-p.done
+	case <-ctx.Done():
+		return p, nil, ctx.Err()
+	}
+	np, err = f.start(slot)
+	return p, np, err
 }
 
 // stop ends every worker: SIGTERM, then SIGKILL for those still running after grace.

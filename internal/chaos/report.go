@@ -18,6 +18,12 @@ const (
 	FaultRestart   FaultKind = "postgres restart"
 	FaultTerminate FaultKind = "terminate backends"
 	FaultFailover  FaultKind = "failover"
+	// FaultDeploy restarts every worker, one at a time and gracefully, with a different
+	// visibility timeout: a rolling deploy.
+	FaultDeploy FaultKind = "rolling deploy"
+	// FaultBlackhole makes one worker's network path to the database silent (its proxy
+	// stops forwarding, no reset) for a while, then restores it.
+	FaultBlackhole FaultKind = "black-holed worker"
 )
 
 // Fault is one injected fault and how the run recovered from it.
@@ -28,16 +34,17 @@ type Fault struct {
 	Detail string
 	// FirstCompletion is the time from At to the first job completed (moved to the
 	// archive) after End (for a failover, after At: every such completion is the new
-	// primary's); negative when no job completed after it.
+	// primary's; for a black hole after At too, which the other workers work through);
+	// negative when no job completed after it.
 	FirstCompletion time.Duration
-	// Held is, for a kill, the number of running jobs the killed worker held.
+	// Held is, for a kill or a black hole, the number of running jobs the worker held.
 	Held int
-	// HeldDone is, for a kill, the time from At until the last of the held jobs succeeded
-	// in another worker; negative when one of them did not succeed.
+	// HeldDone is, for a kill or a black hole, the time from At until the last of the held
+	// jobs succeeded in another worker; negative when one of them did not succeed.
 	HeldDone time.Duration
 
-	worker string  // kill: the killed worker's id
-	held   []int64 // kill: the ids of the held jobs
+	worker string  // kill, black hole: the worker's id
+	held   []int64 // kill, black hole: the ids of the held jobs
 }
 
 // Report is what a chaos run found. The counts of broken promises must be zero; see
@@ -78,7 +85,7 @@ type Report struct {
 	RerunJobs         int64
 	Reruns            int64
 	RerunsKill        int64
-	RerunsDBFault     int64
+	RerunsDBFault     int64 // after a database fault, a black-holed worker or a deploy
 	RerunsUnexplained int64
 
 	Crashes []string // worker processes that exited without being told to
@@ -160,8 +167,8 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "\nchaos report: failover with %s replication, %d workers, %d jobs, seed %d\n\n",
 			o.Failover, o.Workers, o.Jobs, o.Seed)
 	} else {
-		fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, seed %d\n\n",
-			o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], o.Seed)
+		fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, seed %d\n\n",
+			o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], faults[FaultDeploy], faults[FaultBlackhole], o.Seed)
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -212,17 +219,17 @@ func (r *Report) Print(w io.Writer) {
 	row("executions after the succeeding attempt", r.AfterFinal, lossy0(r.AfterFinal))
 	row("jobs executed more than once", r.RerunJobs, "allowed")
 	row("  re-runs after a kill", r.RerunsKill, "allowed")
-	row("  re-runs after a db restart/terminate/failover", r.RerunsDBFault, "allowed")
+	row("  re-runs after a db fault (restart, terminate, failover), black hole or deploy", r.RerunsDBFault, "allowed")
 	row("  re-runs no injected fault explains", r.RerunsUnexplained, warn0(r.RerunsUnexplained))
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
-	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover} {
+	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole} {
 		var first, held []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {
 				continue
 			}
 			first = append(first, f.FirstCompletion)
-			if k == FaultKill {
+			if k.holds() {
 				held = append(held, f.HeldDone)
 			}
 		}
@@ -230,8 +237,8 @@ func (r *Report) Print(w io.Writer) {
 			continue
 		}
 		row(fmt.Sprintf("%s -> first completion (%d)", k, len(first)), spread(first), "")
-		if k == FaultKill {
-			row("kill -9 worker -> its jobs done elsewhere", spread(held), "")
+		if k.holds() {
+			row(fmt.Sprintf("%s -> its jobs done elsewhere", k), spread(held), "")
 		}
 	}
 	row("server log: deadlocks / lock waits >1s / statements >1s",
@@ -249,7 +256,7 @@ func (r *Report) Print(w io.Writer) {
 		t0 := r.Faults[0].At
 		for i, f := range r.Faults {
 			heldDone := ""
-			if f.Kind == FaultKill {
+			if f.Kind.holds() {
 				heldDone = fmt.Sprintf("%s (%d jobs)", fmtDurOrNone(f.HeldDone), f.Held)
 			}
 			fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\n", i+1, fmtDur(f.At.Sub(t0)), f.Kind,
@@ -330,3 +337,7 @@ func fmtBytes(n int64) string {
 		return fmt.Sprintf("%d bytes", n)
 	}
 }
+
+// holds reports whether a fault of kind k cuts one worker off from the running jobs it
+// holds, which must then be done elsewhere.
+func (k FaultKind) holds() bool { return k == FaultKill || k == FaultBlackhole }

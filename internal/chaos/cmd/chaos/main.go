@@ -1,6 +1,7 @@
 // Command chaos runs skiplock's chaos harness (package internal/chaos): worker processes
 // on a throwaway Postgres cluster, killed with SIGKILL while they work, the server
-// restarted, every backend terminated; then it checks that no job was lost, stuck, or run
+// restarted, every backend terminated, the fleet redeployed with another visibility
+// timeout, one worker's network path black-holed; then it checks that no job was lost, stuck, or run
 // by two workers at once, and prints a table of figures.
 //
 // Usage:

@@ -143,6 +143,13 @@ type claimLoopConfig struct {
 	// start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners.
 	start func(jobBase context.Context, job claimedJob) dispatched
+	// stale reports whether the lease a claim wrote may be ending already (the claim's
+	// reply came late, held up in a hanging connection): such a job must not start, since
+	// another worker may soon hold it.
+	stale func(job claimedJob) bool
+	// release puts stale claims back in the queue, fenced: one already taken back is left
+	// alone.
+	release func(jobs []claimedJob)
 }
 
 // dispatched is a claimed job on its way to a runner.
@@ -266,8 +273,19 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			}
 			errDelay = firstDelay
 			q.more.Store(int64(len(jobs)) == free)
+			var stale []claimedJob
 			for _, j := range jobs {
+				if q.cfg.stale(j) {
+					stale = append(stale, j)
+					continue
+				}
 				q.jobs <- q.cfg.start(jobBase, j)
+			}
+			if len(stale) > 0 {
+				q.cfg.logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
+					"queue", q.name, "jobs", len(stale))
+				q.cfg.release(stale)
+				q.active.Add(-int64(len(stale)))
 			}
 			if int64(len(jobs)) < free {
 				break

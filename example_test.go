@@ -221,3 +221,45 @@ func ExamplePeriodicJob() {
 	// digest 0 8 * * MON-FRI run_once true
 	// heartbeat every 1h0m0s skip true
 }
+
+// Report is a slow job kind: its Timeout method gives every attempt of the kind longer
+// than the worker's JobTimeout.
+type Report struct {
+	Month string `json:"month"`
+}
+
+func (Report) Kind() string           { return "report" }
+func (Report) Timeout() time.Duration { return 20 * time.Minute }
+
+// Bound each attempt of a job: the handler's context is cancelled with cause
+// ErrJobTimeout when the attempt's time is up, and the attempt counts as failed.
+func ExampleErrJobTimeout() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{JobTimeout: time.Minute})
+	done := make(chan struct{})
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[Report]) error {
+		defer close(done)
+		<-ctx.Done() // a report that never finishes
+		fmt.Println(errors.Is(context.Cause(ctx), skiplock.ErrJobTimeout))
+		return ctx.Err()
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+
+	// This job's own limit beats the kind's 20 minutes and the worker's minute.
+	job, _ := client.Enqueue(ctx, Report{Month: "2026-11"}, &skiplock.EnqueueOptions{Timeout: 50 * time.Millisecond})
+	<-done
+	stop()
+	<-stopped
+	j, _ := client.Get(ctx, job.ID)
+	fmt.Println(j.Status, j.Attempts, j.LastError)
+	// Output:
+	// true
+	// queued 1 skiplock: job timeout after 50ms: context deadline exceeded
+}

@@ -264,6 +264,16 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		fetchCooldown: cfg.FetchCooldown,
 		logger:        logger,
 		start:         w.start,
+		stale: func(cj claimedJob) bool {
+			return time.Since(cj.leased) > cfg.VisibilityTimeout-cfg.VisibilityTimeout/cancelMargin
+		},
+		release: func(jobs []claimedJob) {
+			keys := make([]jobKey, len(jobs))
+			for i, cj := range jobs {
+				keys[i] = jobKey{cj.row.ID, cj.fence}
+			}
+			w.lease.releaseJobs(keys)
+		},
 	}
 	for name, q := range cfg.Queues {
 		n := q.MaxWorkers

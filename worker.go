@@ -96,7 +96,8 @@ type WorkerConfig struct {
 	// JobTimeout bounds one attempt of a job: when it passes, the handler's context is
 	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
 	// counts as failed, retried by the retry policy. A kind overrides it with a method
-	// Timeout() time.Duration on its args type, a job with [EnqueueOptions].Timeout. A
+	// Timeout() time.Duration on its args type (negative: no timeout for the kind), a job
+	// with [EnqueueOptions].Timeout. A
 	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
 	// after the timeout, so its lease ends and the job is retried elsewhere with the
 	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
@@ -368,8 +369,9 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 //     is logged and not recorded.
 //
 // Run returns nil after a graceful shutdown, or an error if it cannot start (schema not
-// migrated, already run). When it returns, none of its goroutines is left, except one per
-// handler of step 3, which ends when that handler returns. A Worker runs once.
+// migrated, already run). When it returns, none of its goroutines is left, except those
+// running or waiting for the handlers of step 3, which end when those handlers return. A
+// Worker runs once.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
 // retried; they do not stop Run.

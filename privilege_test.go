@@ -193,7 +193,8 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	require.NoError(t, err)
 
 	// A worker that, to the database, dies holding the hang job: a heartbeat period of
-	// 20 minutes, and a handler that blocks until the test ends.
+	// 20 minutes, a handler that makes the job's lease end at once (as if its heartbeats
+	// had stopped) and then blocks until the test ends.
 	release := make(chan struct{})
 	hangClaimed := make(chan struct{}, 5)
 	vanishing, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
@@ -202,6 +203,9 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(vanishing, func(ctx context.Context, job *skiplock.Job[privHang]) error {
+		_, err := appPool.Exec(context.Background(), `UPDATE `+pgx.Identifier{r.schema, "jobs"}.Sanitize()+
+			` SET lease_until = now() - interval '1 second' WHERE id = $1`, job.ID)
+		require.NoError(t, err)
 		hangClaimed <- struct{}{}
 		<-release
 		return nil

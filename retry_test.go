@@ -102,9 +102,10 @@ func TestRetry_JitterSpreadsSimultaneousFailures(t *testing.T) {
 	}
 	_, err := b.client.EnqueueMany(b.ctx, params)
 	require.NoError(t, err)
-	// Base 5 s: the first retry is due in [5 s, 10 s), long after the test has looked.
+	// Base 20 s: the first retry is due in [20 s, 40 s), long after the test has looked,
+	// even on a loaded machine where failing the 1,000 jobs takes several seconds.
 	w := newWorker(t, b, skiplock.WorkerConfig{
-		RetryPolicy: skiplock.BackoffPolicy{Base: 5 * time.Second}, SweepInterval: -1, Logger: testLogger(),
+		RetryPolicy: skiplock.BackoffPolicy{Base: 20 * time.Second}, SweepInterval: -1, Logger: testLogger(),
 		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 200}},
 	})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[failOnceArgs]) error {
@@ -127,12 +128,12 @@ func TestRetry_JitterSpreadsSimultaneousFailures(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Len(t, delays, jobs)
 	sort.Float64s(delays)
-	assert.GreaterOrEqual(t, delays[0], 5.0)
-	assert.Less(t, delays[jobs-1], 10.0)
-	// Spread over the window, not bunched: each tenth of [5 s, 10 s) holds some of them.
+	assert.GreaterOrEqual(t, delays[0], 20.0)
+	assert.Less(t, delays[jobs-1], 40.0)
+	// Spread over the window, not bunched: each tenth of [20 s, 40 s) holds some of them.
 	buckets := map[int]int{}
 	for _, d := range delays {
-		buckets[int((d-5.0)/0.5)]++
+		buckets[int((d-20.0)/2.0)]++
 	}
 	assert.Len(t, buckets, 10, "buckets: %v", buckets)
 	for k, n := range buckets {

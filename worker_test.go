@@ -170,7 +170,10 @@ func TestWorker_PanicAndUnknownKindAreRecordedAndWorkerGoesOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var ok atomic.Int32
-	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	// Retries an hour later: on a loaded machine the default backoff (1-2 s) could run the
+	// second attempt before the test looks at the first.
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		RetryPolicy: fixedDelay(time.Hour), Logger: testLogger()})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[panicArgs]) error {
 		panic("handler exploded")
 	}))

@@ -204,7 +204,7 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(vanishing, func(ctx context.Context, job *skiplock.Job[privHang]) error {
 		_, err := appPool.Exec(context.Background(), `UPDATE `+pgx.Identifier{r.schema, "jobs"}.Sanitize()+
-			` SET lease_until = now() - interval '1 second' WHERE id = $1`, job.ID)
+			` SET locked_at = now() - interval '2 seconds', lease_until = now() - interval '1 second' WHERE id = $1`, job.ID)
 		require.NoError(t, err)
 		hangClaimed <- struct{}{}
 		<-release

@@ -139,7 +139,11 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //   - The lease end is the row's own lease_until, written by the claiming worker from its
 //     own visibility timeout: workers with different timeouts, and this sweeper, agree on
 //     it. A row without one was claimed by a worker of the release before migration 002;
-//     its lease is judged as that release did, by locked_at + $1.
+//     its lease is judged as that release did, by locked_at + $1. So is a row whose
+//     lease_until is older than its locked_at: every claim and heartbeat of this release
+//     writes both from one now(), lease_until the later, so such a lease was left by an
+//     earlier claim (an old sweeper took the job back without clearing it) and the current
+//     one, by an old worker, has none.
 //   - status = 'running' ... ORDER BY locked_at walks jobs_running_idx, which holds only
 //     running rows (a few per worker slot), so no index on lease_until is needed.
 //   - FOR UPDATE SKIP LOCKED: a row being written by its worker (a success, a heartbeat)
@@ -148,7 +152,8 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //     cleared with the rest of the claim's state.
 const reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
-	WHERE status = 'running' AND coalesce(lease_until, locked_at + $1::interval) < now()
+	WHERE status = 'running'
+		AND CASE WHEN lease_until >= locked_at THEN lease_until ELSE locked_at + $1::interval END < now()
 	ORDER BY locked_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED

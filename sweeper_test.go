@@ -48,7 +48,7 @@ func vanishingWorker(t *testing.T, b *bundle, id string, slots int, release <-ch
 	})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[blockArgs]) error {
-		_, err := b.pool.Exec(context.Background(), b.q(`UPDATE {s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`), job.ID)
+		_, err := b.pool.Exec(context.Background(), b.q(`UPDATE {s}.jobs SET locked_at = now() - interval '2 seconds', lease_until = now() - interval '1 second' WHERE id = $1`), job.ID)
 		require.NoError(t, err)
 		claimed <- job.Attempts
 		<-release
@@ -257,7 +257,7 @@ func TestSweeper_StuckSweepDoesNotStopSweeping(t *testing.T) {
 	// Meanwhile a worker vanished: its job's lease ended. Sweeper B must take it back.
 	var id int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by, lease_until, fence)
-		VALUES ('k', 'running', 1, now(), 'gone', now() - interval '1 second', 1) RETURNING id`)).Scan(&id))
+		VALUES ('k', 'running', 1, now() - interval '2 seconds', 'gone', now() - interval '1 second', 1) RETURNING id`)).Scan(&id))
 	sb, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
 	require.NoError(t, err)
 	began := time.Now()
@@ -267,4 +267,30 @@ func TestSweeper_StuckSweepDoesNotStopSweeping(t *testing.T) {
 		return !res.Skipped && len(res.Reclaimed) == 1 && res.Reclaimed[0] == id
 	}, "sweeper B reclaims the expired job although A's sweep hangs")
 	t.Logf("sweeper B took over %s after A's connection went dead", time.Since(began).Round(time.Millisecond))
+}
+
+func TestSweeper_JudgesRowsWithoutALeaseOfTheirOwnByLockedAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Rows as a fleet of mixed releases leaves them during the rollout of migration 002.
+	var ids [4]int64
+	for i, q := range []string{
+		// claimed by an old worker, recently: no lease, live
+		`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by) VALUES ('k', 'running', 1, now(), 'old') RETURNING id`,
+		// claimed by an old worker long ago: no lease, dead
+		`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by) VALUES ('k', 'running', 1, now() - interval '1 hour', 'old') RETURNING id`,
+		// claimed by an old worker just now, after an old sweeper took it from a new worker
+		// whose lease had ended: that lease is not this claim's
+		`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by, lease_until) VALUES ('k', 'running', 2, now(), 'old', now() - interval '5 minutes') RETURNING id`,
+		// claimed by a new worker with a long lease, not heartbeated for longer than the
+		// sweeper's timeout: its own lease decides
+		`INSERT INTO {s}.jobs (kind, status, attempts, locked_at, locked_by, lease_until, fence) VALUES ('k', 'running', 1, now() - interval '10 minutes', 'new', now() + interval '1 hour', 1) RETURNING id`,
+	} {
+		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(q)).Scan(&ids[i]))
+	}
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{VisibilityTimeout: time.Minute, Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{ids[1]}, res.Reclaimed)
 }

@@ -1,12 +1,14 @@
 // This file holds the claim: the statement that takes due jobs for a worker in one
-// atomic step, and the per-queue claim loop that decides when to run it and how many
-// jobs to ask for (free slots, batching cooldown, fallback poll, backoff on errors).
+// atomic step, the per-queue claim loops that decide when to run it and how many jobs to
+// ask for (free slots, batching cooldown, backoff on errors), and the fallback poll that
+// asks once, for all of a worker's queues, which of them have due jobs.
 
 package skiplock
 
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -133,13 +135,24 @@ const claimTimeout = 30 * time.Second
 // busy database gives the worker's claims a fairer share of its CPU.
 const fetchersPerQueue = 2
 
+// maxClaimConns bounds the claim statements one worker has in flight at once, across all
+// its queues, and so the pooled connections its claims use: 100 queues with a backlog
+// must not take 200 connections. Two cores of database gain nothing from more claims at
+// once than this; a worker with fewer queues uses fetchersPerQueue per queue.
+const maxClaimConns = 8
+
+// claimConns is how many claim statements a worker with queues queues has in flight at most.
+func claimConns(queues int) int { return min(fetchersPerQueue*queues, maxClaimConns) }
+
 // claimLoopConfig is what a queue's claim loops need from the worker.
 type claimLoopConfig struct {
 	claimer       *claimer
 	workerID      string
-	pollInterval  time.Duration
 	fetchCooldown time.Duration // negative: never wait for more free slots
 	logger        *slog.Logger
+	// conns holds one token per claim statement allowed in flight (claimConns), shared by
+	// every queue of the worker.
+	conns chan struct{}
 	// start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners.
 	start func(jobBase context.Context, job claimedJob) dispatched
@@ -214,28 +227,20 @@ func (q *queueRunner) reserve() int64 {
 	}
 }
 
-// run is one claim loop: it claims when woken (a notification, a finished job with a
-// backlog behind it) or when the poll interval passes, until ctx ends. Claimed jobs go
-// to the runners with contexts derived from jobBase.
+// run is one claim loop. It sleeps until it is signalled — by a notification for the
+// queue, by the fallback poll finding due jobs in it, or by a finished job with a backlog
+// behind it — and then claims until the queue has no due job left or no free slot, until
+// ctx ends. An idle queue costs the database nothing: its loops run no statement until
+// one of those signals comes. Claimed jobs go to the runners with contexts derived from
+// jobBase.
 func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
-	poll := time.NewTimer(0) // claim at once on start
-	defer poll.Stop()
 	const firstDelay = 10 * time.Millisecond
 	errDelay := firstDelay
 	for {
-		fromPoll := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-poll.C:
-			fromPoll = true
-		}
-		if !fromPoll && !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
 		}
 		for ctx.Err() == nil && !q.paused.Load() {
 			if free := q.max - q.active.Load(); free <= 0 {
@@ -245,8 +250,14 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 				// claim is a batch, not a trickle.
 				sleepCtx(ctx, q.cfg.fetchCooldown)
 			}
+			select {
+			case q.cfg.conns <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			free := q.reserve()
 			if free == 0 {
+				<-q.cfg.conns
 				break
 			}
 			// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
@@ -255,6 +266,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 			jobs, err := q.cfg.claimer.claim(cctx, q.name, int(free), q.cfg.workerID)
 			cancel()
+			<-q.cfg.conns
 			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
 			if err != nil {
 				if ctx.Err() != nil {
@@ -290,7 +302,123 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			if int64(len(jobs)) < free {
 				break
 			}
+			// A full batch: there may be more due jobs, so claim again at once.
 		}
-		poll.Reset(q.cfg.pollInterval)
 	}
+}
+
+// dueQueuesSQL is the fallback poll: of the queues in $1, it returns those that have at
+// least one job due now. One statement for all of a worker's queues, however many, so an
+// idle worker costs the database one statement per poll interval, not one per queue.
+//
+//   - Per queue, prios walks the distinct priorities of its queued jobs, highest first, as
+//     claimSQL does (a skip scan over jobs_claim_idx, one seek per priority), and the
+//     LATERAL probe looks for one due job at each: run_at <= now() is a range bound of the
+//     probe's index scan, so jobs scheduled for later are never walked over. (attempts >= 0
+//     keeps it a plain index scan, which marks dead entries as claimSQL's comment says.)
+//   - EXISTS stops at the first due job found: the recursion goes no further than the
+//     first priority that has one, and a queue with no queued job costs one index seek.
+//   - It only reads; it locks nothing. The claim loops it wakes take the jobs.
+const dueQueuesSQL = `SELECT q.name FROM unnest($1::text[]) AS q(name)
+WHERE EXISTS (
+	WITH RECURSIVE prios AS (
+		(SELECT priority FROM {s}.jobs
+		 WHERE status = 'queued' AND queue = q.name AND attempts >= 0
+		 ORDER BY priority DESC LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.priority FROM {s}.jobs j
+		        WHERE j.status = 'queued' AND j.queue = q.name AND j.attempts >= 0 AND j.priority < p.priority
+		        ORDER BY j.priority DESC LIMIT 1)
+		FROM prios p WHERE p.priority IS NOT NULL
+	)
+	SELECT 1 FROM prios p CROSS JOIN LATERAL (
+		SELECT 1 FROM {s}.jobs
+		WHERE status = 'queued' AND queue = q.name AND priority = p.priority
+		  AND run_at <= now() AND attempts >= 0
+		LIMIT 1
+	) due
+)`
+
+// pollTimeout bounds one fallback poll.
+const pollTimeout = 10 * time.Second
+
+// poller is a worker's fallback poll. Every interval — and at once when kicked, as the
+// listener does after each (re)connect, when notifications may have been lost — it asks
+// with one statement which of the worker's queues have due jobs, and signals their claim
+// loops. Notifications are the main path; the poll covers what they miss: notifications
+// sent while nobody listened, and scheduled, retried and reclaimed jobs, which send none.
+type poller struct {
+	pool     *pgxpool.Pool
+	sql      string // dueQueuesSQL, rendered
+	interval time.Duration
+	names    []string
+	queues   map[string]*queueRunner
+	logger   *slog.Logger
+	kicks    chan struct{}
+	wrapErr  func(op string, err error) error
+}
+
+func newPoller(c *Client, interval time.Duration, queues map[string]*queueRunner, logger *slog.Logger) *poller {
+	p := &poller{
+		pool: c.pool, sql: renderSQL(c.schema, dueQueuesSQL), interval: interval,
+		queues: queues, logger: logger, kicks: make(chan struct{}, 1), wrapErr: c.wrapErr,
+	}
+	for name := range queues {
+		p.names = append(p.names, name)
+	}
+	return p
+}
+
+// kick makes the poller poll now; kicks coalesce.
+func (p *poller) kick() {
+	select {
+	case p.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// run polls at once, then every interval (with a little jitter, so that workers started
+// together do not poll in step) and whenever kicked, until ctx ends.
+func (p *poller) run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kicks:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		if err := p.poll(ctx); err != nil && ctx.Err() == nil {
+			p.logger.Warn("skiplock: poll failed; trying again at the next poll", "err", err)
+		}
+		t.Reset(p.interval - p.interval/10 + rand.N(p.interval/5+1))
+	}
+}
+
+// poll signals the claim loops of every queue that has due jobs.
+func (p *poller) poll(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	rows, err := p.pool.Query(cctx, p.sql, p.names)
+	if err != nil {
+		return p.wrapErr("poll", err)
+	}
+	var name string
+	_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
+		if q := p.queues[name]; q != nil {
+			q.signal()
+		}
+		return nil
+	})
+	if err != nil {
+		return p.wrapErr("poll", err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,13 +51,19 @@ type SweepResult struct {
 
 // Sweeper takes back running jobs whose worker stopped heartbeating (it crashed, was
 // killed, or lost the database) and deletes finished jobs past retention. Every [Worker]
-// runs one unless its SweepInterval is negative; any number may run, and per sweep only
-// one acts (a transaction-scoped advisory lock, which also works behind PgBouncer).
+// runs one unless its SweepInterval is negative; any number may run. Their Run loops elect
+// one leader per schema (a row with a deadline in the leader table, renewed every few
+// seconds and taken over within seconds when its process dies), and only the leader
+// sweeps, purges and checks for dead rows; the others cost the database one election
+// statement every few seconds. Each sweep also holds a transaction-scoped advisory lock,
+// so a direct call to [Sweeper.Sweep] never overlaps another sweep. Both work behind a
+// transaction-pooling PgBouncer.
 type Sweeper struct {
 	client *Client
 	cfg    SweeperConfig
 	logger *slog.Logger
 	sql    sweepSQL
+	id     string // leader_id in the election
 }
 
 // DefaultSweepBatchSize is the default of [SweeperConfig].BatchSize.
@@ -91,15 +98,30 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = client.logger
 	}
-	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, sql: sweepSQL{
+	return &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
 		reclaim:      renderSQL(client.schema, reclaimSQL),
 		purgeArchive: renderSQL(client.schema, purgeArchiveSQL),
 	}}, nil
 }
 
-// Run sweeps every Interval until ctx is cancelled, then returns nil. Between sweeps it
-// checks every few seconds whether the jobs table needs a vacuum.
+// Run takes part in the schema's leader election until ctx is cancelled, then returns
+// nil. While this Sweeper leads, it sweeps every Interval and checks every second whether
+// the jobs table needs a vacuum; while another process leads, it only stands by to take
+// over. A Sweeper that leads when ctx ends gives up the lead, so another takes over at
+// once.
 func (s *Sweeper) Run(ctx context.Context) error {
+	e := newElector(s.client, s.id, maintenanceRole, s.logger)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.run(ctx) }()
+	e.whileLeader(ctx, s.maintain)
+	wg.Wait()
+	return nil
+}
+
+// maintain is the leader's maintenance loop: it sweeps every Interval and checks the
+// jobs table's dead rows every vacuumCheckInterval, until ctx ends.
+func (s *Sweeper) maintain(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	v := time.NewTicker(min(s.cfg.Interval, vacuumCheckInterval))
@@ -107,7 +129,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-v.C:
 			var res SweepResult
 			s.vacuumIfBloated(ctx, &res)
@@ -125,7 +147,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// vacuumCheckInterval is how often a running Sweeper looks at the jobs table's dead rows.
+// vacuumCheckInterval is how often the leading Sweeper looks at the jobs table's dead rows.
 const vacuumCheckInterval = time.Second
 
 // sweepLockSQL takes the sweep lock for this transaction only, or reports that another

@@ -1,8 +1,8 @@
 // This file holds the Worker: its configuration, the handler registry (Handle), Run and
 // its graceful shutdown, and the execution of one job. It composes the parts that live in
 // their own files: the claim loops (claim.go), the lease and heartbeat (lease.go), success
-// batching (complete.go), failure recording (retry.go), the listener (notify.go) and an
-// embedded Sweeper (sweeper.go).
+// batching (complete.go), failure recording (retry.go), the listener (notify.go), the
+// leader election (leader.go) and an embedded Sweeper (sweeper.go).
 
 package skiplock
 
@@ -66,10 +66,12 @@ type WorkerConfig struct {
 	// ID identifies this worker in locked_by; it must be unique among live workers, and at
 	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
 	ID string
-	// PollInterval is the fallback poll: a queue is claimed from at least this often even
-	// when no notification arrives (notifications are lost while nobody listens, and
-	// scheduled, retried and reclaimed jobs send none). Defaults to [DefaultPollInterval]
-	// (1s); zero or negative means the default; a positive value under 1ms is an error.
+	// PollInterval is the fallback poll: this often, one statement asks which of the
+	// worker's queues have due jobs, and wakes their claim loops, even when no
+	// notification arrives (notifications are lost while nobody listens, and scheduled,
+	// retried and reclaimed jobs send none). It is one statement per interval however
+	// many queues the worker has. Defaults to [DefaultPollInterval] (1s); zero or negative
+	// means the default; a positive value under 1ms is an error.
 	PollInterval time.Duration
 	// FetchCooldown is how long the claim loop may wait for more free slots when only a few
 	// are free and the queue has a backlog, so that it claims in batches. Defaults to
@@ -103,9 +105,11 @@ type WorkerConfig struct {
 	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
 	// negative means no timeout; a positive value under 1ms is an error.
 	JobTimeout time.Duration
-	// SweepInterval is how often this worker's embedded [Sweeper] runs. Defaults to
-	// [DefaultSweepInterval] (30s); zero means the default, negative disables the embedded
-	// sweeper (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
+	// SweepInterval is how often this worker's embedded [Sweeper] runs when this worker
+	// is the elected leader of the fleet's maintenance (one worker per schema at a time;
+	// see [Sweeper]). Defaults to [DefaultSweepInterval] (30s); zero means the default,
+	// negative disables the embedded sweeper, and this worker then takes no part in the
+	// election (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
 	SweepInterval time.Duration
 	// ArchiveRetention is how long finished jobs are kept before the embedded sweeper
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
@@ -177,15 +181,21 @@ type Worker struct {
 	handlers map[string]handler
 	started  atomic.Bool
 
-	queues    map[string]*queueRunner
-	held      *heldJobs // the attempts this worker runs
-	lease     *lease
-	completer *completer
-	failures  *failureRecorder
-	pause     *pauseWatcher   // the paused flags of the queues
-	periodic  *periodicRunner // nil without PeriodicJobs
-	checkSQL  string          // checkSchemaSQL, rendered
-	handlerWG sync.WaitGroup
+	queues  map[string]*queueRunner
+	poller  *poller
+	elector *elector // nil when the worker has no per-fleet task
+	// leaderTasks run only while this worker leads the fleet's maintenance (see
+	// elector.whileLeader), each in a goroutine of its own: the embedded sweeper, and
+	// any other once-per-fleet work.
+	leaderTasks []func(ctx context.Context)
+	held        *heldJobs // the attempts this worker runs
+	lease       *lease
+	completer   *completer
+	failures    *failureRecorder
+	pause       *pauseWatcher   // the paused flags of the queues
+	periodic    *periodicRunner // nil without PeriodicJobs
+	checkSQL    string          // checkSchemaSQL, rendered
+	handlerWG   sync.WaitGroup
 
 	// Shutdown: the jobs cut off by it whose handlers returned, to put back in the queue.
 	relMu     sync.Mutex
@@ -261,9 +271,9 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	claims := claimLoopConfig{
 		claimer:       newClaimer(client, cfg.VisibilityTimeout),
 		workerID:      cfg.ID,
-		pollInterval:  cfg.PollInterval,
 		fetchCooldown: cfg.FetchCooldown,
 		logger:        logger,
+		conns:         make(chan struct{}, claimConns(len(cfg.Queues))),
 		start:         w.start,
 		stale: func(cj claimedJob) bool {
 			return time.Since(cj.leased) > cfg.VisibilityTimeout-cfg.VisibilityTimeout/cancelMargin
@@ -290,6 +300,20 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 			return nil, err
 		}
 		w.periodic = newPeriodicRunner(client, entries, logger)
+	}
+	w.poller = newPoller(client, cfg.PollInterval, w.queues, logger)
+	if cfg.SweepInterval > 0 {
+		sw, err := NewSweeper(client, SweeperConfig{
+			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
+			ArchiveRetention: cfg.ArchiveRetention, Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.leaderTasks = append(w.leaderTasks, sw.maintain)
+	}
+	if len(w.leaderTasks) > 0 {
+		w.elector = newElector(client, cfg.ID, maintenanceRole, logger)
 	}
 	return w, nil
 }
@@ -399,6 +423,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	w.checkConns()
 
 	// Job contexts outlive ctx: they end only at the shutdown deadline.
 	jobBase, cancelJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -410,13 +435,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); w.completer.run() }()
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.lease.run(bg) }()
-	if w.cfg.SweepInterval > 0 {
-		sw, _ := NewSweeper(w.client, SweeperConfig{
-			Interval: w.cfg.SweepInterval, VisibilityTimeout: w.cfg.VisibilityTimeout,
-			ArchiveRetention: w.cfg.ArchiveRetention, Logger: w.logger,
-		})
+	if w.elector != nil {
 		bgWG.Add(1)
-		go func() { defer bgWG.Done(); _ = sw.Run(bg) }()
+		go func() { defer bgWG.Done(); w.elector.run(bg) }()
+		for _, task := range w.leaderTasks {
+			bgWG.Add(1)
+			go func() { defer bgWG.Done(); w.elector.whileLeader(bg, task) }()
+		}
 	}
 	l, err := newListener(listenerConfig{
 		pool:      w.client.pool,
@@ -436,9 +461,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		},
 		onListen: func() {
 			w.pause.reload() // pauses announced while the listener was away
-			for _, q := range w.queues {
-				q.signal()
-			}
+			// Notifications sent while the listener was away are lost: poll at once.
+			w.poller.kick()
 		},
 	})
 	if err != nil {
@@ -458,6 +482,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer bgWG.Done(); w.periodic.run(ctx) }()
 	}
 
+	fetchWG.Add(1)
+	go func() { defer fetchWG.Done(); w.poller.run(ctx) }()
 	var runnersWG sync.WaitGroup
 	for _, q := range w.queues {
 		for range q.max {
@@ -524,8 +550,40 @@ func (w *Worker) control(m controlMsg) {
 	}
 }
 
-// checkSchemaSQL fails with undefined_table when the schema is not migrated.
-const checkSchemaSQL = `SELECT 1 FROM {s}.jobs LIMIT 0`
+// checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
+// leader table of migration 6, which the election needs).
+const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader LIMIT 0`
+
+// connsNeeded is how many pooled connections the worker's own statements can have in
+// flight at once, and what each is for. Handlers' statements (and the failures they
+// record) come on top.
+func (w *Worker) connsNeeded() (int, string) {
+	claims := claimConns(len(w.queues))
+	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
+	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
+	if w.elector != nil {
+		n += 1 + len(w.leaderTasks)
+		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
+	}
+	return n, why
+}
+
+// checkConns warns when the pool is smaller than what the worker's own statements can use
+// at once. A warning, not an error: pgxpool makes a statement wait for a free connection
+// rather than fail, so a small pool makes the worker slower (claims, heartbeats and
+// success batches queue behind each other), not stuck, and pgxpool's default size
+// (4 connections, or the CPU count) would otherwise refuse the zero-config worker on a
+// small machine. The warning says what to set.
+func (w *Worker) checkConns() {
+	need, why := w.connsNeeded()
+	have := int(w.client.pool.Config().MaxConns)
+	if have >= need {
+		return
+	}
+	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
+		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
+		"max_conns", have, "need", need, "for", why)
+}
 
 // waitTimeout waits for wg for at most d and reports whether it finished.
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {

@@ -1,0 +1,224 @@
+// This file holds the leader election: per-fleet maintenance (the sweep, the archive purge,
+// the dead-row vacuum check) runs on one elected process at a time, while the others idle
+// for it. The leader is the process whose row in the leader table has not expired; it
+// renews the row every few seconds, and when it dies the row expires and another process
+// takes it over. Each statement is a single autocommit statement, and nothing is held on a
+// session between them, so the election works through a transaction-pooling PgBouncer.
+
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// leaderTTL is how long a leader's term lasts without a renewal: the longest a fleet goes
+// without maintenance after its leader dies, give or take a follower's retry.
+const leaderTTL = 5 * time.Second
+
+// Timing of the election, as fractions of the term.
+const (
+	// leaderRenewEvery: a leader renews three times per term, so two renewals in a row may
+	// fail (a slow statement, a reconnect) before its term runs out.
+	leaderRenewEvery = leaderTTL / 3
+	// leaderRetryEvery: a follower tries to take over twice per term (with jitter), so a
+	// dead leader is replaced within about 1.5 terms. Each try is one statement: this is
+	// what a follower costs the database while idle.
+	leaderRetryEvery = leaderTTL / 2
+	// leaderStatementTimeout bounds one election statement; a renewal that takes longer
+	// than this is treated as failed.
+	leaderStatementTimeout = leaderTTL / 3
+)
+
+// maintenanceRole names the leader row of the per-fleet maintenance.
+const maintenanceRole = "maintenance"
+
+// electSQL takes or renews the lead of role $1 for the process $2, for a term of $3.
+//
+//   - INSERT … ON CONFLICT: the first process to ever run creates the row; after that the
+//     conflict branch decides. (A deleted row is simply created again.)
+//   - WHERE l.expires_at < now() OR l.leader_id = $2: a process takes the row only when
+//     the current term ran out, or when it is its own (a renewal). Row locking makes two
+//     takers queue: the second one re-checks the WHERE against the first one's new
+//     expires_at and gets nothing, so one term has one leader.
+//   - elected_at stays put across renewals: it says since when the leader leads.
+//   - expires_at and the comparison use the database's clock, the one clock every
+//     process shares.
+//   - RETURNING: a row back means this process leads until expires_at; no row means
+//     another process leads.
+const electSQL = `INSERT INTO {s}.leader AS l (name, leader_id, elected_at, expires_at)
+VALUES ($1, $2, now(), now() + $3::interval)
+ON CONFLICT (name) DO UPDATE SET
+	leader_id = excluded.leader_id,
+	elected_at = CASE WHEN l.leader_id = excluded.leader_id THEN l.elected_at ELSE now() END,
+	expires_at = excluded.expires_at
+WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
+RETURNING l.leader_id`
+
+// resignSQL ends this process's term at once, so a follower takes over at its next try
+// instead of waiting for the term to run out. It matches leader_id: a process that lost
+// the lead meanwhile cannot end its successor's term.
+const resignSQL = `UPDATE {s}.leader SET expires_at = '-infinity' WHERE name = $1 AND leader_id = $2`
+
+// elector campaigns for one role on behalf of one process and runs tasks while the
+// process leads. A leader thinks it leads until the end of its term measured from the
+// moment it sent its last successful renewal, which is never later than the term written
+// in the database: it steps down before anyone else can take over. (Maintenance
+// statements take their own transaction-scoped locks too, so a brief overlap would be
+// harmless.)
+//
+// Internal API for per-fleet work: [elector.whileLeader] runs a function only while this
+// process leads, with a context that ends when it stops leading.
+type elector struct {
+	pool   *pgxpool.Pool
+	id     string // this process's leader_id: the worker or sweeper id
+	role   string
+	logger *slog.Logger
+	elect  string // electSQL, rendered
+	resign string // resignSQL, rendered
+
+	mu      sync.Mutex
+	term    context.Context    // nil while not leading
+	endTerm context.CancelFunc // ends term
+	expiry  *time.Timer        // ends term when it was not renewed in time
+	changed chan struct{}      // closed (and replaced) whenever a term starts or ends
+}
+
+func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
+	return &elector{
+		pool: c.pool, id: id, role: role, logger: logger,
+		elect:   renderSQL(c.schema, electSQL),
+		resign:  renderSQL(c.schema, resignSQL),
+		changed: make(chan struct{}),
+	}
+}
+
+// current returns the context of the current term (nil when not leading) and a channel
+// closed at the next change.
+func (e *elector) current() (context.Context, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.term, e.changed
+}
+
+// leading reports whether this process leads now.
+func (e *elector) leading() bool {
+	term, _ := e.current()
+	return term != nil
+}
+
+// extend starts a term, or extends the current one, to end at deadline.
+func (e *elector) extend(parent context.Context, deadline time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.term != nil {
+		e.expiry.Reset(time.Until(deadline))
+		return
+	}
+	e.term, e.endTerm = context.WithCancel(parent)
+	term := e.term
+	e.expiry = time.AfterFunc(time.Until(deadline), func() { e.stepDown(term, "term expired before it could be renewed") })
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.logger.Info("skiplock: this process now leads the fleet's maintenance", "role", e.role)
+}
+
+// stepDown ends the term term if it is still the current one.
+func (e *elector) stepDown(term context.Context, why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.term == nil || e.term != term {
+		return
+	}
+	e.expiry.Stop()
+	e.endTerm()
+	e.term, e.endTerm, e.expiry = nil, nil, nil
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.logger.Info("skiplock: this process no longer leads the fleet's maintenance", "role", e.role, "reason", why)
+}
+
+// run campaigns until ctx ends: a follower tries to take the lead every leaderRetryEvery,
+// a leader renews every leaderRenewEvery. When ctx ends it steps down and resigns, so
+// another process takes over without waiting for the term to run out.
+func (e *elector) run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			term, _ := e.current()
+			if term != nil {
+				e.stepDown(term, "shutting down")
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaderStatementTimeout)
+				if _, err := e.pool.Exec(rctx, e.resign, e.role, e.id); err != nil {
+					e.logger.Debug("skiplock: resigning the lead failed; it expires on its own", "err", err)
+				}
+				cancel()
+			}
+			return
+		case <-t.C:
+		}
+		e.try(ctx)
+		wait := leaderRenewEvery
+		if !e.leading() {
+			wait = leaderRetryEvery - leaderRetryEvery/5 + rand.N(2*leaderRetryEvery/5+1)
+		}
+		t.Reset(wait)
+	}
+}
+
+// try takes or renews the lead once.
+func (e *elector) try(ctx context.Context) {
+	sent := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
+	var got string
+	err := e.pool.QueryRow(cctx, e.elect, e.role, e.id, leaderTTL).Scan(&got)
+	cancel()
+	term, _ := e.current()
+	switch {
+	case err == nil:
+		e.extend(ctx, sent.Add(leaderTTL))
+	case errors.Is(err, pgx.ErrNoRows):
+		if term != nil {
+			e.stepDown(term, "another process took over")
+		}
+	case ctx.Err() == nil:
+		// The term, if any, runs on until its expiry timer ends it.
+		e.logger.Warn("skiplock: leader election statement failed; trying again", "role", e.role, "err", err)
+	}
+}
+
+// whileLeader runs task each time this process becomes leader, with a context that ends
+// when the term ends or ctx ends, until ctx ends. A task that returns early is not run
+// again in the same term. It returns once ctx ended and task returned.
+func (e *elector) whileLeader(ctx context.Context, task func(ctx context.Context)) {
+	for {
+		term, changed := e.current()
+		if term == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				continue
+			}
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(term, cancel)
+		task(tctx)
+		stop()
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-term.Done():
+		}
+	}
+}

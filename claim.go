@@ -402,11 +402,23 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
-// poll signals the claim loops of every queue that has due jobs.
+// poll signals the claim loops of every queue that has due jobs. It asks only about the
+// queues that could claim and would not be woken anyway: a queue with no free slot cannot
+// claim, and one whose last claim filled its batch is woken by each finished job. A worker
+// busy on all its queues runs no poll statement at all.
 func (p *poller) poll(ctx context.Context) error {
+	names := p.names[:0:0]
+	for _, name := range p.names {
+		if q := p.queues[name]; q.active.Load() < q.max && !q.more.Load() {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	rows, err := p.pool.Query(cctx, p.sql, p.names)
+	rows, err := p.pool.Query(cctx, p.sql, names)
 	if err != nil {
 		return p.wrapErr("poll", err)
 	}

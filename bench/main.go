@@ -57,15 +57,18 @@ func run() error {
 			compiled = append(compiled, n)
 		}
 	}
-	var allWork []string
+	var allWork, defaultWork []string
 	for _, w := range workloads {
 		allWork = append(allWork, w.Name)
+		if !w.OptIn {
+			defaultWork = append(defaultWork, w.Name)
+		}
 	}
 	flag.StringVar(&o.dsn, "dsn", dsn, "PostgreSQL URL of a database to connect to first; each system gets a database bench_<system> created (and dropped) on that server. Default: $DATABASE_URL or "+defaultDSN)
 	flag.BoolVar(&o.quick, "quick", false, "reduced sizes: the whole run takes about 1-2 minutes")
 	flag.IntVar(&o.runs, "runs", 3, "runs per workload and system; figures are the median with min–max")
 	flag.StringVar(&systems, "systems", strings.Join(compiled, ","), "comma-separated systems to run, in this order")
-	flag.StringVar(&workNames, "workloads", strings.Join(allWork, ","), "comma-separated workloads to run")
+	flag.StringVar(&workNames, "workloads", strings.Join(defaultWork, ","), "comma-separated workloads to run (fleet runs only when named: "+strings.Join(allWork, ",")+")")
 	flag.BoolVar(&o.allSystems, "all-systems", false, "run the skiplock-only workloads (size1m, scheduled) for River and gue too")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the skiplock runs to this file")
 	flag.StringVar(&o.out, "out", "results", "folder for latest.json and latest.md (empty: don't write)")
@@ -78,6 +81,9 @@ func run() error {
 	flag.IntVar(&gueWorkers, "gue-workers", gueWorkers, "gue WorkerPool size (each working job holds a pooled connection)")
 	flag.DurationVar(&guePollInterval, "gue-poll", guePollInterval, "gue poll interval")
 	flag.Parse()
+	if child, err := runFleetChild(o.dsn); child {
+		return err
+	}
 
 	o.systems = splitList(systems)
 	o.workloads = splitList(workNames)
@@ -101,6 +107,9 @@ func run() error {
 	sizes := fullSizes
 	if o.quick {
 		sizes = quickSizes
+	}
+	if fleetIdle != 0 {
+		sizes.FleetIdle = fleetIdle
 	}
 	rep := &Report{Started: time.Now().UTC(), Quick: o.quick, Runs: o.runs, Sizes: sizes}
 	if err := rep.collectEnv(ctx, o.dsn); err != nil {

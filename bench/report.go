@@ -357,7 +357,7 @@ func format(v float64, unit string) string {
 	switch {
 	case unit == "x":
 		return strconv.FormatFloat(v, 'f', 2, 64)
-	case unit == "MB":
+	case unit == "MB" || unit == "commits/s":
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	case unit == "ms" && v < 10:
 		return strconv.FormatFloat(v, 'f', 2, 64)

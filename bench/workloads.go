@@ -26,13 +26,14 @@ type Sizes struct {
 	ScheduledDue  int           `json:"scheduled_due"`  // due jobs drained in the scheduled workload
 	ScheduledSkip int           `json:"scheduled_skip"` // future jobs beside them
 	Warmup        time.Duration `json:"warmup"`         // workers run this long before timed producers start
+	FleetIdle     time.Duration `json:"fleet_idle"`     // window over which the fleet workload counts idle commits
 }
 
 var fullSizes = Sizes{
 	Bulk: 100_000, Single: 30_000, Producers: 16, Drain: 100_000,
 	LatencyRate: 50, LatencyFor: 10 * time.Second, SustainedFor: 10 * time.Second,
 	Size: 50_000, Size1M: 1_000_000, ScheduledDue: 100_000, ScheduledSkip: 1_000_000,
-	Warmup: time.Second,
+	Warmup: time.Second, FleetIdle: 20 * time.Second,
 }
 
 // quickSizes finish all three systems in about two minutes on 2 cores. The
@@ -41,7 +42,7 @@ var quickSizes = Sizes{
 	Bulk: 20_000, Single: 5_000, Producers: 16, Drain: 10_000,
 	LatencyRate: 50, LatencyFor: 2 * time.Second, SustainedFor: 3 * time.Second,
 	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
-	Warmup: 300 * time.Millisecond,
+	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second,
 }
 
 // Metric is one reported figure of a workload.
@@ -59,6 +60,9 @@ type Workload struct {
 	Metrics []Metric
 	// SkiplockOnly workloads run for the peers only with -all-systems.
 	SkiplockOnly bool
+	// OptIn workloads run only when named in -workloads (they take minutes, or
+	// need more server connections than the others).
+	OptIn bool
 	// OneRun workloads run once whatever -runs says (they are long and their
 	// figure barely varies).
 	OneRun bool
@@ -169,6 +173,25 @@ var workloads = []Workload{
 		},
 		SkiplockOnly: true,
 		Run:          runScheduled,
+	},
+	{
+		Name: "fleet",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes vs 1 (one run)",
+				fleetPool, s.FleetIdle, fleetQueues, fleetProcs, fleetQueues, s.Drain, fleetProcs)
+		},
+		Metrics: []Metric{
+			{Key: "idle_1x1", Label: "idle commits/s, 1 process × 1 queue", Unit: "commits/s", LowerBetter: true},
+			{Key: "idle_1x100", Label: "idle commits/s, 1 process × 100 queues", Unit: "commits/s", LowerBetter: true},
+			{Key: "idle_nx100", Label: "idle commits/s, all processes × 100 queues", Unit: "commits/s", LowerBetter: true},
+			rate("drain_1", "drain, 1 process"),
+			rate("drain_n", "drain, all processes"),
+			{Key: "drain_ratio", Label: "drain, all processes / 1 process", Unit: "x"},
+		},
+		SkiplockOnly: true,
+		OneRun:       true,
+		OptIn:        true,
+		Run:          runFleet,
 	},
 }
 

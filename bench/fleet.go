@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
+)
+
+// The fleet workload runs skiplock workers as separate OS processes: this
+// binary, started again with -fleet-child. Each child is one "host": its own
+// pool, its own LISTEN connection, its own leader-election campaign.
+
+// fleetChild holds the flags of a child process.
+var fleetChild struct {
+	on     bool
+	db     string
+	id     string
+	queues int
+}
+
+func init() {
+	flag.BoolVar(&fleetChild.on, "fleet-child", false, "internal: run as one worker process of the fleet workload")
+	flag.StringVar(&fleetChild.db, "fleet-db", "", "internal: database of a fleet child")
+	flag.StringVar(&fleetChild.id, "fleet-id", "", "internal: worker id of a fleet child")
+	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
+	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
+	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
+	flag.DurationVar(&fleetIdle, "fleet-idle", 0, "override the fleet workload's idle window (negative: skip the idle runs)")
+}
+
+var (
+	fleetIdle  time.Duration
+	fleetPool  = 10 // the need of a one-queue worker (8), and a little room
+	fleetProcs = 16
+)
+
+// fleetQueues is the queue count of the many-queue idle runs.
+const fleetQueues = 100
+
+// statsLag: an idle backend reports its commits to pg_stat_database up to
+// 10 s late (PGSTAT_IDLE_INTERVAL), so idle counting starts this long after
+// the workers started.
+const statsLag = 11 * time.Second
+
+// runFleetChild runs one worker until SIGTERM, or until stdin closes (the
+// parent died), and reports whether it ran.
+func runFleetChild(dsn string) (bool, error) {
+	if !fleetChild.on {
+		return false, nil
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return true, err
+	}
+	cfg.ConnConfig.Database = fleetChild.db
+	cfg.MaxConns = int32(fleetPool)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return true, err
+	}
+	defer pool.Close()
+	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger()})
+	if err != nil {
+		return true, err
+	}
+	wc := skiplock.WorkerConfig{ID: fleetChild.id, Logger: quietLogger()}
+	if fleetChild.queues > 1 {
+		wc.Queues = map[string]skiplock.QueueConfig{}
+		for i := range fleetChild.queues {
+			wc.Queues[fmt.Sprintf("q%03d", i)] = skiplock.QueueConfig{MaxWorkers: 10}
+		}
+	}
+	w, err := skiplock.NewWorker(client, wc)
+	if err != nil {
+		return true, err
+	}
+	if err := skiplock.Handle(w, func(context.Context, *skiplock.Job[NoopArgs]) error { return nil }); err != nil {
+		return true, err
+	}
+	return true, w.Run(ctx)
+}
+
+// fleet is a set of running child processes.
+type fleet struct {
+	cmds  []*exec.Cmd
+	stdin []io.WriteCloser
+}
+
+// startFleet starts procs worker processes with queues queues each on the
+// database of pool, and waits until every one listens.
+func startFleet(e *env, procs, queues int) (*fleet, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{}
+	for i := range procs {
+		cmd := exec.Command(self, "-fleet-child", "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
+			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
+			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool))
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, errors.Join(err, f.stop())
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, errors.Join(err, f.stop())
+		}
+		f.cmds = append(f.cmds, cmd)
+		f.stdin = append(f.stdin, in)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n int
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'skiplock-listen fleet-%' AND query LIKE 'LISTEN%'`).Scan(&n); err != nil {
+			return nil, errors.Join(err, f.stop())
+		}
+		if n == procs {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("fleet: %d of %d worker processes listening after 2 minutes", n, procs), f.stop())
+		}
+		if err := sleep(e.ctx, 50*time.Millisecond); err != nil {
+			return nil, errors.Join(err, f.stop())
+		}
+	}
+}
+
+// stop stops the processes gracefully (SIGTERM) and waits for them.
+func (f *fleet) stop() error {
+	for _, c := range f.cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	var errs []error
+	for i, c := range f.cmds {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fleet worker %d: %w", i, err))
+			}
+		case <-time.After(time.Minute):
+			_ = c.Process.Kill()
+			errs = append(errs, fmt.Errorf("fleet worker %d did not stop within a minute", i))
+			<-done
+		}
+		_ = f.stdin[i].Close()
+	}
+	return errors.Join(errs...)
+}
+
+// idleCommits starts procs processes with queues queues each, waits out
+// the statistics lag, and returns the commits per second the database saw
+// over window (pg_stat_database.xact_commit of the bench database, read from
+// another database so the reads are not counted).
+func idleCommits(e *env, admin *pgx.Conn, procs, queues int, window time.Duration) (float64, error) {
+	f, err := startFleet(e, procs, queues)
+	if err != nil {
+		return 0, err
+	}
+	rate, err := func() (float64, error) {
+		if err := sleep(e.ctx, statsLag); err != nil {
+			return 0, err
+		}
+		db := e.pool.Config().ConnConfig.Database
+		var c0, c1 int64
+		if err := admin.QueryRow(e.ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, db).Scan(&c0); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := sleep(e.ctx, window); err != nil {
+			return 0, err
+		}
+		if err := admin.QueryRow(e.ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, db).Scan(&c1); err != nil {
+			return 0, err
+		}
+		return float64(c1-c0) / time.Since(t0).Seconds(), nil
+	}()
+	return rate, errors.Join(err, f.stop())
+}
+
+// fleetDrain starts procs one-queue processes, waits until they listen, then
+// inserts n due jobs in one transaction and times from its commit until every
+// job is final in the database.
+func fleetDrain(e *env, procs, n int) (float64, error) {
+	if err := e.sys.Reset(e.ctx); err != nil {
+		return 0, err
+	}
+	f, err := startFleet(e, procs, 1)
+	if err != nil {
+		return 0, err
+	}
+	rate, err := func() (float64, error) {
+		// The start-up polls and the first election are over.
+		if err := sleep(e.ctx, 2*time.Second); err != nil {
+			return 0, err
+		}
+		if err := e.sys.Bulk(n, time.Time{})(e.ctx); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		deadline := t0.Add(timeoutFor(n, 500))
+		for {
+			p, err := e.sys.Pending(e.ctx)
+			if err != nil {
+				return 0, err
+			}
+			if p == 0 {
+				return float64(n) / time.Since(t0).Seconds(), nil
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("fleet drain with %d processes: %d jobs pending after %s", procs, p, time.Since(t0))
+			}
+			if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
+				return 0, err
+			}
+		}
+	}()
+	return rate, errors.Join(err, f.stop())
+}
+
+// runFleet measures idle cost (1×1, 1×100 and procs×100 queues) and drain
+// with procs processes against one.
+func runFleet(e *env) (map[string]float64, error) {
+	if e.sys.Name() != "skiplock" {
+		return nil, errors.New("the fleet workload runs skiplock worker processes only")
+	}
+	acfg := e.pool.Config().ConnConfig.Copy()
+	acfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(e.ctx, acfg)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close(context.WithoutCancel(e.ctx))
+	res := map[string]float64{}
+	for _, c := range []struct {
+		key           string
+		procs, queues int
+	}{{"idle_1x1", 1, 1}, {"idle_1x100", 1, fleetQueues}, {"idle_nx100", fleetProcs, fleetQueues}} {
+		if e.sizes.FleetIdle <= 0 {
+			break
+		}
+		r, err := idleCommits(e, admin, c.procs, c.queues, e.sizes.FleetIdle)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.key, err)
+		}
+		res[c.key] = r
+	}
+	one, err := fleetDrain(e, 1, e.sizes.Drain)
+	if err != nil {
+		return nil, err
+	}
+	many, err := fleetDrain(e, fleetProcs, e.sizes.Drain)
+	if err != nil {
+		return nil, err
+	}
+	res["drain_1"], res["drain_n"], res["drain_ratio"] = one, many, many/one
+	return res, nil
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,4 +104,38 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	// alone; the margin absorbs what a busy machine adds (catalog and hint-bit reads, seen
 	// up to ~105 extra buffers when the suite runs in parallel).
 	assert.Less(t, many, few+250, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
+}
+
+func TestPoll_DueQueuesFindsOnlyQueuesWithDueJobsWithoutWalkingFutureOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	exec := func(sql string) {
+		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
+		require.NoError(t, err)
+	}
+	// q_due: one due job at a low priority, below 200,000 jobs due tomorrow at higher ones.
+	// q_future: only future jobs. q_running: only a running job. q_empty: nothing.
+	exec(`INSERT INTO {s}.jobs (queue, kind, priority) VALUES ('q_due', 'k', 0);
+		INSERT INTO {s}.jobs (queue, kind, priority, run_at)
+		SELECT q, 'k', 5 + i % 3, now() + interval '1 day'
+		FROM generate_series(1, 100000) AS i, unnest(ARRAY['q_due', 'q_future']) AS q;
+		INSERT INTO {s}.jobs (queue, kind, status, locked_at, locked_by, attempts) VALUES ('q_running', 'k', 'running', now(), 'w', 1);
+		ANALYZE {s}.jobs`)
+	p := newPoller(c, time.Second, nil, c.logger)
+	names := []string{"q_due", "q_future", "q_running", "q_empty"}
+	rows, err := pool.Query(ctx, p.sql, names)
+	require.NoError(t, err)
+	due, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"q_due"}, due)
+
+	// One statement for every queue, and it reads index pages per priority, not per job:
+	// walking the 200,000 future entries would take some 800 pages.
+	var plan []map[string]any
+	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.sql, names).Scan(&plan))
+	top := plan[0]["Plan"].(map[string]any)
+	buffers := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
+	t.Logf("the poll read %v buffers", buffers)
+	assert.Less(t, buffers, 200.0, "buffers read by the poll beside 200,000 future jobs")
 }

@@ -222,6 +222,10 @@ func TestPgBouncer_TransactionPoolingRunsEveryJobExactlyOnce(t *testing.T) {
 	assert.Equal(t, 0, count(`SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'bouncer_rolled_back'`)+
 		count(`SELECT count(*) FROM {s}.jobs WHERE kind = 'bouncer_rolled_back'`), "rolled-back enqueues left no job")
 	assert.Equal(t, len(workers), count(`SELECT count(DISTINCT worker) FROM {s}.audit`), "every worker took part")
+	// The maintenance leader was elected through the pooler, and one of the workers leads.
+	var leader string
+	require.NoError(t, direct.QueryRow(ctx, q(`SELECT leader_id FROM {s}.leader WHERE name = 'maintenance' AND expires_at > now()`)).Scan(&leader))
+	assert.Contains(t, workers, leader, "the maintenance leader")
 
 	// Inspection works through the pooler as well.
 	var id int64

@@ -183,10 +183,10 @@ type Worker struct {
 
 	queues  map[string]*queueRunner
 	poller  *poller
-	elector *elector // nil when the worker has no per-fleet task
-	// leaderTasks run only while this worker leads the fleet's maintenance (see
-	// elector.whileLeader), each in a goroutine of its own: the embedded sweeper, and
-	// any other once-per-fleet work.
+	elector *elector // made by Run; nil when the worker has no per-fleet task
+	// leaderTasks run only while this worker leads the fleet's maintenance, each in a
+	// goroutine of its own: the embedded sweeper, and any other once-per-fleet work
+	// (registered with whileLeader).
 	leaderTasks []func(ctx context.Context)
 	held        *heldJobs // the attempts this worker runs
 	lease       *lease
@@ -310,12 +310,17 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.leaderTasks = append(w.leaderTasks, sw.maintain)
-	}
-	if len(w.leaderTasks) > 0 {
-		w.elector = newElector(client, cfg.ID, maintenanceRole, logger)
+		w.whileLeader(sw.maintain)
 	}
 	return w, nil
+}
+
+// whileLeader registers task to run only while this worker leads the fleet's maintenance
+// (one worker per schema at a time, see leader.go): Run starts it each time the worker
+// becomes leader, with a context that ends when it stops leading or shuts down. A worker
+// with at least one such task takes part in the election. Call it before Run.
+func (w *Worker) whileLeader(task func(ctx context.Context)) {
+	w.leaderTasks = append(w.leaderTasks, task)
 }
 
 func defaultWorkerID() string {
@@ -422,6 +427,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.periodic.declare(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
+	}
+	if len(w.leaderTasks) > 0 {
+		w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
 	}
 	w.checkConns()
 

@@ -181,3 +181,37 @@ func TestLeader_ResignsAtShutdown(t *testing.T) {
 	assert.Equal(t, w.ID(), id)
 	assert.False(t, live, "a worker that stopped must end its term, so another takes over at once")
 }
+
+func TestLeader_StandaloneSweepersElectOneAndItPurges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority,
+		run_at, attempts, max_attempts, created_at, finished_at)
+		VALUES (1, 'default', 'k', '{}', 'succeeded', 0, now(), 1, 20, now(), now() - interval '30 days')`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 3 {
+		s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Interval: 200 * time.Millisecond, Logger: testLogger()})
+		require.NoError(t, err)
+		wg.Go(func() { assert.NoError(t, s.Run(ctx)) })
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == 0
+	}, "the leading sweeper purged the archive row past retention")
+	id, _, live := leaderRow(t, b)
+	assert.True(t, live)
+	assert.True(t, strings.HasPrefix(id, "sweeper-"), "leader %q", id)
+	stop()
+	_, _, live = leaderRow(t, b)
+	assert.False(t, live, "the leading sweeper resigned when its Run ended")
+}

@@ -50,7 +50,12 @@ func runChildWorker(spec string) error {
 	url, schema, id := parts[0], parts[1], parts[2]
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 3 // the test server's connections are shared by the whole suite
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -142,9 +147,10 @@ func TestLeader_AnotherWorkerTakesOverWhenTheLeaderProcessDies(t *testing.T) {
 func TestLeader_OneLeaderAmongManyWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// Eight workers in one process, each on its own pool as separate hosts would be.
-	for i := range 8 {
-		client, err := skiplock.NewClient(newPool(t, 4), skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	// Five workers in one process, each on its own pool as separate hosts would be (small
+	// pools: the test server's connections are shared by the whole suite).
+	for i := range 5 {
+		client, err := skiplock.NewClient(newPool(t, 2), skiplock.Config{Schema: b.schema, Logger: testLogger()})
 		require.NoError(t, err)
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: fmt.Sprintf("many-%d-%s", i, b.schema), SweepInterval: time.Second, Logger: testLogger()})
 		require.NoError(t, err)

@@ -106,7 +106,7 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	assert.Less(t, many, few+250, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
 }
 
-func TestPoll_DueQueuesFindsOnlyQueuesWithDueJobsWithoutWalkingFutureOnes(t *testing.T) {
+func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
@@ -116,24 +116,39 @@ func TestPoll_DueQueuesFindsOnlyQueuesWithDueJobsWithoutWalkingFutureOnes(t *tes
 	}
 	// q_due: one due job at a low priority, below 200,000 jobs due tomorrow at higher ones.
 	// q_future: only future jobs. q_running: only a running job. q_empty: nothing.
-	exec(`INSERT INTO {s}.jobs (queue, kind, priority) VALUES ('q_due', 'k', 0);
+	// q_paused: a due job, but paused. q_busy: a due job, but not asked about (no free slot).
+	exec(`INSERT INTO {s}.jobs (queue, kind, priority) VALUES ('q_due', 'k', 0), ('q_paused', 'k', 0), ('q_busy', 'k', 0);
 		INSERT INTO {s}.jobs (queue, kind, priority, run_at)
 		SELECT q, 'k', 5 + i % 3, now() + interval '1 day'
 		FROM generate_series(1, 100000) AS i, unnest(ARRAY['q_due', 'q_future']) AS q;
 		INSERT INTO {s}.jobs (queue, kind, status, locked_at, locked_by, attempts) VALUES ('q_running', 'k', 'running', now(), 'w', 1);
+		INSERT INTO {s}.queues (name, paused_at) VALUES ('q_paused', now()), ('q_resumed', NULL);
 		ANALYZE {s}.jobs`)
-	p := newPoller(c, time.Second, nil, c.logger)
-	names := []string{"q_due", "q_future", "q_running", "q_empty"}
-	rows, err := pool.Query(ctx, p.sql, names)
+	p := newPoller(c, time.Second, nil, nil, c.logger)
+	names := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused", "q_busy"}
+	candidates := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused"}
+	rows, err := pool.Query(ctx, p.sql, names, candidates)
 	require.NoError(t, err)
-	due, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type state struct{ paused, due bool }
+	got := map[string]state{}
+	var (
+		name        string
+		paused, due bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &paused, &due}, func() error {
+		got[name] = state{paused, due}
+		return nil
+	})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"q_due"}, due)
+	assert.Equal(t, map[string]state{
+		"q_due": {due: true}, "q_future": {}, "q_running": {}, "q_empty": {},
+		"q_paused": {paused: true}, "q_busy": {},
+	}, got)
 
 	// One statement for every queue, and it reads index pages per priority, not per job:
 	// walking the 200,000 future entries would take some 800 pages.
 	var plan []map[string]any
-	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.sql, names).Scan(&plan))
+	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.sql, names, candidates).Scan(&plan))
 	top := plan[0]["Plan"].(map[string]any)
 	buffers := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
 	t.Logf("the poll read %v buffers", buffers)

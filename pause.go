@@ -87,22 +87,21 @@ func (c *Client) pausedQueues(ctx context.Context, db interface {
 }
 
 // pauseWatcher keeps a worker's queues' paused flags: from control messages as they
-// arrive, and from the queues table at start and once per poll interval, because a
-// notification is lost when the listener is down.
+// arrive, and from the queues table at start and once per poll interval (the poller's
+// statement reads it, see claim.go), because a notification is lost when the listener is
+// down.
 type pauseWatcher struct {
-	client   *Client
-	pool     *pgxpool.Pool
-	queues   map[string]*queueRunner
-	interval time.Duration
-	logger   *slog.Logger
+	client *Client
+	pool   *pgxpool.Pool
+	queues map[string]*queueRunner
+	logger *slog.Logger
 	// gen counts the control messages applied. A table read that a message overtook
 	// (the read started before it) is dropped: it may predate the message.
-	gen  atomic.Uint64
-	kick chan struct{} // re-read now: the listener (re)connected
+	gen atomic.Uint64
 }
 
-func newPauseWatcher(c *Client, queues map[string]*queueRunner, interval time.Duration, logger *slog.Logger) *pauseWatcher {
-	return &pauseWatcher{client: c, pool: c.pool, queues: queues, interval: interval, logger: logger, kick: make(chan struct{}, 1)}
+func newPauseWatcher(c *Client, queues map[string]*queueRunner, logger *slog.Logger) *pauseWatcher {
+	return &pauseWatcher{client: c, pool: c.pool, queues: queues, logger: logger}
 }
 
 // load reads the paused queues and applies them, unless a control message came in
@@ -143,30 +142,4 @@ func (p *pauseWatcher) control(msg controlMsg) {
 	}
 	p.gen.Add(1)
 	p.set(q, msg.Op == controlPause)
-}
-
-// reload asks run to read the table now (after a listener reconnect: messages may have
-// been lost).
-func (p *pauseWatcher) reload() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// run re-reads the paused queues every interval until ctx ends.
-func (p *pauseWatcher) run(ctx context.Context) {
-	t := time.NewTicker(p.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-p.kick:
-		}
-		if err := p.load(ctx); err != nil && ctx.Err() == nil {
-			p.logger.Warn("skiplock: reading paused queues failed; keeping the last known", "err", err)
-		}
-	}
 }

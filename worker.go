@@ -293,7 +293,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		w.queues[name] = newQueueRunner(name, n, claims)
 	}
-	w.pause = newPauseWatcher(client, w.queues, cfg.PollInterval, logger)
+	w.pause = newPauseWatcher(client, w.queues, logger)
 	if len(cfg.PeriodicJobs) > 0 {
 		entries, err := validPeriodic(client, cfg.PeriodicJobs)
 		if err != nil {
@@ -301,7 +301,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		w.periodic = newPeriodicRunner(client, entries, logger)
 	}
-	w.poller = newPoller(client, cfg.PollInterval, w.queues, logger)
+	w.poller = newPoller(client, cfg.PollInterval, w.queues, w.pause, logger)
 	if cfg.SweepInterval > 0 {
 		sw, err := NewSweeper(client, SweeperConfig{
 			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
@@ -467,11 +467,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.pause.control(msg)
 			w.control(msg)
 		},
-		onListen: func() {
-			w.pause.reload() // pauses announced while the listener was away
-			// Notifications sent while the listener was away are lost: poll at once.
-			w.poller.kick()
-		},
+		// Notifications and control messages sent while the listener was away are lost:
+		// poll at once (the poll reads the paused queues too).
+		onListen: w.poller.kick,
 	})
 	if err != nil {
 		stopBG()
@@ -481,8 +479,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); l.run(bg) }()
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); w.pause.run(bg) }()
 	if w.periodic != nil {
 		// ctx, not bg: a worker shutting down enqueues nothing more. A transaction cut off
 		// by it rolls back whole, and another worker enqueues that occurrence.

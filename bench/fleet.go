@@ -37,9 +37,11 @@ func init() {
 	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
 	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
 	flag.DurationVar(&fleetIdle, "fleet-idle", 0, "override the fleet workload's idle window (negative: skip the idle runs)")
+	flag.IntVar(&fleetSlots, "fleet-slots", 0, "QueueConfig.MaxWorkers of the drain's worker processes (0: the default, 100)")
 }
 
 var (
+	fleetSlots int
 	fleetIdle  time.Duration
 	fleetPool  = 10 // the need of a one-queue worker (8), and a little room
 	fleetProcs = 16
@@ -80,6 +82,9 @@ func runFleetChild(dsn string) (bool, error) {
 		return true, err
 	}
 	wc := skiplock.WorkerConfig{ID: fleetChild.id, Logger: quietLogger()}
+	if fleetChild.queues == 1 && fleetSlots > 0 {
+		wc.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: fleetSlots}}
+	}
 	if fleetChild.queues > 1 {
 		wc.Queues = map[string]skiplock.QueueConfig{}
 		for i := range fleetChild.queues {
@@ -113,7 +118,7 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 	for i := range procs {
 		cmd := exec.Command(self, "-fleet-child", "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
 			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
-			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool))
+			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots))
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {

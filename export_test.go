@@ -3,3 +3,19 @@ package skiplock
 // SetPeriodicBeforeCommit makes w's periodic runner call f between enqueueing due
 // occurrences and committing, so tests can fault the transaction there.
 func SetPeriodicBeforeCommit(w *Worker, f func()) { w.periodic.beforeCommit = f }
+
+// Internals the external tests need to reach.
+
+// CoalesceMaxInFlight is how many coalesced statements may run at once.
+const CoalesceMaxInFlight = coalesceMaxInFlight
+
+// CoalescerIdle reports whether c's coalescer has no batch collecting, waiting or being
+// written (and so no goroutine running).
+func CoalescerIdle(c *Client) bool {
+	if c.batch == nil {
+		return true
+	}
+	c.batch.mu.Lock()
+	defer c.batch.mu.Unlock()
+	return c.batch.open == nil && len(c.batch.ready) == 0 && c.batch.inFlight == 0
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,16 @@ type Config struct {
 	NotifyInterval time.Duration
 	// Logger receives skiplock's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CoalesceWindow is how long [Client.Enqueue], and [Client.EnqueueMany] of at most 100
+	// jobs, may wait for concurrent calls to share its INSERT and its commit. A call that
+	// finds no other batch being written goes at once; otherwise it joins the batch that
+	// is collecting, which is sent when a batch in flight finishes, when it holds 1000
+	// jobs, or this long after its first job, whichever comes first. Every call still
+	// returns only once the commit holding its jobs is done, with its own rows or its own
+	// error. Jobs with a UniqueKey never wait: they are written alone. Defaults to
+	// [DefaultCoalesceWindow] (1ms); zero means the default; negative turns coalescing
+	// off (every call writes in a transaction of its own); at most 100ms.
+	CoalesceWindow time.Duration
 }
 
 // DBTX is what enqueueing inside the caller's transaction needs; pgx.Tx satisfies it.
@@ -100,6 +111,7 @@ type Client struct {
 	notify   *notifier  // wake-ups: the channel, the throttle of Enqueue's notifications
 	sql      enqueueSQL // rendered for schema by NewClient
 	admin    adminSQL   // the operator calls' statements (admin.go)
+	batch    *coalescer // shares statements among concurrent enqueues; nil when off (coalesce.go)
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
@@ -123,7 +135,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{
+	if cfg.CoalesceWindow == 0 {
+		cfg.CoalesceWindow = DefaultCoalesceWindow
+	}
+	c := &Client{
 		pool:     pool,
 		schema:   cfg.Schema,
 		maxBytes: cfg.MaxPayloadBytes,
@@ -131,7 +146,11 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		notify:   newNotifier(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
 		sql:      newEnqueueSQL(cfg.Schema),
 		admin:    newAdminSQL(cfg.Schema),
-	}, nil
+	}
+	if cfg.CoalesceWindow > 0 {
+		c.batch = &coalescer{window: cfg.CoalesceWindow, write: c.writeBatch}
+	}
+	return c, nil
 }
 
 // Pool returns the pool the client was built on, for callers (the dashboard, tests) that
@@ -141,9 +160,19 @@ func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 // Schema returns the schema the client works in.
 func (c *Client) Schema() string { return c.schema }
 
-// Enqueue inserts one job in its own transaction and returns it. It is the fast path for
-// jobs that need not share a transaction with other writes; the wake-up notification is
-// throttled as Config.NotifyInterval says. opts may be nil.
+// Enqueue inserts one job outside any transaction of the caller and returns it once it is
+// committed. It is the fast path for jobs that need not share a transaction with other
+// writes: concurrent calls share one INSERT and one commit (see [Config].CoalesceWindow),
+// and each returns its own row or its own error — a job the database refuses fails only
+// its own call. The wake-up notification is throttled as [Config].NotifyInterval says.
+// opts may be nil.
+//
+// If ctx ends while the call waits, Enqueue returns at once with an error that wraps
+// ctx.Err(). The job is then not inserted if it was still waiting for its batch to be
+// sent; if its batch was already being written, it is inserted if that commit succeeds.
+// The error message says which. (The same holds for a single statement whose reply a
+// caller stops waiting for.) Use a UniqueKey if a retry after such an error must not
+// insert the job twice.
 func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
@@ -152,8 +181,23 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 	if err != nil {
 		return nil, err
 	}
+	if c.batch != nil && j.coalescable() {
+		rows, err := c.batch.submit(ctx, &enqueueRequest{jobs: []newJob{j}})
+		if err == nil {
+			return rows[0], nil
+		}
+		if !errors.Is(err, errInsertAlone) {
+			return nil, err
+		}
+		// The batch was refused as a whole: write this job alone.
+	}
+	return c.enqueueAlone(ctx, &j)
+}
+
+// enqueueAlone writes one job in a statement of its own (and so a transaction of its own).
+func (c *Client) enqueueAlone(ctx context.Context, j *newJob) (*JobRow, error) {
 	notify := j.dueNow() && c.notify.throttle.takeNow(j.queue)
-	row, err := c.insertOne(ctx, c.pool, &j, notify, false)
+	row, err := c.insertOne(ctx, c.pool, j, notify, false)
 	if err == nil && j.dueNow() && !notify {
 		c.notify.throttle.trailing(j.queue)
 	}
@@ -295,8 +339,13 @@ func b2i(b bool) int {
 
 // EnqueueMany inserts many jobs in one transaction of its own with a constant number of
 // statements (COPY, or one multi-row insert when unique keys are used) and returns how
-// many were inserted. Every job is validated before anything is written. Jobs whose
-// UniqueKey is already active are skipped and not counted.
+// many were inserted. Every job is validated before anything is written, and the jobs are
+// committed all together or not at all. Jobs whose UniqueKey is already active are
+// skipped and not counted.
+//
+// A call of at most 100 jobs without unique keys shares its statement and commit with
+// concurrent Enqueue and EnqueueMany calls, as [Client.Enqueue] does (and with the same
+// answer when ctx ends while it waits); its jobs still commit all together or not at all.
 func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("skiplock: enqueue many: %w", err)
@@ -304,6 +353,16 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, 
 	jobs, err := c.prepareMany(params)
 	if err != nil || len(jobs) == 0 {
 		return 0, err
+	}
+	if c.batch != nil && len(jobs) <= coalesceManyMax && !slices.ContainsFunc(jobs, func(j newJob) bool { return !j.coalescable() }) {
+		rows, err := c.batch.submit(ctx, &enqueueRequest{jobs: jobs, many: true})
+		if err == nil {
+			return len(rows), nil
+		}
+		if !errors.Is(err, errInsertAlone) {
+			return 0, err
+		}
+		// The batch was refused as a whole: write these jobs alone.
 	}
 	// READ COMMITTED whatever the server's default: a unique conflict then never raises.
 	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -502,8 +561,9 @@ type enqueueSQL struct {
 	// insertUnique[gated][notify]: gated inserts only under READ COMMITTED (insertUnique).
 	insertUnique [2][2]string
 	// insertUnnest[gated]: the bulk insert with unique keys.
-	insertUnnest [2]string
-	findUnique   string
+	insertUnnest               [2]string
+	findUnique                 string
+	coalesced, coalescedNotify string // coalesce.go
 }
 
 func newEnqueueSQL(schema string) enqueueSQL {
@@ -515,8 +575,10 @@ func newEnqueueSQL(schema string) enqueueSQL {
 			{r(insertUniqueSQL(false, false)), r(insertUniqueSQL(false, true))},
 			{r(insertUniqueSQL(true, false)), r(insertUniqueSQL(true, true))},
 		},
-		insertUnnest: [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
-		findUnique:   r(findUniqueSQL),
+		insertUnnest:    [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
+		findUnique:      r(findUniqueSQL),
+		coalesced:       r(coalescedInsertSQL),
+		coalescedNotify: r(coalescedInsertNotifySQL),
 	}
 }
 

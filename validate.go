@@ -418,6 +418,10 @@ func (cfg *Config) validate() error {
 		return &configError{field: "Config.Schema", value: strconv.Quote(cfg.Schema), fix: "use [a-z_][a-z0-9_], 1-48 characters",
 			also: ErrInvalidSchema, prefix: "skiplock: invalid schema name in "}
 	}
+	if cfg.CoalesceWindow > maxCoalesceWindow {
+		return &configError{field: "Config.CoalesceWindow", value: cfg.CoalesceWindow.String(),
+			fix: "use at most " + maxCoalesceWindow.String() + " (it is added to an Enqueue's latency when the client is busy), 0 for the default or negative for off"}
+	}
 	return nil
 }
 

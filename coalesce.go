@@ -43,161 +43,208 @@ const (
 // database refuses fails only its own caller.
 var errInsertAlone = errors.New("skiplock: coalesced batch refused; insert alone")
 
-// enqueueRequest is one caller's part of a batch: the jobs of one Enqueue (one) or of one
-// EnqueueMany call, written together or not at all.
-type enqueueRequest struct {
-	jobs []newJob
-	many bool // from EnqueueMany: its queues are notified unthrottled, as EnqueueMany promises
-
-	done chan struct{} // closed once rows and err are set
-	rows []*JobRow     // the inserted rows, in the order of jobs
-	err  error
-
-	batch     *enqueueBatch // guarded by coalescer.mu
-	withdrawn bool          // guarded by coalescer.mu: the caller left before its batch was sent
-}
-
-// enqueueBatch is the requests that share one statement.
-type enqueueBatch struct {
-	reqs  []*enqueueRequest
-	rows  int         // jobs of the requests not withdrawn
-	sent  bool        // its requests are fixed and being written
-	timer *time.Timer // seals the batch when the window ends
-}
-
-// coalescer groups concurrent enqueues into batches and writes each batch with one
-// statement (write). A batch is sent
+// groupCommit groups concurrent callers' items into batches and writes each batch with one
+// statement (write), so one commit serves them all; each caller waits for the batch that
+// holds its item. It serves the coalesced enqueues (below) and the failure recorder
+// (retry.go). A batch is sent
 //
-//   - at once when no other batch is being written (an idle client adds no latency),
-//   - when a batch in flight finishes (the rows that arrived meanwhile go together),
-//   - when it holds coalesceMaxRows jobs, or
-//   - window after its first job, whatever else is in flight (the bound on added latency),
+//   - at once when no other batch is being written (an idle system adds no latency),
+//   - when a batch in flight finishes (the items that arrived meanwhile go together),
+//   - when it holds maxRows rows, or
+//   - window after its first item, whatever else is in flight (the bound on added latency),
 //
-// and at most coalesceMaxInFlight batches are written at once.
+// and at most maxInFlight batches are written at once.
 //
 // It owns no long-lived goroutine: a batch is written by a goroutine started for it, which
 // writes the batches that are ready when it finishes and ends when none is; a timer's
 // function only seals a batch. So nothing needs closing, and no goroutine outlives the
 // statements in flight.
-type coalescer struct {
-	window time.Duration
-	write  func(reqs []*enqueueRequest) // writes the requests and delivers their results
+type groupCommit[T any] struct {
+	window      time.Duration
+	maxRows     int
+	maxInFlight int
+	// write writes items with one statement and stores each one's result in it. It must
+	// bound its own time: the callers wait for it.
+	write func(items []T)
 
 	mu       sync.Mutex
-	open     *enqueueBatch   // collecting jobs; nil when none
-	ready    []*enqueueBatch // sealed, waiting for a slot
+	open     *commitBatch[T]   // collecting items; nil when none
+	ready    []*commitBatch[T] // sealed, waiting for a slot
 	inFlight int
 }
 
-// submit adds the jobs of one call to a batch and waits until the commit that holds them,
-// or until ctx ends. It returns the inserted rows, the caller's own error, or errInsertAlone.
-//
-// If ctx ends first, submit returns at once with an error that wraps ctx's. The jobs are
-// then not inserted if their batch had not been sent yet (they are withdrawn from it); if
-// it had, they are inserted if the batch commits, which it does unless the database
-// refuses it — as with any statement whose reply a cancelled caller stops waiting for. The
-// error says which of the two happened.
-func (c *coalescer) submit(ctx context.Context, req *enqueueRequest) ([]*JobRow, error) {
-	req.done = make(chan struct{})
-	c.mu.Lock()
-	b := c.open
+// commitBatch is the entries that share one statement.
+type commitBatch[T any] struct {
+	entries []*commitEntry[T]
+	rows    int         // rows of the entries not withdrawn
+	sent    bool        // its entries are fixed and being written
+	timer   *time.Timer // seals the batch when the window ends
+}
+
+// commitEntry is one caller's item in a batch.
+type commitEntry[T any] struct {
+	item      T
+	rows      int
+	done      chan struct{}   // closed once the batch is written
+	batch     *commitBatch[T] // guarded by groupCommit.mu
+	withdrawn bool            // guarded by groupCommit.mu: the caller left before the batch was sent
+}
+
+// submit adds item (rows rows of the statement) to a batch and waits until the batch has
+// been written, or until ctx ends. It returns nil once item holds its result. If ctx ends
+// first it returns ctx.Err() at once, and sent says whether the item had gone out with its
+// batch (which then still commits it, or not, with the others) or was withdrawn (it is
+// never written).
+func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent bool, err error) {
+	e := &commitEntry[T]{item: item, rows: rows, done: make(chan struct{})}
+	g.mu.Lock()
+	b := g.open
 	fresh := b == nil
 	if fresh {
-		b = &enqueueBatch{}
-		c.open = b
+		b = &commitBatch[T]{}
+		g.open = b
 	}
-	b.reqs = append(b.reqs, req)
-	b.rows += len(req.jobs)
-	req.batch = b
+	b.entries = append(b.entries, e)
+	b.rows += rows
+	e.batch = b
 	switch {
-	case b.rows >= coalesceMaxRows || c.inFlight == 0:
-		c.seal(b)
+	case b.rows >= g.maxRows || g.inFlight == 0:
+		g.seal(b)
 	case fresh:
-		b.timer = time.AfterFunc(c.window, func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.open == b {
-				c.seal(b)
-				c.dispatch()
+		b.timer = time.AfterFunc(g.window, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.open == b {
+				g.seal(b)
+				g.dispatch()
 			}
 		})
 	}
-	c.dispatch()
-	c.mu.Unlock()
+	g.dispatch()
+	g.mu.Unlock()
 
 	select {
-	case <-req.done:
-		return req.rows, req.err
+	case <-e.done:
+		return true, nil
 	case <-ctx.Done():
 	}
-	c.mu.Lock()
-	sent := req.batch.sent
+	g.mu.Lock()
+	sent = e.batch.sent
 	if !sent {
-		req.withdrawn = true
-		req.batch.rows -= len(req.jobs)
+		e.withdrawn = true
+		e.batch.rows -= rows
 	}
-	c.mu.Unlock()
-	if !sent {
-		return nil, fmt.Errorf("skiplock: enqueue: %w (the job was not inserted: it was still waiting for its batch)", ctx.Err())
-	}
-	return nil, fmt.Errorf("skiplock: enqueue: %w (the job was already being written with others; it is inserted if that commit succeeds)", ctx.Err())
+	g.mu.Unlock()
+	return sent, ctx.Err()
 }
 
-// seal closes the open batch b to new jobs and queues it for writing. c.mu is held.
-func (c *coalescer) seal(b *enqueueBatch) {
+// seal closes the open batch b to new items and queues it for writing. g.mu is held.
+func (g *groupCommit[T]) seal(b *commitBatch[T]) {
 	if b.timer != nil {
 		b.timer.Stop()
 	}
-	if c.open == b {
-		c.open = nil
+	if g.open == b {
+		g.open = nil
 	}
-	c.ready = append(c.ready, b)
+	g.ready = append(g.ready, b)
 }
 
-// dispatch starts a writing goroutine for each ready batch while slots are free. c.mu is
+// dispatch starts a writing goroutine for each ready batch while slots are free. g.mu is
 // held.
-func (c *coalescer) dispatch() {
-	for c.inFlight < coalesceMaxInFlight {
-		b := c.next()
+func (g *groupCommit[T]) dispatch() {
+	for g.inFlight < g.maxInFlight {
+		b := g.next()
 		if b == nil {
 			return
 		}
-		c.inFlight++
-		go c.run(b)
+		g.inFlight++
+		go g.run(b)
 	}
 }
 
-// next takes the first ready batch and fixes its requests (marks it sent), or returns nil.
-// c.mu is held.
-func (c *coalescer) next() *enqueueBatch {
-	if len(c.ready) == 0 {
+// next takes the first ready batch and fixes its entries (marks it sent), or returns nil.
+// g.mu is held.
+func (g *groupCommit[T]) next() *commitBatch[T] {
+	if len(g.ready) == 0 {
 		return nil
 	}
-	b := c.ready[0]
-	c.ready[0] = nil
-	c.ready = c.ready[1:]
+	b := g.ready[0]
+	g.ready[0] = nil
+	g.ready = g.ready[1:]
 	b.sent = true
 	return b
 }
 
 // run writes b, then every batch that is ready, or sealed because this one finished, and
-// ends when there is none.
-func (c *coalescer) run(b *enqueueBatch) {
+// ends when there is none. An entry's fields are read without the lock once its batch is
+// sent: nothing changes them after that.
+func (g *groupCommit[T]) run(b *commitBatch[T]) {
 	for b != nil {
-		live := slices.DeleteFunc(b.reqs, func(r *enqueueRequest) bool { return r.withdrawn })
+		live := slices.DeleteFunc(b.entries, func(e *commitEntry[T]) bool { return e.withdrawn })
 		if len(live) > 0 {
-			c.write(live)
+			items := make([]T, len(live))
+			for i, e := range live {
+				items[i] = e.item
+			}
+			g.write(items)
+			for _, e := range live {
+				close(e.done)
+			}
 		}
-		c.mu.Lock()
-		if len(c.ready) == 0 && c.open != nil {
-			// The jobs that arrived while this batch was written go now.
-			c.seal(c.open)
+		g.mu.Lock()
+		if len(g.ready) == 0 && g.open != nil {
+			// The items that arrived while this batch was written go now.
+			g.seal(g.open)
 		}
-		b = c.next()
+		b = g.next()
 		if b == nil {
-			c.inFlight--
+			g.inFlight--
 		}
-		c.mu.Unlock()
+		g.mu.Unlock()
+	}
+}
+
+// idle reports whether no batch is collecting, waiting or being written.
+func (g *groupCommit[T]) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open == nil && len(g.ready) == 0 && g.inFlight == 0
+}
+
+// enqueueRequest is one caller's part of a coalesced enqueue: the jobs of one Enqueue
+// (one) or of one EnqueueMany call, written together or not at all.
+type enqueueRequest struct {
+	jobs []newJob
+	many bool // from EnqueueMany: its queues are notified unthrottled, as EnqueueMany promises
+
+	rows []*JobRow // the inserted rows, in the order of jobs
+	err  error
+}
+
+// newEnqueueCoalescer returns the group commit of a client's enqueues.
+func newEnqueueCoalescer(c *Client, window time.Duration) *groupCommit[*enqueueRequest] {
+	return &groupCommit[*enqueueRequest]{
+		window: window, maxRows: coalesceMaxRows, maxInFlight: coalesceMaxInFlight, write: c.writeBatch,
+	}
+}
+
+// coalesce writes req's jobs in a batch with other calls' and returns their rows, the
+// call's own error, or errInsertAlone.
+//
+// If ctx ends first, it returns at once with an error that wraps ctx's. The jobs are
+// then not inserted if their batch had not been sent yet (they are withdrawn from it); if
+// it had, they are inserted if the batch commits, which it does unless the database
+// refuses it — as with any statement whose reply a cancelled caller stops waiting for. The
+// error says which of the two happened.
+func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, error) {
+	sent, err := c.batch.submit(ctx, req, len(req.jobs))
+	switch {
+	case err == nil:
+		return req.rows, req.err
+	case !sent:
+		return nil, fmt.Errorf("skiplock: enqueue: %w (the job was not inserted: it was still waiting for its batch)", err)
+	default:
+		return nil, fmt.Errorf("skiplock: enqueue: %w (the job was already being written with others; it is inserted if that commit succeeds)", err)
 	}
 }
 
@@ -229,8 +276,8 @@ const coalescedInsertNotifySQL = `WITH ins AS (
 )
 SELECT ins.* FROM ins CROSS JOIN woke`
 
-// writeBatch writes the jobs of reqs with one statement and delivers each request its
-// rows or an error. Queues with due jobs are woken like Enqueue's: through the throttle,
+// writeBatch writes the jobs of reqs with one statement and gives each request its rows
+// or an error. Queues with due jobs are woken like Enqueue's: through the throttle,
 // except the queues of EnqueueMany calls, which are always notified.
 func (c *Client) writeBatch(reqs []*enqueueRequest) {
 	n := 0
@@ -284,7 +331,6 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		err = fmt.Errorf("skiplock: enqueue: the batch statement returned %d rows for %d jobs; they were committed", len(got), n)
 		for _, r := range reqs {
 			r.err = err
-			close(r.done)
 		}
 		return
 	}
@@ -296,7 +342,6 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		}
 		for _, r := range reqs {
 			r.err = deliver
-			close(r.done)
 		}
 		return
 	}
@@ -306,7 +351,6 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 	slices.SortFunc(got, func(a, b *JobRow) int { return cmp.Compare(a.ID, b.ID) })
 	for _, r := range reqs {
 		r.rows, got = got[:len(r.jobs):len(r.jobs)], got[len(r.jobs):]
-		close(r.done)
 	}
 }
 

@@ -11,11 +11,4 @@ const CoalesceMaxInFlight = coalesceMaxInFlight
 
 // CoalescerIdle reports whether c's coalescer has no batch collecting, waiting or being
 // written (and so no goroutine running).
-func CoalescerIdle(c *Client) bool {
-	if c.batch == nil {
-		return true
-	}
-	c.batch.mu.Lock()
-	defer c.batch.mu.Unlock()
-	return c.batch.open == nil && len(c.batch.ready) == 0 && c.batch.inFlight == 0
-}
+func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.idle() }

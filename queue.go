@@ -108,10 +108,10 @@ type Client struct {
 	schema   string
 	maxBytes int
 	logger   *slog.Logger
-	notify   *notifier  // wake-ups: the channel, the throttle of Enqueue's notifications
-	sql      enqueueSQL // rendered for schema by NewClient
-	admin    adminSQL   // the operator calls' statements (admin.go)
-	batch    *coalescer // shares statements among concurrent enqueues; nil when off (coalesce.go)
+	notify   *notifier                     // wake-ups: the channel, the throttle of Enqueue's notifications
+	sql      enqueueSQL                    // rendered for schema by NewClient
+	admin    adminSQL                      // the operator calls' statements (admin.go)
+	batch    *groupCommit[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
@@ -148,7 +148,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		admin:    newAdminSQL(cfg.Schema),
 	}
 	if cfg.CoalesceWindow > 0 {
-		c.batch = &coalescer{window: cfg.CoalesceWindow, write: c.writeBatch}
+		c.batch = newEnqueueCoalescer(c, cfg.CoalesceWindow)
 	}
 	return c, nil
 }
@@ -182,7 +182,7 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 		return nil, err
 	}
 	if c.batch != nil && j.coalescable() {
-		rows, err := c.batch.submit(ctx, &enqueueRequest{jobs: []newJob{j}})
+		rows, err := c.coalesce(ctx, &enqueueRequest{jobs: []newJob{j}})
 		if err == nil {
 			return rows[0], nil
 		}
@@ -355,7 +355,7 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, 
 		return 0, err
 	}
 	if c.batch != nil && len(jobs) <= coalesceManyMax && !slices.ContainsFunc(jobs, func(j newJob) bool { return !j.coalescable() }) {
-		rows, err := c.batch.submit(ctx, &enqueueRequest{jobs: jobs, many: true})
+		rows, err := c.coalesce(ctx, &enqueueRequest{jobs: jobs, many: true})
 		if err == nil {
 			return len(rows), nil
 		}

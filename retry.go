@@ -1,16 +1,18 @@
 // This file holds what happens when a handler fails: the handler's verdicts (Permanent,
 // CancelJob, Snooze), the retry policy (jittered exponential backoff by default), and the
-// failureRecorder that writes a failed attempt with one fenced statement.
+// failureRecorder that writes failed attempts in batches, with one fenced statement each.
 
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -134,107 +136,176 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 		ELSE errors END)
 	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', `
 
-// appendErrorSQL appends {attempt, at, error: $5} to the error history.
-const appendErrorSQL = appendHistory + `left($5::text, 2048)))`
+// failureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
+// ids), $2 and $3 are the fence's (fenceSQL); for each id, at the same position:
+// $4 the verdict ('retry', 'failed', 'cancelled' or 'snooze'), $5 the delay in
+// microseconds (retry and snooze), $6 the error message. In SET, columns are the row as
+// claimed (attempts is the attempt that failed).
+//
+//   - retry: back to queued at now() + delay, or dead (finished, locked_by kept as the
+//     last worker) when the attempts are used up. The delay is the job's own, computed in
+//     Go by its retry policy; now() is the database's clock, as for every schedule.
+//   - failed, cancelled: final, no retry.
+//   - snooze: back to queued at now() + delay, and the attempt given back; the error
+//     history is left alone (a snooze is not an error).
+//   - Every verdict but snooze appends {attempt, at, error} to the error history.
+//   - The fence (fenceSQL) is the WHERE, so a stale worker's failure changes nothing; the
+//     per-job values are joined by id (v.vid = id, next to the fence's id = ANY($1), which
+//     is what the planner looks the rows up by).
+//   - RETURNING says, per job, what was recorded; a job missing from it was stale.
+const failureSQL = `UPDATE {s}.jobs SET
+	status = CASE
+		WHEN v.verdict = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
+		WHEN v.verdict = 'snooze' THEN 'queued'
+		ELSE v.verdict END,
+	run_at = CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
+		THEN now() + v.delay_us * interval '1 microsecond' ELSE run_at END,
+	attempts = CASE WHEN v.verdict = 'snooze' THEN attempts - 1 ELSE attempts END,
+	finished_at = CASE WHEN v.verdict IN ('failed', 'cancelled') OR v.verdict = 'retry' AND attempts >= max_attempts
+		THEN now() END,
+	locked_at = NULL,
+	locked_by = CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
+		THEN NULL ELSE locked_by END,
+	last_error = CASE WHEN v.verdict = 'snooze' THEN last_error ELSE v.msg END,
+	errors = CASE WHEN v.verdict = 'snooze' THEN errors ELSE ` + appendHistory + `left(v.msg, 2048))) END
+FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::text[]) AS v(vid, verdict, delay_us, msg)
+WHERE ` + fenceSQL + ` AND v.vid = id
+RETURNING id, status, run_at`
 
-// retrySQL records a failed attempt: back to queued at now() + $4, or dead when the
-// attempts are used up.
-const retrySQL = `UPDATE {s}.jobs SET
-	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
-	run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE now() + $4::interval END,
-	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-	locked_at = NULL, lease_until = NULL,
-	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END,
-	last_error = $5,
-	errors = ` + appendErrorSQL + `
-WHERE ` + fenceSQL + `
-RETURNING status, run_at`
+// The verdicts failureSQL knows.
+const (
+	verdictRetry  = "retry"
+	verdictSnooze = "snooze"
+)
 
-// failSQL ends the attempt and the job in status $4 (failed or cancelled), with no retry.
-const failSQL = `UPDATE {s}.jobs SET
-	status = $4, finished_at = now(), locked_at = NULL, lease_until = NULL, last_error = $5,
-	errors = ` + appendErrorSQL + `
-WHERE ` + fenceSQL + `
-RETURNING status, run_at`
+// failedAttempt is one failed attempt on its way to the database, and what was recorded.
+type failedAttempt struct {
+	key     jobKey
+	row     *JobRow
+	verdict string
+	delay   time.Duration
+	msg     string
 
-// snoozeSQL puts the job back at now() + $4 and gives back the attempt it used. It leaves
-// the fence token alone: the next claim takes a new one, so this statement, replayed after
-// a lost reply, cannot match that claim.
-const snoozeSQL = `UPDATE {s}.jobs SET
-	status = 'queued', run_at = now() + $4::interval, attempts = attempts - 1,
-	locked_at = NULL, locked_by = NULL, lease_until = NULL
-WHERE ` + fenceSQL + `
-RETURNING status, run_at`
+	status JobStatus // set when written: the job's new status, or its claimed one if stale
+	runAt  time.Time
+	err    error // the statement failed: the job stays running until the sweeper takes it back
+	stale  bool
+}
 
-// failureRecorder writes the failed attempts of one worker.
+// failureRecorder writes the failed attempts of one worker, in batches: a failure storm
+// (a downstream outage fails every job) costs one statement and one commit per batch, not
+// per job. A runner waits until its failure is written, so the status it reports is the
+// one recorded.
 type failureRecorder struct {
-	pool                *pgxpool.Pool
-	workerID            string
-	logger              *slog.Logger
-	retry, fail, snooze string // rendered retrySQL, failSQL, snoozeSQL
+	pool     *pgxpool.Pool
+	workerID string
+	logger   *slog.Logger
+	sql      string // failureSQL, rendered
+	batch    *groupCommit[*failedAttempt]
 }
 
-func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *failureRecorder {
-	return &failureRecorder{
-		pool: pool, workerID: workerID, logger: logger,
-		retry:  renderSQL(schema, retrySQL),
-		fail:   renderSQL(schema, failSQL),
-		snooze: renderSQL(schema, snoozeSQL),
-	}
+// newFailureRecorder batches at most batchSize failures per statement; a failure waits at
+// most flushEvery for others when a batch is already being written.
+func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *failureRecorder {
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL)}
+	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
+	return f
 }
 
-// record writes a failed attempt k of row (retry, dead, failed, cancelled or snoozed)
-// with one fenced statement and returns the job's new status.
+// record writes a failed attempt k of row (retry, dead, failed, cancelled or snoozed),
+// batched with other runners' failures, and returns the job's new status. The retry delay
+// is computed here, per job, by policy.
 func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
-	var (
-		q    string
-		args = []any{[]int64{k.id}, []int64{k.fence}, f.workerID}
-		msg  = storableMessage(herr.Error())
-		re   *resultError
-	)
-	verdict := resultKind(0) // a plain error: retry
+	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
+	var re *resultError
 	if errors.As(herr, &re) {
-		verdict = re.kind
-	}
-	switch verdict {
-	case resultSnooze:
-		q = f.snooze
-		args = append(args, re.snooze)
-	case resultPermanent:
-		q = f.fail
-		args = append(args, string(StatusFailed), msg)
-	case resultCancel:
-		q = f.fail
-		args = append(args, string(StatusCancelled), msg)
-	default:
-		var delay time.Duration
-		if row.Attempts < row.MaxAttempts {
-			delay = policy.NextRetry(row)
+		switch re.kind {
+		case resultSnooze:
+			a.verdict, a.delay = verdictSnooze, re.snooze
+		case resultPermanent:
+			a.verdict = string(StatusFailed)
+		case resultCancel:
+			a.verdict = string(StatusCancelled)
 		}
-		q = f.retry
-		args = append(args, delay, msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var status string
-	var runAt time.Time
-	// Every statement here is fenced on the claim's token: replayed after a lost reply, it
-	// matches nothing if the first run committed (the job left running, and any later
-	// claim took a new token), so retrying is harmless.
-	err := retryDB(ctx, func() error { return f.pool.QueryRow(ctx, q, args...).Scan(&status, &runAt) })
-	if errors.Is(err, pgx.ErrNoRows) {
+	if a.verdict == verdictRetry && row.Attempts < row.MaxAttempts {
+		a.delay = policy.NextRetry(row)
+	}
+	_, _ = f.batch.submit(context.Background(), a, 1) // never cancelled: returns once written
+	switch {
+	case a.err != nil:
+		f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
+			"job", row.ID, "attempt", row.Attempts, "err", a.err)
+		return StatusRunning
+	case a.stale:
 		f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
 			"job", row.ID, "attempt", row.Attempts)
 		return row.Status
 	}
-	if err != nil {
-		f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
-			"job", row.ID, "attempt", row.Attempts, "err", err)
-		return StatusRunning
-	}
 	f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
-		"status", status, "run_at", runAt, "err", msg)
-	return JobStatus(status)
+		"status", a.status, "run_at", a.runAt, "err", a.msg)
+	return a.status
+}
+
+// write records a batch of failed attempts with one statement. If the database refuses
+// the statement (not a transient error), each attempt is written alone, so that one it
+// refuses cannot keep the others from being recorded.
+func (f *failureRecorder) write(batch []*failedAttempt) {
+	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
+	slices.SortFunc(batch, func(a, b *failedAttempt) int { return cmp.Compare(a.key.id, b.key.id) })
+	err := f.exec(batch)
+	if err != nil && len(batch) > 1 && !transient(err) {
+		for _, a := range batch {
+			a.err = f.exec([]*failedAttempt{a})
+		}
+		return
+	}
+	for _, a := range batch {
+		a.err = err
+	}
+}
+
+// exec runs failureSQL for batch and stores what each attempt became.
+func (f *failureRecorder) exec(batch []*failedAttempt) error {
+	n := len(batch)
+	ids, tokens := make([]int64, n), make([]int32, n)
+	verdicts, delays, msgs := make([]string, n), make([]int64, n), make([]string, n)
+	for i, a := range batch {
+		ids[i], tokens[i] = a.key.id, int32(a.key.attempts)
+		verdicts[i], delays[i], msgs[i] = a.verdict, a.delay.Microseconds(), a.msg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type recorded struct {
+		status string
+		runAt  time.Time
+	}
+	var got map[int64]recorded
+	// The statement is fenced: replayed after a lost reply, it matches nothing the first
+	// run recorded, so retrying is harmless.
+	err := retryDB(ctx, func() error {
+		rows, err := f.pool.Query(ctx, f.sql, ids, tokens, f.workerID, verdicts, delays, msgs)
+		if err != nil {
+			return err
+		}
+		got = make(map[int64]recorded, n)
+		var id int64
+		var r recorded
+		_, err = pgx.ForEachRow(rows, []any{&id, &r.status, &r.runAt}, func() error {
+			got[id] = r
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range batch {
+		r, ok := got[a.key.id]
+		a.stale = !ok
+		a.status, a.runAt = JobStatus(r.status), r.runAt
+	}
+	return nil
 }
 
 // maxErrorBytes bounds a recorded error message.

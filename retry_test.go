@@ -2,7 +2,9 @@ package skiplock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -307,4 +309,212 @@ func TestRetry_UnstorableErrorMessagesAreStillRecorded(t *testing.T) {
 	assert.True(t, strings.HasPrefix(j.LastError, "nul: bad:\uFFFD é"), "last_error %q", j.LastError[:20])
 	assert.LessOrEqual(t, len(j.LastError), 8192+len("…"))
 	assert.True(t, utf8.ValidString(j.LastError))
+}
+
+// stormArgs fails in the way its N says (see stormVerdict), once its handler is released.
+type stormArgs struct {
+	N int `json:"n"`
+}
+
+func (stormArgs) Kind() string { return "storm" }
+
+// stormDelay is the retry delay of job n (and its snooze): its own, to the microsecond.
+func stormDelay(n int) time.Duration {
+	return time.Duration(n+1)*time.Minute + time.Duration(n)*time.Millisecond + 7*time.Microsecond
+}
+
+// stormPolicy gives every job its own delay, from its args.
+type stormPolicy struct{}
+
+func (stormPolicy) NextRetry(job *skiplock.JobRow) time.Duration {
+	var a stormArgs
+	if err := json.Unmarshal(job.Payload, &a); err != nil {
+		panic(err)
+	}
+	return stormDelay(a.N)
+}
+
+// statusHook records the status each job's run reported.
+type statusHook struct {
+	mu     sync.Mutex
+	status map[int64]skiplock.JobStatus
+}
+
+func (h *statusHook) JobStarted(ctx context.Context, _ *skiplock.JobRow) context.Context { return ctx }
+
+func (h *statusHook) JobFinished(_ context.Context, job *skiplock.JobRow, res skiplock.JobResult) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.status[job.ID] = res.Status
+}
+
+func (h *statusHook) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.status)
+}
+
+// stormWorker runs a worker whose storm handlers all wait until release is closed and
+// then return verdict(n). started receives each job id as its handler starts.
+func stormWorker(t *testing.T, b *bundle, jobs int, verdict func(n int) error) (hook *statusHook, started chan int64, release chan struct{}, w *skiplock.Worker) {
+	t.Helper()
+	hook = &statusHook{status: map[int64]skiplock.JobStatus{}}
+	started, release = make(chan int64, jobs), make(chan struct{})
+	w = newWorker(t, b, skiplock.WorkerConfig{
+		Queues:            map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: jobs}},
+		RetryPolicy:       stormPolicy{},
+		VisibilityTimeout: 5 * time.Minute, // no heartbeat during the test: the recorder alone fences
+		SweepInterval:     -1,
+		Hooks:             []skiplock.Hook{hook},
+		Logger:            testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[stormArgs]) error {
+		started <- job.ID
+		<-release
+		return verdict(job.Args.N)
+	}))
+	return hook, started, release, w
+}
+
+func TestFailures_AStormIsRecordedInBatchesEachJobWithItsOwnVerdictAndBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs = 120
+	// By n % 5: retry with the job's own delay, dead (its only attempt), permanent,
+	// cancelled by the handler, snoozed for the job's own delay.
+	verdict := func(n int) error {
+		switch n % 5 {
+		case 2:
+			return skiplock.Permanent(errors.New("storm: permanent"))
+		case 3:
+			return skiplock.CancelJob(errors.New("storm: cancel"))
+		case 4:
+			return skiplock.Snooze(stormDelay(n))
+		}
+		return fmt.Errorf("storm: downstream down (%d)", n)
+	}
+	hook, started, release, w := stormWorker(t, b, jobs, verdict)
+	params := make([]skiplock.EnqueueParams, jobs)
+	for n := range params {
+		opts := &skiplock.EnqueueOptions{MaxAttempts: 5}
+		if n%5 == 1 {
+			opts.MaxAttempts = 1
+		}
+		params[n] = skiplock.EnqueueParams{Args: stormArgs{N: n}, Options: opts}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	runWorker(t, w)
+	for range jobs {
+		<-started
+	}
+	var before time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&before))
+	close(release) // every handler fails at once
+	eventually(t, 60*time.Second, func() bool { return hook.count() == jobs }, "every failure recorded")
+	var after time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&after))
+
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT id, (payload->>'n')::int, status, attempts, run_at,
+		finished_at IS NOT NULL, locked_by, last_error, coalesce(jsonb_array_length(errors), 0),
+		(errors->-1->>'at')::timestamptz FROM {s}.jobs`))
+	require.NoError(t, err)
+	seen := 0
+	for rows.Next() {
+		var (
+			id                  int64
+			n, attempts, nerrs  int
+			status              string
+			runAt               time.Time
+			finished            bool
+			lockedBy, lastError *string
+			errAt               *time.Time
+		)
+		require.NoError(t, rows.Scan(&id, &n, &status, &attempts, &runAt, &finished, &lockedBy, &lastError, &nerrs, &errAt))
+		seen++
+		hook.mu.Lock()
+		reported := hook.status[id]
+		hook.mu.Unlock()
+		assert.Equal(t, skiplock.JobStatus(status), reported, "job %d: the runner reports the status recorded", n)
+		switch n % 5 {
+		case 0: // retry: queued again, run_at = the failure's now() + its own delay, exactly
+			assert.Equal(t, "queued", status, "job %d", n)
+			assert.Equal(t, 1, attempts)
+			assert.Nil(t, lockedBy)
+			assert.False(t, finished)
+			require.Equal(t, 1, nerrs)
+			require.NotNil(t, errAt)
+			assert.Equal(t, stormDelay(n), runAt.Sub(*errAt), "job %d: its own backoff", n)
+		case 1: // no attempt left: dead, the last worker kept
+			assert.Equal(t, "dead", status, "job %d", n)
+			assert.True(t, finished)
+			require.NotNil(t, lockedBy)
+			assert.Equal(t, w.ID(), *lockedBy)
+			assert.Equal(t, 1, nerrs)
+		case 2:
+			assert.Equal(t, "failed", status, "job %d", n)
+			assert.True(t, finished)
+			require.NotNil(t, lastError)
+			assert.Contains(t, *lastError, "storm: permanent")
+		case 3:
+			assert.Equal(t, "cancelled", status, "job %d", n)
+			assert.True(t, finished)
+		case 4: // snooze: queued at now() + its delay, the attempt given back, no error
+			assert.Equal(t, "queued", status, "job %d", n)
+			assert.Equal(t, 0, attempts, "a snooze gives the attempt back")
+			assert.Equal(t, 0, nerrs)
+			assert.Nil(t, lastError)
+			assert.Nil(t, lockedBy)
+			assert.False(t, runAt.Before(before.Add(stormDelay(n))), "job %d: snoozed for its own delay", n)
+			assert.False(t, runAt.After(after.Add(stormDelay(n))), "job %d: snoozed for its own delay", n)
+		}
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, jobs, seen)
+	// The failures shared statements: fewer transactions than jobs.
+	txs := b.count(t, `SELECT count(DISTINCT xmin::text) FROM {s}.jobs`)
+	assert.Less(t, txs, jobs, "every failure was written by a statement of its own")
+	t.Logf("%d failures recorded by %d statements", jobs, txs)
+}
+
+func TestFailures_AStaleFailureInABatchChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs = 40
+	hook, started, release, w := stormWorker(t, b, jobs, func(n int) error {
+		return fmt.Errorf("storm: %d failed", n)
+	})
+	params := make([]skiplock.EnqueueParams, jobs)
+	for n := range params {
+		params[n] = skiplock.EnqueueParams{Args: stormArgs{N: n}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	runWorker(t, w)
+	for range jobs {
+		<-started
+	}
+	// While the handlers run, the odd jobs are taken over: reclaimed, and claimed again
+	// by another worker (a new attempt, another locked_by).
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET attempts = attempts + 1, locked_by = 'thief', locked_at = now()
+		WHERE (payload->>'n')::int % 2 = 1`))
+	require.NoError(t, err)
+	var stolenRunAt time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT max(run_at) FROM {s}.jobs WHERE locked_by = 'thief'`)).Scan(&stolenRunAt))
+	close(release)
+	eventually(t, 60*time.Second, func() bool { return hook.count() == jobs }, "every failure handled")
+
+	// The stale failures changed nothing; the others were recorded.
+	assert.Equal(t, jobs/2, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE locked_by = 'thief' AND status = 'running'
+		AND attempts = 2 AND errors IS NULL AND last_error IS NULL AND run_at <= $1`, stolenRunAt))
+	assert.Equal(t, jobs/2, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE (payload->>'n')::int % 2 = 0
+		AND status = 'queued' AND attempts = 1 AND jsonb_array_length(errors) = 1 AND locked_by IS NULL`))
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	statuses := map[skiplock.JobStatus]int{}
+	for _, s := range hook.status {
+		statuses[s]++
+	}
+	assert.Equal(t, map[skiplock.JobStatus]int{skiplock.StatusQueued: jobs / 2, skiplock.StatusRunning: jobs / 2}, statuses,
+		"a stale failure reports the job as still running")
 }

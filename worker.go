@@ -117,12 +117,16 @@ type WorkerConfig struct {
 	ArchiveRetention time.Duration
 	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive.
 	Completion Completion
-	// CompleteBatchSize is the most successes recorded by one statement. Defaults to
+	// CompleteBatchSize is the most successes, and the most failures, recorded by one
+	// statement. Defaults to
 	// [DefaultCompleteBatchSize] (500); zero or negative means the default; more than
 	// 100000 is an error.
 	CompleteBatchSize int
-	// CompleteFlushInterval is how long a success may wait to be batched with others.
-	// Defaults to [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
+	// CompleteFlushInterval is how long a success may wait to be batched with others. A
+	// failure (retry, dead, failed, cancelled, snooze) is written at once when no other
+	// failure is being written, and otherwise waits at most this long for others to share
+	// its statement; its runner waits until it is written. Defaults to
+	// [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
 	CompleteFlushInterval time.Duration
 	// RetryPolicy computes the delay before a failed job runs again. Defaults to
 	// BackoffPolicy{}. A kind's args type may override it with a RetryPolicy() method.
@@ -265,7 +269,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		held:      held,
 		lease:     newLease(pool, schema, cfg.ID, cfg.VisibilityTimeout, held, logger),
 		completer: newCompleter(pool, schema, cfg.Completion, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
-		failures:  newFailureRecorder(pool, schema, cfg.ID, logger),
+		failures:  newFailureRecorder(pool, schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
 		checkSQL:  renderSQL(schema, checkSchemaSQL),
 	}
 	claims := claimLoopConfig{

@@ -213,9 +213,10 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 }
 
 // record writes a failed attempt k of row (retry, dead, failed, cancelled or snoozed),
-// batched with other runners' failures, and returns the job's new status. The retry delay
-// is computed here, per job, by policy.
-func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
+// batched with other runners' failures, and returns the job's new status, and whether it
+// is queued again due at once (a retry or snooze without delay). The retry delay is
+// computed here, per job, by policy.
+func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) (JobStatus, bool) {
 	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
 	var re *resultError
 	if errors.As(herr, &re) {
@@ -236,15 +237,15 @@ func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy Retry
 	case a.err != nil:
 		f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
 			"job", row.ID, "attempt", row.Attempts, "err", a.err)
-		return StatusRunning
+		return StatusRunning, false
 	case a.stale:
 		f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
 			"job", row.ID, "attempt", row.Attempts)
-		return row.Status
+		return row.Status, false
 	}
 	f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
 		"status", a.status, "run_at", a.runAt, "err", a.msg)
-	return a.status
+	return a.status, a.status == StatusQueued && a.delay <= 0
 }
 
 // write records a batch of failed attempts with one statement. If the database refuses

@@ -518,3 +518,31 @@ func TestFailures_AStaleFailureInABatchChangesNothing(t *testing.T) {
 	assert.Equal(t, map[skiplock.JobStatus]int{skiplock.StatusQueued: jobs / 2, skiplock.StatusRunning: jobs / 2}, statuses,
 		"a stale failure reports the job as still running")
 }
+
+func TestRetry_AnImmediateRetryIsClaimedWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		RetryPolicy:   fixedDelay(0),
+		PollInterval:  time.Hour, // only the worker's own wake-up can bring the retry back in time
+		SweepInterval: -1, Logger: testLogger(),
+	})
+	done := make(chan int, 1)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[failOnceArgs]) error {
+		if job.Attempts == 1 {
+			return errors.New("first attempt fails")
+		}
+		done <- job.Attempts
+		return nil
+	}))
+	runWorker(t, w)
+	time.Sleep(50 * time.Millisecond) // the start's claim found nothing; the worker now waits
+	_, err := b.client.Enqueue(b.ctx, failOnceArgs{}, nil)
+	require.NoError(t, err)
+	select {
+	case n := <-done:
+		assert.Equal(t, 2, n)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the retry due at once waited for the hourly poll")
+	}
+}

@@ -33,6 +33,8 @@ type options struct {
 	out        string
 	keep       bool
 	poolSize   int
+	passes     []string // autovacuum of each pass: "" (the server as it is), "off", "on"
+	ownCluster bool
 }
 
 func main() {
@@ -74,6 +76,9 @@ func run() error {
 	flag.StringVar(&o.out, "out", "results", "folder for latest.json and latest.md (empty: don't write)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench_<system> databases after the run for inspection")
 	flag.IntVar(&o.poolSize, "pool", 40, "pgxpool MaxConns for every system")
+	var passes string
+	flag.StringVar(&passes, "autovacuum", "", `passes by autovacuum setting, e.g. "off,on": "off" runs on -dsn (which must have autovacuum off), "on" on a throwaway cluster the bench starts (pgtest.StartCluster) with autovacuum on; empty: one pass on -dsn as it is`)
+	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run every -autovacuum pass on the throwaway cluster, setting autovacuum there with ALTER SYSTEM")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.DurationVar(&riverFetchCooldown, "river-fetch-cooldown", riverFetchCooldown, "River FetchCooldown")
 	flag.DurationVar(&riverFetchPollInterval, "river-poll", riverFetchPollInterval, "River FetchPollInterval")
@@ -86,6 +91,15 @@ func run() error {
 	}
 
 	o.systems = splitList(systems)
+	o.passes = splitList(passes)
+	for _, p := range o.passes {
+		if p != "off" && p != "on" {
+			return fmt.Errorf("-autovacuum: %q is neither off nor on", p)
+		}
+	}
+	if len(o.passes) == 0 {
+		o.passes = []string{""}
+	}
 	o.workloads = splitList(workNames)
 	for _, s := range o.systems {
 		if registry[s] == nil {
@@ -111,80 +125,7 @@ func run() error {
 	if fleetIdle != 0 {
 		sizes.FleetIdle = fleetIdle
 	}
-	rep := &Report{Started: time.Now().UTC(), Quick: o.quick, Runs: o.runs, Sizes: sizes}
-	if err := rep.collectEnv(ctx, o.dsn); err != nil {
-		return err
-	}
-	for _, w := range workloads {
-		if slices.Contains(o.workloads, w.Name) && (w.Skip == nil || !w.Skip(sizes)) {
-			rep.Workloads = append(rep.Workloads, WorkloadInfo{Name: w.Name, Desc: w.Desc(sizes)})
-		}
-	}
-
-	for _, name := range o.systems {
-		if err := runSystem(ctx, o, sizes, name, rep); err != nil {
-			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", name, err))
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	rep.Seconds = time.Since(rep.Started).Seconds()
-
-	rep.Complete = ctx.Err() == nil
-	md := rep.Markdown()
-	fmt.Print(md)
-	if o.out != "" {
-		if err := rep.Write(o.out, md); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "wrote %s/latest.json and %s/latest.md\n", o.out, o.out)
-	}
-	if len(rep.Errors) > 0 {
-		return fmt.Errorf("%d error(s), see the report", len(rep.Errors))
-	}
-	return nil
-}
-
-// runSystem gives one system a fresh database and runs the chosen workloads.
-// After every workload it rewrites the report files, marked incomplete, so a
-// killed run leaves what it measured.
-func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Report) (err error) {
-	sys := registry[name]()
-	start := time.Now()
-	info := SystemInfo{Name: name, Config: sys.Config(), Version: moduleVersion(name), LoadBefore: loadAvg()}
-	defer func() {
-		info.Seconds = time.Since(start).Seconds()
-		info.LoadAfter = loadAvg()
-		rep.Systems = append(rep.Systems, info)
-	}()
-
-	db := "bench_" + name
-	if err := recreateDB(ctx, o.dsn, db); err != nil {
-		return err
-	}
-	if !o.keep {
-		defer func() {
-			err = errors.Join(err, dropDB(context.WithoutCancel(ctx), o.dsn, db))
-		}()
-	}
-	cfg, err := pgxpool.ParseConfig(o.dsn)
-	if err != nil {
-		return err
-	}
-	cfg.ConnConfig.Database = db
-	cfg.MaxConns = int32(o.poolSize)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := sys.Setup(ctx, pool); err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-
-	if name == "skiplock" && o.cpuprofile != "" {
+	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {
 			return err
@@ -195,75 +136,225 @@ func runSystem(ctx context.Context, o options, sizes Sizes, name string, rep *Re
 		}
 		defer func() {
 			pprof.StopCPUProfile()
-			err = errors.Join(err, f.Close())
-			fmt.Fprintf(os.Stderr, "wrote CPU profile of the skiplock runs to %s\n", o.cpuprofile)
+			f.Close()
+			fmt.Fprintf(os.Stderr, "wrote CPU profile of the run (every system) to %s\n", o.cpuprofile)
 		}()
 	}
 
+	var cluster *benchCluster
+	defer func() {
+		if cluster != nil {
+			if err := cluster.stop(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: stopping the throwaway cluster:", err)
+			}
+		}
+	}()
+	all := &Reports{}
+	var errCount int
+	for _, pass := range o.passes {
+		dsn := o.dsn
+		if pass != "" && (pass == "on" || o.ownCluster) {
+			if cluster == nil {
+				fmt.Fprintln(os.Stderr, "starting a throwaway cluster for the run")
+				c, err := startCluster(ctx)
+				if err != nil {
+					return err
+				}
+				cluster = c
+			}
+			if err := cluster.setAutovacuum(ctx, pass == "on"); err != nil {
+				return err
+			}
+			dsn = cluster.dsn()
+		}
+		rep := &Report{Started: time.Now().UTC(), Quick: o.quick, Runs: o.runs, Sizes: sizes, Pass: pass}
+		if err := rep.collectEnv(ctx, dsn); err != nil {
+			return err
+		}
+		if pass != "" && rep.Env.PGSettings["autovacuum"] != pass {
+			return fmt.Errorf("pass %q: the server at %s has autovacuum = %s", pass, redact(dsn), rep.Env.PGSettings["autovacuum"])
+		}
+		rep.Env.OwnCluster = dsn != o.dsn
+		for _, w := range workloads {
+			if slices.Contains(o.workloads, w.Name) && (w.Skip == nil || !w.Skip(sizes)) {
+				rep.Workloads = append(rep.Workloads, WorkloadInfo{Name: w.Name, Desc: w.Desc(sizes)})
+			}
+		}
+		all.Passes = append(all.Passes, rep)
+		runPass(ctx, o, sizes, dsn, rep, all)
+		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.Complete = ctx.Err() == nil
+		errCount += len(rep.Errors)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	md := all.Markdown()
+	fmt.Print(md)
+	if o.out != "" {
+		if err := all.Write(o.out, md); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s/latest.json, %s/latest.md and %s/ratios.svg\n", o.out, o.out, o.out)
+	}
+	if errCount > 0 {
+		return fmt.Errorf("%d error(s), see the report", errCount)
+	}
+	return nil
+}
+
+// runPass runs every chosen workload on every system against the server at dsn,
+// interleaved: for each workload, run 1 of every system, then run 2 of every
+// system, and so on, so that a change in the machine's load weighs on all
+// systems alike. Each system works in a database of its own, created first and
+// dropped at the end. After every workload the report files are rewritten,
+// marked incomplete, so a killed run leaves what it measured.
+func runPass(ctx context.Context, o options, sizes Sizes, dsn string, rep *Report, all *Reports) {
+	type running struct {
+		name string
+		sys  System
+		pool *pgxpool.Pool
+		info *SystemInfo
+		skip map[string]bool // workloads the system does not support
+	}
+	var systems []*running
+	defer func() {
+		for _, r := range systems {
+			r.info.LoadAfter = loadAvg()
+			rep.Systems = append(rep.Systems, *r.info)
+			r.pool.Close()
+			if !o.keep {
+				if err := dropDB(context.WithoutCancel(ctx), dsn, "bench_"+r.name); err != nil {
+					rep.Errors = append(rep.Errors, err.Error())
+				}
+			}
+		}
+	}()
+	for _, name := range o.systems {
+		r := &running{name: name, sys: registry[name](), skip: map[string]bool{},
+			info: &SystemInfo{Name: name, Config: registry[name]().Config(), Version: moduleVersion(name), LoadBefore: loadAvg()}}
+		pool, err := openSystem(ctx, o, dsn, r.sys)
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", name, err))
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			continue
+		}
+		r.pool = pool
+		systems = append(systems, r)
+	}
+
 	for _, w := range workloads {
-		if !slices.Contains(o.workloads, w.Name) || (w.Skip != nil && w.Skip(sizes)) ||
-			(w.SkiplockOnly && name != "skiplock" && !o.allSystems) {
+		if !slices.Contains(o.workloads, w.Name) || (w.Skip != nil && w.Skip(sizes)) {
 			continue
 		}
 		runs := o.runs
 		if w.OneRun {
 			runs = 1
 		}
-		vals := map[string][]float64{}
+		vals := map[string]map[string][]float64{} // system -> metric -> runs
 		for r := 1; r <= runs; r++ {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := sys.Reset(ctx); err != nil {
-				return fmt.Errorf("reset: %w", err)
-			}
-			// Start every run without a pending checkpoint's worth of WAL.
-			if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
-				return fmt.Errorf("checkpoint: %w", err)
-			}
-			rctx, cancel := context.WithTimeout(ctx, maxRun)
-			e := &env{ctx: rctx, sys: sys, pool: pool, sizes: sizes}
-			t0 := time.Now()
-			res, err := w.Run(e)
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				err = fmt.Errorf("gave up after -max-run %s: %w", maxRun, err)
-			}
-			cancel()
-			for _, n := range e.notes {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s run %d: %s", name, w.Name, r, n))
-			}
-			if err != nil {
-				rep.Errors = append(rep.Errors, fmt.Sprintf("%s %s run %d: %v", name, w.Name, r, err))
-				fmt.Fprintf(os.Stderr, "%-8s %-9s run %d/%d: error: %v\n", name, w.Name, r, runs, err)
+			for _, s := range systems {
+				if (w.SkiplockOnly && s.name != "skiplock" && !o.allSystems) || s.skip[w.Name] {
+					continue
+				}
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return
 				}
-				continue
-			}
-			var parts []string
-			for _, m := range w.Metrics {
-				if v, ok := res[m.Key]; ok {
-					vals[m.Key] = append(vals[m.Key], v)
-					parts = append(parts, fmt.Sprintf("%s=%s", m.Key, format(v, m.Unit)))
+				t0 := time.Now()
+				res, err := runOnce(ctx, sizes, w, s.sys, s.pool, func(n string) {
+					rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s run %d: %s", s.name, w.Name, r, n))
+				})
+				s.info.Seconds += time.Since(t0).Seconds()
+				// Close the idle connections: the systems' pools together must not hold
+				// more connections than the server allows.
+				s.pool.Reset()
+				switch {
+				case errors.Is(err, errUnsupported):
+					s.skip[w.Name] = true
+					continue
+				case err != nil:
+					rep.Errors = append(rep.Errors, fmt.Sprintf("%s %s run %d: %v", s.name, w.Name, r, err))
+					fmt.Fprintf(os.Stderr, "%-8s %-9s run %d/%d: error: %v\n", s.name, w.Name, r, runs, err)
+					continue
 				}
+				var parts []string
+				if vals[s.name] == nil {
+					vals[s.name] = map[string][]float64{}
+				}
+				for _, m := range w.Metrics {
+					if v, ok := res[m.Key]; ok {
+						vals[s.name][m.Key] = append(vals[s.name][m.Key], v)
+						parts = append(parts, fmt.Sprintf("%s=%s", m.Key, format(v, m.Unit)))
+					}
+				}
+				fmt.Fprintf(os.Stderr, "%-3s %-8s %-9s run %d/%d: %s  (%.1fs)\n", rep.Pass, s.name, w.Name, r, runs, strings.Join(parts, " "), time.Since(t0).Seconds())
 			}
-			fmt.Fprintf(os.Stderr, "%-8s %-9s run %d/%d: %s  (%.1fs)\n", name, w.Name, r, runs, strings.Join(parts, " "), time.Since(t0).Seconds())
 		}
-		for _, m := range w.Metrics {
-			if v := vals[m.Key]; len(v) > 0 {
-				rep.add(w.Name, m, name, v)
+		for _, s := range systems {
+			for _, m := range w.Metrics {
+				if v := vals[s.name][m.Key]; len(v) > 0 {
+					rep.add(w.Name, m, s.name, v)
+				}
 			}
 		}
 		if o.out != "" {
-			partial := *rep
-			partial.Systems = append(slices.Clone(rep.Systems), info)
-			partial.Seconds = time.Since(rep.Started).Seconds()
-			if err := partial.Write(o.out, partial.Markdown()); err != nil {
-				return err
+			if err := all.Write(o.out, all.Markdown()); err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
 			}
 		}
 	}
-	return sys.Reset(ctx)
+	for _, s := range systems {
+		if err := s.sys.Reset(ctx); err != nil && ctx.Err() == nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: reset: %v", s.name, err))
+		}
+	}
+}
+
+// openSystem gives sys a fresh database bench_<name> on the server at dsn, a pool
+// on it, and runs its setup.
+func openSystem(ctx context.Context, o options, dsn string, sys System) (*pgxpool.Pool, error) {
+	db := "bench_" + sys.Name()
+	if err := recreateDB(ctx, dsn, db); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Database = db
+	cfg.MaxConns = int32(o.poolSize)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := sys.Setup(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	return pool, nil
+}
+
+// runOnce runs one workload once on one system, from empty tables and a fresh
+// checkpoint.
+func runOnce(ctx context.Context, sizes Sizes, w Workload, sys System, pool *pgxpool.Pool, note func(string)) (map[string]float64, error) {
+	if err := sys.Reset(ctx); err != nil {
+		return nil, fmt.Errorf("reset: %w", err)
+	}
+	// Start every run without a pending checkpoint's worth of WAL.
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, maxRun)
+	defer cancel()
+	e := &env{ctx: rctx, sys: sys, pool: pool, sizes: sizes}
+	res, err := w.Run(e)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("gave up after -max-run %s: %w", maxRun, err)
+	}
+	for _, n := range e.notes {
+		note(n)
+	}
+	return res, err
 }
 
 func recreateDB(ctx context.Context, dsn, db string) error {

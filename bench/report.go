@@ -27,6 +27,9 @@ type Report struct {
 	Seconds   float64        `json:"seconds"`
 	Complete  bool           `json:"complete"` // false while running or when interrupted
 	Quick     bool           `json:"quick"`
+	// Pass is the autovacuum setting this pass ran with ("off", "on"), or "" for
+	// the server as it was.
+	Pass      string         `json:"pass"`
 	Runs      int            `json:"runs"`
 	Sizes     Sizes          `json:"sizes"`
 	Env       EnvInfo        `json:"env"`
@@ -48,6 +51,38 @@ type EnvInfo struct {
 	PGSettings map[string]string `json:"pg_settings"`
 	DSN        string            `json:"dsn"`
 	LoadAvg    string            `json:"loadavg"` // /proc/loadavg at the start
+	// OwnCluster says the server is a throwaway cluster the bench started.
+	OwnCluster bool `json:"own_cluster"`
+}
+
+// Reports is every pass of one invocation.
+type Reports struct {
+	Passes []*Report `json:"passes"`
+}
+
+// Markdown renders every pass, one after the other, and the chart's reference.
+func (rs *Reports) Markdown() string {
+	var b strings.Builder
+	for _, r := range rs.Passes {
+		b.WriteString(r.Markdown())
+		b.WriteString("\n")
+	}
+	b.WriteString("Chart of the skiplock/River ratios: `ratios.svg` beside this file.\n")
+	return b.String()
+}
+
+// Write stores latest.json, latest.md and ratios.svg in dir, each through a
+// temporary file so a reader never sees half a report.
+func (rs *Reports) Write(dir, md string) error {
+	js, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{
+		"latest.json": append(js, '\n'),
+		"latest.md":   []byte(md),
+		"ratios.svg":  []byte(rs.ChartSVG()),
+	})
 }
 
 // SystemInfo says which version of a system ran, how it was configured, and
@@ -179,6 +214,9 @@ var modulePaths = map[string]string{
 // moduleVersion reports the version of a system's module compiled in; for
 // skiplock (replaced by ../) the git commit of the working tree.
 func moduleVersion(system string) string {
+	if system == "bare" {
+		return "(plain SQL)"
+	}
 	if system == "skiplock" {
 		out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %cs").Output()
 		if err != nil {
@@ -214,7 +252,7 @@ func redact(dsn string) string {
 	return u.String()
 }
 
-var displayName = map[string]string{"skiplock": "skiplock", "river": "River", "gue": "gue"}
+var displayName = map[string]string{"skiplock": "skiplock", "river": "River", "gue": "gue", "bare": "bare INSERT"}
 
 // Markdown renders the report: one row per metric, one column per system,
 // each cell the median with min–max, and skiplock's ratio to River.
@@ -224,7 +262,15 @@ func (r *Report) Markdown() string {
 	if r.Quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(&b, "## Results (%s, %d run(s) each, %s)\n\n", mode, r.Runs, r.Started.Format("2006-01-02 15:04 MST"))
+	server := "the server at -dsn"
+	if r.Env.OwnCluster {
+		server = "a throwaway cluster started by the bench"
+	}
+	pass := ""
+	if r.Pass != "" {
+		pass = ", autovacuum " + r.Pass
+	}
+	fmt.Fprintf(&b, "## Results (%s, %d run(s) each, interleaved%s: %s, %s)\n\n", mode, r.Runs, pass, server, r.Started.Format("2006-01-02 15:04 MST"))
 	if !r.Complete {
 		b.WriteString("**Incomplete: the run was still going or was interrupted.**\n\n")
 	}
@@ -313,6 +359,19 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 
+	if slices.Contains(systems, "skiplock") && slices.Contains(systems, "bare") {
+		var parts []string
+		for _, k := range rows {
+			sl, ok1 := cells[k]["skiplock"]
+			bare, ok2 := cells[k]["bare"]
+			if ok1 && ok2 && bare.Median > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.2f×", sl.Label, sl.Median/bare.Median))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(&b, "\nskiplock / bare INSERT with a commit per call (same server, same run): %s.\n", strings.Join(parts, ", "))
+		}
+	}
 	b.WriteString("\nCells: median (min–max) over the runs. Ratio: skiplock median / River median — above 1 is better for \"higher\" rows, below 1 for \"lower\" rows.\n\n")
 	b.WriteString("Workloads:\n\n")
 	for _, w := range r.Workloads {
@@ -385,17 +444,12 @@ func firstWords(s string, n int) string {
 	return strings.Join(f[:min(n, len(f))], " ")
 }
 
-// Write stores latest.json and latest.md in dir, each through a temporary
-// file so a reader never sees half a report.
-func (r *Report) Write(dir, md string) error {
+// writeFiles writes each file into dir through a temporary file and a rename.
+func writeFiles(dir string, files map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	for name, data := range map[string][]byte{"latest.json": append(js, '\n'), "latest.md": []byte(md)} {
+	for name, data := range files {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p+".tmp", data, 0o644); err != nil {
 			return err

@@ -101,3 +101,25 @@ func TestSink_SignalsTargetAndRecordsOnlyWhenOn(t *testing.T) {
 		t.Error("ReachedAt is zero")
 	}
 }
+
+func TestChartSVG_OneBarPerPassOrientedSoAboveOneIsBetter(t *testing.T) {
+	t.Parallel()
+	pass := func(name string, slRate, rvRate, slLat, rvLat float64) *Report {
+		return &Report{Pass: name, Results: []Result{
+			{Workload: "drain", Metric: "rate", Label: "drain", Unit: "jobs/s", System: "skiplock", Median: slRate},
+			{Workload: "drain", Metric: "rate", Label: "drain", Unit: "jobs/s", System: "river", Median: rvRate},
+			{Workload: "latency", Metric: "p99", Label: "latency p99", Unit: "ms", LowerBetter: true, System: "skiplock", Median: slLat},
+			{Workload: "latency", Metric: "p99", Label: "latency p99", Unit: "ms", LowerBetter: true, System: "river", Median: rvLat},
+		}}
+	}
+	svg := (&Reports{Passes: []*Report{pass("off", 30, 10, 2, 5), pass("on", 25, 10, 4, 4)}}).ChartSVG()
+	for _, want := range []string{"<svg", "autovacuum off", "autovacuum on", "drain: drain", "latency: latency p99",
+		"3.00×", "2.50×", "2.50×", "1.00×", "</svg>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, `fill="#4e79a7"/>`); n != 3 { // the legend and one bar per metric
+		t.Errorf("%d elements in the first pass's colour, want 3", n)
+	}
+}

@@ -87,7 +87,10 @@ func gueJob(a NoopArgs, runAt time.Time) (*gue.Job, error) {
 	return &gue.Job{Type: a.Kind(), Args: b, RunAt: runAt}, nil
 }
 
-func (g *gueSystem) Bulk(n int, runAt time.Time) func(context.Context) error {
+func (g *gueSystem) Bulk(n int, runAt time.Time, queues int) func(context.Context) error {
+	if queues > 1 {
+		return func(context.Context) error { return errUnsupported }
+	}
 	jobs := make([]*gue.Job, n)
 	var err error
 	for i := range jobs {
@@ -116,7 +119,12 @@ func (g *gueSystem) Insert(ctx context.Context, args NoopArgs) error {
 	return g.client.Enqueue(ctx, j)
 }
 
-func (g *gueSystem) Start(ctx context.Context, sink *Sink) error {
+// Start runs gue's worker pool; the many-queue and failure workloads are not
+// written for gue.
+func (g *gueSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
+	if spec != (Spec{}) {
+		return errUnsupported
+	}
 	wm := gue.WorkMap{NoopArgs{}.Kind(): func(_ context.Context, j *gue.Job) error {
 		var a NoopArgs
 		if err := json.Unmarshal(j.Args, &a); err != nil {

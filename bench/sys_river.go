@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // River's tuned settings, as the issue's peers used them: its defaults
@@ -31,17 +32,29 @@ type riverSystem struct {
 	pool   *pgxpool.Pool
 	idle   *river.Client[pgx.Tx]                // inserts while no worker runs
 	active atomic.Pointer[river.Client[pgx.Tx]] // the started client, if any
+	queues []string                             // the queues the last bulk insert used
 }
 
 type riverNoopWorker struct {
 	river.WorkerDefaults[NoopArgs]
-	sink *Sink
+	sink     *Sink
+	failOnce bool
 }
 
 func (w *riverNoopWorker) Work(_ context.Context, job *river.Job[NoopArgs]) error {
 	w.sink.Handle(job.Args)
+	if w.failOnce && job.Attempt == 1 {
+		return errFailOnce
+	}
 	return nil
 }
+
+// riverRetryAtOnce is the failure storm's retry policy: due again at once. River
+// then makes the job available right away (its executor does so for any retry
+// sooner than the scheduler's interval), as a user retrying at once would get.
+type riverRetryAtOnce struct{}
+
+func (riverRetryAtOnce) NextRetry(*rivertype.JobRow) time.Time { return time.Now() }
 
 func (r *riverSystem) Name() string        { return "river" }
 func (r *riverSystem) HotTable() string    { return "river_job" }
@@ -60,19 +73,28 @@ func (r *riverSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("river migrate: %w", err)
 	}
-	r.idle, err = r.newClient(nil)
+	r.idle, err = r.newClient(nil, Spec{})
 	return err
 }
 
-func (r *riverSystem) newClient(sink *Sink) (*river.Client[pgx.Tx], error) {
+func (r *riverSystem) newClient(sink *Sink, spec Spec) (*river.Client[pgx.Tx], error) {
 	cfg := &river.Config{Logger: quietLogger()}
 	if sink != nil {
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, &riverNoopWorker{sink: sink}); err != nil {
+		if err := river.AddWorkerSafely(workers, &riverNoopWorker{sink: sink, failOnce: spec.FailOnce}); err != nil {
 			return nil, err
 		}
 		cfg.Workers = workers
 		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: riverMaxWorkers}}
+		if spec.Queues > 1 {
+			cfg.Queues = map[string]river.QueueConfig{}
+			for i := range spec.Queues {
+				cfg.Queues[queueName(i)] = river.QueueConfig{MaxWorkers: spec.PerQueue}
+			}
+		}
+		if spec.FailOnce {
+			cfg.RetryPolicy = riverRetryAtOnce{}
+		}
 		cfg.FetchCooldown = riverFetchCooldown
 		cfg.FetchPollInterval = riverFetchPollInterval
 	}
@@ -91,12 +113,22 @@ func (r *riverSystem) Reset(ctx context.Context) error {
 	return err
 }
 
-func (r *riverSystem) Bulk(n int, runAt time.Time) func(context.Context) error {
+func (r *riverSystem) Bulk(n int, runAt time.Time, queues int) func(context.Context) error {
 	params := make([]river.InsertManyParams, n)
+	r.queues = []string{river.QueueDefault}
+	if queues > 1 {
+		r.queues = make([]string, queues)
+		for i := range r.queues {
+			r.queues[i] = queueName(i)
+		}
+	}
 	for i := range params {
 		params[i].Args = NoopArgs{}
-		if !runAt.IsZero() {
+		if !runAt.IsZero() || queues > 1 {
 			params[i].InsertOpts = &river.InsertOpts{ScheduledAt: runAt}
+			if queues > 1 {
+				params[i].InsertOpts.Queue = r.queues[i%queues]
+			}
 		}
 	}
 	return func(ctx context.Context) error {
@@ -110,8 +142,8 @@ func (r *riverSystem) Insert(ctx context.Context, args NoopArgs) error {
 	return err
 }
 
-func (r *riverSystem) Start(ctx context.Context, sink *Sink) error {
-	c, err := r.newClient(sink)
+func (r *riverSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
+	c, err := r.newClient(sink, spec)
 	if err != nil {
 		return err
 	}
@@ -134,9 +166,13 @@ func (r *riverSystem) Stop(ctx context.Context) error {
 // defaults) so future jobs are skipped by index while the harness polls.
 func (r *riverSystem) Pending(ctx context.Context) (int64, error) {
 	var n int64
+	queues := r.queues
+	if len(queues) == 0 {
+		queues = []string{river.QueueDefault}
+	}
 	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM river_job
 		WHERE state IN ('available', 'running', 'retryable', 'scheduled', 'pending')
-		  AND queue = 'default' AND priority = 1 AND scheduled_at <= now()`).Scan(&n)
+		  AND queue = ANY ($1) AND priority = 1 AND scheduled_at <= now()`, queues).Scan(&n)
 	return n, err
 }
 

@@ -21,7 +21,14 @@ type skiplockSystem struct {
 	client *skiplock.Client
 	cancel context.CancelFunc
 	done   chan error
+	queues []string // the queues the last bulk insert used (Pending counts them)
 }
+
+// retryAtOnce is the retry policy of the failure storm: the failed job is due again
+// at once.
+type retryAtOnce struct{}
+
+func (retryAtOnce) NextRetry(*skiplock.JobRow) time.Duration { return 0 }
 
 func (s *skiplockSystem) Name() string     { return "skiplock" }
 func (s *skiplockSystem) HotTable() string { return skiplockSchema + ".jobs" }
@@ -48,14 +55,27 @@ func (s *skiplockSystem) Reset(ctx context.Context) error {
 	return err
 }
 
-func (s *skiplockSystem) Bulk(n int, runAt time.Time) func(context.Context) error {
+func (s *skiplockSystem) Bulk(n int, runAt time.Time, queues int) func(context.Context) error {
 	params := make([]skiplock.EnqueueParams, n)
-	var opts *skiplock.EnqueueOptions
-	if !runAt.IsZero() {
-		opts = &skiplock.EnqueueOptions{RunAt: runAt}
+	opts := []*skiplock.EnqueueOptions{nil}
+	s.queues = []string{skiplock.DefaultQueue}
+	if queues > 1 {
+		opts, s.queues = make([]*skiplock.EnqueueOptions, queues), make([]string, queues)
+		for i := range opts {
+			s.queues[i] = queueName(i)
+			opts[i] = &skiplock.EnqueueOptions{Queue: s.queues[i]}
+		}
+	}
+	for i := range opts {
+		if !runAt.IsZero() {
+			if opts[i] == nil {
+				opts[i] = &skiplock.EnqueueOptions{}
+			}
+			opts[i].RunAt = runAt
+		}
 	}
 	for i := range params {
-		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: opts}
+		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: opts[i%len(opts)]}
 	}
 	return func(ctx context.Context) error {
 		_, err := s.client.EnqueueMany(ctx, params)
@@ -68,13 +88,26 @@ func (s *skiplockSystem) Insert(ctx context.Context, args NoopArgs) error {
 	return err
 }
 
-func (s *skiplockSystem) Start(ctx context.Context, sink *Sink) error {
-	w, err := skiplock.NewWorker(s.client, skiplock.WorkerConfig{Logger: quietLogger()})
+func (s *skiplockSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
+	cfg := skiplock.WorkerConfig{Logger: quietLogger()}
+	if spec.Queues > 1 {
+		cfg.Queues = map[string]skiplock.QueueConfig{}
+		for i := range spec.Queues {
+			cfg.Queues[queueName(i)] = skiplock.QueueConfig{MaxWorkers: spec.PerQueue}
+		}
+	}
+	if spec.FailOnce {
+		cfg.RetryPolicy = retryAtOnce{}
+	}
+	w, err := skiplock.NewWorker(s.client, cfg)
 	if err != nil {
 		return err
 	}
 	if err := skiplock.Handle(w, func(_ context.Context, job *skiplock.Job[NoopArgs]) error {
 		sink.Handle(job.Args)
+		if spec.FailOnce && job.Attempts == 1 {
+			return errFailOnce
+		}
 		return nil
 	}); err != nil {
 		return err
@@ -108,8 +141,12 @@ func (s *skiplockSystem) Stop(ctx context.Context) error {
 func (s *skiplockSystem) Pending(ctx context.Context) (int64, error) {
 	jobs := pgx.Identifier{skiplockSchema, "jobs"}.Sanitize()
 	var n int64
+	queues := s.queues
+	if len(queues) == 0 {
+		queues = []string{skiplock.DefaultQueue}
+	}
 	err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+jobs+` WHERE status = 'running') +
-		(SELECT count(*) FROM `+jobs+` WHERE status = 'queued' AND queue = 'default' AND priority = 0 AND run_at <= now())`).Scan(&n)
+		(SELECT count(*) FROM `+jobs+` WHERE status = 'queued' AND queue = ANY ($1) AND priority = 0 AND run_at <= now())`, queues).Scan(&n)
 	return n, err
 }

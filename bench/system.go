@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -34,14 +35,16 @@ type System interface {
 	Reset(ctx context.Context) error
 	// Bulk prepares n jobs due at runAt (zero: now) for the system's fastest
 	// bulk insert path and returns the call that inserts them, so building
-	// the parameters is not timed.
-	Bulk(n int, runAt time.Time) func(ctx context.Context) error
+	// the parameters is not timed. queues > 1 spreads the jobs round-robin over
+	// that many queues (queueName), for Spec.Queues.
+	Bulk(n int, runAt time.Time, queues int) func(ctx context.Context) error
 	// Insert enqueues one job in its own transaction (the system's ordinary
 	// autocommit insert call), through the running client if there is one.
 	Insert(ctx context.Context, args NoopArgs) error
-	// Start runs workers that report every job to sink; it returns once they
-	// are started. Stop shuts them down gracefully and waits.
-	Start(ctx context.Context, sink *Sink) error
+	// Start runs workers that report every job to sink, as spec says; it
+	// returns once they are started. Stop shuts them down gracefully and waits.
+	// A system that cannot run spec returns errUnsupported.
+	Start(ctx context.Context, sink *Sink, spec Spec) error
 	Stop(ctx context.Context) error
 	// Pending counts jobs that are due (run_at <= now) and not yet in a final
 	// state in the database.
@@ -54,10 +57,27 @@ type System interface {
 	Config() string
 }
 
+// Spec says what workers a workload needs. The zero value is the system's
+// workers on its default queue, every job succeeding.
+type Spec struct {
+	// Queues > 1 runs workers on that many queues (queueName), PerQueue each.
+	Queues, PerQueue int
+	// FailOnce makes the handler fail each job's first attempt, with a retry
+	// policy that retries at once; the second attempt succeeds.
+	FailOnce bool
+}
+
+// queueName is the name of the i-th queue of a many-queue workload.
+func queueName(i int) string { return fmt.Sprintf("q%03d", i) }
+
+// errUnsupported is returned by a system for a workload it cannot run; the
+// harness leaves its cells empty.
+var errUnsupported = errors.New("not supported by this system")
+
 // registry holds the adapters compiled in, in report order.
 var registry = map[string]func() System{}
 
-var systemOrder = []string{"skiplock", "river", "gue"}
+var systemOrder = []string{"skiplock", "river", "gue", "bare"}
 
 func register(name string, f func() System) { registry[name] = f }
 
@@ -166,3 +186,6 @@ func waitDrained(ctx context.Context, sys System, sink *Sink, timeout time.Durat
 		}
 	}
 }
+
+// errFailOnce is the error of a first attempt in the failure storm.
+var errFailOnce = errors.New("bench: the first attempt fails (downstream outage)")

@@ -15,8 +15,7 @@ import (
 // Sizes are the workload parameters; -quick shrinks them.
 type Sizes struct {
 	Bulk          int           `json:"bulk"`           // jobs in one bulk insert
-	Single        int           `json:"single"`         // jobs inserted one per call, in total
-	Producers     int           `json:"producers"`      // concurrent single-insert callers
+	Producers     int           `json:"producers"`      // concurrent producers of the sustained workload
 	Drain         int           `json:"drain"`          // pre-inserted jobs drained
 	LatencyRate   int           `json:"latency_rate"`   // jobs/s offered in the latency workload
 	LatencyFor    time.Duration `json:"latency_for"`    // how long the latency workload offers jobs
@@ -27,22 +26,32 @@ type Sizes struct {
 	ScheduledSkip int           `json:"scheduled_skip"` // future jobs beside them
 	Warmup        time.Duration `json:"warmup"`         // workers run this long before timed producers start
 	FleetIdle     time.Duration `json:"fleet_idle"`     // window over which the fleet workload counts idle commits
+	SingleFor     time.Duration `json:"single_for"`     // how long each producer count inserts in the single workload
+	Storm         int           `json:"storm"`          // jobs of the failure storm (each fails once)
+	ManyQueues    int           `json:"many_queues"`    // queues of the many-queues workload
+	PerQueue      int           `json:"per_queue"`      // workers per queue there
+	ManyJobs      int           `json:"many_jobs"`      // jobs drained across those queues
 }
 
+// singleProducers are the producer counts of the single workload.
+var singleProducers = []int{1, 16, 64}
+
 var fullSizes = Sizes{
-	Bulk: 100_000, Single: 30_000, Producers: 16, Drain: 100_000,
+	Bulk: 100_000, Producers: 16, Drain: 100_000,
 	LatencyRate: 50, LatencyFor: 10 * time.Second, SustainedFor: 10 * time.Second,
 	Size: 50_000, Size1M: 1_000_000, ScheduledDue: 100_000, ScheduledSkip: 1_000_000,
-	Warmup: time.Second, FleetIdle: 20 * time.Second,
+	Warmup: time.Second, FleetIdle: 20 * time.Second, SingleFor: 4 * time.Second,
+	Storm: 100_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 100_000,
 }
 
 // quickSizes finish all three systems in about two minutes on 2 cores. The
 // one-million-job size run is left out (Size1M 0).
 var quickSizes = Sizes{
-	Bulk: 20_000, Single: 5_000, Producers: 16, Drain: 10_000,
+	Bulk: 20_000, Producers: 16, Drain: 10_000,
 	LatencyRate: 50, LatencyFor: 2 * time.Second, SustainedFor: 3 * time.Second,
 	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
-	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second,
+	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second, SingleFor: 1500 * time.Millisecond,
+	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000,
 }
 
 // Metric is one reported figure of a workload.
@@ -111,10 +120,14 @@ var workloads = []Workload{
 	{
 		Name: "single",
 		Desc: func(s Sizes) string {
-			return fmt.Sprintf("%d jobs inserted one per call (own transaction), %d producers, no workers", s.Single, s.Producers)
+			return fmt.Sprintf("one job per call outside any caller transaction (skiplock: coalesced; bare: INSERT + commit per call), 1, 16 and 64 producers for %s each, no workers", s.SingleFor)
 		},
-		Metrics: []Metric{rate("rate", "single inserts")},
-		Run:     runSingle,
+		Metrics: []Metric{
+			rate("p1", "single inserts, 1 producer"),
+			rate("p16", "single inserts, 16 producers"),
+			rate("p64", "single inserts, 64 producers"),
+		},
+		Run: runSingle,
 	},
 	{
 		Name: "drain",
@@ -123,6 +136,22 @@ var workloads = []Workload{
 		},
 		Metrics: []Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only")},
 		Run:     runDrain,
+	},
+	{
+		Name: "storm",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("failure storm: %d pre-inserted jobs each fail their first attempt (a downstream outage), are retried at once and succeed; until all succeeded in the DB", s.Storm)
+		},
+		Metrics: []Metric{rate("rate", "failure storm (jobs finished)")},
+		Run:     runStorm,
+	},
+	{
+		Name: "queues",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("drain %d pre-inserted jobs spread over %d queues, %d workers per queue", s.ManyJobs, s.ManyQueues, s.PerQueue)
+		},
+		Metrics: []Metric{rate("rate", "many queues drain")},
+		Run:     runManyQueues,
 	},
 	{
 		Name: "latency",
@@ -197,7 +226,7 @@ var workloads = []Workload{
 
 func runBulk(e *env) (map[string]float64, error) {
 	n := e.sizes.Bulk
-	insert := e.sys.Bulk(n, time.Time{})
+	insert := e.sys.Bulk(n, time.Time{}, 1)
 	t0 := time.Now()
 	if err := insert(e.ctx); err != nil {
 		return nil, err
@@ -210,20 +239,66 @@ func runBulk(e *env) (map[string]float64, error) {
 }
 
 func runSingle(e *env) (map[string]float64, error) {
-	n := int64(e.sizes.Single)
-	var next atomic.Int64
-	t0 := time.Now()
-	err := producers(e.ctx, e.sizes.Producers, func(ctx context.Context) (bool, error) {
-		if next.Add(1) > n {
-			return false, nil
+	res := map[string]float64{}
+	var total int64
+	for _, k := range singleProducers {
+		var inserted atomic.Int64
+		end := time.Now().Add(e.sizes.SingleFor)
+		t0 := time.Now()
+		err := producers(e.ctx, k, func(ctx context.Context) (bool, error) {
+			if !time.Now().Before(end) {
+				return false, nil
+			}
+			if err := e.sys.Insert(ctx, NoopArgs{T: Now()}); err != nil {
+				return false, err
+			}
+			inserted.Add(1)
+			return true, nil
+		})
+		el := time.Since(t0)
+		if err != nil {
+			return nil, err
 		}
-		return true, e.sys.Insert(ctx, NoopArgs{T: Now()})
-	})
-	el := time.Since(t0)
-	if err != nil {
+		total += inserted.Load()
+		res[fmt.Sprintf("p%d", k)] = float64(inserted.Load()) / el.Seconds()
+	}
+	if err := e.expectPending(total); err != nil {
 		return nil, err
 	}
-	if err := e.expectPending(n); err != nil {
+	return res, nil
+}
+
+func runStorm(e *env) (map[string]float64, error) {
+	n := e.sizes.Storm
+	if err := e.sys.Bulk(n, time.Time{}, 1)(e.ctx); err != nil {
+		return nil, err
+	}
+	sink := NewSink(int64(2 * n)) // every job runs twice
+	t0 := time.Now()
+	if err := e.sys.Start(e.ctx, sink, Spec{FailOnce: true}); err != nil {
+		return nil, err
+	}
+	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(2*n, 1000))
+	el := time.Since(t0)
+	if err := errors.Join(werr, e.stop()); err != nil {
+		return nil, err
+	}
+	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+}
+
+func runManyQueues(e *env) (map[string]float64, error) {
+	n := e.sizes.ManyJobs
+	if err := e.sys.Bulk(n, time.Time{}, e.sizes.ManyQueues)(e.ctx); err != nil {
+		return nil, err
+	}
+	sink := NewSink(int64(n))
+	t0 := time.Now()
+	if err := e.sys.Start(e.ctx, sink, Spec{Queues: e.sizes.ManyQueues, PerQueue: e.sizes.PerQueue}); err != nil {
+		return nil, err
+	}
+	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 1000))
+	el := time.Since(t0)
+	if err := errors.Join(werr, e.stop()); err != nil {
 		return nil, err
 	}
 	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
@@ -241,12 +316,12 @@ func runDrain(e *env) (map[string]float64, error) {
 // drain times workers from start until n pre-inserted due jobs are final in
 // the database, and until the last of them was handed to a handler.
 func (e *env) drain(n int) (final, handled time.Duration, err error) {
-	if err := e.sys.Bulk(n, time.Time{})(e.ctx); err != nil {
+	if err := e.sys.Bulk(n, time.Time{}, 1)(e.ctx); err != nil {
 		return 0, 0, err
 	}
 	sink := NewSink(int64(n))
 	t0 := time.Now()
-	if err := e.sys.Start(e.ctx, sink); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
 		return 0, 0, err
 	}
 	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 2000))
@@ -263,7 +338,7 @@ func (e *env) drain(n int) (final, handled time.Duration, err error) {
 
 func runLatency(e *env) (map[string]float64, error) {
 	sink := NewSink(0)
-	if err := e.sys.Start(e.ctx, sink); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
 		return nil, err
 	}
 	res, err := func() (map[string]float64, error) {
@@ -301,7 +376,7 @@ func runLatency(e *env) (map[string]float64, error) {
 
 func runSustained(e *env) (map[string]float64, error) {
 	sink := NewSink(0)
-	if err := e.sys.Start(e.ctx, sink); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
 		return nil, err
 	}
 	res, err := func() (map[string]float64, error) {
@@ -353,7 +428,7 @@ func runSize(e *env, n int) (map[string]float64, error) {
 	const chunk, ahead = 5000, 20000
 	sink := NewSink(int64(n))
 	t0 := time.Now()
-	if err := e.sys.Start(e.ctx, sink); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
 		return nil, err
 	}
 	err := func() error {
@@ -364,7 +439,7 @@ func runSize(e *env, n int) (map[string]float64, error) {
 				}
 			}
 			k := min(chunk, n-sent)
-			if err := e.sys.Bulk(k, time.Time{})(e.ctx); err != nil {
+			if err := e.sys.Bulk(k, time.Time{}, 1)(e.ctx); err != nil {
 				return err
 			}
 			sent += k
@@ -417,7 +492,7 @@ func runScheduled(e *env) (map[string]float64, error) {
 		return nil, err
 	}
 	// Future jobs first, so the due ones come after them in insertion order.
-	if err := e.sys.Bulk(skip, time.Now().Add(24*time.Hour))(e.ctx); err != nil {
+	if err := e.sys.Bulk(skip, time.Now().Add(24*time.Hour), 1)(e.ctx); err != nil {
 		return nil, err
 	}
 	beside, _, err := e.drain(due)

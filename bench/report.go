@@ -23,10 +23,10 @@ import (
 // Report is everything one invocation measured; it is written as JSON and
 // rendered as Markdown.
 type Report struct {
-	Started   time.Time      `json:"started"`
-	Seconds   float64        `json:"seconds"`
-	Complete  bool           `json:"complete"` // false while running or when interrupted
-	Quick     bool           `json:"quick"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Complete bool      `json:"complete"` // false while running or when interrupted
+	Quick    bool      `json:"quick"`
 	// Pass is the autovacuum setting this pass ran with ("off", "on"), or "" for
 	// the server as it was.
 	Pass      string         `json:"pass"`

@@ -44,8 +44,8 @@ const (
 var errInsertAlone = errors.New("skiplock: coalesced batch refused; insert alone")
 
 // groupCommit groups concurrent callers' items into batches and writes each batch with one
-// statement (write), so one commit serves them all; each caller waits for the batch that
-// holds its item. It serves the coalesced enqueues (below) and the failure recorder
+// statement (write), so one commit serves them all; a caller either waits for the batch
+// that holds its item (submit) or leaves it to be written (post, and wait to flush). It serves the coalesced enqueues (below) and the failure recorder
 // (retry.go). A batch is sent
 //
 //   - at once when no other batch is being written (an idle system adds no latency),
@@ -71,6 +71,8 @@ type groupCommit[T any] struct {
 	open     *commitBatch[T]   // collecting items; nil when none
 	ready    []*commitBatch[T] // sealed, waiting for a slot
 	inFlight int
+
+	posted sync.WaitGroup // items given with post and not yet written
 }
 
 // commitBatch is the entries that share one statement.
@@ -85,7 +87,7 @@ type commitBatch[T any] struct {
 type commitEntry[T any] struct {
 	item      T
 	rows      int
-	done      chan struct{}   // closed once the batch is written
+	done      chan struct{}   // closed once the batch is written; nil for a posted item
 	batch     *commitBatch[T] // guarded by groupCommit.mu
 	withdrawn bool            // guarded by groupCommit.mu: the caller left before the batch was sent
 }
@@ -97,6 +99,35 @@ type commitEntry[T any] struct {
 // never written).
 func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent bool, err error) {
 	e := &commitEntry[T]{item: item, rows: rows, done: make(chan struct{})}
+	g.add(e)
+	select {
+	case <-e.done:
+		return true, nil
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	sent = e.batch.sent
+	if !sent {
+		e.withdrawn = true
+		e.batch.rows -= rows
+	}
+	g.mu.Unlock()
+	return sent, ctx.Err()
+}
+
+// post adds item to a batch and returns at once; wait waits until every posted item has
+// been written.
+func (g *groupCommit[T]) post(item T, rows int) {
+	g.posted.Add(1)
+	g.add(&commitEntry[T]{item: item, rows: rows})
+}
+
+// wait returns once every item given to post before the call has been written.
+func (g *groupCommit[T]) wait() { g.posted.Wait() }
+
+// add puts e in the open batch (opening one if needed) and sends what is due.
+func (g *groupCommit[T]) add(e *commitEntry[T]) {
+	rows := e.rows
 	g.mu.Lock()
 	b := g.open
 	fresh := b == nil
@@ -122,20 +153,6 @@ func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent boo
 	}
 	g.dispatch()
 	g.mu.Unlock()
-
-	select {
-	case <-e.done:
-		return true, nil
-	case <-ctx.Done():
-	}
-	g.mu.Lock()
-	sent = e.batch.sent
-	if !sent {
-		e.withdrawn = true
-		e.batch.rows -= rows
-	}
-	g.mu.Unlock()
-	return sent, ctx.Err()
 }
 
 // seal closes the open batch b to new items and queues it for writing. g.mu is held.
@@ -188,7 +205,11 @@ func (g *groupCommit[T]) run(b *commitBatch[T]) {
 			}
 			g.write(items)
 			for _, e := range live {
-				close(e.done)
+				if e.done != nil {
+					close(e.done)
+				} else {
+					g.posted.Done()
+				}
 			}
 		}
 		g.mu.Lock()

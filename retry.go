@@ -7,12 +7,14 @@ package skiplock
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -137,10 +139,10 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', `
 
 // failureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
-// ids), $2 and $3 are the fence's (fenceSQL); for each id, at the same position:
-// $4 the verdict ('retry', 'failed', 'cancelled' or 'snooze'), $5 the delay in
-// microseconds (retry and snooze), $6 the error message. In SET, columns are the row as
-// claimed (attempts is the attempt that failed).
+// ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each
+// id, [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
+// 'cancelled' or 'snooze'. In SET, columns are the row as claimed (attempts is the
+// attempt that failed).
 //
 //   - retry: back to queued at now() + delay, or dead (finished, locked_by kept as the
 //     last worker) when the attempts are used up. The delay is the job's own, computed in
@@ -149,28 +151,36 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 //   - snooze: back to queued at now() + delay, and the attempt given back; the error
 //     history is left alone (a snooze is not an error).
 //   - Every verdict but snooze appends {attempt, at, error} to the error history.
-//   - The fence (fenceSQL) is the WHERE, so a stale worker's failure changes nothing; the
-//     per-job values are joined by id (v.vid = id, next to the fence's id = ANY($1), which
-//     is what the planner looks the rows up by).
+//   - The fence (fenceSQL) is the whole WHERE, so the rows are found exactly as the
+//     success statement finds them (by id = ANY($1)), and a stale worker's failure
+//     changes nothing. The per-job values are looked up by id in $4 rather than joined:
+//     a join with the unnested arrays let the planner, on a table without statistics,
+//     scan the table once per job (seconds for a batch of 200).
 //   - RETURNING says, per job, what was recorded; a job missing from it was stale.
 const failureSQL = `UPDATE {s}.jobs SET
 	status = CASE
-		WHEN v.verdict = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
-		WHEN v.verdict = 'snooze' THEN 'queued'
-		ELSE v.verdict END,
-	run_at = CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
-		THEN now() + v.delay_us * interval '1 microsecond' ELSE run_at END,
-	attempts = CASE WHEN v.verdict = 'snooze' THEN attempts - 1 ELSE attempts END,
-	finished_at = CASE WHEN v.verdict IN ('failed', 'cancelled') OR v.verdict = 'retry' AND attempts >= max_attempts
+		WHEN ` + fVerdict + ` = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
+		WHEN ` + fVerdict + ` = 'snooze' THEN 'queued'
+		ELSE ` + fVerdict + ` END,
+	run_at = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
+		THEN now() + ` + fDelay + ` * interval '1 microsecond' ELSE run_at END,
+	attempts = CASE WHEN ` + fVerdict + ` = 'snooze' THEN attempts - 1 ELSE attempts END,
+	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
 		THEN now() END,
 	locked_at = NULL,
-	locked_by = CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
+	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
 		THEN NULL ELSE locked_by END,
-	last_error = CASE WHEN v.verdict = 'snooze' THEN last_error ELSE v.msg END,
-	errors = CASE WHEN v.verdict = 'snooze' THEN errors ELSE ` + appendHistory + `left(v.msg, 2048))) END
-FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::text[]) AS v(vid, verdict, delay_us, msg)
-WHERE ` + fenceSQL + ` AND v.vid = id
+	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
+	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + appendHistory + `left(` + fMsg + `, 2048))) END
+WHERE ` + fenceSQL + `
 RETURNING id, status, run_at`
+
+// The per-job values of failureSQL, looked up in $4 by the row's id.
+const (
+	fVerdict = `($4::jsonb -> id::text ->> 0)`
+	fDelay   = `($4::jsonb -> id::text ->> 1)::bigint`
+	fMsg     = `($4::jsonb -> id::text ->> 2)`
+)
 
 // The verdicts failureSQL knows.
 const (
@@ -186,67 +196,66 @@ type failedAttempt struct {
 	delay   time.Duration
 	msg     string
 
-	status JobStatus // set when written: the job's new status, or its claimed one if stale
+	status JobStatus // set by exec: the job's new status
 	runAt  time.Time
-	err    error // the statement failed: the job stays running until the sweeper takes it back
-	stale  bool
+	stale  bool // set by exec: the job was no longer this attempt's
 }
 
-// failureRecorder writes the failed attempts of one worker, in batches: a failure storm
-// (a downstream outage fails every job) costs one statement and one commit per batch, not
-// per job. A runner waits until its failure is written, so the status it reports is the
-// one recorded.
+// failureRecorder writes the failed attempts of one worker in batches, like the completer
+// writes successes: a failure storm (a downstream outage fails every job) costs one
+// statement and one commit per batch, not per job, and a runner goes on to its next job
+// while its failure is written. flush waits for what was recorded.
 type failureRecorder struct {
 	pool     *pgxpool.Pool
 	workerID string
 	logger   *slog.Logger
 	sql      string // failureSQL, rendered
 	batch    *groupCommit[*failedAttempt]
+	// dueAgain is called with the queue of a job written back due at once (a retry or a
+	// snooze without delay), after its commit: nothing notifies a retry, so the worker
+	// wakes its own claim loops.
+	dueAgain func(queue string)
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
 // most flushEvery for others when a batch is already being written.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *failureRecorder {
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL)}
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
 }
 
-// record writes a failed attempt k of row (retry, dead, failed, cancelled or snoozed),
-// batched with other runners' failures, and returns the job's new status, and whether it
-// is queued again due at once (a retry or snooze without delay). The retry delay is
-// computed here, per job, by policy.
-func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) (JobStatus, bool) {
+// record hands a failed attempt k of row (retry, dead, failed, cancelled or snoozed) to
+// be written, batched with other runners' failures, and returns the status it is
+// written with (the job's claimed status is kept if the attempt turns out stale). The
+// retry delay is computed here, per job, by policy.
+func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
+	status := StatusQueued
 	var re *resultError
 	if errors.As(herr, &re) {
 		switch re.kind {
 		case resultSnooze:
 			a.verdict, a.delay = verdictSnooze, re.snooze
 		case resultPermanent:
-			a.verdict = string(StatusFailed)
+			a.verdict, status = string(StatusFailed), StatusFailed
 		case resultCancel:
-			a.verdict = string(StatusCancelled)
+			a.verdict, status = string(StatusCancelled), StatusCancelled
 		}
 	}
-	if a.verdict == verdictRetry && row.Attempts < row.MaxAttempts {
-		a.delay = policy.NextRetry(row)
+	if a.verdict == verdictRetry {
+		if row.Attempts < row.MaxAttempts {
+			a.delay = policy.NextRetry(row)
+		} else {
+			status = StatusDead
+		}
 	}
-	_, _ = f.batch.submit(context.Background(), a, 1) // never cancelled: returns once written
-	switch {
-	case a.err != nil:
-		f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
-			"job", row.ID, "attempt", row.Attempts, "err", a.err)
-		return StatusRunning, false
-	case a.stale:
-		f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
-			"job", row.ID, "attempt", row.Attempts)
-		return row.Status, false
-	}
-	f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
-		"status", a.status, "run_at", a.runAt, "err", a.msg)
-	return a.status, a.status == StatusQueued && a.delay <= 0
+	f.batch.post(a, 1)
+	return status
 }
+
+// flush waits until every failure recorded so far is written.
+func (f *failureRecorder) flush() { f.batch.wait() }
 
 // write records a batch of failed attempts with one statement. If the database refuses
 // the statement (not a transient error), each attempt is written alone, so that one it
@@ -254,15 +263,33 @@ func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy Retry
 func (f *failureRecorder) write(batch []*failedAttempt) {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
 	slices.SortFunc(batch, func(a, b *failedAttempt) int { return cmp.Compare(a.key.id, b.key.id) })
-	err := f.exec(batch)
-	if err != nil && len(batch) > 1 && !transient(err) {
-		for _, a := range batch {
-			a.err = f.exec([]*failedAttempt{a})
+	errs := make([]error, len(batch))
+	if err := f.exec(batch); err != nil {
+		for i := range errs {
+			errs[i] = err
 		}
-		return
+		if len(batch) > 1 && !transient(err) {
+			for i, a := range batch {
+				errs[i] = f.exec([]*failedAttempt{a})
+			}
+		}
 	}
-	for _, a := range batch {
-		a.err = err
+	for i, a := range batch {
+		row := a.row
+		switch {
+		case errs[i] != nil:
+			f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
+				"job", row.ID, "attempt", row.Attempts, "err", errs[i])
+		case a.stale:
+			f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
+				"job", row.ID, "attempt", row.Attempts)
+		default:
+			f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
+				"status", a.status, "run_at", a.runAt, "err", a.msg)
+			if a.status == StatusQueued && a.delay <= 0 {
+				f.dueAgain(row.Queue)
+			}
+		}
 	}
 }
 
@@ -270,10 +297,14 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	n := len(batch)
 	ids, tokens := make([]int64, n), make([]int32, n)
-	verdicts, delays, msgs := make([]string, n), make([]int64, n), make([]string, n)
+	values := make(map[string][3]any, n)
 	for i, a := range batch {
 		ids[i], tokens[i] = a.key.id, int32(a.key.attempts)
-		verdicts[i], delays[i], msgs[i] = a.verdict, a.delay.Microseconds(), a.msg
+		values[strconv.FormatInt(a.key.id, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
+	}
+	perJob, err := json.Marshal(values)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -284,8 +315,9 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	var got map[int64]recorded
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
-	err := retryDB(ctx, func() error {
-		rows, err := f.pool.Query(ctx, f.sql, ids, tokens, f.workerID, verdicts, delays, msgs)
+	err = retryDB(ctx, func() error {
+		// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
+		rows, err := f.pool.Query(ctx, f.sql, ids, tokens, f.workerID, string(perJob))
 		if err != nil {
 			return err
 		}

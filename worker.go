@@ -316,6 +316,13 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		w.whileLeader(sw.maintain)
 	}
+	// A job retried or snoozed without delay is due again once its failure is written:
+	// claim it now rather than at the next poll (nothing notifies a retry).
+	w.failures.dueAgain = func(queue string) {
+		if q, ok := w.queues[queue]; ok {
+			q.signal()
+		}
+	}
 	return w, nil
 }
 
@@ -532,6 +539,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
 			"running", w.held.count())
 	}
+	w.failures.flush() // waits for the failures already reported
 	w.completer.stop() // flushes the successes already reported
 	<-w.completer.done
 	stopBG() // heartbeats end: the leases of jobs still running run out

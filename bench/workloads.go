@@ -99,6 +99,17 @@ var (
 	mb   = func(key, label string) Metric { return Metric{Key: key, Label: label, Unit: "MB", LowerBetter: true} }
 )
 
+// walMetric is the WAL a workload wrote per job: the work the server must flush, which,
+// unlike a rate, does not move with the machine's load.
+var walMetric = Metric{Key: "wal", Label: "WAL written per job", Unit: "bytes", LowerBetter: true}
+
+// walLSN reads the server's current WAL insert position.
+func (e *env) walLSN() (int64, error) {
+	var lsn int64
+	err := e.pool.QueryRow(e.ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&lsn)
+	return lsn, err
+}
+
 var sizeMetrics = []Metric{
 	mb("hot", "hot table + indexes"),
 	mb("hot_table", "hot table (heap)"),
@@ -134,7 +145,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("drain %d pre-inserted no-op jobs (until all final in the DB)", s.Drain)
 		},
-		Metrics: []Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only")},
+		Metrics: []Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only"), walMetric},
 		Run:     runDrain,
 	},
 	{
@@ -142,7 +153,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("failure storm: %d pre-inserted jobs each fail their first attempt (a downstream outage), are retried at once and succeed; until all succeeded in the DB", s.Storm)
 		},
-		Metrics: []Metric{rate("rate", "failure storm (jobs finished)")},
+		Metrics: []Metric{rate("rate", "failure storm (jobs finished)"), walMetric},
 		Run:     runStorm,
 	},
 	{
@@ -150,7 +161,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("drain %d pre-inserted jobs spread over %d queues, %d workers per queue", s.ManyJobs, s.ManyQueues, s.PerQueue)
 		},
-		Metrics: []Metric{rate("rate", "many queues drain")},
+		Metrics: []Metric{rate("rate", "many queues drain"), walMetric},
 		Run:     runManyQueues,
 	},
 	{
@@ -274,6 +285,10 @@ func runStorm(e *env) (map[string]float64, error) {
 		return nil, err
 	}
 	sink := NewSink(int64(2 * n)) // every job runs twice
+	lsn0, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	if err := e.sys.Start(e.ctx, sink, Spec{FailOnce: true}); err != nil {
 		return nil, err
@@ -283,7 +298,11 @@ func runStorm(e *env) (map[string]float64, error) {
 	if err := errors.Join(werr, e.stop()); err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	lsn1, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{"rate": float64(n) / el.Seconds(), "wal": float64(lsn1-lsn0) / float64(n)}, nil
 }
 
 func runManyQueues(e *env) (map[string]float64, error) {
@@ -292,6 +311,10 @@ func runManyQueues(e *env) (map[string]float64, error) {
 		return nil, err
 	}
 	sink := NewSink(int64(n))
+	lsn0, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	if err := e.sys.Start(e.ctx, sink, Spec{Queues: e.sizes.ManyQueues, PerQueue: e.sizes.PerQueue}); err != nil {
 		return nil, err
@@ -301,16 +324,29 @@ func runManyQueues(e *env) (map[string]float64, error) {
 	if err := errors.Join(werr, e.stop()); err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	lsn1, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{"rate": float64(n) / el.Seconds(), "wal": float64(lsn1-lsn0) / float64(n)}, nil
 }
 
 func runDrain(e *env) (map[string]float64, error) {
+	lsn0, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
 	final, handled, err := e.drain(e.sizes.Drain)
 	if err != nil {
 		return nil, err
 	}
+	lsn1, err := e.walLSN()
+	if err != nil {
+		return nil, err
+	}
 	n := float64(e.sizes.Drain)
-	return map[string]float64{"rate": n / final.Seconds(), "handled": n / handled.Seconds()}, nil
+	// The WAL includes the bulk insert of the jobs before the timed part.
+	return map[string]float64{"rate": n / final.Seconds(), "handled": n / handled.Seconds(), "wal": float64(lsn1-lsn0) / n}, nil
 }
 
 // drain times workers from start until n pre-inserted due jobs are final in

@@ -148,6 +148,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 
 		handed = nil
 		w.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobKey{row.ID, fence}, row: row})
+		w.failures.flush() // failures are written in the background
 
 		var status, lastErr string
 		if err := pool.QueryRow(ctx, statusSQL, id).Scan(&status, &lastErr); err != nil {

@@ -39,13 +39,13 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	job, err := c.Enqueue(ctx, fenceArgs{}, nil)
 	require.NoError(t, err)
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
 	first := claimOne(t, cl, "w")
 	k1 := jobKey{first.row.ID, first.fence}
-	require.Equal(t, StatusQueued, f.record(k1, first.row, Snooze(0), BackoffPolicy{}))
+	require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
 	// w claims it again: the same attempt number, by the same worker.
 	second := claimOne(t, cl, "w")
 	require.Equal(t, first.row.Attempts, second.row.Attempts)
@@ -53,14 +53,14 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 
 	// The snooze statement is run again (its commit reply was lost, and the DB retry
 	// replays it): it must not put the live run back in the queue.
-	f.record(k1, first.row, Snooze(0), BackoffPolicy{})
+	recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{})
 	got, err := c.Get(ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, StatusRunning, got.Status, "the replayed snooze took the live run back")
 	assert.Equal(t, "w", got.LockedBy)
 
 	// The live run's own writes still land.
-	require.Equal(t, StatusQueued, f.record(jobKey{second.row.ID, second.fence}, second.row, Snooze(0), BackoffPolicy{}))
+	require.Equal(t, StatusQueued, recordNow(f, jobKey{second.row.ID, second.fence}, second.row, Snooze(0), BackoffPolicy{}))
 }
 
 // heartbeatHook runs start when the pool starts a heartbeat statement and end when it has
@@ -92,7 +92,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", logger)
+	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, logger)
 	held := newHeldJobs()
 
 	first := claimOne(t, cl, "w")
@@ -109,7 +109,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	hook := &heartbeatHook{
 		start: func() {
 			held.remove(k1)
-			require.Equal(t, StatusQueued, f.record(k1, first.row, Snooze(0), BackoffPolicy{}))
+			require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
@@ -136,4 +136,11 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, lease, k1.id).Scan(&after))
 	assert.True(t, after.After(before), "lease renewed: %v -> %v", before, after)
 	assert.NoError(t, ctx2.Err())
+}
+
+// recordNow records a failure and waits until it is written.
+func recordNow(f *failureRecorder, k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
+	status := f.record(k, row, herr, policy)
+	f.flush()
+	return status
 }

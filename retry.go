@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -149,7 +150,10 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 //     Go by its retry policy; now() is the database's clock, as for every schedule.
 //   - failed, cancelled: final, no retry.
 //   - snooze: back to queued at now() + delay, and the attempt given back; the error
-//     history is left alone (a snooze is not an error).
+//     history is left alone (a snooze is not an error). The fence token stays: the next
+//     claim takes a new one, so this statement, replayed after a lost reply, cannot
+//     match that claim.
+//   - Every verdict ends the lease (lease_until NULL).
 //   - Every verdict but snooze appends {attempt, at, error} to the error history.
 //   - The fence (fenceSQL) is the whole WHERE, so the rows are found exactly as the
 //     success statement finds them (by id = ANY($1)), and a stale worker's failure
@@ -167,7 +171,7 @@ const failureSQL = `UPDATE {s}.jobs SET
 	attempts = CASE WHEN ` + fVerdict + ` = 'snooze' THEN attempts - 1 ELSE attempts END,
 	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
 		THEN now() END,
-	locked_at = NULL,
+	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
 		THEN NULL ELSE locked_by END,
 	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
@@ -211,6 +215,8 @@ type failureRecorder struct {
 	logger   *slog.Logger
 	sql      string // failureSQL, rendered
 	batch    *groupCommit[*failedAttempt]
+	mu       sync.RWMutex // record holds it to read; stop to close
+	closed   bool
 	// dueAgain is called with the queue of a job written back due at once (a retry or a
 	// snooze without delay), after its commit: nothing notifies a retry, so the worker
 	// wakes its own claim loops.
@@ -228,7 +234,8 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 // record hands a failed attempt k of row (retry, dead, failed, cancelled or snoozed) to
 // be written, batched with other runners' failures, and returns the status it is
 // written with (the job's claimed status is kept if the attempt turns out stale). The
-// retry delay is computed here, per job, by policy.
+// retry delay is computed here, per job, by policy. After stop it writes nothing and
+// returns StatusRunning: the job is taken back when its lease ends.
 func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
 	status := StatusQueued
@@ -250,12 +257,27 @@ func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy Retry
 			status = StatusDead
 		}
 	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		f.logger.Warn("skiplock: a failure came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
+			"job", row.ID, "attempt", row.Attempts)
+		return StatusRunning
+	}
 	f.batch.post(a, 1)
 	return status
 }
 
 // flush waits until every failure recorded so far is written.
 func (f *failureRecorder) flush() { f.batch.wait() }
+
+// stop makes record refuse later failures, and waits until those it took are written.
+func (f *failureRecorder) stop() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.flush()
+}
 
 // write records a batch of failed attempts with one statement. If the database refuses
 // the statement (not a transient error), each attempt is written alone, so that one it
@@ -296,10 +318,10 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 // exec runs failureSQL for batch and stores what each attempt became.
 func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	n := len(batch)
-	ids, tokens := make([]int64, n), make([]int32, n)
+	ids, fences := make([]int64, n), make([]int64, n)
 	values := make(map[string][3]any, n)
 	for i, a := range batch {
-		ids[i], tokens[i] = a.key.id, int32(a.key.attempts)
+		ids[i], fences[i] = a.key.id, a.key.fence
 		values[strconv.FormatInt(a.key.id, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
 	}
 	perJob, err := json.Marshal(values)
@@ -317,7 +339,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	// run recorded, so retrying is harmless.
 	err = retryDB(ctx, func() error {
 		// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-		rows, err := f.pool.Query(ctx, f.sql, ids, tokens, f.workerID, string(perJob))
+		rows, err := f.pool.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
 		if err != nil {
 			return err
 		}

@@ -499,7 +499,7 @@ func TestFailures_AStaleFailureInABatchChangesNothing(t *testing.T) {
 	}
 	// While the handlers run, the odd jobs are taken over: reclaimed, and claimed again
 	// by another worker (a new attempt, another locked_by).
-	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET attempts = attempts + 1, locked_by = 'thief', locked_at = now()
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET attempts = attempts + 1, fence = fence + 1, locked_by = 'thief', locked_at = now()
 		WHERE (payload->>'n')::int % 2 = 1`))
 	require.NoError(t, err)
 	var stolenRunAt time.Time

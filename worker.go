@@ -539,7 +539,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
 			"running", w.held.count())
 	}
-	w.failures.flush() // waits for the failures already reported
+	w.failures.stop()  // waits for the failures already reported
 	w.completer.stop() // flushes the successes already reported
 	<-w.completer.done
 	stopBG() // heartbeats end: the leases of jobs still running run out

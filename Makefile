@@ -49,12 +49,15 @@ ui: demo
 db: env
 	@echo '$(DSN)'
 
-## bench: skiplock, River and gue side by side (a few minutes); bench-quick: reduced sizes.
+## bench: skiplock, River, gue and a bare INSERT side by side, with autovacuum off (the
+## server at DSN) and on (a throwaway cluster the bench starts); bench-quick: reduced
+## sizes, skiplock, River and the bare INSERT, the workloads this round changed.
+BENCH_QUICK_WORKLOADS ?= bulk,single,storm,queues,drain,latency,sustained
 bench: env
-	cd bench && DATABASE_URL='$(DSN)' $(GO) run . 
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -autovacuum off,on
 
 bench-quick: env
-	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick -autovacuum off,on -systems skiplock,river,bare -workloads $(BENCH_QUICK_WORKLOADS)
 
 ## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends).
 chaos:

@@ -341,6 +341,21 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), coalesceTimeout)
 	defer cancel()
+	if n == 1 {
+		// One job alone (an idle client): the single-row insert, as if not coalesced, and
+		// its error is its caller's own.
+		r := reqs[0]
+		row, err := c.insertOne(ctx, c.pool, &r.jobs[0], len(notify) > 0, false)
+		if err != nil {
+			r.err = err
+			return
+		}
+		for _, q := range trailing {
+			c.notify.throttle.trailing(q)
+		}
+		r.rows = []*JobRow{row}
+		return
+	}
 	rows, err := c.pool.Query(ctx, q, args...)
 	var got []*JobRow
 	if err == nil {

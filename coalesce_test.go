@@ -237,7 +237,7 @@ func TestEnqueue_CancelledCallerReturnsAtOnceAndItsJobIsSaidFor(t *testing.T) {
 		eventually(t, 30*time.Second, func() bool {
 			return b.count(t, `SELECT count(*) FROM pg_stat_activity
 				WHERE datname = current_database() AND wait_event_type = 'Lock'
-				AND query LIKE '%unnest%' AND query LIKE '%' || $1 || '%'`, b.schema) == n
+				AND query LIKE '%INSERT INTO%' AND query LIKE '%' || $1 || '%'`, b.schema) == n
 		}, "%d coalesced inserts waiting for the lock", n)
 	}
 	type result struct {

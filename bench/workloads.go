@@ -50,7 +50,7 @@ var quickSizes = Sizes{
 	Bulk: 20_000, Producers: 16, Drain: 10_000,
 	LatencyRate: 50, LatencyFor: 2 * time.Second, SustainedFor: 3 * time.Second,
 	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
-	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second, SingleFor: 1500 * time.Millisecond,
+	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second, SingleFor: time.Second,
 	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000,
 }
 

@@ -48,7 +48,7 @@ var fullSizes = Sizes{
 // one-million-job size run is left out (Size1M 0).
 var quickSizes = Sizes{
 	Bulk: 20_000, Producers: 16, Drain: 10_000,
-	LatencyRate: 50, LatencyFor: 2 * time.Second, SustainedFor: 3 * time.Second,
+	LatencyRate: 50, LatencyFor: 1500 * time.Millisecond, SustainedFor: 2 * time.Second,
 	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
 	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second, SingleFor: time.Second,
 	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000,

@@ -219,7 +219,7 @@ func fleetDrain(e *env, procs, n int) (float64, error) {
 		if err := sleep(e.ctx, 2*time.Second); err != nil {
 			return 0, err
 		}
-		if err := e.sys.Bulk(n, time.Time{})(e.ctx); err != nil {
+		if err := e.sys.Bulk(n, time.Time{}, 1)(e.ctx); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()

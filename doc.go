@@ -71,9 +71,12 @@
 //
 // # Concurrency and cost
 //
-// [Client], [Worker] and [Sweeper] are safe for concurrent use. Enqueue costs one
-// statement; [Client.EnqueueMany] a constant number (COPY) whatever the count. A worker
-// claims up to its free slots per statement and records successes in batches. An idle
+// [Client], [Worker] and [Sweeper] are safe for concurrent use. Enqueue costs at most one
+// statement, and concurrent calls outside a transaction share one statement and one
+// commit ([Config].CoalesceWindow); each still returns after its own job is committed.
+// [Client.EnqueueMany] costs a constant number (COPY) whatever the count. A worker
+// claims up to its free slots per statement and records successes and failures in
+// batches. An idle
 // worker costs the database one poll statement per PollInterval for all of its queues,
 // however many; the sweep and other per-fleet maintenance run on one elected worker at a
 // time (README, "Running many workers").

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,6 +77,37 @@ func ExampleClient_EnqueueTx() {
 	// Output:
 	// send_email mail queued
 	// mail 1
+}
+
+// Enqueue from many goroutines: concurrent calls share one INSERT and one commit (a
+// group commit), and each call returns its own job once it is committed.
+// Config.CoalesceWindow bounds how long a call may wait for others (negative: off).
+func ExampleClient_Enqueue_concurrent() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema, CoalesceWindow: time.Millisecond})
+
+	var wg sync.WaitGroup
+	ids := make([]int64, 50)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job, err := client.Enqueue(ctx, SendEmail{To: fmt.Sprintf("user%d@example.com", i)}, nil)
+			if err != nil {
+				panic(err)
+			}
+			ids[i] = job.ID // committed: any session can read it now
+		}()
+	}
+	wg.Wait()
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.jobs WHERE id = ANY ($1)`, ids).Scan(&n)
+	fmt.Println(n, "jobs, each returned to its own caller")
+	// Output:
+	// 50 jobs, each returned to its own caller
 }
 
 // Register a typed handler and run a worker until the job is done.

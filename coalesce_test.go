@@ -318,3 +318,27 @@ func TestNewClient_RefusesALongCoalesceWindow(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "Config.CoalesceWindow")
 }
+
+// BenchmarkEnqueue_OneProducer is the cost of coalescing to a lone caller: one producer,
+// the default window against coalescing off, on the same schema. Run it with
+// go test -run '^$' -bench Enqueue_OneProducer -count 5.
+func BenchmarkEnqueue_OneProducer(b *testing.B) {
+	ctx := context.Background()
+	schema := pgtest.Schema(b)
+	pool := pgtest.Pool(b)
+	require.NoError(b, skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}))
+	for _, bc := range []struct {
+		name   string
+		window time.Duration
+	}{{"coalesced", 0}, {"alone", -1}} {
+		client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, CoalesceWindow: bc.window, Logger: testLogger()})
+		require.NoError(b, err)
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := client.Enqueue(ctx, noopArgs{N: 1}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -203,8 +203,14 @@ func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
 		require.NoError(t, err)
 		return res.Vacuumed
 	}, "the sweeper vacuumed the jobs table")
-	// The empty pages at the end of the heap were given back.
-	assert.Less(t, b.count(t, `SELECT pg_relation_size($1::regclass)::int`, `"`+b.schema+`".jobs`), 64*1024)
+	// The empty pages at the end of the heap are given back. A transaction of a test
+	// running beside this one can hold back the horizon, leaving the rows dead but not yet
+	// removable; they still count as dead, so the sweeper vacuums again on a later sweep.
+	eventually(t, 60*time.Second, func() bool {
+		_, err := s.Sweep(b.ctx)
+		require.NoError(t, err)
+		return b.count(t, `SELECT pg_relation_size($1::regclass)::int`, `"`+b.schema+`".jobs`) < 64*1024
+	}, "the jobs table shrank below 64 KiB")
 }
 
 // holeOnReclaim black-holes a proxy the moment its pool starts the sweeper's reclaim

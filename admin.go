@@ -5,6 +5,7 @@ package skiplock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,9 +18,9 @@ import (
 
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
 type adminSQL struct {
-	get, cancel, requeue, stats, list string
-	pause, resume, paused             string // pause.go
-	listPeriodic                      string // periodic.go
+	get, cancel, requeue, stats, list, cachedStats string
+	pause, resume, paused                          string // pause.go
+	listPeriodic                                   string // periodic.go
 }
 
 func newAdminSQL(schema string) adminSQL {
@@ -34,6 +35,7 @@ func newAdminSQL(schema string) adminSQL {
 		paused:  renderSQL(schema, pausedQueuesSQL),
 
 		listPeriodic: renderSQL(schema, listPeriodicSQL),
+		cachedStats:  renderSQL(schema, cachedStatsSQL),
 	}
 }
 
@@ -53,9 +55,7 @@ func (c *Client) Get(ctx context.Context, id int64) (*JobRow, error) {
 // getSQL looks in the hot table first, then in the archive (which keeps no lease).
 const getSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs WHERE id = $1
 UNION ALL
-SELECT id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at
-FROM {s}.jobs_archive WHERE id = $1
+SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive WHERE id = $1
 LIMIT 1`
 
 // cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
@@ -190,53 +190,92 @@ func nullString(s string) *string {
 	return &s
 }
 
-// QueueStats counts the jobs of one queue in the jobs table (finished jobs moved to the
-// archive are not counted).
+// QueueStats counts the jobs of one queue: those in the jobs table by status, and those
+// that finished recently, from the jobs table and the archive.
 type QueueStats struct {
-	Queue  string
+	Queue string
+	// Counts are the jobs in the jobs table by status (finished jobs moved to the archive
+	// are not counted here; see FinishedLastHour).
 	Counts map[JobStatus]int64
+	// Scheduled counts the queued jobs whose run_at is still ahead (scheduled, or waiting
+	// for a retry or after a snooze); they are in Counts[StatusQueued] too.
+	Scheduled int64
 	// OldestDue is how long the oldest due, queued job has been waiting; 0 when none.
 	OldestDue time.Duration
 	// Paused says the queue is paused ([Client.PauseQueue]) since PausedAt.
 	Paused   bool
 	PausedAt time.Time // zero unless Paused
+	// FinishedLastMinute and FinishedLastHour count the jobs that reached a final state
+	// (succeeded, failed, dead, cancelled) in the last minute and the last hour, by
+	// status, in the jobs table and the archive: divide by 60 or 3600 for a throughput per
+	// second. Jobs deleted on success ([CompletionDelete]) leave nothing to count.
+	FinishedLastMinute map[JobStatus]int64
+	FinishedLastHour   map[JobStatus]int64
 }
 
-const statsSQL = `SELECT queue, status, count(*),
-	coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8
-FROM {s}.jobs GROUP BY queue, status ORDER BY queue, status`
+// statsSQL counts by queue and status. The jobs table is small while jobs flow and is
+// read whole. The archive is read only for the last hour, which its BRIN index on
+// finished_at finds without reading the rest; the cost grows with the jobs finished in
+// that hour. Rows come out by queue, then status.
+const statsSQL = `SELECT queue, status, sum(n)::bigint AS n, sum(scheduled)::bigint AS scheduled,
+	max(oldest) AS oldest, sum(m1)::bigint AS m1, sum(h1)::bigint AS h1
+FROM (
+	SELECT queue, status, count(*) AS n,
+		count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS scheduled,
+		coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8 AS oldest,
+		count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS m1,
+		count(*) FILTER (WHERE finished_at > now() - interval '1 hour') AS h1
+	FROM {s}.jobs GROUP BY queue, status
+	UNION ALL
+	SELECT queue, status, 0, 0, 0,
+		count(*) FILTER (WHERE finished_at > now() - interval '1 minute'),
+		count(*)
+	FROM {s}.jobs_archive WHERE finished_at > now() - interval '1 hour' GROUP BY queue, status
+) t
+GROUP BY queue, status ORDER BY queue, status`
 
-// Stats returns job counts by queue and status, the age of each queue's oldest due job,
-// and which queues are paused (a paused queue without jobs is listed too), ordered by
-// queue. It scans the jobs table, which stays small while jobs flow.
+// statsRow is one row of statsSQL; its JSON names are the columns', for the cache.
+type statsRow struct {
+	Queue     string  `json:"queue"`
+	Status    string  `json:"status"`
+	N         int64   `json:"n"`
+	Scheduled int64   `json:"scheduled"`
+	Oldest    float64 `json:"oldest"`
+	M1        int64   `json:"m1"`
+	H1        int64   `json:"h1"`
+}
+
+// Stats returns, by queue and ordered by queue: job counts by status, the age of the
+// oldest due job, the jobs finished in the last minute and hour, and which queues are
+// paused (a paused queue without jobs is listed too). It reads the jobs table whole and
+// the archive's last hour, then the paused queues. Many processes asking often (metrics)
+// should use [Client.CachedStats].
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	rows, err := c.pool.Query(ctx, c.admin.stats)
 	if err != nil {
 		return nil, c.wrapErr("stats", err)
 	}
-	var (
-		out           []QueueStats
-		queue, status string
-		n             int64
-		age           float64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&queue, &status, &n, &age}, func() error {
-		if len(out) == 0 || out[len(out)-1].Queue != queue {
-			out = append(out, QueueStats{Queue: queue, Counts: map[JobStatus]int64{}})
-		}
-		s := &out[len(out)-1]
-		s.Counts[JobStatus(status)] = n
-		if d := time.Duration(age * float64(time.Second)); d > s.OldestDue {
-			s.OldestDue = d
-		}
+	var r statsRow
+	var all []statsRow
+	_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Status, &r.N, &r.Scheduled, &r.Oldest, &r.M1, &r.H1}, func() error {
+		all = append(all, r)
 		return nil
 	})
 	if err != nil {
 		return nil, c.wrapErr("stats", err)
 	}
-	paused, err := c.pausedQueues(ctx, c.pool)
+	out, err := c.withPaused(ctx, gatherStats(all))
 	if err != nil {
 		return nil, c.wrapErr("stats", err)
+	}
+	return out, nil
+}
+
+// withPaused marks the paused queues of out, adds those without jobs, and sorts by queue.
+func (c *Client) withPaused(ctx context.Context, out []QueueStats) ([]QueueStats, error) {
+	paused, err := c.pausedQueues(ctx, c.pool)
+	if err != nil {
+		return nil, err
 	}
 	for i := range out {
 		if at, ok := paused[out[i].Queue]; ok {
@@ -245,10 +284,85 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		}
 	}
 	for q, at := range paused {
-		out = append(out, QueueStats{Queue: q, Counts: map[JobStatus]int64{}, Paused: true, PausedAt: at})
+		out = append(out, QueueStats{Queue: q, Counts: map[JobStatus]int64{}, Paused: true, PausedAt: at,
+			FinishedLastMinute: map[JobStatus]int64{}, FinishedLastHour: map[JobStatus]int64{}})
 	}
 	slices.SortFunc(out, func(a, b QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
 	return out, nil
+}
+
+// gatherStats folds rows ordered by queue into one QueueStats per queue.
+func gatherStats(rows []statsRow) []QueueStats {
+	var out []QueueStats
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Queue != r.Queue {
+			out = append(out, QueueStats{Queue: r.Queue, Counts: map[JobStatus]int64{},
+				FinishedLastMinute: map[JobStatus]int64{}, FinishedLastHour: map[JobStatus]int64{}})
+		}
+		s := &out[len(out)-1]
+		st := JobStatus(r.Status)
+		if r.N > 0 {
+			s.Counts[st] = r.N
+		}
+		if r.M1 > 0 {
+			s.FinishedLastMinute[st] = r.M1
+		}
+		if r.H1 > 0 {
+			s.FinishedLastHour[st] = r.H1
+		}
+		s.Scheduled += r.Scheduled
+		if d := time.Duration(r.Oldest * float64(time.Second)); d > s.OldestDue {
+			s.OldestDue = d
+		}
+	}
+	return out
+}
+
+// cachedStatsSQL returns the cached stats, first recomputing them with statsSQL when
+// they are older than $1 — in one process only: the row lock is taken with SKIP LOCKED,
+// so while one process recomputes, the others read the previous value without waiting.
+// Their union's second branch reads the row as it was when the statement began.
+const cachedStatsSQL = `WITH lead AS (
+	SELECT id FROM {s}.stats_cache WHERE id = 1 AND taken_at <= now() - $1::interval
+	FOR UPDATE SKIP LOCKED
+), fresh AS (
+	UPDATE {s}.stats_cache c SET taken_at = now(),
+		data = (SELECT coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM (` + statsSQL + `) t)
+	FROM lead WHERE c.id = lead.id
+	RETURNING c.taken_at, c.data
+)
+SELECT taken_at, data FROM fresh
+UNION ALL
+SELECT taken_at, data FROM {s}.stats_cache WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM fresh)`
+
+// CachedStats returns [Client.Stats] as computed by whichever process last refreshed a
+// cache table, and when they were computed (by the database clock). When the cache is
+// older than maxAge, this call refreshes it — unless another process is refreshing it
+// at that moment, in which case it returns the previous value at once. So any number of
+// processes calling it every maxAge cost one stats query per maxAge in all: it is what
+// metrics exporters should call. Which queues are paused is read afresh at each call (a
+// second, small statement). maxAge <= 0 always refreshes.
+func (c *Client) CachedStats(ctx context.Context, maxAge time.Duration) ([]QueueStats, time.Time, error) {
+	var (
+		at   time.Time
+		data []byte
+	)
+	err := c.pool.QueryRow(ctx, c.admin.cachedStats, max(maxAge, 0)).Scan(&at, &data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, time.Time{}, fmt.Errorf("skiplock: cached stats: the stats_cache row is missing: run skiplock.Migrate for schema %q", c.schema)
+	}
+	if err != nil {
+		return nil, time.Time{}, c.wrapErr("cached stats", err)
+	}
+	var rows []statsRow
+	if err := json.Unmarshal(data, &rows); err != nil {
+		return nil, time.Time{}, fmt.Errorf("skiplock: cached stats: %w", err)
+	}
+	out, err := c.withPaused(ctx, gatherStats(rows))
+	if err != nil {
+		return nil, time.Time{}, c.wrapErr("cached stats", err)
+	}
+	return out, at, nil
 }
 
 // ListParams selects jobs for [Client.List]. Empty fields match everything.

@@ -4,6 +4,8 @@ package skiplock_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +123,101 @@ func TestCancel_ReachesRunningHandlerAtOnce(t *testing.T) {
 	}
 	t.Logf("cancel -> handler's context done: worst of 3 %s", worst)
 	assert.Less(t, worst, 2*time.Second, "about 100 ms expected; the heartbeat fallback would take 20 s")
+}
+
+func TestStats_CountsFinishedJobsFromTheArchive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		if job.Args.N < 0 {
+			return errors.New("no")
+		}
+		return nil
+	}))
+	for i := range 3 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	_, err := b.client.Enqueue(b.ctx, noopArgs{N: -1}, &skiplock.EnqueueOptions{MaxAttempts: 1})
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: "later", RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == 3 && b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'dead'`) == 1
+	}, "three archived, one dead")
+	stop()
+	// One success finished 10 minutes ago, one 2 hours ago.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs_archive SET finished_at = now() - CASE WHEN payload->>'n' = '1' THEN interval '10 minutes' ELSE interval '2 hours' END WHERE payload->>'n' IN ('1', '2')`))
+	require.NoError(t, err)
+
+	stats, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	d := stats[0]
+	assert.Equal(t, "default", d.Queue)
+	assert.Equal(t, map[skiplock.JobStatus]int64{skiplock.StatusDead: 1}, d.Counts)
+	assert.Equal(t, map[skiplock.JobStatus]int64{skiplock.StatusSucceeded: 1, skiplock.StatusDead: 1}, d.FinishedLastMinute)
+	assert.Equal(t, map[skiplock.JobStatus]int64{skiplock.StatusSucceeded: 2, skiplock.StatusDead: 1}, d.FinishedLastHour)
+	assert.Equal(t, "later", stats[1].Queue)
+	assert.Equal(t, int64(1), stats[1].Scheduled)
+	assert.Equal(t, int64(1), stats[1].Counts[skiplock.StatusQueued])
+}
+
+func TestCachedStats_OneRefreshPerIntervalWhateverTheCallers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+
+	// 8 callers on separate pools at once, the cache stale: exactly one recomputes; the
+	// others get the old value or, after the refresh, the new one.
+	const callers = 8
+	clients := make([]*skiplock.Client, callers)
+	for i := range clients {
+		c, err := skiplock.NewClient(newPool(t, 1), skiplock.Config{Schema: b.schema, Logger: testLogger()})
+		require.NoError(t, err)
+		clients[i] = c
+	}
+	ats := make([]time.Time, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, at, err := c.CachedStats(b.ctx, time.Hour)
+			assert.NoError(t, err)
+			ats[i] = at
+		}()
+	}
+	close(start)
+	wg.Wait()
+	refreshes := map[time.Time]bool{}
+	for _, at := range ats {
+		if at.Year() > 1970 {
+			refreshes[at] = true
+		}
+	}
+	assert.Len(t, refreshes, 1, "one refresh among %d callers", callers)
+
+	// Within maxAge, the cache answers, new jobs or not; maxAge 0 recomputes.
+	_, err = b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	stats, at, err := b.client.CachedStats(b.ctx, time.Hour)
+	require.NoError(t, err)
+	assert.True(t, refreshes[at])
+	assert.Equal(t, int64(1), stats[0].Counts[skiplock.StatusQueued])
+	stats, at2, err := b.client.CachedStats(b.ctx, 0)
+	require.NoError(t, err)
+	assert.True(t, at2.After(at))
+	assert.Equal(t, int64(2), stats[0].Counts[skiplock.StatusQueued])
+	exact, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, exact, 1)
+	assert.GreaterOrEqual(t, exact[0].OldestDue, stats[0].OldestDue, "the oldest job has waited longer since")
+	exact[0].OldestDue, stats[0].OldestDue = 0, 0
+	assert.Equal(t, exact, stats, "the cache holds what Stats returns")
 }

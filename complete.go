@@ -30,14 +30,25 @@ const (
 )
 
 // completeSQL returns the statement that records successes in mode, matching the claimed
-// attempts (fenceSQL).
-func completeSQL(mode Completion) string {
+// attempts (fenceSQL). With report, it also writes what the handlers reported: $4 holds
+// each job's output and $5 its latest progress (NULL where none), found by the job's place
+// in $1 like its fence. Batches where no handler reported anything use the plain statement.
+func completeSQL(mode Completion, report bool) string {
+	output, progress := `output`, `progress`
+	if report {
+		output = `(($4::text[])[array_position($1::bigint[], id)])::jsonb`
+		progress = `coalesce((($5::text[])[array_position($1::bigint[], id)])::jsonb, progress)`
+	}
 	switch mode {
 	case CompletionDelete:
 		return `DELETE FROM {s}.jobs WHERE ` + fenceSQL
 	case CompletionKeep:
+		set := ``
+		if report {
+			set = `, output = ` + output + `, progress = ` + progress
+		}
 		return `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL,
-	lease_until = NULL
+	lease_until = NULL` + set + `
 WHERE ` + fenceSQL
 	default:
 		// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
@@ -46,9 +57,11 @@ WHERE ` + fenceSQL
 	RETURNING *
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence)
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
+	metadata, progress, output)
 SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
+	metadata, ` + progress + `, ` + output + `
 FROM done`
 	}
 }
@@ -60,12 +73,13 @@ const completerLoops = 2
 type completer struct {
 	pool       *pgxpool.Pool
 	sql        string // completeSQL of the worker's mode, rendered
+	sqlReport  string // the same, writing outputs and progress; "" when the mode keeps none
 	workerID   string
 	batchSize  int
 	flushEvery time.Duration
 	logger     *slog.Logger
 
-	ch   chan jobKey
+	ch   chan completion
 	quit chan struct{}
 	done chan struct{}
 
@@ -74,23 +88,35 @@ type completer struct {
 }
 
 func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *completer {
-	return &completer{
-		pool: pool, sql: renderSQL(schema, completeSQL(mode)), workerID: workerID,
+	c := &completer{
+		pool: pool, sql: renderSQL(schema, completeSQL(mode, false)), workerID: workerID,
 		batchSize: batchSize, flushEvery: flushEvery, logger: logger,
-		ch: make(chan jobKey, 4096), quit: make(chan struct{}), done: make(chan struct{}),
+		ch: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	if mode != CompletionDelete {
+		c.sqlReport = renderSQL(schema, completeSQL(mode, true))
+	}
+	return c
 }
 
-// add reports the success of a held attempt and whether the completer took it: after
-// stop it takes nothing (and never blocks), and the caller must say so. A send that finds
-// the channel full waits for the batching loops, which keep reading until stop.
-func (c *completer) add(k jobKey) bool {
+// completion is one success to record, with what its handler reported (nil: nothing).
+type completion struct {
+	key              jobKey
+	progress, output *string
+}
+
+// add reports the success of a held attempt, with what its handler reported (st may be
+// nil), and whether the completer took it: after stop it takes nothing (and never blocks),
+// and the caller must say so. A send that finds the channel full waits for the batching
+// loops, which keep reading until stop.
+func (c *completer) add(k jobKey, st *jobState) bool {
+	p, o := st.reported()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return false
 	}
-	c.ch <- k
+	c.ch <- completion{key: k, progress: p, output: o}
 	return true
 }
 
@@ -117,7 +143,7 @@ func (c *completer) run() {
 }
 
 func (c *completer) loop() {
-	batch := make([]jobKey, 0, c.batchSize)
+	batch := make([]completion, 0, c.batchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -151,16 +177,41 @@ func (c *completer) loop() {
 	}
 }
 
-func (c *completer) flush(batch []jobKey) []jobKey {
+// flushNow records, in the calling goroutine, the successes added while run is not
+// running (a Worker's synchronous runs for skiplocktest).
+func (c *completer) flushNow() {
+	var batch []completion
+	for {
+		select {
+		case k := <-c.ch:
+			batch = append(batch, k)
+		default:
+			c.flush(batch)
+			return
+		}
+	}
+}
+
+func (c *completer) flush(batch []completion) []completion {
 	if len(batch) == 0 {
 		return batch
 	}
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	sort.Slice(batch, func(i, j int) bool { return batch[i].id < batch[j].id })
+	sort.Slice(batch, func(i, j int) bool { return batch[i].key.id < batch[j].key.id })
 	ids := make([]int64, len(batch))
 	fences := make([]int64, len(batch))
+	report := false
 	for i, k := range batch {
-		ids[i], fences[i] = k.id, k.fence
+		ids[i], fences[i] = k.key.id, k.key.fence
+		report = report || k.output != nil || k.progress != nil
+	}
+	q, args := c.sql, []any{ids, fences, c.workerID}
+	if report && c.sqlReport != "" {
+		outputs, progress := make([]*string, len(batch)), make([]*string, len(batch))
+		for i, k := range batch {
+			outputs[i], progress[i] = k.output, k.progress
+		}
+		q, args = c.sqlReport, append(args, outputs, progress)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -168,7 +219,7 @@ func (c *completer) flush(batch []jobKey) []jobKey {
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
 	// match the fence.
 	err := retryDB(ctx, func() error {
-		tag, err := c.pool.Exec(ctx, c.sql, ids, fences, c.workerID)
+		tag, err := c.pool.Exec(ctx, q, args...)
 		n = tag.RowsAffected()
 		return err
 	})

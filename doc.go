@@ -69,6 +69,17 @@
 // the key is already there. Every enqueued job reaches a final state or stays visibly
 // queued or running.
 //
+// # Observing and testing
+//
+// [Config].Hooks see every enqueue ([EnqueueHook]) and every attempt with its [Outcome];
+// the module github.com/skiplock/skiplock/otel builds OpenTelemetry traces and metrics on
+// them. [EnqueueOptions].Metadata travels with a job (user tags, a trace context). A
+// handler reports progress with [RecordProgress] (written by the heartbeat) and a result
+// with [SetOutput] (written with its success); [Client.Get] shows both. [Client.Stats]
+// counts the archive's recent jobs too, and [Client.CachedStats] shares one stats query
+// among all processes. Package skiplocktest asserts what was enqueued, runs jobs in the
+// test's goroutine with the real handlers, and moves the schema's clock.
+//
 // # Concurrency and cost
 //
 // [Client], [Worker] and [Sweeper] are safe for concurrent use. Enqueue costs at most one

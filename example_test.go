@@ -295,3 +295,35 @@ func ExampleErrJobTimeout() {
 	// true
 	// queued 1 skiplock: job timeout after 50ms: context deadline exceeded
 }
+
+// A handler reports how far it got and what it produced; Get shows both. The heartbeat
+// writes progress while the job runs; the output is stored with the success.
+func ExampleRecordProgress() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{})
+	done := make(chan struct{})
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendEmail]) error {
+		defer close(done)
+		_ = skiplock.RecordProgress(ctx, 100, "sent")
+		return skiplock.SetOutput(ctx, map[string]string{"message_id": "m-1"})
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, &skiplock.EnqueueOptions{
+		Metadata: map[string]string{"tenant": "acme"},
+	})
+	<-done
+	stop() // the success is recorded before Run returns
+	<-stopped
+
+	got, _ := client.Get(ctx, job.ID)
+	fmt.Println(got.Status, got.Metadata["tenant"], got.Progress.Value, got.Progress.Message, string(got.Output))
+	// Output:
+	// succeeded acme 100 sent {"message_id": "m-1"}
+}

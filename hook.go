@@ -1,35 +1,148 @@
-// This file holds the hooks a Worker calls around every job, for metrics and tracing.
+// This file holds the hooks skiplock calls for metrics and tracing: around every job a
+// Worker runs (Hook), and before and after every enqueue (EnqueueHook), with the outcome
+// of each attempt.
 
 package skiplock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
 // Hook observes job execution. Methods are called from the job's goroutine and must be
-// safe for concurrent use.
+// safe for concurrent use. Put hooks in [WorkerConfig].Hooks for one worker, or in
+// [Config].Hooks for every worker of a client (which runs them first). A hook in
+// [Config].Hooks that also implements [EnqueueHook] sees the client's enqueues too.
 type Hook interface {
 	// JobStarted is called before the handler; the context it returns is the handler's
 	// (return ctx unchanged if there is nothing to add, e.g. a tracing span).
 	JobStarted(ctx context.Context, job *JobRow) context.Context
-	// JobFinished is called after the handler with the outcome.
+	// JobFinished is called once after every JobStarted, with the outcome.
 	JobFinished(ctx context.Context, job *JobRow, res JobResult)
 }
+
+// EnqueueHook is implemented by a [Hook] in [Config].Hooks that wants to see enqueues: a
+// tracing integration starts a span and puts its trace context in the job's metadata, a
+// metrics one counts jobs enqueued.
+type EnqueueHook interface {
+	// JobEnqueuing is called for each job before it is inserted, in the enqueuing
+	// goroutine. It may add entries to e.Metadata, which is stored with the job. It
+	// returns a function called once when the insert is done — with the inserted row (nil
+	// for [Client.EnqueueMany], which returns no rows) or the error — or nil.
+	// A job inserted by [Client.EnqueueTx] may still be rolled back with its transaction.
+	JobEnqueuing(ctx context.Context, e *EnqueueEvent) (done func(row *JobRow, err error))
+}
+
+// EnqueueEvent is a job about to be inserted, as an [EnqueueHook] sees it.
+type EnqueueEvent struct {
+	Kind  string
+	Queue string
+	// Metadata is the job's metadata ([EnqueueOptions].Metadata, copied); a hook may add
+	// to it. It is never nil.
+	Metadata map[string]string
+}
+
+// Outcome is how one attempt ended, as a [Hook] sees it. It is finer than the job's new
+// status: a job queued again was retried or snoozed, a dead one may have timed out.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	OutcomeSucceeded Outcome = "succeeded" // the handler returned nil
+	OutcomeRetry     Outcome = "retry"     // failed; queued again after the retry policy's delay
+	OutcomeSnoozed   Outcome = "snoozed"   // Snooze: queued again, the attempt given back
+	OutcomeDead      Outcome = "dead"      // failed with no attempts left
+	OutcomeFailed    Outcome = "failed"    // Permanent, or a payload that does not decode
+	OutcomeCancelled Outcome = "cancelled" // CancelJob
+	// OutcomeTimedOut: the handler's context reached its deadline and the handler failed.
+	// JobResult.Status says whether the job was queued for a retry or is dead.
+	OutcomeTimedOut Outcome = "timed_out"
+	// OutcomeReleased: cut off by the worker's shutdown and put back in the queue without
+	// using an attempt.
+	OutcomeReleased Outcome = "released"
+	// OutcomeLost: the result was not recorded, because the worker no longer held the job
+	// (cancelled or taken back by the sweeper) or the write failed; the job's row says
+	// what happens next.
+	OutcomeLost Outcome = "lost"
+)
 
 // JobResult is what a handler run came to, as a [Hook] sees it.
 type JobResult struct {
 	// Status is the job's new state: succeeded, queued (retry or snooze), failed, dead or
-	// cancelled.
-	Status   JobStatus
+	// cancelled. A success is reported when it is handed to the batch that records it.
+	Status JobStatus
+	// Outcome is how the attempt ended.
+	Outcome  Outcome
 	Err      error         // the handler's error, nil on success
 	Duration time.Duration // time spent in the handler
 	Panicked bool
 }
 
-// report tells every hook how a job's run ended.
-func (w *Worker) report(ctx context.Context, row *JobRow, res JobResult) {
-	for _, hk := range w.cfg.Hooks {
+// outcomeOf names how an attempt that failed with herr ended, given the status its
+// failure was recorded with.
+func outcomeOf(ctx context.Context, status JobStatus, herr error) Outcome {
+	var re *resultError
+	isVerdict := errors.As(herr, &re)
+	switch {
+	case status == StatusRunning:
+		return OutcomeLost // the write failed; the sweeper takes the job back
+	case isVerdict && re.kind == resultSnooze && status == StatusQueued:
+		return OutcomeSnoozed
+	case status == StatusFailed:
+		return OutcomeFailed
+	case status == StatusCancelled:
+		return OutcomeCancelled
+	case status != StatusQueued && status != StatusDead:
+		return OutcomeLost // a stale result: the row is not this attempt's any more
+	case errors.Is(context.Cause(ctx), ErrJobTimeout),
+		errors.Is(context.Cause(ctx), context.DeadlineExceeded) && errors.Is(herr, context.DeadlineExceeded):
+		return OutcomeTimedOut // the job's timeout, or a deadline a hook gave the handler
+	case status == StatusDead:
+		return OutcomeDead
+	default:
+		return OutcomeRetry
+	}
+}
+
+// enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata.
+// The returned function must be called once with the insert's result; on error it has
+// been called already.
+func (c *Client) enqueuing(ctx context.Context, j *newJob) (func(*JobRow, error), error) {
+	var dones []func(*JobRow, error)
+	if len(c.enqueueHooks) > 0 {
+		if j.meta == nil {
+			j.meta = map[string]string{}
+		}
+		e := &EnqueueEvent{Kind: j.kind, Queue: j.queue, Metadata: j.meta}
+		for _, h := range c.enqueueHooks {
+			if d := h.JobEnqueuing(ctx, e); d != nil {
+				dones = append(dones, d)
+			}
+		}
+		j.meta = e.Metadata
+	}
+	finish := func(row *JobRow, err error) {
+		for _, d := range dones {
+			d(row, err)
+		}
+	}
+	if err := j.encodeMetadata(); err != nil {
+		finish(nil, err)
+		return nil, err
+	}
+	return finish, nil
+}
+
+// hooks returns the hooks a worker runs: the client's, then its own.
+func (w *Worker) hooks() []Hook {
+	return append(w.client.hooks[:len(w.client.hooks):len(w.client.hooks)], w.cfg.Hooks...)
+}
+
+// report tells every hook how a job's run ended, and returns res.
+func (w *Worker) report(ctx context.Context, row *JobRow, res JobResult) JobResult {
+	for _, hk := range w.allHooks {
 		hk.JobFinished(ctx, row, res)
 	}
+	return res
 }

@@ -73,11 +73,29 @@ type JobRow struct {
 	// this existing job holds the unique key ([UniqueOpts], [EnqueueOptions].UniqueKey).
 	// It is not stored.
 	Duplicate bool
+	// Metadata is the string map given at enqueue ([EnqueueOptions].Metadata, plus what
+	// enqueue hooks added, such as a trace context). Empty when none.
+	Metadata map[string]string
+	// Progress is the latest progress the handler recorded with [RecordProgress], as the
+	// heartbeat or the completion last wrote it; nil when none was recorded.
+	Progress *Progress
+	// Output is the JSON the handler set with [SetOutput], stored with its success; nil
+	// when none.
+	Output json.RawMessage
+}
+
+// Progress is a running job's progress as its handler last recorded it with
+// [RecordProgress]: a number (a percentage, a count of items — the handler decides) and a
+// short message.
+type Progress struct {
+	Value   float64 `json:"value"`
+	Message string  `json:"message,omitempty"`
 }
 
 // jobColumns is the column list every statement returning a JobRow selects, in scanJob's order.
 const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-	locked_at, locked_by, last_error, errors, unique_key, created_at, finished_at`
+	locked_at, locked_by, last_error, errors, unique_key, created_at, finished_at,
+	metadata, progress, output`
 
 // scanJob reads one row of jobColumns.
 func scanJob(row pgx.Row) (*JobRow, error) {
@@ -86,10 +104,11 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 		status                       string
 		lockedAt, finishedAt         *time.Time
 		lockedBy, lastErr, uniqueKey *string
-		errs                         []byte
+		errs, meta, progress, output []byte
 	)
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &status, &j.Priority, &j.RunAt, &j.Attempts,
-		&j.MaxAttempts, &lockedAt, &lockedBy, &lastErr, &errs, &uniqueKey, &j.CreatedAt, &finishedAt)
+		&j.MaxAttempts, &lockedAt, &lockedBy, &lastErr, &errs, &uniqueKey, &j.CreatedAt, &finishedAt,
+		&meta, &progress, &output)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +134,21 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 		if json.Unmarshal(errs, &j.Errors) != nil {
 			j.Errors = nil
 		}
+	}
+	// Like the history, metadata or progress that does not decode (non-string values
+	// written by hand) is dropped rather than failing the row. "{}" is the common case and
+	// costs no decoding.
+	if len(meta) > 2 && json.Unmarshal(meta, &j.Metadata) != nil {
+		j.Metadata = nil
+	}
+	if len(progress) > 0 {
+		var p Progress
+		if json.Unmarshal(progress, &p) == nil {
+			j.Progress = &p
+		}
+	}
+	if len(output) > 0 {
+		j.Output = json.RawMessage(output)
 	}
 	return &j, nil
 }

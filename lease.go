@@ -61,6 +61,8 @@ type heldJob struct {
 	abandoned bool
 	// expiring: the watchdog cancelled the handler, its lease about to end.
 	expiring bool
+	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
+	state *jobState
 }
 
 // heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
@@ -72,10 +74,28 @@ type heldJobs struct {
 func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
 
 // add registers the attempt k, whose lease was written by a statement started at renewed.
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time) {
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState) {
 	h.mu.Lock()
-	h.m[k] = &heldJob{cancel: cancel, renewed: renewed}
+	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st}
 	h.mu.Unlock()
+}
+
+// progress returns the latest progress each attempt's handler recorded, in the order of
+// the keys (nil where none, or where the attempt is no longer held).
+func (h *heldJobs) progress(ids, fences []int64) []*string {
+	out := make([]*string, len(ids))
+	h.mu.Lock()
+	states := make([]*jobState, len(ids))
+	for i := range ids {
+		if j, ok := h.m[jobKey{ids[i], fences[i]}]; ok {
+			states[i] = j.state
+		}
+	}
+	h.mu.Unlock()
+	for i, st := range states {
+		out[i], _ = st.reported()
+	}
+	return out
 }
 
 func (h *heldJobs) remove(k jobKey) {
@@ -204,11 +224,15 @@ WHERE ` + fenceSQL
 //     lease by locked_at alone, and must not take back a live job during a rolling deploy.
 //   - The final SELECT sees the rows as they were before the refresh (one snapshot): it
 //     reports what this worker holds, which the refresh does not change.
+//   - $5 holds each job's latest progress, found by its place in $1 (NULL: none recorded,
+//     keep the column): written by the update that renews the lease, so progress costs no
+//     statement of its own.
 const heartbeatSQL = `WITH lockable AS (
 	SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
 	FOR UPDATE SKIP LOCKED
 ), refreshed AS (
-	UPDATE {s}.jobs SET locked_at = now(), lease_until = now() + $4::interval
+	UPDATE {s}.jobs SET locked_at = now(), lease_until = now() + $4::interval,
+		progress = coalesce((($5::text[])[array_position($1::bigint[], id)])::jsonb, progress)
 	WHERE id IN (SELECT id FROM lockable)
 	RETURNING id
 )
@@ -302,7 +326,7 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 	ctx, cancel := context.WithTimeout(ctx, l.interval)
 	defer cancel()
 	began := time.Now()
-	rows, err := l.pool.Query(ctx, l.heartbeat, ids, fences, l.workerID, l.visibility)
+	rows, err := l.pool.Query(ctx, l.heartbeat, ids, fences, l.workerID, l.visibility, l.held.progress(ids, fences))
 	if err != nil {
 		l.logger.Warn("skiplock: heartbeat failed", "jobs", len(ids), "err", err)
 		return

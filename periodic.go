@@ -394,8 +394,13 @@ func (p *periodicRunner) enqueue(ctx context.Context, tx pgx.Tx, e *periodicEntr
 		k := "periodic:" + e.Name + ":" + at.UTC().Format(time.RFC3339Nano)
 		j.uniqueKey, j.uniqueStates = &k, finishedStatuses
 	}
-	j.keyIsCallers = false // a duplicate occurrence is not an error here
+	j.keyIsCallers = false                   // a duplicate occurrence is not an error here
+	done, err := p.client.enqueuing(ctx, &j) // enqueue hooks see occurrences too
+	if err != nil {
+		return 0, fmt.Errorf("skiplock: periodic job %q: %w", e.Name, err)
+	}
 	row, err := p.client.insertOne(ctx, tx, &j, true, true)
+	done(row, err)
 	if err != nil {
 		if errors.Is(err, ErrDuplicateJob) {
 			return 0, nil

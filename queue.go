@@ -53,6 +53,12 @@ type EnqueueOptions struct {
 	// [WorkerConfig].JobTimeout (see there). Zero means those; negative is an error.
 	// Stored in milliseconds.
 	Timeout time.Duration
+	// Metadata is stored with the job and readable in handlers and hooks
+	// ([JobRow].Metadata): user tags, and the trace context a tracing hook adds. Keys
+	// must be non-empty; keys and values UTF-8 without NUL; at most 16 KiB as JSON. An
+	// args type's default metadata and the call's are merged key by key, the call's
+	// winning. Nil means none. The map is copied, not kept.
+	Metadata map[string]string
 }
 
 // EnqueueParams is one job of an [Client.EnqueueMany] call.
@@ -90,6 +96,10 @@ type Config struct {
 	// [DefaultCoalesceWindow] (1ms); zero means the default; negative turns coalescing
 	// off (every call writes in a transaction of its own); at most 100ms.
 	CoalesceWindow time.Duration
+	// Hooks observe this client's jobs: every [Worker] made from the client runs them
+	// around each job (before its own [WorkerConfig].Hooks), and those that implement
+	// [EnqueueHook] see each enqueue. Nil means none; a nil entry is an error.
+	Hooks []Hook
 }
 
 // DBTX is what enqueueing inside the caller's transaction needs; pgx.Tx satisfies it.
@@ -112,6 +122,9 @@ type Client struct {
 	sql      enqueueSQL                    // rendered for schema by NewClient
 	admin    adminSQL                      // the operator calls' statements (admin.go)
 	batch    *groupCommit[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
+
+	hooks        []Hook        // Config.Hooks
+	enqueueHooks []EnqueueHook // those of hooks that implement EnqueueHook
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
@@ -150,6 +163,12 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if cfg.CoalesceWindow > 0 {
 		c.batch = newEnqueueCoalescer(c, cfg.CoalesceWindow)
 	}
+	c.hooks = slices.Clone(cfg.Hooks)
+	for _, h := range cfg.Hooks {
+		if eh, ok := h.(EnqueueHook); ok {
+			c.enqueueHooks = append(c.enqueueHooks, eh)
+		}
+	}
 	return c, nil
 }
 
@@ -181,6 +200,18 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 	if err != nil {
 		return nil, err
 	}
+	done, err := c.enqueuing(ctx, &j)
+	if err != nil {
+		return nil, err
+	}
+	row, err := c.enqueueJob(ctx, j)
+	done(row, err)
+	return row, err
+}
+
+// enqueueJob writes one prepared job of Enqueue: with concurrent calls when it can, else
+// alone.
+func (c *Client) enqueueJob(ctx context.Context, j newJob) (*JobRow, error) {
 	if c.batch != nil && j.coalescable() {
 		rows, err := c.coalesce(ctx, &enqueueRequest{jobs: []newJob{j}})
 		if err == nil {
@@ -219,7 +250,13 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 	if err != nil {
 		return nil, err
 	}
-	return c.insertOne(ctx, tx, &j, j.dueNow(), true)
+	done, err := c.enqueuing(ctx, &j)
+	if err != nil {
+		return nil, err
+	}
+	row, err := c.insertOne(ctx, tx, &j, j.dueNow(), true)
+	done(row, err)
+	return row, err
 }
 
 // insertOne writes one prepared job through db. callerTx says db is the caller's
@@ -230,7 +267,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 	}
 	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
 	// setups) would send it as bytea.
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs, j.metadataText()}
 	q := c.sql.insert
 	if notify {
 		q = c.sql.insertNotify
@@ -253,7 +290,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 // statement checks; no round trip is added); otherwise, once the lookup has found no
 // visible holder, it runs again inside a savepoint that absorbs such a failure.
 func (c *Client) insertUnique(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs, j.metadataText()}
 	if notify {
 		args = append(args, c.notify.channel)
 	}
@@ -354,6 +391,18 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, 
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
+	finish, err := c.enqueuingMany(ctx, jobs)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.enqueueMany(ctx, jobs)
+	finish(err)
+	return n, err
+}
+
+// enqueueMany writes the prepared jobs of EnqueueMany: with concurrent calls when it can,
+// else in a transaction of their own.
+func (c *Client) enqueueMany(ctx context.Context, jobs []newJob) (int, error) {
 	if c.batch != nil && len(jobs) <= coalesceManyMax && !slices.ContainsFunc(jobs, func(j newJob) bool { return !j.coalescable() }) {
 		rows, err := c.coalesce(ctx, &enqueueRequest{jobs: jobs, many: true})
 		if err == nil {
@@ -392,7 +441,35 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DBTX, params []EnqueuePar
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
-	return c.insertMany(ctx, tx, jobs, true)
+	finish, err := c.enqueuingMany(ctx, jobs)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.insertMany(ctx, tx, jobs, true)
+	finish(err)
+	return n, err
+}
+
+// enqueuingMany runs enqueuing for every job of an EnqueueMany call. The returned function
+// must be called once with the insert's result (there are no rows to give the hooks); on
+// error it has been called already.
+func (c *Client) enqueuingMany(ctx context.Context, jobs []newJob) (func(error), error) {
+	dones := make([]func(*JobRow, error), 0, len(jobs))
+	finish := func(err error) {
+		for _, d := range dones {
+			d(nil, err)
+		}
+	}
+	for i := range jobs {
+		done, err := c.enqueuing(ctx, &jobs[i])
+		if err != nil {
+			err = fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
+			finish(err)
+			return nil, err
+		}
+		dones = append(dones, done)
+	}
+	return finish, nil
 }
 
 func (c *Client) prepareMany(params []EnqueueParams) ([]newJob, error) {
@@ -416,12 +493,16 @@ var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts
 func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerTx bool) (int, error) {
 	queues := map[string]bool{}
 	hasUnique := false // or a per-job timeout, which the COPY columns do not carry
+	hasMeta := false
 	for i := range jobs {
 		if jobs[i].dueNow() {
 			queues[jobs[i].queue] = true
 		}
 		if jobs[i].uniqueKey != nil || jobs[i].timeoutMs != nil {
 			hasUnique = true
+		}
+		if len(jobs[i].metadata) > 2 {
+			hasMeta = true
 		}
 	}
 	var total int64
@@ -432,25 +513,40 @@ func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerT
 		}
 		total = n
 	} else {
+		// Metadata is copied only when some job has any: the column default ('{}')
+		// costs the COPY nothing.
 		var now, later [][]any
+		nowCols, laterCols := copyColumns[:5:5], copyColumns
+		if hasMeta {
+			nowCols, laterCols = append(nowCols, "metadata"), append(laterCols[:len(laterCols):len(laterCols)], "metadata")
+		}
 		for i := range jobs {
 			j := &jobs[i]
+			var r []any
 			if j.runAt == nil {
-				now = append(now, []any{j.queue, j.kind, j.payload, j.priority, j.maxAttempts})
+				r = []any{j.queue, j.kind, j.payload, j.priority, j.maxAttempts}
 			} else {
-				later = append(later, []any{j.queue, j.kind, j.payload, j.priority, j.maxAttempts, *j.runAt})
+				r = []any{j.queue, j.kind, j.payload, j.priority, j.maxAttempts, *j.runAt}
+			}
+			if hasMeta {
+				r = append(r, j.metadata)
+			}
+			if j.runAt == nil {
+				now = append(now, r)
+			} else {
+				later = append(later, r)
 			}
 		}
 		table := pgx.Identifier{c.schema, "jobs"}
 		if len(now) > 0 {
-			n, err := db.CopyFrom(ctx, table, copyColumns[:5], pgx.CopyFromRows(now))
+			n, err := db.CopyFrom(ctx, table, nowCols, pgx.CopyFromRows(now))
 			if err != nil {
 				return 0, c.wrapErr("enqueue many", err)
 			}
 			total += n
 		}
 		if len(later) > 0 {
-			n, err := db.CopyFrom(ctx, table, copyColumns, pgx.CopyFromRows(later))
+			n, err := db.CopyFrom(ctx, table, laterCols, pgx.CopyFromRows(later))
 			if err != nil {
 				return 0, c.wrapErr("enqueue many", err)
 			}
@@ -527,6 +623,7 @@ func unnestColumns(jobs []newJob) []any {
 		uniq   = make([]*string, len(jobs))
 		states = make([]*string, len(jobs))
 		tmo    = make([]*int64, len(jobs))
+		meta   = make([]string, len(jobs))
 	)
 	for i := range jobs {
 		j := &jobs[i]
@@ -536,8 +633,9 @@ func unnestColumns(jobs []newJob) []any {
 			states[i] = &s
 		}
 		tmo[i] = j.timeoutMs
+		meta[i] = j.metadataText()
 	}
-	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo}
+	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo, meta}
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
@@ -604,14 +702,14 @@ const (
 // pg_notify runs in the same statement (one round trip) and so in the same transaction:
 // Postgres delivers it only at commit.
 func insertSQL(notify bool) string {
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9)
 RETURNING ` + jobColumns
 	if !notify {
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($9, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($10, $1::text) AS n`
 }
 
 // finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
@@ -626,14 +724,15 @@ const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
 // a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
 // lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
 // also settles concurrent inserts of one key: the later waits for the earlier to commit).
-// gated adds readCommittedGate. $9 is the job's timeout_ms; the channel of notify is $10.
+// gated adds readCommittedGate. $9 is the job's timeout_ms, $10 its metadata; the channel
+// of notify is $11.
 func insertUniqueSQL(gated, notify bool) string {
 	gate := ""
 	if gated {
 		gate = readCommittedGate
 	}
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms)
-SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata)
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint, $10::jsonb
 WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
 ` + onConflictUnique + `
 RETURNING ` + jobColumns
@@ -641,16 +740,16 @@ RETURNING ` + jobColumns
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($10, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($11, $1::text) AS n`
 }
 
 // insertUnnestSQL is the bulk insert with unique keys: as insertUniqueSQL for every row,
 // the finished states that count given per row as a comma-separated list (us).
 func insertUnnestSQL(gate string) string {
-	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[])
-	AS t(q, k, p, pr, ma, ra, uk, us, tm)
+	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms, metadata)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[])
+	AS t(q, k, p, pr, ma, ra, uk, us, tm, md)
 WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {s}.jobs d
 		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))
@@ -671,4 +770,5 @@ LIMIT 1`
 
 // archiveJobColumns is jobColumns for a jobs_archive row, which keeps no lease.
 const archiveJobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at`
+	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at,
+	metadata, progress, output`

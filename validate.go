@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -59,6 +60,44 @@ type newJob struct {
 	keyIsCallers bool
 	// timeoutMs is EnqueueOptions.Timeout; nil: the kind's or the worker's job timeout.
 	timeoutMs *int64
+	meta      map[string]string // a copy of the options' metadata, hooks add to it
+	metadata  []byte            // meta as JSON, set by encodeMetadata
+}
+
+// maxMetadataBytes bounds a job's metadata as JSON (see [EnqueueOptions].Metadata).
+const maxMetadataBytes = 16 << 10
+
+// encodeMetadata checks j.meta and sets j.metadata to its JSON.
+func (j *newJob) encodeMetadata() error {
+	if len(j.meta) == 0 {
+		j.metadata = emptyObject
+		return nil
+	}
+	for k, v := range j.meta {
+		if k == "" || !validText(k) || !validText(v) {
+			return fmt.Errorf("%w: Metadata key %q: keys must be non-empty, keys and values UTF-8 without NUL", ErrInvalidOptions, truncate(k, 40))
+		}
+	}
+	b, err := json.Marshal(j.meta)
+	if err != nil {
+		return fmt.Errorf("%w: Metadata: %v", ErrInvalidOptions, err)
+	}
+	if len(b) > maxMetadataBytes {
+		return fmt.Errorf("%w: Metadata is %d bytes as JSON, at most %d", ErrInvalidOptions, len(b), maxMetadataBytes)
+	}
+	j.metadata = b
+	return nil
+}
+
+var emptyObject = []byte("{}")
+
+// metadataText is the metadata as a statement argument: text, as the payload goes, and
+// "{}" for a job that never went through encodeMetadata.
+func (j *newJob) metadataText() string {
+	if len(j.metadata) == 0 {
+		return "{}"
+	}
+	return string(j.metadata)
 }
 
 // dueNow reports whether the job may run at once (and so deserves a wake-up).
@@ -143,6 +182,9 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 		ms := o.Timeout.Milliseconds()
 		j.timeoutMs = &ms
 	}
+	if len(o.Metadata) > 0 {
+		j.meta = maps.Clone(o.Metadata) // hooks add to it; the caller's map stays as it was
+	}
 	return j, nil
 }
 
@@ -167,6 +209,15 @@ func mergeOptions(base, over EnqueueOptions) EnqueueOptions {
 	}
 	if over.Timeout != 0 {
 		base.Timeout = over.Timeout
+	}
+	if len(over.Metadata) > 0 {
+		if len(base.Metadata) == 0 {
+			base.Metadata = over.Metadata
+		} else { // key by key: the call's entries win
+			m := maps.Clone(base.Metadata)
+			maps.Copy(m, over.Metadata)
+			base.Metadata = m
+		}
 	}
 	return base
 }
@@ -421,6 +472,11 @@ func (cfg *Config) validate() error {
 	if cfg.CoalesceWindow > maxCoalesceWindow {
 		return &configError{field: "Config.CoalesceWindow", value: cfg.CoalesceWindow.String(),
 			fix: "use at most " + maxCoalesceWindow.String() + " (it is added to an Enqueue's latency when the client is busy), 0 for the default or negative for off"}
+	}
+	for i, h := range cfg.Hooks {
+		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
+			return &configError{field: fmt.Sprintf("Config.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
+		}
 	}
 	return nil
 }

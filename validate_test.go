@@ -222,6 +222,14 @@ func TestNewClient_InvalidConfig(t *testing.T) {
 			assert.Contains(t, err.Error(), "Config.Schema", schema)
 		}
 	}
+	for _, h := range []skiplock.Hook{nil, (*nilHook)(nil)} {
+		c, err := skiplock.NewClient(b.pool, skiplock.Config{Hooks: []skiplock.Hook{&nilHook{}, h}})
+		assert.Nil(t, c)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+		if err != nil {
+			assert.Contains(t, err.Error(), "Config.Hooks[1]")
+		}
+	}
 }
 
 // BenchmarkEnqueueTx_Savepoint measures what running EnqueueTx under a savepoint (so that

@@ -137,8 +137,8 @@ type WorkerConfig struct {
 	ListenURL string
 	// Logger receives the worker's logs. Defaults to the client's logger.
 	Logger *slog.Logger
-	// Hooks are told when each job starts and ends, for metrics and tracing. A nil entry
-	// is an error.
+	// Hooks are told when each job starts and ends, for metrics and tracing; they run
+	// after the client's [Config].Hooks. Nil means none; a nil entry is an error.
 	Hooks []Hook
 	// PeriodicJobs are the jobs this worker enqueues on a schedule (see [PeriodicJob]).
 	// Declare the same set in every worker that may enqueue them: each occurrence is
@@ -199,6 +199,7 @@ type Worker struct {
 	pause       *pauseWatcher   // the paused flags of the queues
 	periodic    *periodicRunner // nil without PeriodicJobs
 	checkSQL    string          // checkSchemaSQL, rendered
+	allHooks    []Hook          // the client's hooks, then cfg.Hooks
 	handlerWG   sync.WaitGroup
 
 	// Shutdown: the jobs cut off by it whose handlers returned, to put back in the queue.
@@ -272,6 +273,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		failures:  newFailureRecorder(pool, schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
 		checkSQL:  renderSQL(schema, checkSchemaSQL),
 	}
+	w.allHooks = w.hooks()
 	claims := claimLoopConfig{
 		claimer:       newClaimer(client, cfg.VisibilityTimeout),
 		workerID:      cfg.ID,
@@ -632,8 +634,9 @@ func (w *Worker) runner(q *queueRunner) {
 // was reserved before the claim.
 func (w *Worker) start(jobBase context.Context, cj claimedJob) dispatched {
 	jobCtx, cancel := context.WithCancelCause(jobBase)
+	jobCtx, st := withJobState(jobCtx, w.client.maxBytes)
 	key := jobKey{cj.row.ID, cj.fence}
-	w.held.add(key, cancel, cj.leased)
+	w.held.add(key, cancel, cj.leased, st)
 	w.handlerWG.Add(1)
 	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout}
 }
@@ -655,7 +658,8 @@ func (w *Worker) timeoutFor(d dispatched, h handler) time.Duration {
 // completer, a failure to the failure recorder, a job cut off by shutdown to Run to put
 // back. The result of a job the worker no longer holds is dropped, and so is one that
 // comes after Run returned; both are logged. Every write is fenced on the claim's token.
-func (w *Worker) execute(d dispatched) {
+// It returns the result the hooks were told.
+func (w *Worker) execute(d dispatched) JobResult {
 	ctx, key, row := d.ctx, d.key, d.row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := w.handlers[row.Kind]
@@ -673,7 +677,7 @@ func (w *Worker) execute(d dispatched) {
 		})
 		defer abandon.Stop()
 	}
-	for _, hk := range w.cfg.Hooks {
+	for _, hk := range w.allHooks {
 		ctx = hk.JobStarted(ctx, row)
 	}
 	began := time.Now()
@@ -690,7 +694,7 @@ func (w *Worker) execute(d dispatched) {
 		w.held.remove(key)
 		w.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
 			"job", row.ID, "attempt", row.Attempts, "err", err)
-		return
+		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
 	}
 	if err != nil && errors.Is(cause, errShutdown) {
 		// Cut off by shutdown: Run puts it back once it has stopped waiting for handlers.
@@ -705,22 +709,21 @@ func (w *Worker) execute(d dispatched) {
 			w.logger.Warn("skiplock: a handler cut off by shutdown returned too late to put its job back; it is retried when its lease ends, this attempt counted",
 				"job", row.ID, "attempt", row.Attempts)
 		}
-		w.report(ctx, row, JobResult{Status: StatusQueued, Err: err, Duration: dur, Panicked: panicked})
-		return // still held, its lease renewed, until Run puts it back
+		// Still held, its lease renewed, until Run puts it back.
+		return w.report(ctx, row, JobResult{Status: StatusQueued, Outcome: OutcomeReleased, Err: err, Duration: dur, Panicked: panicked})
 	}
 	w.held.remove(key)
 	if errors.Is(cause, errJobLost) {
 		w.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
-		return
+		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
 	}
 	if err == nil {
-		if !w.completer.add(key) {
+		if !w.completer.add(key, stateOf(ctx)) {
 			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 				"job", row.ID, "attempt", row.Attempts)
-			return
+			return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Duration: dur})
 		}
-		w.report(ctx, row, JobResult{Status: StatusSucceeded, Duration: dur})
-		return
+		return w.report(ctx, row, JobResult{Status: StatusSucceeded, Outcome: OutcomeSucceeded, Duration: dur})
 	}
 	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
@@ -730,7 +733,7 @@ func (w *Worker) execute(d dispatched) {
 		policy = h.policy
 	}
 	status := w.failures.record(key, row, err, policy)
-	w.report(ctx, row, JobResult{Status: status, Err: err, Duration: dur, Panicked: panicked})
+	return w.report(ctx, row, JobResult{Status: status, Outcome: outcomeOf(ctx, status, err), Err: err, Duration: dur, Panicked: panicked})
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

@@ -1,0 +1,163 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// outcomeHook records every enqueue and every attempt's result, by the job's "case"
+// metadata; it tags each enqueue with metadata of its own, and gives the handler of the
+// "timeout" case a short deadline.
+type outcomeHook struct {
+	mu       sync.Mutex
+	enqueued []string // the "case" of each enqueue, when its insert is done
+	rows     int      // enqueues done with a row (Enqueue, EnqueueTx)
+	outcomes map[string][]skiplock.Outcome
+	statuses map[string][]skiplock.JobStatus
+	seen     map[string]map[string]string // the metadata each handler saw
+}
+
+func (h *outcomeHook) JobEnqueuing(ctx context.Context, e *skiplock.EnqueueEvent) func(*skiplock.JobRow, error) {
+	e.Metadata["hooked"] = "yes"
+	c := e.Metadata["case"]
+	return func(row *skiplock.JobRow, err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if err == nil {
+			h.enqueued = append(h.enqueued, c)
+		}
+		if row != nil {
+			h.rows++
+		}
+	}
+}
+
+func (h *outcomeHook) JobStarted(ctx context.Context, job *skiplock.JobRow) context.Context {
+	if job.Metadata["case"] == "timeout" {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_ = cancel // the job's context is cancelled when the attempt ends
+		return ctx
+	}
+	return ctx
+}
+
+func (h *outcomeHook) JobFinished(ctx context.Context, job *skiplock.JobRow, res skiplock.JobResult) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := job.Metadata["case"]
+	h.outcomes[c] = append(h.outcomes[c], res.Outcome)
+	h.statuses[c] = append(h.statuses[c], res.Status)
+}
+
+func TestHooks_SeeEnqueuesMetadataAndEveryOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := &outcomeHook{outcomes: map[string][]skiplock.Outcome{}, statuses: map[string][]skiplock.JobStatus{}, seen: map[string]map[string]string{}}
+	client, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema, Logger: testLogger(), Hooks: []skiplock.Hook{hook}})
+	require.NoError(t, err)
+
+	md := func(c string) *skiplock.EnqueueOptions {
+		return &skiplock.EnqueueOptions{Metadata: map[string]string{"case": c}, MaxAttempts: 3}
+	}
+	// One path each: Enqueue, EnqueueTx, EnqueueMany by COPY and by the unique-key insert.
+	for _, c := range []string{"ok", "retry", "snooze"} {
+		_, err := client.Enqueue(b.ctx, verdictArgs{Verdict: c}, md(c))
+		require.NoError(t, err)
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = client.EnqueueTx(b.ctx, tx, verdictArgs{Verdict: "dead"}, &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "dead"}, MaxAttempts: 1})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	_, err = client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{
+		{Args: verdictArgs{Verdict: "cancel"}, Options: md("cancel")},
+		{Args: verdictArgs{Verdict: "timeout"}, Options: &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "timeout"}, MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	_, err = client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{
+		{Args: verdictArgs{Verdict: "permanent"}, Options: &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "permanent"}, UniqueKey: "p"}},
+	})
+	require.NoError(t, err)
+
+	// Bad metadata is refused before anything is written.
+	_, err = client.Enqueue(b.ctx, verdictArgs{}, &skiplock.EnqueueOptions{Metadata: map[string]string{"": "x"}})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	_, err = client.Enqueue(b.ctx, verdictArgs{}, &skiplock.EnqueueOptions{Metadata: map[string]string{"k": "a\x00b"}})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	assert.Equal(t, 7, b.count(t, `SELECT count(*) FROM {s}.jobs`))
+
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger(),
+		RetryPolicy: fixedDelay(10 * time.Millisecond),
+	})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[verdictArgs]) error {
+		hook.mu.Lock()
+		hook.seen[job.Metadata["case"]] = job.Metadata
+		hook.mu.Unlock()
+		switch job.Args.Verdict {
+		case "retry", "dead":
+			if job.Attempts == 1 {
+				return errors.New("downstream timeout")
+			}
+		case "snooze":
+			if !snoozedOnce(hook) {
+				return skiplock.Snooze(10 * time.Millisecond)
+			}
+		case "cancel":
+			return skiplock.CancelJob(errors.New("not needed"))
+		case "permanent":
+			return skiplock.Permanent(errors.New("bad input"))
+		case "timeout":
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}))
+	runWorker(t, w)
+	want := map[string][]skiplock.Outcome{
+		"ok":        {skiplock.OutcomeSucceeded},
+		"retry":     {skiplock.OutcomeRetry, skiplock.OutcomeSucceeded},
+		"snooze":    {skiplock.OutcomeSnoozed, skiplock.OutcomeSucceeded},
+		"dead":      {skiplock.OutcomeDead},
+		"cancel":    {skiplock.OutcomeCancelled},
+		"permanent": {skiplock.OutcomeFailed},
+		"timeout":   {skiplock.OutcomeTimedOut},
+	}
+	eventually(t, 30*time.Second, func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		n := 0
+		for _, o := range hook.outcomes {
+			n += len(o)
+		}
+		return n == 9
+	}, "nine attempts reported")
+
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	assert.Equal(t, want, hook.outcomes)
+	assert.Equal(t, []skiplock.JobStatus{skiplock.StatusDead}, hook.statuses["timeout"], "a timed-out last attempt is dead")
+	assert.Equal(t, []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusSucceeded}, hook.statuses["retry"])
+	assert.ElementsMatch(t, []string{"ok", "retry", "snooze", "dead", "cancel", "timeout", "permanent"}, hook.enqueued)
+	assert.Equal(t, 4, hook.rows, "Enqueue and EnqueueTx report their rows; EnqueueMany none")
+	for c, m := range hook.seen {
+		assert.Equal(t, map[string]string{"case": c, "hooked": "yes"}, m, "metadata of %s as the handler saw it", c)
+	}
+	assert.Len(t, hook.seen, 7)
+}
+
+// snoozedOnce reports whether the snooze case has already been snoozed. Called with h.mu free.
+func snoozedOnce(h *outcomeHook) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.outcomes["snooze"]) > 0
+}

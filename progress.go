@@ -1,0 +1,123 @@
+// This file holds what a running handler reports besides its error: its progress (a
+// number and a short message), written by the worker's heartbeat, and its output (JSON),
+// written with its success. Both live in the handler's context until then.
+
+package skiplock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"unicode/utf8"
+)
+
+// ErrNotInJob is returned by [RecordProgress] and [SetOutput] when their context is not a
+// job handler's (or one derived from it).
+var ErrNotInJob = errors.New("skiplock: the context is not a job handler's")
+
+// MaxProgressMessage is the longest progress message, in bytes; longer ones are cut.
+const MaxProgressMessage = 255
+
+// RecordProgress records the running job's progress: a number (a percentage, a count of
+// items done — the handler decides what it means) and a short message. It writes nothing
+// itself and costs no statement: the worker's next heartbeat (every VisibilityTimeout/3)
+// writes the latest value in the same update that renews the lease, and a success writes
+// it with the completion. [Client.Get] and the CLI show it as [JobRow].Progress; it stays
+// on the row after the attempt. A message is cut to [MaxProgressMessage] bytes, with NUL
+// bytes and invalid UTF-8 replaced. ctx is the handler's; value must be finite.
+func RecordProgress(ctx context.Context, value float64, message string) error {
+	st, ok := ctx.Value(jobStateKey{}).(*jobState)
+	if !ok {
+		return ErrNotInJob
+	}
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		return fmt.Errorf("%w: progress value %v is not a finite number", ErrInvalidPayload, value)
+	}
+	message = storableMessage(message)
+	if len(message) > MaxProgressMessage {
+		cut := MaxProgressMessage
+		for cut > 0 && !utf8.RuneStart(message[cut]) {
+			cut--
+		}
+		message = message[:cut]
+	}
+	b, err := json.Marshal(Progress{Value: value, Message: message})
+	if err != nil {
+		return fmt.Errorf("%w: progress: %v", ErrInvalidPayload, err)
+	}
+	st.mu.Lock()
+	st.progress = string(b)
+	st.mu.Unlock()
+	return nil
+}
+
+// SetOutput records v, marshalled to JSON, as the job's output: it is stored with the
+// job's success, in the same statement, and shown by [Client.Get] as [JobRow].Output. A
+// later call replaces an earlier one. An attempt that fails stores no output; with
+// [CompletionDelete] nothing is stored. It returns [ErrInvalidPayload] when v does not
+// marshal to JSON that Postgres's jsonb takes, and [ErrPayloadTooLarge] when it is larger
+// than [Config].MaxPayloadBytes. ctx is the handler's.
+func SetOutput(ctx context.Context, v any) error {
+	st, ok := ctx.Value(jobStateKey{}).(*jobState)
+	if !ok {
+		return ErrNotInJob
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: output: %v", ErrInvalidPayload, err)
+	}
+	if err := checkJSONB(b); err != nil {
+		return fmt.Errorf("%w: output: %v", ErrInvalidPayload, err)
+	}
+	if st.maxBytes > 0 && len(b) > st.maxBytes {
+		return fmt.Errorf("%w: output is %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(b), st.maxBytes)
+	}
+	st.mu.Lock()
+	st.output = string(b)
+	st.mu.Unlock()
+	return nil
+}
+
+// jobState is what one attempt's handler reported, carried in its context.
+type jobState struct {
+	maxBytes int // the client's MaxPayloadBytes, for the output
+
+	mu       sync.Mutex
+	progress string // latest progress as JSON; "" when none
+	output   string // output as JSON; "" when none
+}
+
+type jobStateKey struct{}
+
+// withJobState returns ctx carrying a fresh state for one attempt.
+func withJobState(ctx context.Context, maxBytes int) (context.Context, *jobState) {
+	st := &jobState{maxBytes: maxBytes}
+	return context.WithValue(ctx, jobStateKey{}, st), st
+}
+
+// stateOf returns the attempt state ctx carries, or nil.
+func stateOf(ctx context.Context) *jobState {
+	st, _ := ctx.Value(jobStateKey{}).(*jobState)
+	return st
+}
+
+// reported returns the progress and output as statement arguments: nil for none.
+func (s *jobState) reported() (progress, output *string) {
+	if s == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.progress != "" {
+		p := s.progress
+		progress = &p
+	}
+	if s.output != "" {
+		o := s.output
+		output = &o
+	}
+	return progress, output
+}

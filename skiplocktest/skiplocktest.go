@@ -1,0 +1,295 @@
+// Package skiplocktest helps test code that enqueues and handles skiplock jobs, against
+// the real database:
+//
+//   - [RequireEnqueued] and [RequireNotEnqueued] assert that a job of a kind with matching
+//     args was (or was not) enqueued — inside a transaction that has not committed yet, or
+//     on the pool;
+//   - [RunOne] and [Drain] claim due jobs with the worker's own claim statement and run
+//     them with the handlers registered on a [skiplock.Worker], in the test's goroutine:
+//     no worker goroutines, nothing to wait for; every result is recorded before they
+//     return;
+//   - [Advance] moves the schema's clock forward, so scheduled jobs, retries and snoozes
+//     come due without waiting.
+//
+// Each helper takes the [testing.TB] first and fails the test (with t.Fatalf) when the
+// database cannot answer, so a test needs no error checks. Everything runs in tb.Context().
+package skiplocktest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/testbridge"
+)
+
+// RequireOpts narrows what [RequireEnqueued] and [RequireNotEnqueued] match. The zero
+// value (or nil) matches by kind and args only.
+type RequireOpts struct {
+	// Queue, when set, must be the job's queue.
+	Queue string
+	// Status, when set, must be the job's status. Empty matches any status.
+	Status skiplock.JobStatus
+	// Count, when positive, is how many matching jobs RequireEnqueued expects exactly.
+	// Zero means at least one.
+	Count int
+}
+
+// findSQL selects the jobs of a kind whose args contain the wanted JSON, newest first.
+// payload @> $2 is jsonb containment: every field of the wanted JSON must be equal in the
+// job's args, which may have more.
+const findSQL = `SELECT id, payload::text FROM %s
+WHERE kind = $1 AND payload @> $2::jsonb
+	AND ($3::text = '' OR queue = $3) AND ($4::text = '' OR status = $4)
+ORDER BY id DESC`
+
+// RequireEnqueued fails tb unless db holds a job of want's kind whose args match want,
+// and returns the newest such job with its args decoded (the row's ID, Queue, Kind,
+// Payload, Status, Priority, RunAt, Attempts, MaxAttempts, Metadata and CreatedAt are
+// set). db is a transaction (pgx.Tx:
+// it sees the transaction's own uncommitted jobs) or a pool. Only the jobs table is
+// searched, not the archive: check before the jobs run.
+//
+// Args match when every field of want's JSON is equal in the job's args (jsonb
+// containment). A field tagged omitempty and left zero in want is absent from its JSON,
+// so it matches anything: that is how to match on some fields only.
+func RequireEnqueued[T skiplock.JobArgs](tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want T, opts *RequireOpts) *skiplock.Job[T] {
+	tb.Helper()
+	o := optsOrZero(opts)
+	ids := find(tb, db, client, want, o)
+	switch {
+	case len(ids) == 0:
+		tb.Fatalf("skiplocktest: no job of kind %q matching %s%s was enqueued%s", want.Kind(), mustJSON(tb, want), o.describe(), others(tb, db, client, want.Kind()))
+	case o.Count > 0 && len(ids) != o.Count:
+		tb.Fatalf("skiplocktest: %d jobs of kind %q matching %s%s were enqueued, want %d", len(ids), want.Kind(), mustJSON(tb, want), o.describe(), o.Count)
+	}
+	row := get(tb, db, client, ids[0].id)
+	var args T
+	if err := json.Unmarshal(row.Payload, &args); err != nil {
+		tb.Fatalf("skiplocktest: job %d's args do not decode into %T: %v", row.ID, args, err)
+	}
+	return &skiplock.Job[T]{JobRow: row, Args: args}
+}
+
+// RequireNotEnqueued fails tb if db holds a job of want's kind whose args match want (as
+// [RequireEnqueued] matches them; opts.Count is ignored).
+func RequireNotEnqueued(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want skiplock.JobArgs, opts *RequireOpts) {
+	tb.Helper()
+	o := optsOrZero(opts)
+	if ids := find(tb, db, client, want, o); len(ids) > 0 {
+		tb.Fatalf("skiplocktest: job %d of kind %q matching %s%s was enqueued, want none: %s", ids[0].id, want.Kind(), mustJSON(tb, want), o.describe(), ids[0].payload)
+	}
+}
+
+type found struct {
+	id      int64
+	payload string
+}
+
+func find(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want skiplock.JobArgs, o RequireOpts) []found {
+	tb.Helper()
+	if want == nil {
+		tb.Fatalf("skiplocktest: want is nil")
+	}
+	q := fmt.Sprintf(findSQL, pgx.Identifier{client.Schema(), "jobs"}.Sanitize())
+	rows, err := db.Query(tb.Context(), q, want.Kind(), mustJSON(tb, want), o.Queue, string(o.Status))
+	if err != nil {
+		tb.Fatalf("skiplocktest: looking for jobs of kind %q: %v", want.Kind(), err)
+	}
+	var out []found
+	var f found
+	if _, err := pgx.ForEachRow(rows, []any{&f.id, &f.payload}, func() error { out = append(out, f); return nil }); err != nil {
+		tb.Fatalf("skiplocktest: looking for jobs of kind %q: %v", want.Kind(), err)
+	}
+	return out
+}
+
+// others describes a few jobs of the kind that did not match, for the failure message.
+func others(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, kind string) string {
+	q := `SELECT payload::text FROM ` + pgx.Identifier{client.Schema(), "jobs"}.Sanitize() + ` WHERE kind = $1 ORDER BY id DESC LIMIT 5`
+	rows, err := db.Query(tb.Context(), q, kind)
+	if err != nil {
+		return ""
+	}
+	var payloads []string
+	var p string
+	if _, err := pgx.ForEachRow(rows, []any{&p}, func() error { payloads = append(payloads, p); return nil }); err != nil || len(payloads) == 0 {
+		return "; there is no job of that kind"
+	}
+	return "; jobs of that kind (newest first, at most 5): " + strings.Join(payloads, ", ")
+}
+
+// get reads one job through db, so that a transaction's own job is found.
+func get(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, id int64) *skiplock.JobRow {
+	tb.Helper()
+	q := `SELECT id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, metadata::text, created_at
+FROM ` + pgx.Identifier{client.Schema(), "jobs"}.Sanitize() + ` WHERE id = $1`
+	var (
+		j      skiplock.JobRow
+		status string
+		meta   string
+	)
+	err := db.QueryRow(tb.Context(), q, id).Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &status, &j.Priority, &j.RunAt, &j.Attempts, &j.MaxAttempts, &meta, &j.CreatedAt)
+	if err != nil {
+		tb.Fatalf("skiplocktest: reading job %d: %v", id, err)
+	}
+	j.Status = skiplock.JobStatus(status)
+	if meta != "{}" {
+		_ = json.Unmarshal([]byte(meta), &j.Metadata)
+	}
+	return &j
+}
+
+func optsOrZero(o *RequireOpts) RequireOpts {
+	if o == nil {
+		return RequireOpts{}
+	}
+	return *o
+}
+
+func (o RequireOpts) describe() string {
+	var s []string
+	if o.Queue != "" {
+		s = append(s, "queue "+o.Queue)
+	}
+	if o.Status != "" {
+		s = append(s, "status "+string(o.Status))
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(s, ", ") + ")"
+}
+
+func mustJSON(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("skiplocktest: %T does not marshal to JSON: %v", v, err)
+	}
+	return string(b)
+}
+
+// Ran is a job that [RunOne] or [Drain] ran: the row as claimed (Attempts is the attempt
+// that ran) and the result, as hooks saw it.
+type Ran struct {
+	Job    *skiplock.JobRow
+	Result skiplock.JobResult
+}
+
+// RunOne claims one due job of queue with the worker's claim statement, runs it in the
+// calling goroutine with the handlers (and hooks) registered on w, records the outcome
+// exactly as a running worker would, and returns it; nil when no job of queue is due.
+// w must not be running: create it with [skiplock.NewWorker], register handlers with
+// [skiplock.Handle], and never call Run. Jobs claimed this way are locked by w.ID().
+func RunOne(tb testing.TB, w *skiplock.Worker, queue string) *Ran {
+	tb.Helper()
+	workOne, ok := testbridge.WorkOne.(func(ctx context.Context, w *skiplock.Worker, queue string) (*skiplock.JobRow, skiplock.JobResult, error))
+	if !ok {
+		tb.Fatalf("skiplocktest: this skiplock build does not offer synchronous runs")
+	}
+	row, res, err := workOne(tb.Context(), w, queue)
+	if err != nil {
+		tb.Fatalf("skiplocktest: running a job of queue %q: %v", queue, err)
+	}
+	if row == nil {
+		return nil
+	}
+	return &Ran{Job: row, Result: res}
+}
+
+// DrainLimit is the most jobs one [Drain] runs before it fails the test: a handler that
+// snoozes for zero time, or enqueues a job like itself, would otherwise never let the
+// queue empty.
+const DrainLimit = 10_000
+
+// Drain runs due jobs of queue one at a time, as [RunOne] does, until none is due, and
+// returns them in the order they ran. A failed job that is retried later (or snoozed) is
+// not due, so Drain does not wait for it: [Advance] the clock and drain again. It fails
+// the test after [DrainLimit] jobs.
+func Drain(tb testing.TB, w *skiplock.Worker, queue string) []Ran {
+	tb.Helper()
+	var out []Ran
+	for {
+		r := RunOne(tb, w, queue)
+		if r == nil {
+			return out
+		}
+		out = append(out, *r)
+		if len(out) >= DrainLimit {
+			tb.Fatalf("skiplocktest: Drain of queue %q ran %d jobs and the queue still has due jobs", queue, len(out))
+		}
+	}
+}
+
+// timeColumnsSQL lists the timestamptz columns of the schema's tables (the migrations'
+// bookkeeping aside).
+const timeColumnsSQL = `SELECT c.table_name, c.column_name
+FROM information_schema.columns c
+JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+WHERE c.table_schema = $1 AND t.table_type = 'BASE TABLE'
+	AND c.data_type = 'timestamp with time zone' AND c.table_name <> 'schema_migrations'
+ORDER BY c.table_name, c.ordinal_position`
+
+// Advance moves the clock of client's schema forward by d, as far as skiplock can tell:
+// skiplock takes every time from the database's now() and compares it with times stored
+// in its tables, so Advance moves every stored time d into the past — every timestamptz
+// column of every table in the schema (the jobs' run_at, created_at, locked_at and
+// finished_at, the archive's, periodic schedules' next run, the stats cache) — while
+// now() stays.
+//
+// The effect is exactly that of d passing, for everything the database decides:
+//   - a job scheduled with RunAt, a failed job waiting for its retry, and a snoozed job
+//     come due once the total advanced reaches the time they had left to wait;
+//   - a periodic schedule's next occurrence comes due the same way;
+//   - running jobs' leases age by d (a Sweeper then takes back those past their
+//     visibility timeout), and finished jobs age toward the archive retention.
+//
+// Not moved: times inside JSON (the error history's "at"), and anything held in memory
+// — a running Worker's timers, a running handler's context deadline. Jobs enqueued after
+// a call are not affected by it, as in real time. db is a pool or a transaction; d must
+// not be negative.
+func Advance(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, d time.Duration) {
+	tb.Helper()
+	if d < 0 {
+		tb.Fatalf("skiplocktest: Advance(%s): the clock only moves forward", d)
+	}
+	ctx := tb.Context()
+	rows, err := db.Query(ctx, timeColumnsSQL, client.Schema())
+	if err != nil {
+		tb.Fatalf("skiplocktest: Advance: %v", err)
+	}
+	cols := map[string][]string{}
+	var tables []string
+	var table, col string
+	_, err = pgx.ForEachRow(rows, []any{&table, &col}, func() error {
+		if cols[table] == nil {
+			tables = append(tables, table)
+		}
+		cols[table] = append(cols[table], col)
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("skiplocktest: Advance: %v", err)
+	}
+	if len(tables) == 0 {
+		tb.Fatalf("skiplocktest: Advance: schema %q has no skiplock tables: run skiplock.Migrate", client.Schema())
+	}
+	for _, t := range tables {
+		set := make([]string, len(cols[t]))
+		for i, c := range cols[t] {
+			id := pgx.Identifier{c}.Sanitize()
+			set[i] = id + " = " + id + " - $1::interval"
+		}
+		q := `UPDATE ` + pgx.Identifier{client.Schema(), t}.Sanitize() + ` SET ` + strings.Join(set, ", ")
+		if _, err := db.Exec(ctx, q, d); err != nil {
+			tb.Fatalf("skiplocktest: Advance: moving the times of %s: %v", t, err)
+		}
+	}
+}

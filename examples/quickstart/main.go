@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -84,7 +85,7 @@ func run(ctx context.Context) error {
 	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL, emailed_at timestamptz)`); err != nil {
+	if err := createOrders(ctx, pool, schema); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -136,28 +137,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var flaky atomic.Int32
-	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SendConfirmation]) error {
-		// Idempotent: the UPDATE is a no-op when the email was already recorded, so a
-		// second run after a crash sends nothing twice.
-		tag, err := pool.Exec(ctx, `UPDATE `+schema+`.orders SET emailed_at = now() WHERE id = $1 AND emailed_at IS NULL`, job.Args.OrderID)
-		if err == nil && tag.RowsAffected() == 1 {
-			fmt.Printf("   ✉  job %d: confirmation for order %d sent to %s\n", job.ID, job.Args.OrderID, job.Args.Email)
-		}
+	if err := (&handlers{pool: pool, schema: schema, out: os.Stdout}).register(w); err != nil {
 		return err
-	}))
-	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[SyncInventory]) error {
-		if n := flaky.Add(1); n <= 2 {
-			fmt.Printf("   ✗  job %d: inventory service timed out (attempt %d) — will retry with backoff\n", job.ID, job.Attempts)
-			return errors.New("inventory service: timeout")
-		}
-		fmt.Printf("   ✓  job %d: inventory for %s synced on attempt %d\n", job.ID, job.Args.SKU, job.Attempts)
-		return nil
-	}))
-	must(skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[Thumbnail]) error {
-		time.Sleep(3 * time.Millisecond) // pretend to resize an image
-		return nil
-	}))
+	}
 
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -195,6 +177,55 @@ func run(ctx context.Context) error {
 	return printTable(ctx, pool)
 }
 
+// createOrders makes the application's own table, beside skiplock's in schema.
+func createOrders(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	_, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL, emailed_at timestamptz)`)
+	return err
+}
+
+// handlers holds what the job handlers need: the database and where to print.
+type handlers struct {
+	pool   *pgxpool.Pool
+	schema string
+	out    io.Writer
+	flaky  atomic.Int32 // calls to the inventory service so far
+}
+
+// register registers a handler for each job kind on w.
+func (h *handlers) register(w *skiplock.Worker) error {
+	return errors.Join(
+		skiplock.Handle(w, h.sendConfirmation),
+		skiplock.Handle(w, h.syncInventory),
+		skiplock.Handle(w, h.thumbnail),
+	)
+}
+
+// sendConfirmation emails the customer. Idempotent: the UPDATE is a no-op when the email
+// was already recorded, so a second run after a crash sends nothing twice.
+func (h *handlers) sendConfirmation(ctx context.Context, job *skiplock.Job[SendConfirmation]) error {
+	tag, err := h.pool.Exec(ctx, `UPDATE `+h.schema+`.orders SET emailed_at = now() WHERE id = $1 AND emailed_at IS NULL`, job.Args.OrderID)
+	if err == nil && tag.RowsAffected() == 1 {
+		fmt.Fprintf(h.out, "   ✉  job %d: confirmation for order %d sent to %s\n", job.ID, job.Args.OrderID, job.Args.Email)
+	}
+	return err
+}
+
+// syncInventory calls a flaky inventory service: its first two calls time out.
+func (h *handlers) syncInventory(ctx context.Context, job *skiplock.Job[SyncInventory]) error {
+	if n := h.flaky.Add(1); n <= 2 {
+		fmt.Fprintf(h.out, "   ✗  job %d: inventory service timed out (attempt %d) — will retry with backoff\n", job.ID, job.Attempts)
+		return errors.New("inventory service: timeout")
+	}
+	fmt.Fprintf(h.out, "   ✓  job %d: inventory for %s synced on attempt %d\n", job.ID, job.Args.SKU, job.Attempts)
+	return nil
+}
+
+// thumbnail pretends to resize an image.
+func (h *handlers) thumbnail(ctx context.Context, job *skiplock.Job[Thumbnail]) error {
+	time.Sleep(3 * time.Millisecond)
+	return nil
+}
+
 // placeOrder writes an order and its confirmation job in one transaction, then commits
 // or rolls back.
 func placeOrder(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, email string, commit bool) (int64, error) {
@@ -204,7 +235,7 @@ func placeOrder(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 	var id int64
-	if err := tx.QueryRow(ctx, `INSERT INTO `+schema+`.orders (email) VALUES ($1) RETURNING id`, email).Scan(&id); err != nil {
+	if err := tx.QueryRow(ctx, `INSERT INTO `+client.Schema()+`.orders (email) VALUES ($1) RETURNING id`, email).Scan(&id); err != nil {
 		return 0, err
 	}
 	job, err := client.EnqueueTx(ctx, tx, SendConfirmation{OrderID: id, Email: email}, nil)
@@ -270,12 +301,6 @@ func step(title, format string, args ...any) {
 		fmt.Printf(": "+format, args...)
 	}
 	fmt.Println()
-}
-
-func must(err error) {
-	if err != nil {
-		panic(err)
-	}
 }
 
 // redact hides a password in a connection string.

@@ -1,5 +1,5 @@
 // Command skiplock is the operator tool of the skiplock job queue: it migrates the schema,
-// shows what the queues hold, lists dead and failed jobs with their last errors, puts them
+// shows what the queues hold and one job in full, lists dead and failed jobs with their last errors, puts them
 // back in the queue, and cancels jobs.
 //
 // Usage:
@@ -12,7 +12,8 @@
 //	migrate down --target N        revert migrations down to version N
 //	migrate down --target 0 --yes  revert every migration: drops skiplock's tables and all jobs
 //	migrate status                 show the current, latest and applied versions
-//	stats [--json]                 jobs by queue and status, and the age of the oldest due job
+//	stats [--json]                 jobs by queue and status, the oldest due job's age, jobs finished lately
+//	get --id N [--json]            show one job: state, args, metadata, progress, output, last error
 //	dead [--status dead|failed] [--queue Q] [--kind K] [--limit N] [--json]
 //	                               list dead and failed jobs, oldest first, with their last errors
 //	requeue [--id 1,2,3] [--kind K] [--queue Q]

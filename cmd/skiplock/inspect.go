@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,16 +31,21 @@ const (
 	maxErrorWidth = 80
 )
 
-// queueStatsJSON is one queue of `stats --json`. Counts has every status, zeros included.
+// queueStatsJSON is one queue of `stats --json`. Counts has every status, zeros included;
+// the finished maps have only the statuses with jobs.
 type queueStatsJSON struct {
-	Queue            string           `json:"queue"`
-	Counts           map[string]int64 `json:"counts"`
-	OldestDueSeconds float64          `json:"oldest_due_seconds"`
-	Paused           bool             `json:"paused"`
-	PausedAt         *time.Time       `json:"paused_at,omitempty"`
+	Queue              string           `json:"queue"`
+	Counts             map[string]int64 `json:"counts"`
+	Scheduled          int64            `json:"scheduled"`
+	OldestDueSeconds   float64          `json:"oldest_due_seconds"`
+	FinishedLastMinute map[string]int64 `json:"finished_last_minute"`
+	FinishedLastHour   map[string]int64 `json:"finished_last_hour"`
+	Paused             bool             `json:"paused"`
+	PausedAt           *time.Time       `json:"paused_at,omitempty"`
 }
 
-// cmdStats prints job counts by queue and status, and each queue's oldest due job's age.
+// cmdStats prints job counts by queue and status, each queue's oldest due job's age, and
+// the jobs finished in the last minute and hour (from the archive too), with the rate.
 func cmdStats(ctx context.Context, a *app, o *options) error {
 	client, pool, err := a.connect(ctx, "stats")
 	if err != nil {
@@ -51,19 +59,27 @@ func cmdStats(ctx context.Context, a *app, o *options) error {
 	if o.json {
 		out := make([]queueStatsJSON, 0, len(stats))
 		for _, s := range stats {
-			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, OldestDueSeconds: s.OldestDue.Seconds(), Paused: s.Paused}
+			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, Scheduled: s.Scheduled,
+				OldestDueSeconds: s.OldestDue.Seconds(), FinishedLastMinute: map[string]int64{}, FinishedLastHour: map[string]int64{},
+				Paused: s.Paused}
 			if s.Paused {
 				q.PausedAt = &s.PausedAt
 			}
 			for _, st := range statuses {
 				q.Counts[string(st)] = s.Counts[st]
 			}
+			for st, n := range s.FinishedLastMinute {
+				q.FinishedLastMinute[string(st)] = n
+			}
+			for st, n := range s.FinishedLastHour {
+				q.FinishedLastHour[string(st)] = n
+			}
 			out = append(out, q)
 		}
 		return writeJSON(a.stdout, out)
 	}
 	if len(stats) == 0 {
-		_, err := fmt.Fprintf(a.stdout, "no jobs in schema %q\n", a.schema)
+		_, err := fmt.Fprintf(a.stdout, "no jobs in schema %q (none in the jobs table, none finished in the last hour)\n", a.schema)
 		return err
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
@@ -71,19 +87,30 @@ func cmdStats(ctx context.Context, a *app, o *options) error {
 	for _, st := range statuses {
 		fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(st)))
 	}
-	fmt.Fprint(tw, "\tOLDEST DUE\tPAUSED\n")
-	total := skiplock.QueueStats{Queue: "(all)", Counts: map[skiplock.JobStatus]int64{}}
+	fmt.Fprint(tw, "\tOLDEST DUE\tFINISHED 1M\tFINISHED 1H\tPER SEC\tPAUSED\n")
+	total := skiplock.QueueStats{Queue: "(all)", Counts: map[skiplock.JobStatus]int64{},
+		FinishedLastMinute: map[skiplock.JobStatus]int64{}, FinishedLastHour: map[skiplock.JobStatus]int64{}}
 	for _, s := range stats {
 		writeStatsRow(tw, s)
 		for st, n := range s.Counts {
 			total.Counts[st] += n
+		}
+		for st, n := range s.FinishedLastMinute {
+			total.FinishedLastMinute[st] += n
+		}
+		for st, n := range s.FinishedLastHour {
+			total.FinishedLastHour[st] += n
 		}
 		total.OldestDue = max(total.OldestDue, s.OldestDue)
 	}
 	if len(stats) > 1 {
 		writeStatsRow(tw, total)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(a.stdout, "(FINISHED: jobs that reached a final state in the last minute / hour, archive included; PER SEC: over the last minute)")
+	return err
 }
 
 func writeStatsRow(w io.Writer, s skiplock.QueueStats) {
@@ -95,7 +122,16 @@ func writeStatsRow(w io.Writer, s skiplock.QueueStats) {
 	if s.Paused {
 		paused = "since " + s.PausedAt.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "\t%s\t%s\n", formatAge(s.OldestDue), paused)
+	m1, h1 := sum(s.FinishedLastMinute), sum(s.FinishedLastHour)
+	fmt.Fprintf(w, "\t%s\t%d\t%d\t%s\t%s\n", formatAge(s.OldestDue), m1, h1, formatRate(float64(m1)/60), paused)
+}
+
+func sum(m map[skiplock.JobStatus]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // formatAge shows a wait in whole seconds, or milliseconds when under a second; "-" for none.
@@ -107,6 +143,18 @@ func formatAge(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	default:
 		return d.Round(time.Second).String()
+	}
+}
+
+// formatRate shows jobs per second with the precision a reader needs.
+func formatRate(r float64) string {
+	switch {
+	case r == 0:
+		return "0"
+	case r < 10:
+		return fmt.Sprintf("%.2f", r)
+	default:
+		return fmt.Sprintf("%.0f", r)
 	}
 }
 
@@ -250,4 +298,98 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// jobJSON is `get --json`: the whole job.
+type jobJSON struct {
+	ID          int64                   `json:"id"`
+	Kind        string                  `json:"kind"`
+	Queue       string                  `json:"queue"`
+	Status      string                  `json:"status"`
+	Priority    int                     `json:"priority"`
+	Attempts    int                     `json:"attempts"`
+	MaxAttempts int                     `json:"max_attempts"`
+	RunAt       time.Time               `json:"run_at"`
+	CreatedAt   time.Time               `json:"created_at"`
+	LockedBy    string                  `json:"locked_by,omitempty"`
+	FinishedAt  *time.Time              `json:"finished_at"`
+	Args        json.RawMessage         `json:"args"`
+	Metadata    map[string]string       `json:"metadata"`
+	Progress    *skiplock.Progress      `json:"progress"`
+	Output      json.RawMessage         `json:"output"`
+	LastError   string                  `json:"last_error,omitempty"`
+	Errors      []skiplock.AttemptError `json:"errors"`
+}
+
+// cmdGet prints one job, from the jobs table or the archive: its state, args, metadata,
+// progress, output and error history.
+func cmdGet(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "get")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	j, err := client.Get(ctx, o.id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		return fmt.Errorf("get: job %d not found in schema %q", o.id, a.schema)
+	}
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	if o.json {
+		out := jobJSON{ID: j.ID, Kind: j.Kind, Queue: j.Queue, Status: string(j.Status), Priority: j.Priority,
+			Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, RunAt: j.RunAt, CreatedAt: j.CreatedAt,
+			LockedBy: j.LockedBy, Args: json.RawMessage(j.Payload), Metadata: j.Metadata, Progress: j.Progress,
+			Output: j.Output, LastError: j.LastError, Errors: j.Errors}
+		if !j.FinishedAt.IsZero() {
+			t := j.FinishedAt
+			out.FinishedAt = &t
+		}
+		if out.Metadata == nil {
+			out.Metadata = map[string]string{}
+		}
+		if out.Errors == nil {
+			out.Errors = []skiplock.AttemptError{}
+		}
+		return writeJSON(a.stdout, out)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	field := func(name, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
+	}
+	field("id", "%d", j.ID)
+	field("kind", "%s", cell(j.Kind, 200))
+	field("queue", "%s", j.Queue)
+	field("status", "%s", j.Status)
+	field("attempts", "%d/%d", j.Attempts, j.MaxAttempts)
+	field("priority", "%d", j.Priority)
+	field("created", "%s", j.CreatedAt.UTC().Format(time.RFC3339))
+	field("run at", "%s", j.RunAt.UTC().Format(time.RFC3339))
+	if j.LockedBy != "" {
+		field("worker", "%s", cell(j.LockedBy, 200))
+	}
+	if !j.FinishedAt.IsZero() {
+		field("finished", "%s", j.FinishedAt.UTC().Format(time.RFC3339))
+	}
+	field("args", "%s", cell(string(j.Payload), 200))
+	if len(j.Metadata) > 0 {
+		keys := slices.Sorted(maps.Keys(j.Metadata))
+		for i, k := range keys {
+			name := ""
+			if i == 0 {
+				name = "metadata"
+			}
+			field(name, "%s=%s", cell(k, 60), cell(j.Metadata[k], 120))
+		}
+	}
+	if j.Progress != nil {
+		field("progress", "%s %s", strconv.FormatFloat(j.Progress.Value, 'g', -1, 64), cell(j.Progress.Message, 200))
+	}
+	if j.Output != nil {
+		field("output", "%s", cell(string(j.Output), 200))
+	}
+	if j.LastError != "" {
+		field("last error", "%s", cell(firstLine(j.LastError), 200))
+	}
+	return tw.Flush()
 }

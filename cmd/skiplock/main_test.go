@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 )
@@ -498,7 +499,7 @@ func TestStats(t *testing.T) {
 		f := newFixture(t, true)
 		r := f.run("stats")
 		require.Equal(t, 0, r.code, r)
-		assert.Equal(t, fmt.Sprintf("no jobs in schema %q\n", f.schema), r.stdout)
+		assert.Equal(t, fmt.Sprintf("no jobs in schema %q (none in the jobs table, none finished in the last hour)\n", f.schema), r.stdout)
 
 		r = f.run("stats", "--json")
 		require.Equal(t, 0, r.code, r)
@@ -519,16 +520,17 @@ func TestStats(t *testing.T) {
 
 		r := f.run("stats")
 		require.Equal(t, 0, r.code, r)
-		assert.Equal(t, []string{"QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "DEAD", "CANCELLED", "OLDEST", "DUE", "PAUSED"},
-			row(t, r.stdout, "QUEUE"))
+		assert.Equal(t, []string{"QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "DEAD", "CANCELLED", "OLDEST", "DUE",
+			"FINISHED", "1M", "FINISHED", "1H", "PER", "SEC", "PAUSED"}, row(t, r.stdout, "QUEUE"))
 		def := row(t, r.stdout, "default")
 		assert.Equal(t, []string{"default", "3", "1", "0", "0", "2", "0"}, def[:7])
 		age, err := time.ParseDuration(def[7])
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, age, 90*time.Second)
 		assert.Less(t, age, 10*time.Minute)
-		assert.Equal(t, []string{"mail", "0", "0", "0", "1", "0", "1", "-", "-"}, row(t, r.stdout, "mail"))
-		assert.Equal(t, []string{"(all)", "3", "1", "0", "1", "2", "1", def[7], "-"}, row(t, r.stdout, "(all)"))
+		assert.Equal(t, []string{"2", "2", "0.03", "-"}, def[8:], "the dead jobs finished just now")
+		assert.Equal(t, []string{"mail", "0", "0", "0", "1", "0", "1", "-", "2", "2", "0.03", "-"}, row(t, r.stdout, "mail"))
+		assert.Equal(t, []string{"(all)", "3", "1", "0", "1", "2", "1", def[7], "4", "4", "0.07", "-"}, row(t, r.stdout, "(all)"))
 
 		// The columns line up: every value starts where its header does.
 		lines := strings.Split(r.stdout, "\n")
@@ -545,6 +547,30 @@ func TestStats(t *testing.T) {
 		assert.Equal(t, "mail", got[1].Queue)
 		assert.Equal(t, map[string]int64{"queued": 0, "running": 0, "succeeded": 0, "failed": 1, "dead": 0, "cancelled": 1}, got[1].Counts)
 		assert.Zero(t, got[1].OldestDueSeconds)
+		assert.Equal(t, int64(1), got[0].Scheduled)
+		assert.Equal(t, map[string]int64{"dead": 2}, got[0].FinishedLastHour)
+	})
+
+	t.Run("finished jobs from the archive", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, true)
+		// Succeeded jobs in the archive: 3 a moment ago, 2 half an hour ago, 1 two hours ago.
+		_, err := f.pool.Exec(context.Background(), `INSERT INTO `+pgx.Identifier{f.schema, "jobs_archive"}.Sanitize()+`
+			(id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at)
+			SELECT i, 'default', 'email', '{}', 'succeeded', 0, now(), 1, 20, now(), now() - ago
+			FROM unnest(ARRAY[1, 2, 3, 4, 5, 6], ARRAY['1 second', '2 seconds', '3 seconds', '30 minutes', '31 minutes', '2 hours']::interval[]) AS t(i, ago)`)
+		require.NoError(t, err)
+		r := f.run("stats")
+		require.Equal(t, 0, r.code, r)
+		assert.Equal(t, []string{"default", "0", "0", "0", "0", "0", "0", "-", "3", "5", "0.05", "-"}, row(t, r.stdout, "default"))
+
+		r = f.run("stats", "--json")
+		require.Equal(t, 0, r.code, r)
+		var got []queueStatsJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+		require.Len(t, got, 1)
+		assert.Equal(t, map[string]int64{"succeeded": 3}, got[0].FinishedLastMinute)
+		assert.Equal(t, map[string]int64{"succeeded": 5}, got[0].FinishedLastHour)
 	})
 
 	t.Run("pause and resume", func(t *testing.T) {
@@ -577,7 +603,8 @@ func TestStats(t *testing.T) {
 		assert.Equal(t, "queue \"mail\" resumed\n", r.stdout)
 		r = f.run("stats")
 		require.Equal(t, 0, r.code, r)
-		assert.Equal(t, "-", row(t, r.stdout, "mail")[8])
+		mail = row(t, r.stdout, "mail")
+		assert.Equal(t, "-", mail[len(mail)-1], "the PAUSED column")
 
 		r = f.run("pause")
 		require.Equal(t, 2, r.code, r)
@@ -586,6 +613,46 @@ func TestStats(t *testing.T) {
 		require.Equal(t, 2, r.code, r)
 		assert.Contains(t, r.stderr, "invalid queue name")
 	})
+}
+
+func TestGet(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	id := f.insert(job{status: "running", attempts: 1, lockedBy: "w1", lastError: "first try failed\nstack"})
+	_, err := f.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{f.schema, "jobs"}.Sanitize()+`
+		SET metadata = '{"traceparent": "00-abc-def-01", "tenant": "acme"}', progress = '{"value": 42.5, "message": "resizing"}',
+			payload = '{"image": 7}' WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	r := f.run("get", "--id", strconv.FormatInt(id, 10))
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, []string{"status", "running"}, row(t, r.stdout, "status"))
+	assert.Equal(t, []string{"progress", "42.5", "resizing"}, row(t, r.stdout, "progress"))
+	assert.Equal(t, []string{"metadata", "tenant=acme"}, row(t, r.stdout, "metadata"))
+	assert.Contains(t, r.stdout, "traceparent=00-abc-def-01")
+	assert.Equal(t, []string{"args", `{"image":`, "7}"}, row(t, r.stdout, "args"))
+	assert.Equal(t, []string{"last", "error", "first", "try", "failed"}, row(t, r.stdout, "last"))
+	assert.NotContains(t, r.stdout, "output")
+
+	// Output is stored with the success; a succeeded job is read from the archive.
+	_, err = f.pool.Exec(context.Background(), `INSERT INTO `+pgx.Identifier{f.schema, "jobs_archive"}.Sanitize()+`
+		(id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at, output, progress)
+		VALUES (1000, 'default', 'email', '{}', 'succeeded', 0, now(), 1, 20, now(), now(), '{"sent": true}', '{"value": 100}')`)
+	require.NoError(t, err)
+	r = f.run("get", "--id", "1000", "--json")
+	require.Equal(t, 0, r.code, r)
+	var got jobJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	assert.Equal(t, "succeeded", got.Status)
+	assert.JSONEq(t, `{"sent": true}`, string(got.Output))
+	assert.Equal(t, &skiplock.Progress{Value: 100}, got.Progress)
+	assert.Equal(t, map[string]string{}, got.Metadata)
+
+	r = f.run("get", "--id", "987654321")
+	require.Equal(t, 1, r.code, r)
+	assert.Equal(t, fmt.Sprintf("skiplock: get: job 987654321 not found in schema %q\n", f.schema), r.stderr)
+	r = f.run("get")
+	require.Equal(t, 2, r.code, r)
 }
 
 func TestDead(t *testing.T) {

@@ -91,13 +91,33 @@ func commands() []*command {
 		{
 			name:    "stats",
 			args:    "[--json]",
-			summary: "jobs by queue and status, and the age of the oldest due job",
+			summary: "jobs by queue and status, the oldest due job's age, jobs finished lately",
 			help: "Counts the jobs of each queue by status and shows how long the oldest due, queued job\n" +
-				"has waited. Finished jobs moved to the archive are not counted.",
+				"has waited, and how many jobs finished (the archive included) in the last minute and\n" +
+				"hour, with the rate per second over the last minute.",
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			},
 			run: cmdStats,
+		},
+		{
+			name:    "get",
+			args:    "--id N [--json]",
+			summary: "show one job: state, args, metadata, progress, output, last error",
+			help: "Shows one job, from the jobs table or the archive: its state, args and metadata, the\n" +
+				"progress its handler last recorded, its output, and its last error. --json prints\n" +
+				"everything, the error history included. A missing job is an error (exit status 1).",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.Int64Var(&o.id, "id", 0, "the `id` of the job")
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a list")
+			},
+			check: func(o *options) error {
+				if o.id <= 0 {
+					return usagef("get", "get: --id must be a job id (a positive number)")
+				}
+				return nil
+			},
+			run: cmdGet,
 		},
 		{
 			name:    "dead",

@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,7 +91,9 @@ func TestPause_NotificationStopsClaimsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	paused := map[string]bool{}
 	for _, s := range stats {
-		paused[s.Queue] = s.Paused
+		if len(s.Counts) > 0 || s.Paused { // queues with recently finished jobs are listed too
+			paused[s.Queue] = s.Paused
+		}
 	}
 	assert.Equal(t, map[string]bool{"p": true}, paused, "finished jobs are archived: only p has jobs, and it is paused")
 
@@ -129,6 +132,7 @@ func TestPause_WorkerStartedLaterSeesIt(t *testing.T) {
 
 	stats, err := f.client.Stats(f.ctx)
 	require.NoError(t, err)
+	stats = slices.DeleteFunc(stats, func(s skiplock.QueueStats) bool { return len(s.Counts) == 0 && !s.Paused }) // recently finished only
 	require.Len(t, stats, 1, "the other queue's job is archived")
 	assert.True(t, stats[0].Paused && stats[0].Queue == "p" && !stats[0].PausedAt.IsZero(), "%+v", stats[0])
 
@@ -136,6 +140,7 @@ func TestPause_WorkerStartedLaterSeesIt(t *testing.T) {
 	require.NoError(t, f.client.PauseQueue(f.ctx, "empty"))
 	stats, err = f.client.Stats(f.ctx)
 	require.NoError(t, err)
+	stats = slices.DeleteFunc(stats, func(s skiplock.QueueStats) bool { return len(s.Counts) == 0 && !s.Paused })
 	require.Len(t, stats, 2)
 	assert.Equal(t, "empty", stats[0].Queue)
 	assert.True(t, stats[0].Paused)

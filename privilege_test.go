@@ -263,8 +263,10 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	stats, err := client.Stats(ctx)
 	require.NoError(t, err)
 	dead := map[string]int64{}
-	for _, q := range stats {
-		dead[q.Queue] = q.Counts[skiplock.StatusDead]
+	for _, q := range stats { // queues with recently finished jobs are listed too
+		if n := q.Counts[skiplock.StatusDead]; n > 0 {
+			dead[q.Queue] = n
+		}
 	}
 	assert.Equal(t, map[string]int64{"default": 1}, dead, "the hot table holds only the dead job")
 	healed.Store(true)

@@ -14,8 +14,7 @@ import (
 )
 
 // outcomeHook records every enqueue and every attempt's result, by the job's "case"
-// metadata; it tags each enqueue with metadata of its own, and gives the handler of the
-// "timeout" case a short deadline.
+// metadata; it tags each enqueue with metadata of its own.
 type outcomeHook struct {
 	mu       sync.Mutex
 	enqueued []string // the "case" of each enqueue, when its insert is done
@@ -41,11 +40,6 @@ func (h *outcomeHook) JobEnqueuing(ctx context.Context, e *skiplock.EnqueueEvent
 }
 
 func (h *outcomeHook) JobStarted(ctx context.Context, job *skiplock.JobRow) context.Context {
-	if job.Metadata["case"] == "timeout" {
-		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_ = cancel // the job's context is cancelled when the attempt ends
-		return ctx
-	}
 	return ctx
 }
 
@@ -79,7 +73,7 @@ func TestHooks_SeeEnqueuesMetadataAndEveryOutcome(t *testing.T) {
 	require.NoError(t, tx.Commit(b.ctx))
 	_, err = client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{
 		{Args: verdictArgs{Verdict: "cancel"}, Options: md("cancel")},
-		{Args: verdictArgs{Verdict: "timeout"}, Options: &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "timeout"}, MaxAttempts: 1}},
+		{Args: verdictArgs{Verdict: "timeout"}, Options: &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "timeout"}, MaxAttempts: 1, Timeout: 50 * time.Millisecond}},
 	})
 	require.NoError(t, err)
 	_, err = client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{

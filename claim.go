@@ -106,6 +106,16 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
+	out, err := scanClaimed(rows, began)
+	if err != nil {
+		return nil, c.wrapErr("claim", err)
+	}
+	return out, nil
+}
+
+// scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose
+// statement started at began, by the worker's clock.
+func scanClaimed(rows pgx.Rows, began time.Time) ([]claimedJob, error) {
 	defer rows.Close()
 	var out []claimedJob
 	for rows.Next() {
@@ -113,7 +123,7 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 		var timeoutMs *int64
 		row, err := scanJob(extraScan{rows, []any{&cj.fence, &timeoutMs}})
 		if err != nil {
-			return nil, c.wrapErr("claim", err)
+			return nil, err
 		}
 		cj.row = row
 		if timeoutMs != nil {
@@ -121,10 +131,7 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 		}
 		out = append(out, cj)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, c.wrapErr("claim", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // claimTimeout bounds one claim statement.
@@ -184,6 +191,9 @@ type queueRunner struct {
 	paused atomic.Bool  // the queue is paused: claim nothing (pause.go)
 	wakes  []chan struct{}
 	jobs   chan dispatched // to the runners; room for max jobs, so a send never blocks
+
+	// flow is the queue's limited claim path (flow.go); nil: the plain claim (claimSQL).
+	flow atomic.Pointer[flowQueue]
 }
 
 func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunner {
@@ -227,21 +237,47 @@ func (q *queueRunner) reserve() int64 {
 	}
 }
 
+// claim takes up to n jobs: through the limited path when the queue has limits, else
+// through claimSQL, exactly as if flow control did not exist.
+func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint, error) {
+	if f := q.flow.Load(); f != nil {
+		return f.claimer.claim(ctx, q.name, f.limits, n, q.cfg.workerID)
+	}
+	jobs, err := q.cfg.claimer.claim(ctx, q.name, n, q.cfg.workerID)
+	return jobs, claimHint{}, err
+}
+
 // run is one claim loop. It sleeps until it is signalled — by a notification for the
 // queue, by the fallback poll finding due jobs in it, or by a finished job with a backlog
 // behind it — and then claims until the queue has no due job left or no free slot, until
 // ctx ends. An idle queue costs the database nothing: its loops run no statement until
 // one of those signals comes. Claimed jobs go to the runners with contexts derived from
-// jobBase.
+// jobBase. A rate-limited queue also wakes when its next token is due.
 func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 	const firstDelay = 10 * time.Millisecond
 	errDelay := firstDelay
+	// token fires when a rate-limited queue's next token is due (flow.go); nil otherwise.
+	var token *time.Timer
+	var tokenC <-chan time.Time
+	defer func() {
+		if token != nil {
+			token.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+		case <-tokenC:
 		}
+		tokenC = nil
+		if f := q.flow.Load(); f != nil && !f.limits.slotted() && wake != (<-chan struct{})(q.wakes[0]) {
+			// This limited queue's claims take turns under one lock across all processes:
+			// a second claim loop would only wait in that line. The first loop claims.
+			continue
+		}
+		var next time.Duration // a rate limit's next token, if a claim was cut by it
 		for ctx.Err() == nil && !q.paused.Load() {
 			if free := q.max - q.active.Load(); free <= 0 {
 				break
@@ -264,7 +300,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			// the claim and lose its result, leaving jobs running for nobody until the
 			// sweeper takes them back. Jobs it returns run; shutdown waits for them.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-			jobs, err := q.cfg.claimer.claim(cctx, q.name, int(free), q.cfg.workerID)
+			jobs, hint, err := q.claim(cctx, int(free))
 			cancel()
 			<-q.cfg.conns
 			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
@@ -284,7 +320,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 				continue
 			}
 			errDelay = firstDelay
-			q.more.Store(int64(len(jobs)) == free)
+			q.more.Store(int64(len(jobs)) == free || hint.more)
 			var stale []claimedJob
 			for _, j := range jobs {
 				if q.cfg.stale(j) {
@@ -299,10 +335,21 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 				q.cfg.release(stale)
 				q.active.Add(-int64(len(stale)))
 			}
-			if int64(len(jobs)) < free {
+			if hint.retryIn > 0 {
+				next = hint.retryIn
+			}
+			if int64(len(jobs)) < free && !hint.again {
 				break
 			}
 			// A full batch: there may be more due jobs, so claim again at once.
+		}
+		if next > 0 {
+			if token == nil {
+				token = time.NewTimer(next)
+			} else {
+				token.Reset(next)
+			}
+			tokenC = token.C
 		}
 	}
 }

@@ -402,5 +402,5 @@ func refused(err error) bool {
 }
 
 // coalescable reports whether a job may share a coalesced statement: any job without a
-// unique key.
-func (j *newJob) coalescable() bool { return j.uniqueKey == nil }
+// unique key or a partition key (the coalesced insert does not carry flow control's key).
+func (j *newJob) coalescable() bool { return j.uniqueKey == nil && j.partitionKey == nil }

@@ -79,6 +79,10 @@ type completer struct {
 	flushEvery time.Duration
 	logger     *slog.Logger
 
+	// flushed, if set, is called after each batch is recorded: the jobs' slots are free
+	// in the database only from then on (flow control claims again then).
+	flushed func()
+
 	ch   chan completion
 	quit chan struct{}
 	done chan struct{}
@@ -230,6 +234,9 @@ func (c *completer) flush(batch []completion) []completion {
 	case n < int64(len(batch)):
 		c.logger.Warn("skiplock: stale successes ignored: jobs were reclaimed or cancelled since this worker claimed them",
 			"stale", int64(len(batch))-n)
+	}
+	if err == nil && c.flushed != nil {
+		c.flushed()
 	}
 	return batch[:0]
 }

@@ -91,4 +91,12 @@
 // worker costs the database one poll statement per PollInterval for all of its queues,
 // however many; the sweep and other per-fleet maintenance run on one elected worker at a
 // time (README, "Running many workers").
+//
+// # Flow control
+//
+// [QueueConfig].Limits caps a queue across every worker of every process: running jobs
+// in all ([QueueLimits].Concurrency) and per partition key ([EnqueueOptions].PartitionKey),
+// job starts per period, and round-robin sharing across keys. The limits are kept exactly
+// by the database at READ COMMITTED; [Client.SetQueueLimits] changes them on every worker
+// at run time. A queue without limits claims exactly as if the feature did not exist.
 package skiplock

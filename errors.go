@@ -36,6 +36,8 @@ var (
 	ErrDuplicateJob = errors.New("skiplock: a job with this unique key is already active")
 	// ErrJobNotFound is returned when no job has the given id.
 	ErrJobNotFound = errors.New("skiplock: job not found")
+	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
+	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].
 	ErrNotMigrated = errors.New("skiplock: schema is not migrated")
 )

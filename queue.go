@@ -59,6 +59,11 @@ type EnqueueOptions struct {
 	// args type's default metadata and the call's are merged key by key, the call's
 	// winning. Nil means none. The map is copied, not kept.
 	Metadata map[string]string
+	// PartitionKey puts the job in a flow-control partition (a tenant, a customer): a
+	// queue's per-key limit and fair sharing ([QueueLimits]) act per key. At most 255
+	// bytes. Defaults to none. To take it from the args' fields, give the args type an
+	// EnqueueOptions method ([JobArgsWithOptions]) that returns it.
+	PartitionKey string
 }
 
 // EnqueueParams is one job of an [Client.EnqueueMany] call.
@@ -267,7 +272,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 	}
 	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
 	// setups) would send it as bytea.
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs, j.metadataText()}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs, j.metadataText(), j.partitionKey}
 	q := c.sql.insert
 	if notify {
 		q = c.sql.insertNotify
@@ -290,7 +295,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 // statement checks; no round trip is added); otherwise, once the lookup has found no
 // visible holder, it runs again inside a savepoint that absorbs such a failure.
 func (c *Client) insertUnique(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs, j.metadataText()}
+	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs, j.metadataText(), j.partitionKey}
 	if notify {
 		args = append(args, c.notify.channel)
 	}
@@ -492,13 +497,13 @@ var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts
 // per queue with due jobs.
 func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerTx bool) (int, error) {
 	queues := map[string]bool{}
-	hasUnique := false // or a per-job timeout, which the COPY columns do not carry
+	hasUnique := false // or a per-job timeout or partition key, which the COPY columns do not carry
 	hasMeta := false
 	for i := range jobs {
 		if jobs[i].dueNow() {
 			queues[jobs[i].queue] = true
 		}
-		if jobs[i].uniqueKey != nil || jobs[i].timeoutMs != nil {
+		if jobs[i].uniqueKey != nil || jobs[i].timeoutMs != nil || jobs[i].partitionKey != nil {
 			hasUnique = true
 		}
 		if len(jobs[i].metadata) > 2 {
@@ -624,6 +629,7 @@ func unnestColumns(jobs []newJob) []any {
 		states = make([]*string, len(jobs))
 		tmo    = make([]*int64, len(jobs))
 		meta   = make([]string, len(jobs))
+		part   = make([]*string, len(jobs))
 	)
 	for i := range jobs {
 		j := &jobs[i]
@@ -634,8 +640,9 @@ func unnestColumns(jobs []newJob) []any {
 		}
 		tmo[i] = j.timeoutMs
 		meta[i] = j.metadataText()
+		part[i] = j.partitionKey
 	}
-	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo, meta}
+	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo, meta, part}
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
@@ -702,14 +709,14 @@ const (
 // pg_notify runs in the same statement (one round trip) and so in the same transaction:
 // Postgres delivers it only at commit.
 func insertSQL(notify bool) string {
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9)
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9, $10)
 RETURNING ` + jobColumns
 	if !notify {
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($10, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($11, $1::text) AS n`
 }
 
 // finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
@@ -724,15 +731,15 @@ const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
 // a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
 // lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
 // also settles concurrent inserts of one key: the later waits for the earlier to commit).
-// gated adds readCommittedGate. $9 is the job's timeout_ms, $10 its metadata; the channel
-// of notify is $11.
+// gated adds readCommittedGate. $9 is the job's timeout_ms, $10 its metadata, $11 its
+// partition_key; the channel of notify is $12.
 func insertUniqueSQL(gated, notify bool) string {
 	gate := ""
 	if gated {
 		gate = readCommittedGate
 	}
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata)
-SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint, $10::jsonb
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint, $10::jsonb, $11::text
 WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
 ` + onConflictUnique + `
 RETURNING ` + jobColumns
@@ -740,16 +747,16 @@ RETURNING ` + jobColumns
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($11, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($12, $1::text) AS n`
 }
 
 // insertUnnestSQL is the bulk insert with unique keys: as insertUniqueSQL for every row,
 // the finished states that count given per row as a comma-separated list (us).
 func insertUnnestSQL(gate string) string {
-	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms, metadata)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[])
-	AS t(q, k, p, pr, ma, ra, uk, us, tm, md)
+	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms, metadata, partition_key)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb, pk
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[])
+	AS t(q, k, p, pr, ma, ra, uk, us, tm, md, pk)
 WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {s}.jobs d
 		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))

@@ -62,6 +62,8 @@ type newJob struct {
 	timeoutMs *int64
 	meta      map[string]string // a copy of the options' metadata, hooks add to it
 	metadata  []byte            // meta as JSON, set by encodeMetadata
+	// partitionKey is EnqueueOptions.PartitionKey; nil: none.
+	partitionKey *string
 }
 
 // maxMetadataBytes bounds a job's metadata as JSON (see [EnqueueOptions].Metadata).
@@ -143,6 +145,9 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 	if len(o.UniqueKey) > 255 || !validText(o.UniqueKey) {
 		return newJob{}, fmt.Errorf("%w: UniqueKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.UniqueKey, 40))
 	}
+	if len(o.PartitionKey) > 255 || !validText(o.PartitionKey) {
+		return newJob{}, fmt.Errorf("%w: PartitionKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.PartitionKey, 40))
+	}
 	if !o.RunAt.IsZero() && (o.RunAt.Year() < 1 || o.RunAt.Year() > 9999) {
 		return newJob{}, fmt.Errorf("%w: RunAt %s: the year must be in [1, 9999]", ErrInvalidOptions, o.RunAt.Format(time.RFC3339))
 	}
@@ -185,6 +190,10 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 	if len(o.Metadata) > 0 {
 		j.meta = maps.Clone(o.Metadata) // hooks add to it; the caller's map stays as it was
 	}
+	if o.PartitionKey != "" {
+		k := o.PartitionKey
+		j.partitionKey = &k
+	}
 	return j, nil
 }
 
@@ -218,6 +227,9 @@ func mergeOptions(base, over EnqueueOptions) EnqueueOptions {
 			maps.Copy(m, over.Metadata)
 			base.Metadata = m
 		}
+	}
+	if over.PartitionKey != "" {
+		base.PartitionKey = over.PartitionKey
 	}
 	return base
 }

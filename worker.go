@@ -56,6 +56,11 @@ type QueueConfig struct {
 	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
 	// an error.
 	MaxWorkers int
+	// Limits are the queue's flow-control limits across all workers (global and per-key
+	// concurrency, rate, fair sharing). Defaults to none: the zero value takes the plain
+	// claim path. Limits set at run time with [Client.SetQueueLimits] replace them. Every
+	// worker of a limited queue should declare the same limits.
+	Limits QueueLimits
 }
 
 // WorkerConfig configures a [Worker]. The zero value works: it runs the "default" queue.
@@ -192,7 +197,8 @@ type Worker struct {
 	// goroutine of its own: the embedded sweeper, and any other once-per-fleet work
 	// (registered with whileLeader).
 	leaderTasks []func(ctx context.Context)
-	held        *heldJobs // the attempts this worker runs
+	flow        *flowWatch // which queues claim under limits, and with which
+	held        *heldJobs  // the attempts this worker runs
 	lease       *lease
 	completer   *completer
 	failures    *failureRecorder
@@ -292,12 +298,18 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 			w.lease.releaseJobs(keys)
 		},
 	}
+	declared := map[string]QueueLimits{}
 	for name, q := range cfg.Queues {
 		n := q.MaxWorkers
 		if n == 0 {
 			n = DefaultMaxWorkers
 		}
 		w.queues[name] = newQueueRunner(name, n, claims)
+		l, err := q.Limits.check(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: WorkerConfig.Queues[%q].Limits: %w", ErrInvalidConfig, name, err)
+		}
+		declared[name] = l
 	}
 	w.pause = newPauseWatcher(client, w.queues, logger)
 	if len(cfg.PeriodicJobs) > 0 {
@@ -325,6 +337,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 			q.signal()
 		}
 	}
+	w.flow = newFlowWatch(client, w.queues, declared, cfg.VisibilityTimeout, logger)
+	w.completer.flushed = w.flow.slotsFreed
 	return w, nil
 }
 
@@ -434,6 +448,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.pause.load(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	// Limits set at run time apply from the first claim.
+	if err := w.flow.refresh(context.WithoutCancel(ctx)); err != nil {
+		return w.client.wrapErr("worker start: reading queue limits", err)
+	}
 	// The schedules are recorded before anything runs: a worker that cannot record them
 	// does not start.
 	if w.periodic != nil {
@@ -456,6 +474,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); w.completer.run() }()
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.lease.run(bg) }()
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.flow.run(bg) }()
 	if w.elector != nil {
 		bgWG.Add(1)
 		go func() { defer bgWG.Done(); w.elector.run(bg) }()
@@ -479,10 +499,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		onControl: func(msg controlMsg) {
 			w.pause.control(msg)
 			w.control(msg)
+			w.flow.notify(msg)
 		},
 		// Notifications and control messages sent while the listener was away are lost:
 		// poll at once (the poll reads the paused queues too).
-		onListen: w.poller.kick,
+		onListen: func() {
+			w.poller.kick()
+			w.flow.kick() // limits changed while the listener was away
+		},
 	})
 	if err != nil {
 		stopBG()

@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/chaos/audit"
 )
 
 // maxExamples bounds the examples kept per kind of problem.
 const maxExamples = 5
 
 // jobRowsSQL lists every job row, hot or archived, with the seq the harness gave it.
-const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, '') FROM skiplock.jobs_archive
+const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs_archive
 UNION ALL
-SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, '') FROM skiplock.jobs`
+SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs`
 
 const executionsSQL = `SELECT exec_id, job_id, attempt, worker_id, started_at, ended_at, aborted
 FROM chaos.executions ORDER BY job_id, started_at`
@@ -28,6 +30,7 @@ type jobRow struct {
 	status   string
 	attempts int
 	lockedBy string
+	queue    string
 }
 
 type execution struct {
@@ -79,7 +82,7 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		}
 		jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
 			var j jobRow
-			err := row.Scan(&j.seq, &j.id, &j.status, &j.attempts, &j.lockedBy)
+			err := row.Scan(&j.seq, &j.id, &j.status, &j.attempts, &j.lockedBy, &j.queue)
 			return j, err
 		})
 		return err
@@ -183,6 +186,14 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		r.checkJob(rep, execs[lo:hi], succeeded[execs[lo].job], procs, example)
 		lo = hi
 	}
+	limited := map[int64]bool{}
+	for i := range jobs {
+		if jobs[i].queue == audit.LimitedQueue {
+			limited[jobs[i].id] = true
+			rep.LimitedJobs++
+		}
+	}
+	rep.LimitedMax = maxConcurrent(execs, limited)
 	for id, j := range succeeded {
 		if !hasExecutions(execs, id) {
 			rep.NoFinalExecution++
@@ -257,6 +268,48 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		return r.pool.QueryRow(ctx, `SELECT pg_total_relation_size('skiplock.jobs'), pg_total_relation_size('skiplock.jobs_archive')`).
 			Scan(&rep.HotTableBytes, &rep.ArchiveBytes)
 	})
+}
+
+// maxConcurrent is the most executions of the jobs in which that ran at one instant.
+// execs is sorted by job, then start. An execution counts from its start to its end (a
+// killed worker's, to its death), or to the start of the job's next attempt if that came
+// first: the sweeper took the job back from a worker that lost its lease, and the limit
+// counts claims, not a stale handler that has yet to notice its context was cancelled.
+func maxConcurrent(execs []*execution, which map[int64]bool) int {
+	type event struct {
+		at time.Time
+		d  int
+	}
+	var evs []event
+	for i, e := range execs {
+		if !which[e.job] || e.aborted {
+			continue
+		}
+		end := e.end
+		for _, n := range execs[i+1:] {
+			if n.job != e.job {
+				break
+			}
+			if n.attempt > e.attempt && n.start.Before(end) {
+				end = n.start
+				break
+			}
+		}
+		evs = append(evs, event{e.start, 1}, event{end, -1})
+	}
+	// In time order, an end before a start at the same instant.
+	slices.SortFunc(evs, func(a, b event) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	n, most := 0, 0
+	for _, ev := range evs {
+		n += ev.d
+		most = max(most, n)
+	}
+	return most
 }
 
 // hasExecutions reports whether execs, sorted by job, holds one of job id.

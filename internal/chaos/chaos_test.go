@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/chaos"
+	"github.com/skiplock/skiplock/internal/chaos/audit"
 )
 
 // testWriter sends the harness's output to the test log, a line at a time.
@@ -66,6 +67,9 @@ func TestChaos_Reduced(t *testing.T) {
 	assert.Zero(t, rep.SameAttempt, "attempts executed twice")
 	assert.Zero(t, rep.NoFinalExecution+rep.AfterFinal, "stale or phantom completions")
 	assert.Empty(t, rep.Crashes, "worker crashes")
+	assert.Equal(t, int64(3000/audit.LimitedEvery), rep.LimitedJobs, "jobs of the limited queue")
+	assert.Positive(t, rep.LimitedMax, "the limited queue ran")
+	assert.LessOrEqual(t, rep.LimitedMax, audit.LimitedConcurrency, "the limited queue's global limit")
 	assert.Empty(t, rep.Broken())
 	for _, w := range rep.Warnings() {
 		t.Logf("warning: %s", w)

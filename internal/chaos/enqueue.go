@@ -48,7 +48,11 @@ func (e *enqueuer) run(ctx context.Context, start time.Time) error {
 		lo, hi := b*e.size, min((b+1)*e.size, e.jobs)
 		params := make([]skiplock.EnqueueParams, 0, hi-lo)
 		for seq := lo; seq < hi; seq++ {
-			params = append(params, skiplock.EnqueueParams{Args: audit.Args{Seq: int64(seq), Batch: b}})
+			p := skiplock.EnqueueParams{Args: audit.Args{Seq: int64(seq), Batch: b}}
+			if seq%audit.LimitedEvery == 0 {
+				p.Options = &skiplock.EnqueueOptions{Queue: audit.LimitedQueue}
+			}
+			params = append(params, p)
 		}
 		if err := e.enqueue(ctx, b, params); err != nil {
 			return err

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/chaos/audit"
 )
 
 // FaultKind names a kind of injected fault.
@@ -88,6 +90,12 @@ type Report struct {
 	RerunsDBFault     int64 // after a database fault, a black-holed worker or a deploy
 	RerunsUnexplained int64
 
+	// LimitedJobs is how many jobs went to the queue with a global concurrency limit
+	// (audit.LimitedQueue), LimitedMax the most of their executions seen running at once:
+	// it must never exceed audit.LimitedConcurrency.
+	LimitedJobs int64
+	LimitedMax  int
+
 	Crashes []string // worker processes that exited without being told to
 	Faults  []Fault
 
@@ -138,6 +146,9 @@ func (r *Report) Broken() []string {
 	check(r.Duplicated, "jobs enqueued twice")
 	check(r.Unexpected, "jobs from enqueues that had failed")
 	check(int64(len(r.Crashes)), "worker crashes")
+	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
+		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
+	}
 	return out
 }
 
@@ -221,6 +232,11 @@ func (r *Report) Print(w io.Writer) {
 	row("  re-runs after a kill", r.RerunsKill, "allowed")
 	row("  re-runs after a db fault (restart, terminate, failover), black hole or deploy", r.RerunsDBFault, "allowed")
 	row("  re-runs no injected fault explains", r.RerunsUnexplained, warn0(r.RerunsUnexplained))
+	limitedOK := "ok"
+	if r.LimitedMax > audit.LimitedConcurrency {
+		limitedOK = "BROKEN"
+	}
+	row(fmt.Sprintf("limited queue (%d jobs): most running at once, limit %d", r.LimitedJobs, audit.LimitedConcurrency), r.LimitedMax, limitedOK)
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
 	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole} {
 		var first, held []time.Duration

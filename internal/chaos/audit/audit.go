@@ -20,6 +20,15 @@ type Args struct {
 // Kind implements skiplock.JobArgs.
 func (Args) Kind() string { return Kind }
 
+// LimitedQueue is the queue of the run's limited jobs (one in LimitedEvery): every worker
+// declares it with a global limit of LimitedConcurrency (skiplock.QueueLimits), and the
+// harness reports the most of its executions it saw running at once.
+const (
+	LimitedQueue       = "limited"
+	LimitedConcurrency = 6
+	LimitedEvery       = 10
+)
+
 // Schema holds the audit table, apart from skiplock's own schema.
 const Schema = "chaos"
 

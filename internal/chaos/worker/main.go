@@ -2,7 +2,8 @@
 // github.com/skiplock/skiplock/internal/chaos). The harness builds it, starts several,
 // kills some with SIGKILL and starts new ones; it is not meant to be run by hand.
 //
-// It runs a skiplock Worker on the default queue with one handler, for [audit.Args]
+// It runs a skiplock Worker on the default queue, and on a queue with a global
+// concurrency limit (audit.LimitedQueue), with one handler, for [audit.Args]
 // jobs, that leaves one row per execution in chaos.executions: the row is inserted before
 // a short random amount of work (a sleep) and its end time is written after it, so the
 // harness can see executions that overlap, that ran twice, or that were cut off by a kill.
@@ -81,8 +82,13 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
-			ID:                id,
-			Queues:            map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: concurrency}},
+			ID: id,
+			Queues: map[string]skiplock.QueueConfig{
+				skiplock.DefaultQueue: {MaxWorkers: concurrency},
+				// A flow-controlled queue: more slots in every process than the global limit.
+				audit.LimitedQueue: {MaxWorkers: audit.LimitedConcurrency + 2,
+					Limits: skiplock.QueueLimits{Concurrency: audit.LimitedConcurrency}},
+			},
 			VisibilityTimeout: vt,
 			SweepInterval:     sweep,
 			ShutdownTimeout:   5 * time.Second,

@@ -1,6 +1,7 @@
 // Command skiplock is the operator tool of the skiplock job queue: it migrates the schema,
-// shows what the queues hold and one job in full, lists dead and failed jobs with their last errors, puts them
-// back in the queue, and cancels jobs.
+// shows what the queues hold and one job in full, lists dead and failed jobs with their
+// last errors, puts them back in the queue, cancels jobs, and changes queues' flow-control
+// limits.
 //
 // Usage:
 //
@@ -19,6 +20,8 @@
 //	requeue [--id 1,2,3] [--kind K] [--queue Q]
 //	                               put dead and failed jobs back in the queue, attempts reset
 //	cancel --id N                  cancel a queued or running job
+//	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --fair | --none)... | --queue Q --reset]
+//	                               show, set or reset a queue's flow-control limits on every worker
 //	ui [--listen ADDR] [--read-only] [--token T | --basic-auth USER:PASS]
 //	                               serve the operator dashboard (default http://127.0.0.1:8080/)
 //	version                        print the build's version

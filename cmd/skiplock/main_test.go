@@ -969,3 +969,39 @@ func TestBinary(t *testing.T) {
 		}
 	}
 }
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+
+	r := f.run("limits")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, "no limits set at run time")
+
+	r = f.run("limits", "--queue", "emails", "--concurrency", "10", "--rate", "500", "--rate-period", "1m")
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, "queue \"emails\": limits set on every worker\n", r.stdout)
+	r = f.run("limits", "--queue", "reports", "--key-concurrency", "2", "--fair")
+	require.Equal(t, 0, r.code, r)
+	r = f.run("limits")
+	require.Equal(t, 0, r.code, r)
+	assert.Regexp(t, `emails\s+10\s+-\s+500/1m0s\s+false`, r.stdout)
+	assert.Regexp(t, `reports\s+-\s+2\s+-\s+true`, r.stdout)
+
+	r = f.run("limits", "--queue", "emails", "--reset")
+	require.Equal(t, 0, r.code, r)
+	r = f.run("limits")
+	assert.NotContains(t, r.stdout, "emails")
+
+	for _, args := range [][]string{
+		{"--concurrency", "3"},                     // no queue
+		{"--queue", "q"},                           // nothing to do
+		{"--queue", "q", "--reset", "--rate", "1"}, // both
+		{"--queue", "q", "--none", "--fair"},       // both
+		{"--queue", "q", "--concurrency", "-1"},    // negative
+		{"--queue", "not a queue", "--concurrency", "1"},
+	} {
+		r = f.run(append([]string{"limits"}, args...)...)
+		assert.Equal(t, 2, r.code, "%v: %v", args, r)
+	}
+}

@@ -37,6 +37,7 @@ type options struct {
 	ids    idList
 	id     int64
 	ui     uiOptions
+	limits limitsOptions
 }
 
 // commands lists every command in the order the usage shows them. It is a function, not
@@ -200,6 +201,7 @@ func commands() []*command {
 			},
 			run: cmdCancel,
 		},
+		limitsCommand(),
 		uiCommand(),
 		{
 			name:    "version",

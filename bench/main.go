@@ -35,9 +35,17 @@ type options struct {
 	poolSize   int
 	passes     []string // autovacuum of each pass: "" (the server as it is), "off", "on"
 	ownCluster bool
+	flow       bool
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-flow-worker" {
+		if err := flowWorkerMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench flow worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -79,6 +87,7 @@ func run() error {
 	var passes string
 	flag.StringVar(&passes, "autovacuum", "", `passes by autovacuum setting, e.g. "off,on": "off" runs on -dsn (which must have autovacuum off), "on" on a throwaway cluster the bench starts (pgtest.StartCluster) with autovacuum on; empty: one pass on -dsn as it is`)
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run every -autovacuum pass on the throwaway cluster, setting autovacuum there with ALTER SYSTEM")
+	flag.BoolVar(&o.flow, "flow", false, "run skiplock's flow-control workloads instead (worker processes of their own; writes results/flow.md)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.DurationVar(&riverFetchCooldown, "river-fetch-cooldown", riverFetchCooldown, "River FetchCooldown")
 	flag.DurationVar(&riverFetchPollInterval, "river-poll", riverFetchPollInterval, "River FetchPollInterval")
@@ -117,6 +126,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.flow {
+		return runFlow(ctx, o)
+	}
 
 	sizes := fullSizes
 	if o.quick {

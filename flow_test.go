@@ -162,11 +162,13 @@ func waitDrained(t *testing.T, b *bundle, n int) {
 func TestFlow_GlobalLimitIsNeverExceededAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	b := flowSetup(t)
-	const jobs, limit = 600, 7
-	enqueueFlow(t, b, jobs, func(int) string { return "" }, 10)
+	const jobs, limit = 1500, 7
+	enqueueFlow(t, b, jobs, func(int) string { return "" }, 3)
 	var failures claimFailures
-	// Four workers with 10 slots each: 40 slots for a limit of 7.
-	stop := startFlowWorkers(t, b, 4, 10, skiplock.QueueLimits{Concurrency: limit}, &failures)
+	// Six workers with 3 slots each: 18 slots for a limit of 7, which no worker can reach
+	// alone, so the limit is kept across workers or not at all. Short jobs keep their
+	// claims overlapping.
+	stop := startFlowWorkers(t, b, 6, 3, skiplock.QueueLimits{Concurrency: limit}, &failures)
 	waitDrained(t, b, jobs)
 	stop()
 
@@ -207,7 +209,8 @@ func TestFlow_GlobalAndKeyLimitsTogether(t *testing.T) {
 		return fmt.Sprintf("k%d", i%keys)
 	}, 6)
 	var failures claimFailures
-	stop := startFlowWorkers(t, b, 3, 15, skiplock.QueueLimits{Concurrency: 9, KeyConcurrency: 2, Fair: true}, &failures)
+	// 12 slots in three workers for a global limit of 9: no worker reaches it alone.
+	stop := startFlowWorkers(t, b, 3, 4, skiplock.QueueLimits{Concurrency: 9, KeyConcurrency: 2, Fair: true}, &failures)
 	waitDrained(t, b, keys*perKey)
 	stop()
 
@@ -344,7 +347,7 @@ func TestFlow_HelperProcess(t *testing.T) {
 	require.NoError(t, err)
 	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 		ID:                parts[2],
-		Queues:            map[string]skiplock.QueueConfig{"limited": {MaxWorkers: 8, Limits: skiplock.QueueLimits{Concurrency: flowKillLimit}}},
+		Queues:            map[string]skiplock.QueueConfig{"limited": {MaxWorkers: 2, Limits: skiplock.QueueLimits{Concurrency: flowKillLimit}}},
 		PollInterval:      100 * time.Millisecond,
 		VisibilityTimeout: 3 * time.Second,
 		SweepInterval:     200 * time.Millisecond,
@@ -364,7 +367,8 @@ func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
 	const jobs = 500
 	enqueueFlow(t, b, jobs, func(int) string { return "" }, 40)
 
-	// Four worker processes with 8 slots each; two are killed with SIGKILL while they run
+	// Four worker processes with 2 slots each (8 for a limit of 5: no process reaches it
+	// alone); two are killed with SIGKILL while they run
 	// jobs, and one is started in place of each. The survivors' sweepers take the dead
 	// workers' jobs back once their leases end.
 	killedAt := map[string]time.Time{}

@@ -361,8 +361,9 @@ func TestFlow_HelperProcess(t *testing.T) {
 // flowKillLimit is the global limit of TestFlow_LimitHoldsWhileWorkersAreKilled.
 const flowKillLimit = 5
 
+// Not parallel: it runs worker processes of its own and kills two, which the tests
+// around it need not share the machine and the server with.
 func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const jobs = 500
 	enqueueFlow(t, b, jobs, func(int) string { return "" }, 40)

@@ -193,7 +193,13 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 			rep.LimitedJobs++
 		}
 	}
-	rep.LimitedMax = maxConcurrent(execs, limited)
+	rep.LimitedMax = maxConcurrent(execs, limited, func(e *execution) time.Time {
+		// A killed worker's handlers stopped at the kill; its exit is only seen later.
+		if p := procs[e.worker]; e.cutByDie && p != nil && p.killed && !p.killAt.IsZero() && p.killAt.Before(e.end) {
+			return p.killAt
+		}
+		return e.end
+	})
 	for id, j := range succeeded {
 		if !hasExecutions(execs, id) {
 			rep.NoFinalExecution++
@@ -272,10 +278,10 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 
 // maxConcurrent is the most executions of the jobs in which that ran at one instant.
 // execs is sorted by job, then start. An execution counts from its start to its end (a
-// killed worker's, to its death), or to the start of the job's next attempt if that came
+// killed worker's, to its kill), or to the start of the job's next attempt if that came
 // first: the sweeper took the job back from a worker that lost its lease, and the limit
 // counts claims, not a stale handler that has yet to notice its context was cancelled.
-func maxConcurrent(execs []*execution, which map[int64]bool) int {
+func maxConcurrent(execs []*execution, which map[int64]bool, endOf func(*execution) time.Time) int {
 	type event struct {
 		at time.Time
 		d  int
@@ -285,7 +291,7 @@ func maxConcurrent(execs []*execution, which map[int64]bool) int {
 		if !which[e.job] || e.aborted {
 			continue
 		}
-		end := e.end
+		end := endOf(e)
 		for _, n := range execs[i+1:] {
 			if n.job != e.job {
 				break

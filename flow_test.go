@@ -62,6 +62,11 @@ func (c *claimFailures) Handle(_ context.Context, r slog.Record) error {
 func (c *claimFailures) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c *claimFailures) WithGroup(string) slog.Handler      { return c }
 
+// The flow tests that run several workers do not call t.Parallel: each keeps a few
+// workers claiming back to back for seconds, and beside the parallel tests that load (and
+// its stream of short transactions) kept TestSweeper_VacuumsBloatedJobsTable's VACUUM
+// from giving back the heap's empty pages. Run first and alone, they take about 20 s.
+
 // flowSetup creates the audit table the handlers write: one row per execution, with the
 // database's clock at the handler's start and end.
 func flowSetup(t *testing.T) *bundle {
@@ -160,7 +165,6 @@ func waitDrained(t *testing.T, b *bundle, n int) {
 }
 
 func TestFlow_GlobalLimitIsNeverExceededAcrossWorkers(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const jobs, limit = 1500, 7
 	enqueueFlow(t, b, jobs, func(int) string { return "" }, 3)
@@ -182,7 +186,6 @@ func TestFlow_GlobalLimitIsNeverExceededAcrossWorkers(t *testing.T) {
 }
 
 func TestFlow_KeyLimitIsNeverExceededPerKey(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const keys, perKey, limit = 40, 12, 2
 	enqueueFlow(t, b, keys*perKey, func(i int) string { return fmt.Sprintf("tenant-%02d", i%keys) }, 8)
@@ -199,7 +202,6 @@ func TestFlow_KeyLimitIsNeverExceededPerKey(t *testing.T) {
 }
 
 func TestFlow_GlobalAndKeyLimitsTogether(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const keys, perKey = 30, 10
 	enqueueFlow(t, b, keys*perKey, func(i int) string {
@@ -223,7 +225,6 @@ func TestFlow_GlobalAndKeyLimitsTogether(t *testing.T) {
 }
 
 func TestFlow_FairSharingServesASmallTenantPastABigBacklog(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const big, small = 3000, 30
 	enqueueFlow(t, b, big, func(int) string { return "a" }, 0)
@@ -250,7 +251,6 @@ func TestFlow_FairSharingServesASmallTenantPastABigBacklog(t *testing.T) {
 }
 
 func TestFlow_RateLimitBoundsStarts(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	const rate = 40 // per 500ms: 80 starts/s
 	const period = 500 * time.Millisecond
@@ -284,7 +284,6 @@ func TestFlow_RateLimitBoundsStarts(t *testing.T) {
 }
 
 func TestFlow_LimitsChangeAtRunTimeOnEveryWorker(t *testing.T) {
-	t.Parallel()
 	b := flowSetup(t)
 	enqueueFlow(t, b, 3000, func(int) string { return "" }, 30)
 	var failures claimFailures
@@ -361,8 +360,7 @@ func TestFlow_HelperProcess(t *testing.T) {
 // flowKillLimit is the global limit of TestFlow_LimitHoldsWhileWorkersAreKilled.
 const flowKillLimit = 5
 
-// Not parallel: it runs worker processes of its own and kills two, which the tests
-// around it need not share the machine and the server with.
+// Not parallel (see flowSetup): it also runs worker processes of its own and kills two.
 func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
 	b := flowSetup(t)
 	const jobs = 500

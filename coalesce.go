@@ -280,20 +280,20 @@ func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, 
 //   - Rows are matched back to their callers by id: the rows of the SELECT are inserted in
 //     array order and each takes the next identity value as it is inserted, so ascending
 //     ids follow the arrays' order, whatever order RETURNING sends them in.
-const coalescedInsertSQL = `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[])
-	AS t(q, k, p, pr, ma, ra, tm, md)
+const coalescedInsertSQL = `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
+	AS t(q, k, p, pr, ma, ra, tm, md, pk)
 RETURNING ` + jobColumns
 
-// coalescedInsertNotifySQL is coalescedInsertSQL that also wakes the queues in $10 on
-// channel $9, in the same transaction (delivered at its commit, not at all without it).
+// coalescedInsertNotifySQL is coalescedInsertSQL that also wakes the queues in $11 on
+// channel $10, in the same transaction (delivered at its commit, not at all without it).
 // The notifying CTE is volatile, so it is run exactly once and not inlined; the join with
 // its single row makes the statement run it.
 const coalescedInsertNotifySQL = `WITH ins AS (
 ` + coalescedInsertSQL + `
 ), woke AS (
-	SELECT count(pg_notify($9, q)) FROM unnest($10::text[]) AS q
+	SELECT count(pg_notify($10, q)) FROM unnest($11::text[]) AS q
 )
 SELECT ins.* FROM ins CROSS JOIN woke`
 
@@ -314,6 +314,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		runAt = make([]*time.Time, 0, n)
 		tmo   = make([]*int64, 0, n)
 		meta  = make([]string, 0, n)
+		part  = make([]*string, 0, n)
 		due   = map[string]bool{} // queues with due jobs -> a call of EnqueueMany has some
 	)
 	for _, r := range reqs {
@@ -322,6 +323,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 			queue, kind, pay = append(queue, j.queue), append(kind, j.kind), append(pay, string(j.payload))
 			prio, maxA, runAt = append(prio, j.priority), append(maxA, j.maxAttempts), append(runAt, j.runAt)
 			tmo, meta = append(tmo, j.timeoutMs), append(meta, j.metadataText())
+			part = append(part, j.partitionKey)
 			if j.dueNow() {
 				due[j.queue] = due[j.queue] || r.many
 			}
@@ -335,7 +337,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 			trailing = append(trailing, q)
 		}
 	}
-	q, args := c.sql.coalesced, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta}
+	q, args := c.sql.coalesced, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part}
 	if len(notify) > 0 {
 		q, args = c.sql.coalescedNotify, append(args, c.notify.channel, notify)
 	}
@@ -402,5 +404,5 @@ func refused(err error) bool {
 }
 
 // coalescable reports whether a job may share a coalesced statement: any job without a
-// unique key or a partition key (the coalesced insert does not carry flow control's key).
-func (j *newJob) coalescable() bool { return j.uniqueKey == nil && j.partitionKey == nil }
+// unique key.
+func (j *newJob) coalescable() bool { return j.uniqueKey == nil }

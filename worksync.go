@@ -19,7 +19,7 @@ func init() {
 }
 
 // workOne claims one due job of queue (any valid queue name, configured or not) and runs
-// it to its recorded end: a success is written before it returns. It returns a nil row
+// it to its recorded end: its success or failure is written before it returns. It returns a nil row
 // when no job is due. The handler's context is derived from ctx; if ctx ends while the
 // handler runs, the handler's error is recorded as a failed attempt like any other. It refuses a worker that runs or ran (Run and workOne would share
 // the completer and the held jobs).
@@ -41,5 +41,6 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	d.cancel(nil)
 	w.handlerWG.Done()
 	w.completer.flushNow()
+	w.failures.flush() // a failure, too, is written before workOne returns
 	return d.row, res, nil
 }

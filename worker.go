@@ -1,8 +1,9 @@
-// This file holds the Worker: its configuration, the handler registry (Handle), Run and
-// its graceful shutdown, and the execution of one job. It composes the parts that live in
-// their own files: the claim loops (claim.go), the lease and heartbeat (lease.go), success
-// batching (complete.go), failure recording (retry.go), the listener (notify.go), the
-// leader election (leader.go) and an embedded Sweeper (sweeper.go).
+// This file holds the Worker: NewWorker, the handler registry (Handle), Run and its
+// graceful shutdown. It composes the parts that live in their own files: the configuration
+// (config.go), the claim loops (claim.go), the execution of one job (execute.go), the lease
+// and heartbeat (lease.go), success batching (complete.go), failure recording (retry.go),
+// the listener (notify.go), the leader election (leader.go) and an embedded Sweeper
+// (sweeper.go).
 
 package skiplock
 
@@ -16,167 +17,16 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
-// when its default applies.
-const (
-	// DefaultMaxWorkers is the default of [QueueConfig].MaxWorkers.
-	DefaultMaxWorkers = 100
-	// DefaultPollInterval is the default of [WorkerConfig].PollInterval.
-	DefaultPollInterval = time.Second
-	// DefaultFetchCooldown is the default of [WorkerConfig].FetchCooldown.
-	DefaultFetchCooldown = time.Millisecond
-	// DefaultShutdownTimeout is the default of [WorkerConfig].ShutdownTimeout.
-	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultVisibilityTimeout is the default of [WorkerConfig].VisibilityTimeout and
-	// [SweeperConfig].VisibilityTimeout.
-	DefaultVisibilityTimeout = time.Minute
-	// DefaultSweepInterval is the default of [WorkerConfig].SweepInterval and
-	// [SweeperConfig].Interval.
-	DefaultSweepInterval = 30 * time.Second
-	// DefaultArchiveRetention is the default of [WorkerConfig].ArchiveRetention and
-	// [SweeperConfig].ArchiveRetention.
-	DefaultArchiveRetention = 7 * 24 * time.Hour
-	// DefaultCompleteBatchSize is the default of [WorkerConfig].CompleteBatchSize.
-	DefaultCompleteBatchSize = 500
-	// DefaultCompleteFlushInterval is the default of [WorkerConfig].CompleteFlushInterval.
-	DefaultCompleteFlushInterval = 2 * time.Millisecond
-	// DefaultJobTimeout is the default of [WorkerConfig].JobTimeout.
-	DefaultJobTimeout = time.Minute
-)
-
-// QueueConfig configures one queue of a [Worker].
-type QueueConfig struct {
-	// MaxWorkers is how many jobs of this queue run at once in this worker. Defaults to
-	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
-	// an error.
-	MaxWorkers int
-	// Limits are the queue's flow-control limits across all workers (global and per-key
-	// concurrency, rate, fair sharing). Defaults to none: the zero value takes the plain
-	// claim path. Limits set at run time with [Client.SetQueueLimits] replace them. Every
-	// worker of a limited queue should declare the same limits.
-	Limits QueueLimits
-}
-
-// WorkerConfig configures a [Worker]. The zero value works: it runs the "default" queue.
-type WorkerConfig struct {
-	// Queues to work, by name. Defaults to {"default": {}}: the default queue with
-	// [DefaultMaxWorkers] slots.
-	Queues map[string]QueueConfig
-	// ID identifies this worker in locked_by; it must be unique among live workers, and at
-	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
-	ID string
-	// PollInterval is the fallback poll: this often, one statement asks which of the
-	// worker's queues have due jobs, and wakes their claim loops, even when no
-	// notification arrives (notifications are lost while nobody listens, and scheduled,
-	// retried and reclaimed jobs send none). It is one statement per interval however
-	// many queues the worker has. Defaults to [DefaultPollInterval] (1s); zero or negative
-	// means the default; a positive value under 1ms is an error.
-	PollInterval time.Duration
-	// FetchCooldown is how long the claim loop may wait for more free slots when only a few
-	// are free and the queue has a backlog, so that it claims in batches. Defaults to
-	// [DefaultFetchCooldown] (1ms); zero means the default, negative means never wait.
-	FetchCooldown time.Duration
-	// ShutdownTimeout is how long Run waits for running handlers after its context is
-	// cancelled, before cancelling their contexts. Handlers that then return within
-	// min(ShutdownTimeout, 5s) have their jobs put back in the queue (or their results
-	// recorded); the jobs of handlers still running after that are left to their lease,
-	// which is no longer renewed (see [Worker.Run]). Defaults to [DefaultShutdownTimeout]
-	// (10s); zero or negative means the default.
-	ShutdownTimeout time.Duration
-	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim
-	// writes the lease end (now() + VisibilityTimeout) in the job's row, and heartbeats
-	// renew it every VisibilityTimeout/3, each heartbeat given at most that long. The
-	// sweeper takes a job back only once its lease has ended, so this bounds the time to
-	// recover from a crash, not the length of a job; workers with different settings
-	// agree. If this worker's heartbeats stop landing, it cancels its own handlers
-	// VisibilityTimeout/3 before their leases can end. Defaults to
-	// [DefaultVisibilityTimeout] (1m): three heartbeat periods of 20s, long enough to ride
-	// out a database failover or a long GC pause without running a job twice. Zero or
-	// negative means the default; a positive value under 1ms is an error.
-	VisibilityTimeout time.Duration
-	// JobTimeout bounds one attempt of a job: when it passes, the handler's context is
-	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
-	// counts as failed, retried by the retry policy. A kind overrides it with a method
-	// Timeout() time.Duration on its args type (negative: no timeout for the kind), a job
-	// with [EnqueueOptions].Timeout. A
-	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
-	// after the timeout, so its lease ends and the job is retried elsewhere with the
-	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
-	// negative means no timeout; a positive value under 1ms is an error.
-	JobTimeout time.Duration
-	// SweepInterval is how often this worker's embedded [Sweeper] runs when this worker
-	// is the elected leader of the fleet's maintenance (one worker per schema at a time;
-	// see [Sweeper]). Defaults to [DefaultSweepInterval] (30s); zero means the default,
-	// negative disables the embedded sweeper, and this worker then takes no part in the
-	// election (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
-	SweepInterval time.Duration
-	// ArchiveRetention is how long finished jobs are kept before the embedded sweeper
-	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
-	// the default.
-	ArchiveRetention time.Duration
-	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive.
-	Completion Completion
-	// CompleteBatchSize is the most successes, and the most failures, recorded by one
-	// statement. Defaults to
-	// [DefaultCompleteBatchSize] (500); zero or negative means the default; more than
-	// 100000 is an error.
-	CompleteBatchSize int
-	// CompleteFlushInterval is how long a success may wait to be batched with others. A
-	// failure (retry, dead, failed, cancelled, snooze) is written at once when no other
-	// failure is being written, and otherwise waits at most this long for others to share
-	// its statement; its runner waits until it is written. Defaults to
-	// [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
-	CompleteFlushInterval time.Duration
-	// RetryPolicy computes the delay before a failed job runs again. Defaults to
-	// BackoffPolicy{}. A kind's args type may override it with a RetryPolicy() method.
-	RetryPolicy RetryPolicy
-	// ListenURL is a connection string for the LISTEN connection, for setups where the
-	// pool goes through a transaction-pooling PgBouncer (LISTEN needs a real session).
-	// Defaults to the pool's own connection settings. NewWorker refuses one pgx cannot parse.
-	ListenURL string
-	// Logger receives the worker's logs. Defaults to the client's logger.
-	Logger *slog.Logger
-	// Hooks are told when each job starts and ends, for metrics and tracing; they run
-	// after the client's [Config].Hooks. Nil means none; a nil entry is an error.
-	Hooks []Hook
-	// PeriodicJobs are the jobs this worker enqueues on a schedule (see [PeriodicJob]).
-	// Declare the same set in every worker that may enqueue them: each occurrence is
-	// enqueued once, by whichever of them gets to it first. A schedule that no running
-	// worker declares for a minute is marked inactive. Defaults to none.
-	PeriodicJobs []PeriodicJob
-}
-
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
 var ErrWorkerStarted = errors.New("skiplock: worker already started: a Worker runs once")
 
-// ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
-// the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
-// [EnqueueOptions].Timeout). The attempt counts as failed.
-var ErrJobTimeout = errors.New("skiplock: job timeout")
-
 // errShutdown is the cancel cause of job contexts cut off by shutdown.
 var errShutdown = errors.New("skiplock: worker shutting down")
-
-// errJobLost is the cancel cause of a job whose lease this worker no longer holds
-// (reclaimed by the sweeper, or cancelled).
-var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
-
-type handler struct {
-	run     func(ctx context.Context, row *JobRow) error
-	policy  RetryPolicy
-	timeout time.Duration // the kind's Timeout(); 0: the worker's
-}
-
-// timeoutArgs is implemented by args types with a kind-specific job timeout.
-type timeoutArgs interface {
-	Timeout() time.Duration
-}
 
 // Worker claims jobs and runs their handlers. Create it with [NewWorker], register
 // handlers with [Handle], then call Run once.
@@ -596,37 +446,6 @@ func (w *Worker) control(m controlMsg) {
 // leader table of migration 6, which the election needs).
 const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader LIMIT 0`
 
-// connsNeeded is how many pooled connections the worker's own statements can have in
-// flight at once, and what each is for. Handlers' statements (and the failures they
-// record) come on top.
-func (w *Worker) connsNeeded() (int, string) {
-	claims := claimConns(len(w.queues))
-	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
-	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
-	if w.elector != nil {
-		n += 1 + len(w.leaderTasks)
-		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
-	}
-	return n, why
-}
-
-// checkConns warns when the pool is smaller than what the worker's own statements can use
-// at once. A warning, not an error: pgxpool makes a statement wait for a free connection
-// rather than fail, so a small pool makes the worker slower (claims, heartbeats and
-// success batches queue behind each other), not stuck, and pgxpool's default size
-// (4 connections, or the CPU count) would otherwise refuse the zero-config worker on a
-// small machine. The warning says what to set.
-func (w *Worker) checkConns() {
-	need, why := w.connsNeeded()
-	have := int(w.client.pool.Config().MaxConns)
-	if have >= need {
-		return
-	}
-	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
-		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
-		"max_conns", have, "need", need, "for", why)
-}
-
 // waitTimeout waits for wg for at most d and reports whether it finished.
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})
@@ -639,134 +458,4 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
-}
-
-// runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
-// a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
-// pay for stack growth on every job.
-func (w *Worker) runner(q *queueRunner) {
-	for d := range q.jobs {
-		w.execute(d)
-		d.cancel(nil)
-		q.finished()
-		w.handlerWG.Done()
-	}
-}
-
-// start registers one claimed job: its context (derived from jobBase, which shutdown
-// cancels) and its place among the held jobs, with the lease its claim wrote. Its slot
-// was reserved before the claim.
-func (w *Worker) start(jobBase context.Context, cj claimedJob) dispatched {
-	jobCtx, cancel := context.WithCancelCause(jobBase)
-	jobCtx, st := withJobState(jobCtx, w.client.maxBytes)
-	key := jobKey{cj.row.ID, cj.fence}
-	w.held.add(key, cancel, cj.leased, st)
-	w.handlerWG.Add(1)
-	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout}
-}
-
-// timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
-// worker's. Zero or negative means none.
-func (w *Worker) timeoutFor(d dispatched, h handler) time.Duration {
-	switch {
-	case d.timeout > 0:
-		return d.timeout
-	case h.timeout != 0:
-		return h.timeout
-	default:
-		return w.cfg.JobTimeout
-	}
-}
-
-// execute runs one claimed job's handler and hands the outcome on: a success to the
-// completer, a failure to the failure recorder, a job cut off by shutdown to Run to put
-// back. The result of a job the worker no longer holds is dropped, and so is one that
-// comes after Run returned; both are logged. Every write is fenced on the claim's token.
-// It returns the result the hooks were told.
-func (w *Worker) execute(d dispatched) JobResult {
-	ctx, key, row := d.ctx, d.key, d.row
-	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
-	h, ok := w.handlers[row.Kind]
-	timeout := w.timeoutFor(d, h)
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
-		defer cancel()
-		// A handler that ignores its timeout is no longer heartbeated after a grace
-		// period: its lease runs out and the job is retried elsewhere, this attempt counted.
-		abandon := time.AfterFunc(timeout+w.lease.interval, func() {
-			w.held.abandon(key)
-			w.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
-				"job", row.ID, "attempt", row.Attempts, "timeout", timeout)
-		})
-		defer abandon.Stop()
-	}
-	for _, hk := range w.allHooks {
-		ctx = hk.JobStarted(ctx, row)
-	}
-	began := time.Now()
-	var err error
-	panicked := false
-	if !ok {
-		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
-	} else {
-		err, panicked = callHandler(ctx, h.run, row)
-	}
-	dur := time.Since(began)
-	cause := context.Cause(ctx)
-	if w.stopped.Load() {
-		w.held.remove(key)
-		w.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
-			"job", row.ID, "attempt", row.Attempts, "err", err)
-		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
-	}
-	if err != nil && errors.Is(cause, errShutdown) {
-		// Cut off by shutdown: Run puts it back once it has stopped waiting for handlers.
-		w.relMu.Lock()
-		late := w.relClosed
-		if !late {
-			w.toRelease = append(w.toRelease, key)
-		}
-		w.relMu.Unlock()
-		if late {
-			w.held.remove(key)
-			w.logger.Warn("skiplock: a handler cut off by shutdown returned too late to put its job back; it is retried when its lease ends, this attempt counted",
-				"job", row.ID, "attempt", row.Attempts)
-		}
-		// Still held, its lease renewed, until Run puts it back.
-		return w.report(ctx, row, JobResult{Status: StatusQueued, Outcome: OutcomeReleased, Err: err, Duration: dur, Panicked: panicked})
-	}
-	w.held.remove(key)
-	if errors.Is(cause, errJobLost) {
-		w.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
-		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
-	}
-	if err == nil {
-		if !w.completer.add(key, stateOf(ctx)) {
-			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
-				"job", row.ID, "attempt", row.Attempts)
-			return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Duration: dur})
-		}
-		return w.report(ctx, row, JobResult{Status: StatusSucceeded, Outcome: OutcomeSucceeded, Duration: dur})
-	}
-	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
-		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
-	}
-	policy := w.cfg.RetryPolicy
-	if h.policy != nil {
-		policy = h.policy
-	}
-	status := w.failures.record(key, row, err, policy)
-	return w.report(ctx, row, JobResult{Status: status, Outcome: outcomeOf(ctx, status, err), Err: err, Duration: dur, Panicked: panicked})
-}
-
-// callHandler runs the handler, turning a panic into an error with its stack.
-func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, row *JobRow) (err error, panicked bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n\n%s", r, debug.Stack())
-			panicked = true
-		}
-	}()
-	return run(ctx, row), false
 }

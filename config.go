@@ -1,0 +1,171 @@
+// This file holds the Worker's configuration: WorkerConfig, QueueConfig, the named
+// defaults they fall back to, and the connection budget a worker checks at start.
+
+package skiplock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
+// when its default applies.
+const (
+	// DefaultMaxWorkers is the default of [QueueConfig].MaxWorkers.
+	DefaultMaxWorkers = 100
+	// DefaultPollInterval is the default of [WorkerConfig].PollInterval.
+	DefaultPollInterval = time.Second
+	// DefaultFetchCooldown is the default of [WorkerConfig].FetchCooldown.
+	DefaultFetchCooldown = time.Millisecond
+	// DefaultShutdownTimeout is the default of [WorkerConfig].ShutdownTimeout.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultVisibilityTimeout is the default of [WorkerConfig].VisibilityTimeout and
+	// [SweeperConfig].VisibilityTimeout.
+	DefaultVisibilityTimeout = time.Minute
+	// DefaultSweepInterval is the default of [WorkerConfig].SweepInterval and
+	// [SweeperConfig].Interval.
+	DefaultSweepInterval = 30 * time.Second
+	// DefaultArchiveRetention is the default of [WorkerConfig].ArchiveRetention and
+	// [SweeperConfig].ArchiveRetention.
+	DefaultArchiveRetention = 7 * 24 * time.Hour
+	// DefaultCompleteBatchSize is the default of [WorkerConfig].CompleteBatchSize.
+	DefaultCompleteBatchSize = 500
+	// DefaultCompleteFlushInterval is the default of [WorkerConfig].CompleteFlushInterval.
+	DefaultCompleteFlushInterval = 2 * time.Millisecond
+	// DefaultJobTimeout is the default of [WorkerConfig].JobTimeout.
+	DefaultJobTimeout = time.Minute
+)
+
+// QueueConfig configures one queue of a [Worker].
+type QueueConfig struct {
+	// MaxWorkers is how many jobs of this queue run at once in this worker. Defaults to
+	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
+	// an error.
+	MaxWorkers int
+	// Limits are the queue's flow-control limits across all workers (global and per-key
+	// concurrency, rate, fair sharing). Defaults to none: the zero value takes the plain
+	// claim path. Limits set at run time with [Client.SetQueueLimits] replace them. Every
+	// worker of a limited queue should declare the same limits.
+	Limits QueueLimits
+}
+
+// WorkerConfig configures a [Worker]. The zero value works: it runs the "default" queue.
+type WorkerConfig struct {
+	// Queues to work, by name. Defaults to {"default": {}}: the default queue with
+	// [DefaultMaxWorkers] slots.
+	Queues map[string]QueueConfig
+	// ID identifies this worker in locked_by; it must be unique among live workers, and at
+	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
+	ID string
+	// PollInterval is the fallback poll: this often, one statement asks which of the
+	// worker's queues have due jobs, and wakes their claim loops, even when no
+	// notification arrives (notifications are lost while nobody listens, and scheduled,
+	// retried and reclaimed jobs send none). It is one statement per interval however
+	// many queues the worker has. Defaults to [DefaultPollInterval] (1s); zero or negative
+	// means the default; a positive value under 1ms is an error.
+	PollInterval time.Duration
+	// FetchCooldown is how long the claim loop may wait for more free slots when only a few
+	// are free and the queue has a backlog, so that it claims in batches. Defaults to
+	// [DefaultFetchCooldown] (1ms); zero means the default, negative means never wait.
+	FetchCooldown time.Duration
+	// ShutdownTimeout is how long Run waits for running handlers after its context is
+	// cancelled, before cancelling their contexts. Handlers that then return within
+	// min(ShutdownTimeout, 5s) have their jobs put back in the queue (or their results
+	// recorded); the jobs of handlers still running after that are left to their lease,
+	// which is no longer renewed (see [Worker.Run]). Defaults to [DefaultShutdownTimeout]
+	// (10s); zero or negative means the default.
+	ShutdownTimeout time.Duration
+	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim
+	// writes the lease end (now() + VisibilityTimeout) in the job's row, and heartbeats
+	// renew it every VisibilityTimeout/3, each heartbeat given at most that long. The
+	// sweeper takes a job back only once its lease has ended, so this bounds the time to
+	// recover from a crash, not the length of a job; workers with different settings
+	// agree. If this worker's heartbeats stop landing, it cancels its own handlers
+	// VisibilityTimeout/3 before their leases can end. Defaults to
+	// [DefaultVisibilityTimeout] (1m): three heartbeat periods of 20s, long enough to ride
+	// out a database failover or a long GC pause without running a job twice. Zero or
+	// negative means the default; a positive value under 1ms is an error.
+	VisibilityTimeout time.Duration
+	// JobTimeout bounds one attempt of a job: when it passes, the handler's context is
+	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
+	// counts as failed, retried by the retry policy. A kind overrides it with a method
+	// Timeout() time.Duration on its args type (negative: no timeout for the kind), a job
+	// with [EnqueueOptions].Timeout. A
+	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
+	// after the timeout, so its lease ends and the job is retried elsewhere with the
+	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
+	// negative means no timeout; a positive value under 1ms is an error.
+	JobTimeout time.Duration
+	// SweepInterval is how often this worker's embedded [Sweeper] runs when this worker
+	// is the elected leader of the fleet's maintenance (one worker per schema at a time;
+	// see [Sweeper]). Defaults to [DefaultSweepInterval] (30s); zero means the default,
+	// negative disables the embedded sweeper, and this worker then takes no part in the
+	// election (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
+	SweepInterval time.Duration
+	// ArchiveRetention is how long finished jobs are kept before the embedded sweeper
+	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
+	// the default.
+	ArchiveRetention time.Duration
+	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive.
+	Completion Completion
+	// CompleteBatchSize is the most successes, and the most failures, recorded by one
+	// statement. Defaults to
+	// [DefaultCompleteBatchSize] (500); zero or negative means the default; more than
+	// 100000 is an error.
+	CompleteBatchSize int
+	// CompleteFlushInterval is how long a success may wait to be batched with others. A
+	// failure (retry, dead, failed, cancelled, snooze) is written at once when no other
+	// failure is being written, and otherwise waits at most this long for others to share
+	// its statement; its runner waits until it is written. Defaults to
+	// [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
+	CompleteFlushInterval time.Duration
+	// RetryPolicy computes the delay before a failed job runs again. Defaults to
+	// BackoffPolicy{}. A kind's args type may override it with a RetryPolicy() method.
+	RetryPolicy RetryPolicy
+	// ListenURL is a connection string for the LISTEN connection, for setups where the
+	// pool goes through a transaction-pooling PgBouncer (LISTEN needs a real session).
+	// Defaults to the pool's own connection settings. NewWorker refuses one pgx cannot parse.
+	ListenURL string
+	// Logger receives the worker's logs. Defaults to the client's logger.
+	Logger *slog.Logger
+	// Hooks are told when each job starts and ends, for metrics and tracing; they run
+	// after the client's [Config].Hooks. Nil means none; a nil entry is an error.
+	Hooks []Hook
+	// PeriodicJobs are the jobs this worker enqueues on a schedule (see [PeriodicJob]).
+	// Declare the same set in every worker that may enqueue them: each occurrence is
+	// enqueued once, by whichever of them gets to it first. A schedule that no running
+	// worker declares for a minute is marked inactive. Defaults to none.
+	PeriodicJobs []PeriodicJob
+}
+
+// connsNeeded is how many pooled connections the worker's own statements can have in
+// flight at once, and what each is for. Handlers' statements (and the failures they
+// record) come on top.
+func (w *Worker) connsNeeded() (int, string) {
+	claims := claimConns(len(w.queues))
+	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
+	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
+	if w.elector != nil {
+		n += 1 + len(w.leaderTasks)
+		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
+	}
+	return n, why
+}
+
+// checkConns warns when the pool is smaller than what the worker's own statements can use
+// at once. A warning, not an error: pgxpool makes a statement wait for a free connection
+// rather than fail, so a small pool makes the worker slower (claims, heartbeats and
+// success batches queue behind each other), not stuck, and pgxpool's default size
+// (4 connections, or the CPU count) would otherwise refuse the zero-config worker on a
+// small machine. The warning says what to set.
+func (w *Worker) checkConns() {
+	need, why := w.connsNeeded()
+	have := int(w.client.pool.Config().MaxConns)
+	if have >= need {
+		return
+	}
+	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
+		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
+		"max_conns", have, "need", need, "for", why)
+}

@@ -1,0 +1,418 @@
+// This file holds the claim paths of queues with limits (QueueLimits): the slot path for a
+// queue with only a global concurrency limit, and the lock path for per-key limits, rate
+// limits and fair sharing. A queue without limits never comes here (claim.go).
+
+package skiplock
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// flowLockSQL takes the queue's claim lock for the rest of the (implicit) transaction.
+// Its first key, 1936419190, is flow control's; the second is a hash of the schema and the
+// queue ($1). (The sweeper's lock has another first key: the two never collide; two
+// queues whose names hash alike share a lock, which costs them waiting, not exactness.)
+//
+// This is what keeps every limit exact at READ COMMITTED. It runs as its own statement,
+// before the claim statement of the same transaction: a statement's snapshot is taken when
+// it starts, so a lock taken inside the claim statement itself would be taken after the
+// snapshot, and the claim would count the running jobs as they were before the previous
+// holder committed. Here the previous holder has committed (and is visible) by the time
+// the lock is granted, and the claim statement's snapshot is taken after that.
+//
+// Why the count cannot drift: a job of the queue becomes running only through a claim
+// under this lock, and stops being running by any other statement (success, failure,
+// snooze, release, cancel, the sweeper's reclaim of a dead worker's job) without needing
+// it. A claim may see a job as running that has just finished, and so take one slot
+// fewer than it could; it can never see a free slot that is not. Nothing is counted in
+// memory: a worker that dies holds its slots exactly as long as its jobs stay running,
+// i.e. until the sweeper reclaims them.
+const flowLockSQL = `SELECT pg_advisory_xact_lock(1936419190, hashtext($1))`
+
+// flowPrefixSQL is the head of both limited claim statements: how many jobs this claim
+// may take. Parameters: $1 queue, $2 free slots of this worker, $3 worker id,
+// $4 Concurrency (NULL: none), $5 Rate (NULL: none), $6 RatePeriod in seconds, $7 the
+// worker's visibility timeout (the lease the claim writes).
+//
+//   - clock is read once, after the lock was granted (now() is the transaction's start,
+//     before the wait): it measures the refill of the token bucket, and since claims of a
+//     queue are serialized, it never goes back.
+//   - bucket refills the tokens by the time elapsed since the last limited claim, at Rate
+//     per RatePeriod, up to Rate: the bucket state lives in queue_flow, shared by all hosts.
+//   - budget is the most jobs this claim may take: the worker's free slots, the queue's
+//     free global slots (Concurrency minus its running jobs, counted through
+//     jobs_limited_running_idx), and the whole tokens in the bucket. The count is skipped
+//     when there is no global limit (CASE evaluates lazily). attempts >= 0 reads the heap
+//     row: a plain index scan marks entries of finished jobs dead as it passes them.
+const flowPrefixSQL = `WITH RECURSIVE clock AS MATERIALIZED (
+	SELECT clock_timestamp() AS t
+), bucket AS MATERIALIZED (
+	SELECT CASE WHEN $5::float8 IS NULL THEN NULL::float8
+		ELSE least($5::float8, coalesce(f.tokens, 0) + $5::float8 / $6::float8
+			* greatest(0, extract(epoch FROM c.t - coalesce(f.refilled_at, c.t))::float8)) END AS tokens,
+		f.cursor_key
+	FROM clock c LEFT JOIN {s}.queue_flow f ON f.queue = $1
+), budget AS MATERIALIZED (
+	SELECT greatest(0, least($2::int,
+		CASE WHEN $4::int IS NULL THEN NULL ELSE $4::int - (
+			SELECT count(*) FROM {s}.jobs
+			WHERE queue = $1 AND status = 'running' AND limited AND attempts >= 0)::int END,
+		floor(b.tokens)::int)) AS n
+	FROM bucket b
+)`
+
+// flowPlainPickSQL picks the jobs of a limited queue without keys: claimSQL's walk
+// (priority by priority, due jobs only, SKIP LOCKED), cut at the budget.
+const flowPlainPickSQL = `, prios AS (
+	(SELECT priority FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
+	 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+	        ORDER BY j.priority DESC LIMIT 1)
+	FROM prios p WHERE p.priority IS NOT NULL
+), picked AS (
+	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
+		SELECT ctid FROM {s}.jobs
+		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+		ORDER BY run_at, id
+		LIMIT (SELECT n FROM budget)
+		FOR UPDATE SKIP LOCKED
+	) c
+	LIMIT (SELECT n FROM budget)
+), cursor AS (
+	SELECT NULL::text AS k
+)`
+
+// flowKeyedPickSQL picks the jobs of a queue with per-key limits or fair sharing; $8 is
+// KeyConcurrency (NULL: none).
+//
+//   - walk_after / walk_before step through the distinct keys of the queue's queued jobs,
+//     one seek of jobs_partition_idx each, starting after the round-robin cursor (the last
+//     key the previous claim reached) and wrapping around to the first key. ord keeps the
+//     walk's order.
+//   - ready keeps the keys that have a due job and free per-key slots (KeyConcurrency
+//     minus the key's running jobs), and stops the walk once it has as many keys as the
+//     budget: a claim never walks more keys than it could serve, except saturated ones.
+//     Both checks are scalar subqueries in the LATERAL, one index probe per key: written
+//     as EXISTS, the planner (with no statistics on a fresh queue) turned the check into
+//     a hash semi-join over every queued job of the queue.
+//   - nokey serves the jobs without a key as one more key, with an equal share of the
+//     budget. They are not in jobs_partition_idx, and finding them anywhere in the queue
+//     would mean walking every keyed job, so only the first 64 queued jobs of the queue
+//     (in claim order, jobs_claim_idx) are looked through: give every job of a keyed
+//     queue a key. They are then read by ctid (a TID scan); the other conditions are
+//     written so that no index matches them (status with an empty string appended is
+//     hidden from the partial indexes), or the planner may walk the claim index instead.
+//   - slots splits the rest of the budget evenly across the ready keys (the first ones in
+//     walk order get the remainder); each key then gives at most its share and its free
+//     slots, in its own claim order, SKIP LOCKED.
+//   - cursor is the last key reached: the next claim starts after it.
+const flowKeyedPickSQL = `, walk_after AS (
+	(SELECT partition_key AS k, 1::bigint AS ord FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1 AND partition_key IS NOT NULL AND attempts >= 0
+	   AND partition_key > coalesce((SELECT cursor_key FROM bucket), '')
+	 ORDER BY partition_key LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.partition_key FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.partition_key IS NOT NULL
+	          AND j.attempts >= 0 AND j.partition_key > w.k
+	        ORDER BY j.partition_key LIMIT 1), w.ord + 1
+	FROM walk_after w WHERE w.k IS NOT NULL
+), walk_before AS (
+	(SELECT partition_key AS k, 1::bigint AS ord FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1 AND partition_key IS NOT NULL AND attempts >= 0
+	   AND partition_key <= (SELECT cursor_key FROM bucket)
+	 ORDER BY partition_key LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.partition_key FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.partition_key IS NOT NULL
+	          AND j.attempts >= 0 AND j.partition_key > w.k
+	          AND j.partition_key <= (SELECT cursor_key FROM bucket)
+	        ORDER BY j.partition_key LIMIT 1), w.ord + 1
+	FROM walk_before w WHERE w.k IS NOT NULL
+), walk AS (
+	SELECT k, ord FROM walk_after WHERE k IS NOT NULL
+	UNION ALL
+	SELECT k, ord + 1000000000 FROM walk_before WHERE k IS NOT NULL
+), ready AS MATERIALIZED (
+	SELECT w.k, w.ord, fr.free FROM walk w
+	CROSS JOIN LATERAL (
+		SELECT CASE WHEN $8::int IS NULL THEN bu.n
+			ELSE least(bu.n, $8::int - (SELECT count(*) FROM {s}.jobs r
+				WHERE r.queue = $1 AND r.partition_key = w.k AND r.status = 'running'
+				  AND r.limited AND r.attempts >= 0)::int) END AS free,
+			(SELECT true FROM {s}.jobs d
+			 WHERE d.status = 'queued' AND d.queue = $1 AND d.partition_key = w.k
+			   AND d.run_at <= now() AND d.attempts >= 0
+			 LIMIT 1) AS due
+		FROM budget bu
+		OFFSET 0
+	) fr
+	WHERE fr.free > 0 AND fr.due
+	LIMIT (SELECT n FROM budget)
+), nokey_free AS MATERIALIZED (
+	SELECT greatest(0, least(
+		CASE WHEN $8::int IS NULL THEN bu.n
+			ELSE $8::int - (SELECT count(*) FROM {s}.jobs r
+				WHERE r.queue = $1 AND r.partition_key IS NULL AND r.status = 'running'
+				  AND r.limited AND r.attempts >= 0)::int END,
+		ceil(bu.n::numeric / ((SELECT count(*) FROM ready) + 1))::int)) AS n
+	FROM budget bu
+), nokey AS (
+	SELECT j.ctid FROM {s}.jobs j
+	WHERE j.ctid = ANY (ARRAY(
+		SELECT h.ctid FROM {s}.jobs h
+		WHERE h.status = 'queued' AND h.queue = $1 AND h.attempts >= 0
+		ORDER BY h.priority DESC, h.run_at, h.id
+		LIMIT 64))
+	  AND (j.status || '') = 'queued' AND j.partition_key IS NULL AND j.run_at <= now()
+	LIMIT (SELECT n FROM nokey_free)
+	FOR UPDATE SKIP LOCKED
+), slots AS MATERIALIZED (
+	SELECT r.k, r.free,
+		m.rest / m.cnt + CASE WHEN row_number() OVER (ORDER BY r.ord) <= m.rest % m.cnt THEN 1 ELSE 0 END AS share
+	FROM ready r, (
+		SELECT greatest(0, (SELECT n FROM budget) - (SELECT count(*) FROM nokey)::int) AS rest,
+			greatest(1, (SELECT count(*) FROM ready)::int) AS cnt
+	) m
+), picked AS (
+	SELECT ctid FROM nokey
+	UNION ALL
+	SELECT c.ctid FROM slots s CROSS JOIN LATERAL (
+		SELECT ctid FROM {s}.jobs
+		WHERE status = 'queued' AND queue = $1 AND partition_key = s.k AND run_at <= now()
+		ORDER BY priority DESC, run_at, id
+		LIMIT least(s.free, s.share)
+		FOR UPDATE SKIP LOCKED
+	) c
+), cursor AS (
+	SELECT (SELECT k FROM ready ORDER BY ord DESC LIMIT 1) AS k
+)`
+
+// flowSuffixSQL claims the picked jobs and records the claim state.
+//
+//   - The UPDATE is claimSQL's (by ctid, status running committed by the statement, the
+//     fencing columns: keep its SET list in step with claimSQL's), and sets limited:
+//     only rows claimed under a limit enter jobs_limited_running_idx, which is what the
+//     next claim counts.
+//   - state stores the bucket minus the tokens this claim spent (one per start), the time
+//     it was refilled to, the budget (so the worker tells "limited" from "no more jobs")
+//     and the round-robin cursor. It is the only writer of its row, under the lock.
+const flowSuffixSQL = `, claimed AS (
+	UPDATE {s}.jobs
+	SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
+		fence = fence + 1, lease_until = now() + $7::interval, limited = true
+	WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
+	RETURNING ` + jobColumns + `, fence, timeout_ms
+), state AS (
+	INSERT INTO {s}.queue_flow AS f (queue, tokens, refilled_at, budget, cursor_key)
+	SELECT $1, b.tokens - (SELECT count(*) FROM claimed), c.t, bu.n, (SELECT k FROM cursor)
+	FROM bucket b, clock c, budget bu
+	ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+		budget = excluded.budget, cursor_key = coalesce(excluded.cursor_key, f.cursor_key)
+)
+SELECT ` + jobColumns + `, fence, timeout_ms FROM claimed`
+
+// flowStateSQL reads what the claim just recorded, in the same transaction.
+const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1`
+
+// slotClaimSQL claims up to $2 due jobs of queue $1 for worker $3 when the queue's only
+// limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one autocommit statement, no lock, so the claims of
+// all processes run and commit side by side. Each job claimed takes one free slot row of
+// queue_slots, and the slot row records it.
+//
+//   - free locks up to $2 free slots, SKIP LOCKED: another claim in flight holds the rows
+//     it is filling. A slot is free when its holder (job_id, fence) is no longer running
+//     under that claim (finished, failed, retried, released, cancelled or reclaimed: none of
+//     those statements has to touch the slot), and when the claim that filled it is
+//     visible to this statement's snapshot (pg_visible_in_snapshot). That second test is
+//     what keeps two claims from filling one slot at READ COMMITTED: if another claim
+//     filled the slot and committed after this statement's snapshot was taken, FOR UPDATE
+//     re-reads the newest row version and re-checks these conditions on it (EvalPlanQual)
+//     but evaluates the running test against the old snapshot, where the new holder is
+//     still queued; the holder's claim transaction is invisible to that snapshot, so the
+//     slot is skipped instead of taken twice. A claim can thus see a slot taken that was
+//     just freed (it takes one job fewer), never a taken slot free.
+//   - picked is claimSQL's walk, cut at the number of slots locked.
+//   - The jobs and the slots are paired by row number; the slot records the fencing token
+//     the claim gives the job (fence + 1, never given again) and this transaction's id.
+//   - The UPDATE of the jobs is claimSQL's, $5 being the worker's visibility timeout.
+const slotClaimSQL = `WITH RECURSIVE free AS MATERIALIZED (
+	SELECT s.ctid AS sctid, s.slot FROM {s}.queue_slots s
+	WHERE s.queue = $1 AND s.slot < $4
+	  AND (s.claim_xid IS NULL OR pg_visible_in_snapshot(s.claim_xid, pg_current_snapshot()))
+	  AND NOT EXISTS (
+		SELECT 1 FROM {s}.jobs h
+		WHERE h.id = s.job_id AND (h.status || '') = 'running' AND h.fence = s.fence)
+	ORDER BY s.slot
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), prios AS (
+	(SELECT priority FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
+	 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+	        ORDER BY j.priority DESC LIMIT 1)
+	FROM prios p WHERE p.priority IS NOT NULL
+), picked AS MATERIALIZED (
+	SELECT c.ctid, c.id, c.fence FROM prios p CROSS JOIN LATERAL (
+		SELECT ctid, id, fence FROM {s}.jobs
+		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+		ORDER BY run_at, id
+		LIMIT (SELECT count(*) FROM free)
+		FOR UPDATE SKIP LOCKED
+	) c
+	LIMIT (SELECT count(*) FROM free)
+), pairs AS (
+	SELECT f.sctid, p.id, p.fence
+	FROM (SELECT sctid, row_number() OVER (ORDER BY slot) AS rn FROM free) f
+	JOIN (SELECT id, fence, row_number() OVER (ORDER BY id) AS rn FROM picked) p USING (rn)
+), held AS (
+	UPDATE {s}.queue_slots s
+	SET job_id = p.id, fence = p.fence + 1, claim_xid = pg_current_xact_id()
+	FROM pairs p WHERE s.ctid = p.sctid
+)
+UPDATE {s}.jobs
+SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
+	fence = fence + 1, lease_until = now() + $5::interval, limited = true
+WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
+RETURNING ` + jobColumns + `, fence, timeout_ms`
+
+// ensureSlotsSQL makes sure queue $1 has slot rows 0..$2-1. Rows past a lowered limit
+// stay, unused (claims read slots under the limit only).
+const ensureSlotsSQL = `INSERT INTO {s}.queue_slots (queue, slot)
+SELECT $1, g FROM generate_series(0, $2::int - 1) g
+ON CONFLICT DO NOTHING`
+
+// slotted reports whether limits l take the slot claim: a global limit and nothing else.
+func (l QueueLimits) slotted() bool { return l.Concurrency > 0 && l.Rate == 0 && !l.keyed() }
+
+// claimHint is what a claim tells its loop besides the jobs.
+type claimHint struct {
+	// more: the claim was cut by a limit, not by a lack of jobs; a finished job of this
+	// worker frees a slot worth claiming for.
+	more bool
+	// again: claim again at once (a keyed claim whose per-key shares left free slots).
+	again bool
+	// retryIn: the next rate-limit token comes this soon; claim then.
+	retryIn time.Duration
+}
+
+// flowClaimer runs the limited claims of one schema.
+type flowClaimer struct {
+	pool                   *pgxpool.Pool
+	schema                 string
+	lock, plain, keyed, st string
+	slots, ensure          string
+	visibility             time.Duration // the lease a claim writes
+	wrapErr                func(op string, err error) error
+}
+
+func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
+	return &flowClaimer{
+		pool: c.pool, schema: c.schema, wrapErr: c.wrapErr, visibility: visibility,
+		lock:   flowLockSQL,
+		plain:  renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
+		keyed:  renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
+		st:     renderSQL(c.schema, flowStateSQL),
+		slots:  renderSQL(c.schema, slotClaimSQL),
+		ensure: renderSQL(c.schema, ensureSlotsSQL),
+	}
+}
+
+// nullInt is n as a query argument, nil for zero (no limit).
+func nullInt(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return int32(n)
+}
+
+// claim takes up to n due jobs of queue under limits l for worker workerID. It runs three
+// statements in one round trip and one implicit transaction: the queue's claim lock, the
+// claim, and the read of the state it recorded. The lock ends with the transaction.
+func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
+	if l.slotted() {
+		return f.claimSlots(ctx, queue, l, n, workerID)
+	}
+	var rate, period any
+	if l.Rate > 0 {
+		rate, period = float64(l.Rate), l.RatePeriod.Seconds()
+	}
+	args := []any{queue, int32(n), workerID, nullInt(l.Concurrency), rate, period, f.visibility}
+	sql := f.plain
+	if l.keyed() {
+		sql = f.keyed
+		args = append(args, nullInt(l.KeyConcurrency))
+	}
+	b := &pgx.Batch{}
+	b.Queue(f.lock, f.schema+"."+queue)
+	b.Queue(sql, args...)
+	b.Queue(f.st, queue)
+	began := time.Now()
+	br := f.pool.SendBatch(ctx, b)
+	jobs, tokens, budget, err := readFlowClaim(br, began)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, claimHint{}, f.wrapErr("claim", err)
+	}
+	var h claimHint
+	m := len(jobs)
+	if m < n && m == budget {
+		// Cut by a limit: by the global one (a finished job frees a slot) or by the rate
+		// (the next token comes at a known time).
+		h.more = l.Concurrency > 0 || l.KeyConcurrency > 0
+		if l.Rate > 0 && tokens != nil && *tokens < 1 {
+			perToken := l.RatePeriod.Seconds() / float64(l.Rate)
+			h.retryIn = max(time.Millisecond, time.Duration((1-*tokens)*perToken*float64(time.Second)))
+		}
+	} else if m < n && m > 0 && l.keyed() {
+		h.again = true // some keys had fewer jobs than their share: the others may have more
+	}
+	return jobs, h, nil
+}
+
+// claimSlots is claim for a queue whose only limit is Concurrency: slotClaimSQL.
+func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
+	began := time.Now()
+	rows, err := f.pool.Query(ctx, f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
+	if err != nil {
+		return nil, claimHint{}, f.wrapErr("claim", err)
+	}
+	jobs, err := scanClaimed(rows, began)
+	if err != nil {
+		return nil, claimHint{}, f.wrapErr("claim", err)
+	}
+	// Fewer jobs than asked: no more due jobs, or no free slot. In both cases a finished
+	// job of this worker (a freed slot) is worth a claim; an empty queue has none.
+	return jobs, claimHint{more: len(jobs) < n}, nil
+}
+
+// readFlowClaim reads the three results of a limited claim's batch.
+func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tokens *float64, budget int, err error) {
+	if _, err = br.Exec(); err != nil {
+		return nil, nil, 0, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if jobs, err = scanClaimed(rows, began); err != nil {
+		return nil, nil, 0, err
+	}
+	var b int32
+	if err = br.QueryRow().Scan(&tokens, &b); err != nil {
+		return nil, nil, 0, err
+	}
+	return jobs, tokens, int(b), nil
+}

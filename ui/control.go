@@ -31,7 +31,8 @@ func NewClientControl(client *skiplock.Client) *ClientControl {
 // queueInfoSQL reads the queues that have control state (paused now, or once).
 const queueInfoSQL = `SELECT name, paused_at FROM {s}.queues ORDER BY name LIMIT 1000`
 
-// QueueInfo returns the paused state of every queue that was ever paused.
+// QueueInfo returns the paused state of every queue that was ever paused, and the global
+// concurrency limit of every queue that has one set at run time.
 func (c *ClientControl) QueueInfo(ctx context.Context) (map[string]QueueInfo, error) {
 	rows, err := c.client.Pool().Query(ctx, c.queues)
 	if err != nil {
@@ -50,7 +51,21 @@ func (c *ClientControl) QueueInfo(ctx context.Context) (map[string]QueueInfo, er
 		out[name] = info
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	// The global concurrency limits set at run time (skiplock limits, SetQueueLimits);
+	// limits that only the workers' QueueConfig declares are not in the database.
+	limits, err := c.client.QueueLimitsSet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for q, l := range limits {
+		info := out[q]
+		info.Limit = l.Concurrency
+		out[q] = info
+	}
+	return out, nil
 }
 
 // PauseQueue pauses queue on every worker ([skiplock.Client.PauseQueue]).

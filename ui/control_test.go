@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui"
 )
 
@@ -27,6 +28,10 @@ func TestClientControl_PausesQueuesAndListsSchedules(t *testing.T) {
 	r = b.get("/queues")
 	assert.Contains(t, r.body, ">paused<")
 	assert.Contains(t, r.body, "/queues/emails/resume")
+
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "emails", skiplock.QueueLimits{Concurrency: 7}))
+	r = b.get("/queues")
+	assert.Contains(t, r.body, "/ 7", "running vs the limit set at run time")
 
 	r = b.act("/queues", "/queues/emails/resume", nil)
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)

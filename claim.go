@@ -16,6 +16,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// prioritiesCTE walks the distinct priorities of queue $1's queued jobs, highest first,
+// one index seek each (a skip scan of jobs_claim_idx). Both claim paths start with it
+// (claimSQL here, flowPlainPickSQL in flowclaim.go).
+const prioritiesCTE = `prios AS (
+	(SELECT priority FROM {s}.jobs
+	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
+	 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM {s}.jobs j
+	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+	        ORDER BY j.priority DESC LIMIT 1)
+	FROM prios p WHERE p.priority IS NOT NULL
+)`
+
 // claimSQL claims up to $2 due jobs of queue $1 for worker $3 in one autocommit statement
 // (READ COMMITTED).
 //
@@ -43,16 +57,7 @@ import (
 //   - lease_until is this worker's lease: now() + its own visibility timeout ($4). The
 //     sweeper takes the job back only once it has passed, whatever its own settings.
 //   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
-const claimSQL = `WITH RECURSIVE prios AS (
-	(SELECT priority FROM {s}.jobs
-	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
-	 ORDER BY priority DESC LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM {s}.jobs j
-	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
-	        ORDER BY j.priority DESC LIMIT 1)
-	FROM prios p WHERE p.priority IS NOT NULL
-), picked AS (
+const claimSQL = `WITH RECURSIVE ` + prioritiesCTE + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()

@@ -67,16 +67,7 @@ const flowPrefixSQL = `WITH RECURSIVE clock AS MATERIALIZED (
 
 // flowPlainPickSQL picks the jobs of a limited queue without keys: claimSQL's walk
 // (priority by priority, due jobs only, SKIP LOCKED), cut at the budget.
-const flowPlainPickSQL = `, prios AS (
-	(SELECT priority FROM {s}.jobs
-	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
-	 ORDER BY priority DESC LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM {s}.jobs j
-	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
-	        ORDER BY j.priority DESC LIMIT 1)
-	FROM prios p WHERE p.priority IS NOT NULL
-), picked AS (
+const flowPlainPickSQL = `, ` + prioritiesCTE + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()

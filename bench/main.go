@@ -89,12 +89,16 @@ func run() error {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run every -autovacuum pass on the throwaway cluster, setting autovacuum there with ALTER SYSTEM")
 	flag.BoolVar(&o.flow, "flow", false, "run skiplock's flow-control workloads instead (worker processes of their own; writes results/flow.md)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
+	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
 	flag.DurationVar(&riverFetchCooldown, "river-fetch-cooldown", riverFetchCooldown, "River FetchCooldown")
 	flag.DurationVar(&riverFetchPollInterval, "river-poll", riverFetchPollInterval, "River FetchPollInterval")
 	flag.IntVar(&riverMaxWorkers, "river-workers", riverMaxWorkers, "River MaxWorkers of the default queue")
 	flag.IntVar(&gueWorkers, "gue-workers", gueWorkers, "gue WorkerPool size (each working job holds a pooled connection)")
 	flag.DurationVar(&guePollInterval, "gue-poll", guePollInterval, "gue poll interval")
 	flag.Parse()
+	if _, ok := completions[skiplockCompletion]; !ok {
+		return fmt.Errorf("-skiplock-completion %q: want archive, delete or keep", skiplockCompletion)
+	}
 	if child, err := runFleetChild(o.dsn); child {
 		return err
 	}

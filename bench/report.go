@@ -414,7 +414,7 @@ func cell(r Result) string {
 // format renders a value with a precision suited to its unit.
 func format(v float64, unit string) string {
 	switch {
-	case unit == "x":
+	case unit == "x" || unit == "cores":
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	case unit == "MB" || unit == "commits/s":
 		return strconv.FormatFloat(v, 'f', 1, 64)

@@ -16,6 +16,15 @@ func init() { register("skiplock", func() System { return &skiplockSystem{} }) }
 
 const skiplockSchema = "skiplock"
 
+// skiplockCompletion is -skiplock-completion: what a success does to the row. The default,
+// archive, is skiplock's; delete shows what the history costs.
+var skiplockCompletion = "archive"
+
+// completions maps -skiplock-completion's values to the library's modes.
+var completions = map[string]skiplock.Completion{
+	"archive": skiplock.CompletionArchive, "delete": skiplock.CompletionDelete, "keep": skiplock.CompletionKeep,
+}
+
 type skiplockSystem struct {
 	pool   *pgxpool.Pool
 	client *skiplock.Client
@@ -36,6 +45,9 @@ func (s *skiplockSystem) JobTables() []string {
 	return []string{skiplockSchema + ".jobs", skiplockSchema + ".jobs_archive"}
 }
 func (s *skiplockSystem) Config() string {
+	if skiplockCompletion != "archive" {
+		return "defaults (Config{}, WorkerConfig{}) except Completion " + skiplockCompletion + ", EnqueueMany (COPY) for bulk"
+	}
 	return "defaults (Config{}, WorkerConfig{}), EnqueueMany (COPY) for bulk"
 }
 
@@ -89,7 +101,7 @@ func (s *skiplockSystem) Insert(ctx context.Context, args NoopArgs) error {
 }
 
 func (s *skiplockSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
-	cfg := skiplock.WorkerConfig{Logger: quietLogger()}
+	cfg := skiplock.WorkerConfig{Logger: quietLogger(), Completion: completions[skiplockCompletion]}
 	if spec.Queues > 1 {
 		cfg.Queues = map[string]skiplock.QueueConfig{}
 		for i := range spec.Queues {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,8 @@ type env struct {
 	pool  *pgxpool.Pool
 	sizes Sizes
 	notes []string
+	// cpu holds the CPU metrics of the last drain (cpu.go).
+	cpu map[string]float64
 }
 
 func (e *env) note(format string, args ...any) {
@@ -133,11 +136,11 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("one job per call outside any caller transaction (skiplock: coalesced; bare: INSERT + commit per call), 1, 16 and 64 producers for %s each, no workers", s.SingleFor)
 		},
-		Metrics: []Metric{
+		Metrics: append([]Metric{
 			rate("p1", "single inserts, 1 producer"),
 			rate("p16", "single inserts, 16 producers"),
 			rate("p64", "single inserts, 64 producers"),
-		},
+		}, cpuMetrics...),
 		Run: runSingle,
 	},
 	{
@@ -145,7 +148,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("drain %d pre-inserted no-op jobs (until all final in the DB)", s.Drain)
 		},
-		Metrics: []Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only"), walMetric},
+		Metrics: append([]Metric{rate("rate", "drain"), rate("handled", "drain, counting handler runs only"), walMetric}, cpuMetrics...),
 		Run:     runDrain,
 	},
 	{
@@ -153,7 +156,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("failure storm: %d pre-inserted jobs each fail their first attempt (a downstream outage), are retried at once and succeed; until all succeeded in the DB", s.Storm)
 		},
-		Metrics: []Metric{rate("rate", "failure storm (jobs finished)"), walMetric},
+		Metrics: append([]Metric{rate("rate", "failure storm (jobs finished)"), walMetric}, cpuMetrics...),
 		Run:     runStorm,
 	},
 	{
@@ -161,7 +164,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("drain %d pre-inserted jobs spread over %d queues, %d workers per queue", s.ManyJobs, s.ManyQueues, s.PerQueue)
 		},
-		Metrics: []Metric{rate("rate", "many queues drain"), walMetric},
+		Metrics: append([]Metric{rate("rate", "many queues drain"), walMetric}, cpuMetrics...),
 		Run:     runManyQueues,
 	},
 	{
@@ -252,6 +255,7 @@ func runBulk(e *env) (map[string]float64, error) {
 func runSingle(e *env) (map[string]float64, error) {
 	res := map[string]float64{}
 	var total int64
+	c0 := e.cpuNow()
 	for _, k := range singleProducers {
 		var inserted atomic.Int64
 		end := time.Now().Add(e.sizes.SingleFor)
@@ -273,6 +277,7 @@ func runSingle(e *env) (map[string]float64, error) {
 		total += inserted.Load()
 		res[fmt.Sprintf("p%d", k)] = float64(inserted.Load()) / el.Seconds()
 	}
+	cpuPerJob(res, c0, e.cpuNow(), int(total))
 	if err := e.expectPending(total); err != nil {
 		return nil, err
 	}
@@ -289,12 +294,15 @@ func runStorm(e *env) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	c0 := e.cpuNow()
 	t0 := time.Now()
 	if err := e.sys.Start(e.ctx, sink, Spec{FailOnce: true}); err != nil {
 		return nil, err
 	}
 	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(2*n, 1000))
 	el := time.Since(t0)
+	res := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpuPerJob(res, c0, e.cpuNow(), n)
 	if err := errors.Join(werr, e.stop()); err != nil {
 		return nil, err
 	}
@@ -302,7 +310,8 @@ func runStorm(e *env) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds(), "wal": float64(lsn1-lsn0) / float64(n)}, nil
+	res["wal"] = float64(lsn1-lsn0) / float64(n)
+	return res, nil
 }
 
 func runManyQueues(e *env) (map[string]float64, error) {
@@ -315,12 +324,15 @@ func runManyQueues(e *env) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	c0 := e.cpuNow()
 	t0 := time.Now()
 	if err := e.sys.Start(e.ctx, sink, Spec{Queues: e.sizes.ManyQueues, PerQueue: e.sizes.PerQueue}); err != nil {
 		return nil, err
 	}
 	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 1000))
 	el := time.Since(t0)
+	res := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpuPerJob(res, c0, e.cpuNow(), n)
 	if err := errors.Join(werr, e.stop()); err != nil {
 		return nil, err
 	}
@@ -328,7 +340,8 @@ func runManyQueues(e *env) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds(), "wal": float64(lsn1-lsn0) / float64(n)}, nil
+	res["wal"] = float64(lsn1-lsn0) / float64(n)
+	return res, nil
 }
 
 func runDrain(e *env) (map[string]float64, error) {
@@ -346,7 +359,9 @@ func runDrain(e *env) (map[string]float64, error) {
 	}
 	n := float64(e.sizes.Drain)
 	// The WAL includes the bulk insert of the jobs before the timed part.
-	return map[string]float64{"rate": n / final.Seconds(), "handled": n / handled.Seconds(), "wal": float64(lsn1-lsn0) / n}, nil
+	res := map[string]float64{"rate": n / final.Seconds(), "handled": n / handled.Seconds(), "wal": float64(lsn1-lsn0) / n}
+	maps.Copy(res, e.cpu)
+	return res, nil
 }
 
 // drain times workers from start until n pre-inserted due jobs are final in
@@ -356,12 +371,15 @@ func (e *env) drain(n int) (final, handled time.Duration, err error) {
 		return 0, 0, err
 	}
 	sink := NewSink(int64(n))
+	c0 := e.cpuNow()
 	t0 := time.Now()
 	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
 		return 0, 0, err
 	}
 	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 2000))
 	final = time.Since(t0)
+	e.cpu = map[string]float64{}
+	cpuPerJob(e.cpu, c0, e.cpuNow(), n)
 	if err := errors.Join(werr, e.stop()); err != nil {
 		return 0, 0, err
 	}

@@ -373,6 +373,10 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 //     LATERAL probe looks for one due job at each: run_at <= now() is a range bound of the
 //     probe's index scan, so jobs scheduled for later are never walked over. (attempts >= 0
 //     keeps it a plain index scan, which marks dead entries as claimSQL's comment says.)
+//     ORDER BY run_at changes no answer; it keeps the probe on the index: without it,
+//     statistics that say most rows are the queue's queued jobs (an ANALYZE during a
+//     backlog) made the planner read the table from its start, over every job claimed
+//     since the last vacuum, for the first due one.
 //   - EXISTS stops at the first due job found: the recursion goes no further than the
 //     first priority that has one, and a queue with no queued job costs one index seek.
 //   - It only reads; it locks nothing. The claim loops it wakes take the jobs.
@@ -392,6 +396,7 @@ const pollSQL = `SELECT q.name, p.name IS NOT NULL AS paused,
 			SELECT 1 FROM {s}.jobs
 			WHERE status = 'queued' AND queue = q.name AND priority = p.priority
 			  AND run_at <= now() AND attempts >= 0
+			ORDER BY run_at
 			LIMIT 1
 		) due
 	) ELSE false END AS due

@@ -92,7 +92,9 @@ const flowPlainPickSQL = `, ` + prioritiesCTE + `, picked AS (
 //     budget: a claim never walks more keys than it could serve, except saturated ones.
 //     Both checks are scalar subqueries in the LATERAL, one index probe per key: written
 //     as EXISTS, the planner (with no statistics on a fresh queue) turned the check into
-//     a hash semi-join over every queued job of the queue.
+//     a hash semi-join over every queued job of the queue; without the ORDER BY (which
+//     changes no answer), statistics that say most rows are the key's queued jobs made it
+//     read the table from its start for the first due one.
 //   - nokey serves the jobs without a key as one more key, with an equal share of the
 //     budget. They are not in jobs_partition_idx, and finding them anywhere in the queue
 //     would mean walking every keyed job, so only the first 64 queued jobs of the queue
@@ -141,7 +143,7 @@ const flowKeyedPickSQL = `, walk_after AS (
 			(SELECT true FROM {s}.jobs d
 			 WHERE d.status = 'queued' AND d.queue = $1 AND d.partition_key = w.k
 			   AND d.run_at <= now() AND d.attempts >= 0
-			 LIMIT 1) AS due
+			 ORDER BY d.priority DESC, d.run_at LIMIT 1) AS due
 		FROM budget bu
 		OFFSET 0
 	) fr

@@ -199,6 +199,15 @@ type queueRunner struct {
 
 	// flow is the queue's limited claim path (flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
+	// slotWait: the last claim of a slotted queue (flowclaim.go) found fewer free slots
+	// or due jobs than it asked for; it claims again once this worker's finished jobs are
+	// recorded (flowWatch.slotsFreed), when their slots are free in the database.
+	slotWait atomic.Bool
+	claims   atomic.Int32 // claim statements of this queue in flight
+	// wakeSeq counts signals; claimSeq is the count when the latest claim statement
+	// started. A slotted queue's loop woken by signals that all came before a claim
+	// started does not claim: that claim saw what they announced.
+	wakeSeq, claimSeq atomic.Uint64
 }
 
 func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunner {
@@ -211,11 +220,30 @@ func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunn
 
 // signal wakes the claim loops; wake-ups coalesce.
 func (q *queueRunner) signal() {
+	q.wakeSeq.Add(1)
 	for _, c := range q.wakes {
 		select {
 		case c <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// slotsFreed wakes the claim loops of a limited queue after n of the worker's jobs were
+// recorded, freeing their slots in the database: one loop when none is claiming and one
+// claim can take them all (two would run the same claim side by side, and the second,
+// skipping the slots the first locked, would find none), else all, so that an idle loop
+// claims what the claim in flight, whose snapshot may be older than the freeing, does
+// not see, or what one claim cannot take.
+func (q *queueRunner) slotsFreed(n int) {
+	if q.claims.Load() > 0 || int64(n) > q.claimSize() {
+		q.signal()
+		return
+	}
+	q.wakeSeq.Add(1)
+	select {
+	case q.wakes[0] <- struct{}{}:
+	default:
 	}
 }
 
@@ -228,18 +256,29 @@ func (q *queueRunner) finished() {
 	}
 }
 
-// reserve takes every free slot for one claim and returns how many; the claim gives back
-// those it does not fill. Two claim loops never count the same slot.
-func (q *queueRunner) reserve() int64 {
+// reserve takes the free slots for one claim, at most limit, and returns how many; the
+// claim gives back those it does not fill. Two claim loops never count the same slot.
+func (q *queueRunner) reserve(limit int64) int64 {
 	for {
 		cur := q.active.Load()
-		if cur >= q.max {
+		n := min(q.max-cur, limit)
+		if n <= 0 {
 			return 0
 		}
-		if q.active.CompareAndSwap(cur, q.max) {
-			return q.max - cur
+		if q.active.CompareAndSwap(cur, cur+n) {
+			return n
 		}
 	}
+}
+
+// claimSize is the most jobs one claim asks for: every free slot of the worker, or, on
+// a slotted queue, at most the queue's global limit (a claim cannot take more), so that
+// the other claim loop keeps slots to claim with while this one's claim is in flight.
+func (q *queueRunner) claimSize() int64 {
+	if f := q.flow.Load(); f != nil && f.limits.slotted() {
+		return int64(f.limits.Concurrency)
+	}
+	return q.max
 }
 
 // claim takes up to n jobs: through the limited path when the queue has limits, else
@@ -270,16 +309,22 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 		}
 	}()
 	for {
+		woken := false // by a signal, not by the token timer
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			woken = true
 		case <-tokenC:
 		}
 		tokenC = nil
 		if f := q.flow.Load(); f != nil && !f.limits.slotted() && wake != (<-chan struct{})(q.wakes[0]) {
 			// This limited queue's claims take turns under one lock across all processes:
 			// a second claim loop would only wait in that line. The first loop claims.
+			continue
+		} else if f != nil && f.limits.slotted() && woken && q.claimSeq.Load() >= q.wakeSeq.Load() {
+			// Every signal so far came before a claim of the other loop started (a
+			// wake-up kept while this loop claimed): that claim saw what they announced.
 			continue
 		}
 		var next time.Duration // a rate limit's next token, if a claim was cut by it
@@ -296,7 +341,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			case <-ctx.Done():
 				return
 			}
-			free := q.reserve()
+			free := q.reserve(q.claimSize())
 			if free == 0 {
 				<-q.cfg.conns
 				break
@@ -305,7 +350,14 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			// the claim and lose its result, leaving jobs running for nobody until the
 			// sweeper takes them back. Jobs it returns run; shutdown waits for them.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			q.claims.Add(1)
+			for seq := q.wakeSeq.Load(); ; {
+				if cur := q.claimSeq.Load(); cur >= seq || q.claimSeq.CompareAndSwap(cur, seq) {
+					break
+				}
+			}
 			jobs, hint, err := q.claim(cctx, int(free))
+			q.claims.Add(-1)
 			cancel()
 			<-q.cfg.conns
 			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
@@ -325,7 +377,8 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 				continue
 			}
 			errDelay = firstDelay
-			q.more.Store(int64(len(jobs)) == free || hint.more)
+			q.more.Store(int64(len(jobs)) == free && !hint.slotWait || hint.more)
+			q.slotWait.Store(hint.slotWait)
 			var stale []claimedJob
 			for _, j := range jobs {
 				if q.cfg.stale(j) {
@@ -343,7 +396,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			if hint.retryIn > 0 {
 				next = hint.retryIn
 			}
-			if int64(len(jobs)) < free && !hint.again {
+			if (int64(len(jobs)) < free || hint.slotWait) && !hint.again {
 				break
 			}
 			// A full batch: there may be more due jobs, so claim again at once.

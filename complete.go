@@ -81,7 +81,7 @@ type completer struct {
 
 	// flushed, if set, is called after each batch is recorded: the jobs' slots are free
 	// in the database only from then on (flow control claims again then).
-	flushed func()
+	flushed func(n int)
 
 	ch   chan completion
 	quit chan struct{}
@@ -236,7 +236,7 @@ func (c *completer) flush(batch []completion) []completion {
 			"stale", int64(len(batch))-n)
 	}
 	if err == nil && c.flushed != nil {
-		c.flushed()
+		c.flushed(len(batch))
 	}
 	return batch[:0]
 }

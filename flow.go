@@ -254,14 +254,14 @@ func (fw *flowWatch) refresh(ctx context.Context) error {
 	return nil
 }
 
-// slotsFreed is told that this worker's finished jobs are recorded, so their slots are
-// free in the database: a limited queue whose last claim was cut by its limit claims
-// again now. (The runner's own wake-up, when a handler returns, comes before the job's
-// success is recorded, while it still counts as running.)
-func (fw *flowWatch) slotsFreed() {
+// slotsFreed is told that some of this worker's finished jobs are recorded (successes
+// or failures), so their slots are free in the database: a limited queue whose last
+// claim was cut by its limit claims again now. (The runner's own wake-up, when a handler
+// returns, comes before the job's outcome is recorded, while it still counts as running.)
+func (fw *flowWatch) slotsFreed(n int) {
 	for _, q := range fw.queues {
-		if q.flow.Load() != nil && q.more.Load() {
-			q.signal()
+		if q.flow.Load() != nil && (q.more.Load() || q.slotWait.Load()) {
+			q.slotsFreed(n)
 		}
 	}
 }

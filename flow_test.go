@@ -309,6 +309,49 @@ func TestFlow_LimitsChangeAtRunTimeOnEveryWorker(t *testing.T) {
 	assert.Zero(t, failures.n.Load(), "claims failed: %v", failures.errs)
 }
 
+// A slotted queue (only Concurrency) whose claims were cut by its slots or found no due
+// job must still find the jobs that become due later, with no enqueue to notify it: a
+// snoozed job, a job retried after a backoff, a job scheduled for later. The claim loops
+// used to leave such a queue out of the fallback poll for good, waiting for a finished
+// job of their own that never came.
+func TestFlow_SlottedQueueRunsJobsThatBecomeDueLater(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{
+		Queues:       map[string]skiplock.QueueConfig{"limited": {MaxWorkers: 4, Limits: skiplock.QueueLimits{Concurrency: 2}}},
+		PollInterval: 100 * time.Millisecond,
+		RetryPolicy:  skiplock.BackoffPolicy{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+		Logger:       testLogger(),
+	})
+	require.NoError(t, err)
+	var runs sync.Map // job id -> *atomic.Int64
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[flowArgs]) error {
+		n, _ := runs.LoadOrStore(job.ID, new(atomic.Int64))
+		if n.(*atomic.Int64).Add(1) > 1 {
+			return nil
+		}
+		switch job.Args.N {
+		case 0:
+			return skiplock.Snooze(300 * time.Millisecond)
+		case 1:
+			return fmt.Errorf("fails once")
+		}
+		return nil
+	}))
+	stop := runWorker(t, w)
+	defer stop()
+	for n := range 2 {
+		_, err = b.client.Enqueue(b.ctx, flowArgs{N: n}, nil)
+		require.NoError(t, err)
+	}
+	// Enqueued for later while the queue is idle: no notification comes when it is due.
+	_, err = b.client.Enqueue(b.ctx, flowArgs{N: 2}, &skiplock.EnqueueOptions{Queue: "limited", RunAt: time.Now().Add(500 * time.Millisecond)})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == 3
+	}, "the snoozed, the retried and the scheduled job succeeded")
+}
+
 func TestFlow_InvalidLimitsAreRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -293,6 +293,11 @@ type claimHint struct {
 	// more: the claim was cut by a limit, not by a lack of jobs; a finished job of this
 	// worker frees a slot worth claiming for.
 	more bool
+	// slotWait: a slot claim that may have been cut by the queue's slots (it got fewer
+	// jobs than it asked for, or took as many as the limit): claim again when this
+	// worker's finished jobs are recorded, not when their handlers return (their slots
+	// are still held then), and leave the queue to the fallback poll meanwhile.
+	slotWait bool
 	// again: claim again at once (a keyed claim whose per-key shares left free slots).
 	again bool
 	// retryIn: the next rate-limit token comes this soon; claim then.
@@ -386,9 +391,12 @@ func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimit
 	if err != nil {
 		return nil, claimHint{}, f.wrapErr("claim", err)
 	}
-	// Fewer jobs than asked: no more due jobs, or no free slot. In both cases a finished
-	// job of this worker (a freed slot) is worth a claim; an empty queue has none.
-	return jobs, claimHint{more: len(jobs) < n}, nil
+	// Fewer jobs than asked: no free slot, or no more due jobs. A slot frees when a job's
+	// outcome is committed, so the next claim waits for this worker's to be recorded
+	// (slotsFreed) or for the fallback poll (another worker's); due jobs are found by
+	// the poll or a notification. A claim that took the whole limit has nothing to claim
+	// until then either.
+	return jobs, claimHint{slotWait: len(jobs) < n || n >= l.Concurrency}, nil
 }
 
 // readFlowClaim reads the three results of a limited claim's batch.

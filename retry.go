@@ -221,12 +221,15 @@ type failureRecorder struct {
 	// snooze without delay), after its commit: nothing notifies a retry, so the worker
 	// wakes its own claim loops.
 	dueAgain func(queue string)
+	// freed is called after each batch is written: the jobs' slots are free in the
+	// database from then on (flow control claims again then).
+	freed func(n int)
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
 // most flushEvery for others when a batch is already being written.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *failureRecorder {
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}}
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}, freed: func(int) {}}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
 }
@@ -295,6 +298,9 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 				errs[i] = f.exec([]*failedAttempt{a})
 			}
 		}
+	}
+	if slices.Contains(errs, nil) {
+		f.freed(len(batch))
 	}
 	for i, a := range batch {
 		row := a.row

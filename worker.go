@@ -189,6 +189,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	w.flow = newFlowWatch(client, w.queues, declared, cfg.VisibilityTimeout, logger)
 	w.completer.flushed = w.flow.slotsFreed
+	w.failures.freed = w.flow.slotsFreed
 	return w, nil
 }
 

@@ -184,6 +184,7 @@ type dispatched struct {
 	key     jobKey
 	row     *JobRow
 	timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
+	slot    bool          // claimed under a concurrency limit (Worker.holdsSlot)
 }
 
 // queueRunner holds one queue's claim loops and slots, and the channel to its runners.

@@ -53,7 +53,9 @@ var errInsertAlone = errors.New("skiplock: coalesced batch refused; insert alone
 //   - when it holds maxRows rows, or
 //   - window after its first item, whatever else is in flight (the bound on added latency),
 //
-// and at most maxInFlight batches are written at once.
+// and at most maxInFlight batches are written at once. With hold set, the first two do
+// not apply: a batch waits for its window, for maxRows, or for an item given with
+// postLast, whose caller knows that no other item is coming soon.
 //
 // It owns no long-lived goroutine: a batch is written by a goroutine started for it, which
 // writes the batches that are ready when it finishes and ends when none is; a timer's
@@ -63,6 +65,7 @@ type groupCommit[T any] struct {
 	window      time.Duration
 	maxRows     int
 	maxInFlight int
+	hold        bool
 	// write writes items with one statement and stores each one's result in it. It must
 	// bound its own time: the callers wait for it.
 	write func(items []T)
@@ -99,7 +102,7 @@ type commitEntry[T any] struct {
 // never written).
 func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent bool, err error) {
 	e := &commitEntry[T]{item: item, rows: rows, done: make(chan struct{})}
-	g.add(e)
+	g.add(e, false)
 	select {
 	case <-e.done:
 		return true, nil
@@ -119,14 +122,21 @@ func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent boo
 // been written.
 func (g *groupCommit[T]) post(item T, rows int) {
 	g.posted.Add(1)
-	g.add(&commitEntry[T]{item: item, rows: rows})
+	g.add(&commitEntry[T]{item: item, rows: rows}, false)
+}
+
+// postLast is post, and sends the batch that holds item now, whatever is in flight.
+func (g *groupCommit[T]) postLast(item T, rows int) {
+	g.posted.Add(1)
+	g.add(&commitEntry[T]{item: item, rows: rows}, true)
 }
 
 // wait returns once every item given to post before the call has been written.
 func (g *groupCommit[T]) wait() { g.posted.Wait() }
 
-// add puts e in the open batch (opening one if needed) and sends what is due.
-func (g *groupCommit[T]) add(e *commitEntry[T]) {
+// add puts e in the open batch (opening one if needed) and sends what is due; with
+// last, that batch is due.
+func (g *groupCommit[T]) add(e *commitEntry[T], last bool) {
 	rows := e.rows
 	g.mu.Lock()
 	b := g.open
@@ -139,7 +149,7 @@ func (g *groupCommit[T]) add(e *commitEntry[T]) {
 	b.rows += rows
 	e.batch = b
 	switch {
-	case b.rows >= g.maxRows || g.inFlight == 0:
+	case b.rows >= g.maxRows || last || g.inFlight == 0 && !g.hold:
 		g.seal(b)
 	case fresh:
 		b.timer = time.AfterFunc(g.window, func() {
@@ -213,7 +223,7 @@ func (g *groupCommit[T]) run(b *commitBatch[T]) {
 			}
 		}
 		g.mu.Lock()
-		if len(g.ready) == 0 && g.open != nil {
+		if len(g.ready) == 0 && g.open != nil && !g.hold {
 			// The items that arrived while this batch was written go now.
 			g.seal(g.open)
 		}

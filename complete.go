@@ -83,6 +83,15 @@ type completer struct {
 	// in the database only from then on (flow control claims again then).
 	flushed func(n int)
 
+	// urgent records the successes of jobs that hold a slot of a concurrency limit. A
+	// slot is free again only once its job's success is committed, so they do not wait
+	// out the batching interval when nothing else is coming: the success of the last
+	// such job of the worker still running sends its batch at once. The others wait for
+	// it, or for the interval, so that the jobs of one claim are recorded together and
+	// their slots come back together: recorded one by one (tried: flush size 1, claims of
+	// 3 jobs), each freed slot made a claim of its own, and per-statement costs took over.
+	urgent *groupCommit[completion]
+
 	ch   chan completion
 	quit chan struct{}
 	done chan struct{}
@@ -100,6 +109,8 @@ func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID s
 	if mode != CompletionDelete {
 		c.sqlReport = renderSQL(schema, completeSQL(mode, true))
 	}
+	c.urgent = &groupCommit[completion]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, hold: true,
+		write: func(batch []completion) { c.flush(batch) }}
 	return c
 }
 
@@ -112,13 +123,23 @@ type completion struct {
 // add reports the success of a held attempt, with what its handler reported (st may be
 // nil), and whether the completer took it: after stop it takes nothing (and never blocks),
 // and the caller must say so. A send that finds the channel full waits for the batching
-// loops, which keep reading until stop.
-func (c *completer) add(k jobKey, st *jobState) bool {
+// loops, which keep reading until stop. urgent: the job holds a slot of a concurrency
+// limit (see c.urgent); last: no other such job of the worker is running, so its batch
+// goes now.
+func (c *completer) add(k jobKey, st *jobState, urgent, last bool) bool {
 	p, o := st.reported()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return false
+	}
+	switch {
+	case urgent && last:
+		c.urgent.postLast(completion{key: k, progress: p, output: o}, 1)
+		return true
+	case urgent:
+		c.urgent.post(completion{key: k, progress: p, output: o}, 1)
+		return true
 	}
 	c.ch <- completion{key: k, progress: p, output: o}
 	return true
@@ -135,7 +156,8 @@ func (c *completer) stop() {
 	}
 }
 
-// run runs completerLoops batching loops over the same channel until stop, then closes done.
+// run runs completerLoops batching loops over the same channel until stop, waits for the
+// urgent successes to be written, then closes done.
 func (c *completer) run() {
 	defer close(c.done)
 	var wg sync.WaitGroup
@@ -144,6 +166,7 @@ func (c *completer) run() {
 		go func() { defer wg.Done(); c.loop() }()
 	}
 	wg.Wait()
+	c.urgent.wait()
 }
 
 func (c *completer) loop() {
@@ -191,6 +214,7 @@ func (c *completer) flushNow() {
 			batch = append(batch, k)
 		default:
 			c.flush(batch)
+			c.urgent.wait()
 			return
 		}
 	}

@@ -54,7 +54,11 @@ func (w *Worker) start(jobBase context.Context, cj claimedJob) dispatched {
 	key := jobKey{cj.row.ID, cj.fence}
 	w.held.add(key, cancel, cj.leased, st)
 	w.handlerWG.Add(1)
-	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout}
+	slot := w.holdsSlot(cj.row.Queue)
+	if slot {
+		w.slotJobs.Add(1)
+	}
+	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout, slot: slot}
 }
 
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
@@ -105,6 +109,9 @@ func (w *Worker) execute(d dispatched) JobResult {
 		err, panicked = callHandler(ctx, h.run, row)
 	}
 	dur := time.Since(began)
+	// The last slot-holding job of the worker to return sends the successes waiting with
+	// it at once (completer.urgent).
+	lastSlot := d.slot && w.slotJobs.Add(-1) == 0
 	cause := context.Cause(ctx)
 	if w.stopped.Load() {
 		w.held.remove(key)
@@ -134,7 +141,7 @@ func (w *Worker) execute(d dispatched) JobResult {
 		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
 	}
 	if err == nil {
-		if !w.completer.add(key, stateOf(ctx)) {
+		if !w.completer.add(key, stateOf(ctx), d.slot, lastSlot) {
 			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 				"job", row.ID, "attempt", row.Attempts)
 			return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Duration: dur})
@@ -150,6 +157,17 @@ func (w *Worker) execute(d dispatched) JobResult {
 	}
 	status := w.failures.record(key, row, err, policy)
 	return w.report(ctx, row, JobResult{Status: status, Outcome: outcomeOf(ctx, status, err), Err: err, Duration: dur, Panicked: panicked})
+}
+
+// holdsSlot reports whether the jobs of queue are claimed under a concurrency limit now:
+// their slots are free again only once their outcomes are recorded.
+func (w *Worker) holdsSlot(queue string) bool {
+	q := w.queues[queue]
+	if q == nil {
+		return false
+	}
+	f := q.flow.Load()
+	return f != nil && (f.limits.Concurrency > 0 || f.limits.KeyConcurrency > 0)
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

@@ -57,6 +57,7 @@ type Worker struct {
 	checkSQL    string          // checkSchemaSQL, rendered
 	allHooks    []Hook          // the client's hooks, then cfg.Hooks
 	handlerWG   sync.WaitGroup
+	slotJobs    atomic.Int64 // claimed jobs of queues with a concurrency limit whose handlers have not returned
 
 	// Shutdown: the jobs cut off by it whose handlers returned, to put back in the queue.
 	relMu     sync.Mutex

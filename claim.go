@@ -1,14 +1,13 @@
 // This file holds the claim: the statement that takes due jobs for a worker in one
-// atomic step, the per-queue claim loops that decide when to run it and how many jobs to
-// ask for (free slots, batching cooldown, backoff on errors), and the fallback poll that
-// asks once, for all of a worker's queues, which of them have due jobs.
+// atomic step, and the per-queue claim loops that decide when to run it and how many jobs
+// to ask for (free slots, batching cooldown, backoff on errors). The fallback poll that
+// wakes them is in poll.go.
 
 package skiplock
 
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -411,165 +410,4 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			tokenC = token.C
 		}
 	}
-}
-
-// pollSQL is the fallback poll: for each of the worker's queues in $1 it returns whether
-// the queue is paused and, for those in $2 that are not, whether it has at least one job
-// due now. One statement for all of a worker's queues, however many, so an idle worker
-// costs the database one statement per poll interval, not one per queue; it also
-// refreshes the paused flags, which a control notification may have missed.
-//
-//   - The LEFT JOIN on queues (its primary key) reads the pause of each queue.
-//   - CASE evaluates the due check only for queues in $2 (the ones that could claim now)
-//     that are not paused: CASE, unlike AND, fixes the order of evaluation.
-//   - Per queue, prios walks the distinct priorities of its queued jobs, highest first, as
-//     claimSQL does (a skip scan over jobs_claim_idx, one seek per priority), and the
-//     LATERAL probe looks for one due job at each: run_at <= now() is a range bound of the
-//     probe's index scan, so jobs scheduled for later are never walked over. (attempts >= 0
-//     keeps it a plain index scan, which marks dead entries as claimSQL's comment says.)
-//     ORDER BY run_at changes no answer; it keeps the probe on the index: without it,
-//     statistics that say most rows are the queue's queued jobs (an ANALYZE during a
-//     backlog) made the planner read the table from its start, over every job claimed
-//     since the last vacuum, for the first due one.
-//   - EXISTS stops at the first due job found: the recursion goes no further than the
-//     first priority that has one, and a queue with no queued job costs one index seek.
-//   - It only reads; it locks nothing. The claim loops it wakes take the jobs.
-const pollSQL = `SELECT q.name, p.name IS NOT NULL AS paused,
-	CASE WHEN p.name IS NULL AND q.name = ANY ($2::text[]) THEN EXISTS (
-		WITH RECURSIVE prios AS (
-			(SELECT priority FROM {s}.jobs
-			 WHERE status = 'queued' AND queue = q.name AND attempts >= 0
-			 ORDER BY priority DESC LIMIT 1)
-			UNION ALL
-			SELECT (SELECT j.priority FROM {s}.jobs j
-			        WHERE j.status = 'queued' AND j.queue = q.name AND j.attempts >= 0 AND j.priority < p.priority
-			        ORDER BY j.priority DESC LIMIT 1)
-			FROM prios p WHERE p.priority IS NOT NULL
-		)
-		SELECT 1 FROM prios p CROSS JOIN LATERAL (
-			SELECT 1 FROM {s}.jobs
-			WHERE status = 'queued' AND queue = q.name AND priority = p.priority
-			  AND run_at <= now() AND attempts >= 0
-			ORDER BY run_at
-			LIMIT 1
-		) due
-	) ELSE false END AS due
-FROM unnest($1::text[]) AS q(name)
-LEFT JOIN {s}.queues p ON p.name = q.name AND p.paused_at IS NOT NULL`
-
-// pollTimeout bounds one fallback poll.
-const pollTimeout = 10 * time.Second
-
-// poller is a worker's fallback poll. Every interval — and at once when kicked, as the
-// listener does after each (re)connect, when notifications may have been lost — it asks
-// with one statement which of the worker's queues are paused and which have due jobs,
-// hands the paused flags to the pauseWatcher and signals the claim loops of the due
-// queues. Notifications are the main path; the poll covers what they miss: notifications
-// and control messages sent while nobody listened, and scheduled, retried and reclaimed
-// jobs, which send none.
-type poller struct {
-	pool     *pgxpool.Pool
-	sql      string // pollSQL, rendered
-	interval time.Duration
-	names    []string
-	queues   map[string]*queueRunner
-	pause    *pauseWatcher // nil: paused flags are not kept
-	logger   *slog.Logger
-	kicks    chan struct{}
-	wrapErr  func(op string, err error) error
-}
-
-func newPoller(c *Client, interval time.Duration, queues map[string]*queueRunner, pause *pauseWatcher, logger *slog.Logger) *poller {
-	p := &poller{
-		pool: c.pool, sql: renderSQL(c.schema, pollSQL), interval: interval,
-		queues: queues, pause: pause, logger: logger, kicks: make(chan struct{}, 1), wrapErr: c.wrapErr,
-	}
-	for name := range queues {
-		p.names = append(p.names, name)
-	}
-	return p
-}
-
-// kick makes the poller poll now; kicks coalesce.
-func (p *poller) kick() {
-	select {
-	case p.kicks <- struct{}{}:
-	default:
-	}
-}
-
-// run polls at once, then every interval (with a little jitter, so that workers started
-// together do not poll in step) and whenever kicked, until ctx ends.
-func (p *poller) run(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-p.kicks:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
-		}
-		if err := p.poll(ctx); err != nil && ctx.Err() == nil {
-			p.logger.Warn("skiplock: poll failed; trying again at the next poll", "err", err)
-		}
-		t.Reset(p.interval - p.interval/10 + rand.N(p.interval/5+1))
-	}
-}
-
-// poll refreshes the paused flags and signals the claim loops of every queue that has due
-// jobs. It asks about due jobs only for the queues that could claim and would not be
-// woken anyway: a queue with no free slot cannot claim, and one whose last claim filled
-// its batch is woken by each finished job.
-func (p *poller) poll(ctx context.Context) error {
-	candidates := make([]string, 0, len(p.names))
-	for _, name := range p.names {
-		if q := p.queues[name]; q.active.Load() < q.max && !q.more.Load() {
-			candidates = append(candidates, name)
-		}
-	}
-	var gen uint64
-	if p.pause != nil {
-		gen = p.pause.gen.Load()
-	}
-	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
-	defer cancel()
-	rows, err := p.pool.Query(cctx, p.sql, p.names, candidates)
-	if err != nil {
-		return p.wrapErr("poll", err)
-	}
-	var (
-		name        string
-		paused, due bool
-		pausedNow   = map[string]bool{}
-		dueNow      []*queueRunner
-	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &paused, &due}, func() error {
-		pausedNow[name] = paused
-		if q := p.queues[name]; q != nil && due {
-			dueNow = append(dueNow, q)
-		}
-		return nil
-	})
-	if err != nil {
-		return p.wrapErr("poll", err)
-	}
-	// A control message applied while the statement ran is newer than what it read.
-	if p.pause != nil && p.pause.gen.Load() == gen {
-		for name, q := range p.queues {
-			p.pause.set(q, pausedNow[name])
-		}
-	}
-	for _, q := range dueNow {
-		if !q.paused.Load() {
-			q.signal()
-		}
-	}
-	return nil
 }

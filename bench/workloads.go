@@ -289,29 +289,8 @@ func runStorm(e *env) (map[string]float64, error) {
 	if err := e.sys.Bulk(n, time.Time{}, 1)(e.ctx); err != nil {
 		return nil, err
 	}
-	sink := NewSink(int64(2 * n)) // every job runs twice
-	lsn0, err := e.walLSN()
-	if err != nil {
-		return nil, err
-	}
-	c0 := e.cpuNow()
-	t0 := time.Now()
-	if err := e.sys.Start(e.ctx, sink, Spec{FailOnce: true}); err != nil {
-		return nil, err
-	}
-	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(2*n, 1000))
-	el := time.Since(t0)
-	res := map[string]float64{"rate": float64(n) / el.Seconds()}
-	cpuPerJob(res, c0, e.cpuNow(), n)
-	if err := errors.Join(werr, e.stop()); err != nil {
-		return nil, err
-	}
-	lsn1, err := e.walLSN()
-	if err != nil {
-		return nil, err
-	}
-	res["wal"] = float64(lsn1-lsn0) / float64(n)
-	return res, nil
+	// Every job runs twice: it fails once, then succeeds.
+	return e.work(n, NewSink(int64(2*n)), Spec{FailOnce: true}, timeoutFor(2*n, 1000))
 }
 
 func runManyQueues(e *env) (map[string]float64, error) {
@@ -319,17 +298,23 @@ func runManyQueues(e *env) (map[string]float64, error) {
 	if err := e.sys.Bulk(n, time.Time{}, e.sizes.ManyQueues)(e.ctx); err != nil {
 		return nil, err
 	}
-	sink := NewSink(int64(n))
+	return e.work(n, NewSink(int64(n)), Spec{Queues: e.sizes.ManyQueues, PerQueue: e.sizes.PerQueue}, timeoutFor(n, 1000))
+}
+
+// work starts the workers with spec on n pre-inserted jobs and times them until sink is
+// full and every job is final (at most timeout). It reports the rate over the n jobs,
+// their CPU (cpu.go) and the WAL written per job.
+func (e *env) work(n int, sink *Sink, spec Spec, timeout time.Duration) (map[string]float64, error) {
 	lsn0, err := e.walLSN()
 	if err != nil {
 		return nil, err
 	}
 	c0 := e.cpuNow()
 	t0 := time.Now()
-	if err := e.sys.Start(e.ctx, sink, Spec{Queues: e.sizes.ManyQueues, PerQueue: e.sizes.PerQueue}); err != nil {
+	if err := e.sys.Start(e.ctx, sink, spec); err != nil {
 		return nil, err
 	}
-	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 1000))
+	werr := waitDrained(e.ctx, e.sys, sink, timeout)
 	el := time.Since(t0)
 	res := map[string]float64{"rate": float64(n) / el.Seconds()}
 	cpuPerJob(res, c0, e.cpuNow(), n)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -27,12 +28,20 @@ var fleetChild struct {
 	db     string
 	id     string
 	queues int
+	only   string // serve this queue only (-fleet-split)
 }
+
+// fleetSplit: in the drain with many processes, each process serves a queue of its own
+// and gets its share of the jobs inserted in one block (its own heap pages). It separates
+// what many processes cost from what sharing one queue costs.
+var fleetSplit bool
 
 func init() {
 	flag.BoolVar(&fleetChild.on, "fleet-child", false, "internal: run as one worker process of the fleet workload")
 	flag.StringVar(&fleetChild.db, "fleet-db", "", "internal: database of a fleet child")
 	flag.StringVar(&fleetChild.id, "fleet-id", "", "internal: worker id of a fleet child")
+	flag.StringVar(&fleetChild.only, "fleet-only", "", "internal: the only queue of a fleet child")
+	flag.BoolVar(&fleetSplit, "fleet-split", false, "fleet: in the drain with many processes, each process drains a queue of its own (jobs inserted in one block per queue)")
 	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
 	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
 	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
@@ -85,6 +94,9 @@ func runFleetChild(dsn string) (bool, error) {
 	if fleetChild.queues == 1 && fleetSlots > 0 {
 		wc.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: fleetSlots}}
 	}
+	if fleetChild.only != "" {
+		wc.Queues = map[string]skiplock.QueueConfig{fleetChild.only: {MaxWorkers: fleetSlots}}
+	}
 	if fleetChild.queues > 1 {
 		wc.Queues = map[string]skiplock.QueueConfig{}
 		for i := range fleetChild.queues {
@@ -119,6 +131,9 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 		cmd := exec.Command(self, "-fleet-child", "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
 			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
 			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots))
+		if fleetSplit && procs > 1 {
+			cmd.Args = append(cmd.Args, "-fleet-only", queueName(i))
+		}
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -203,44 +218,120 @@ func idleCommits(e *env, admin *pgx.Conn, procs, queues int, window time.Duratio
 	return rate, errors.Join(err, f.stop())
 }
 
+// cpu is the CPU time the fleet's processes have used so far (0 for one that ended).
+func (f *fleet) cpu() time.Duration {
+	var d time.Duration
+	for _, c := range f.cmds {
+		if t, err := procCPU(c.Process.Pid); err == nil {
+			d += t
+		}
+	}
+	return d
+}
+
+// drainCPU is where the CPU of a fleet drain went, per job: the worker processes, the
+// server's processes, and the cores the machine left idle on average.
+type drainCPU struct {
+	workers, server float64 // µs per job
+	idle            float64 // cores
+}
+
 // fleetDrain starts procs one-queue processes, waits until they listen, then
 // inserts n due jobs in one transaction and times from its commit until every
 // job is final in the database.
-func fleetDrain(e *env, procs, n int) (float64, error) {
+func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
+	var cpu drainCPU
 	if err := e.sys.Reset(e.ctx); err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	f, err := startFleet(e, procs, 1)
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	rate, err := func() (float64, error) {
 		// The start-up polls and the first election are over.
 		if err := sleep(e.ctx, 2*time.Second); err != nil {
 			return 0, err
 		}
-		if err := e.sys.Bulk(n, time.Time{}, 1)(e.ctx); err != nil {
+		// Warm up, untimed, as a fleet that has been running is: its pools hold open
+		// connections whose statements are prepared. Otherwise the timed drain pays for
+		// opening up to procs × pool connections (each a new server process that then
+		// plans every statement once), which a fleet does once at start.
+		queues := []string{skiplock.DefaultQueue}
+		if fleetSplit && procs > 1 {
+			queues = queues[:0]
+			for i := range procs {
+				queues = append(queues, queueName(i))
+			}
+		}
+		if err := fleetInsert(e, max(n/10, 1000), queues); err != nil {
+			return 0, err
+		}
+		if err := fleetWait(e, queues, timeoutFor(n/10, 500)); err != nil {
+			return 0, fmt.Errorf("fleet warm-up: %w", err)
+		}
+		if err := fleetInsert(e, n, queues); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()
-		deadline := t0.Add(timeoutFor(n, 500))
-		for {
-			p, err := e.sys.Pending(e.ctx)
-			if err != nil {
-				return 0, err
-			}
-			if p == 0 {
-				return float64(n) / time.Since(t0).Seconds(), nil
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("fleet drain with %d processes: %d jobs pending after %s", procs, p, time.Since(t0))
-			}
-			if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
-				return 0, err
-			}
+		c0, w0 := e.cpuNow(), f.cpu()
+		if err := fleetWait(e, queues, timeoutFor(n, 500)); err != nil {
+			return 0, fmt.Errorf("fleet drain with %d processes: %w", procs, err)
 		}
+		rate := float64(n) / time.Since(t0).Seconds()
+		c1, w1 := e.cpuNow(), f.cpu()
+		res := map[string]float64{}
+		cpuPerJob(res, c0, c1, n)
+		cpu = drainCPU{workers: float64((w1 - w0).Microseconds()) / float64(n), server: res[cpuServerMetric.Key], idle: res[cpuIdleMetric.Key]}
+		return rate, nil
 	}()
-	return rate, errors.Join(err, f.stop())
+	return rate, cpu, errors.Join(err, f.stop())
+}
+
+// fleetInsert inserts n no-op jobs in one COPY, split evenly across queues, each queue's
+// jobs in one block.
+func fleetInsert(e *env, n int, queues []string) error {
+	sys, ok := e.sys.(*skiplockSystem)
+	if !ok {
+		return errors.New("the fleet workload runs skiplock only")
+	}
+	params := make([]skiplock.EnqueueParams, n)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: &skiplock.EnqueueOptions{Queue: queues[i*len(queues)/n]}}
+	}
+	_, err := sys.client.EnqueueMany(e.ctx, params)
+	return err
+}
+
+// fleetWait waits until no job of queues is queued or running. It asks every 10 ms with
+// two index probes per queue (drainedSQL, flow.go), not a count: counting the backlog read
+// the whole table each time (18 ms a count, 1,956 buffers, from pg_stat_statements) and
+// took CPU from the processes it timed, the more so the longer the drain.
+func fleetWait(e *env, queues []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	left := slices.Clone(queues)
+	for {
+		for len(left) > 0 {
+			var done bool
+			if err := e.pool.QueryRow(e.ctx, drainedSQL, left[0]).Scan(&done); err != nil {
+				return err
+			}
+			if !done {
+				break
+			}
+			left = left[1:]
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			p, err := e.sys.Pending(e.ctx)
+			return errors.Join(fmt.Errorf("%d jobs pending after %s", p, timeout), err)
+		}
+		if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // runFleet measures idle cost (1×1, 1×100 and procs×100 queues) and drain
@@ -270,14 +361,16 @@ func runFleet(e *env) (map[string]float64, error) {
 		}
 		res[c.key] = r
 	}
-	one, err := fleetDrain(e, 1, e.sizes.Drain)
+	one, cpu1, err := fleetDrain(e, 1, e.sizes.Drain)
 	if err != nil {
 		return nil, err
 	}
-	many, err := fleetDrain(e, fleetProcs, e.sizes.Drain)
+	many, cpuN, err := fleetDrain(e, fleetProcs, e.sizes.Drain)
 	if err != nil {
 		return nil, err
 	}
 	res["drain_1"], res["drain_n"], res["drain_ratio"] = one, many, many/one
+	res["cpu_workers_1"], res["cpu_server_1"], res["cpu_idle_1"] = cpu1.workers, cpu1.server, cpu1.idle
+	res["cpu_workers_n"], res["cpu_server_n"], res["cpu_idle_n"] = cpuN.workers, cpuN.server, cpuN.idle
 	return res, nil
 }

@@ -220,8 +220,12 @@ var workloads = []Workload{
 	{
 		Name: "fleet",
 		Desc: func(s Sizes) string {
-			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes vs 1 (one run)",
-				fleetPool, s.FleetIdle, fleetQueues, fleetProcs, fleetQueues, s.Drain, fleetProcs)
+			split := "one queue"
+			if fleetSplit {
+				split = "a queue per process (-fleet-split)"
+			}
+			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes (%s) vs 1, after an untimed warm-up drain of a tenth as many (one run)",
+				fleetPool, s.FleetIdle, fleetQueues, fleetProcs, fleetQueues, s.Drain, fleetProcs, split)
 		},
 		Metrics: []Metric{
 			{Key: "idle_1x1", Label: "idle commits/s, 1 process × 1 queue", Unit: "commits/s", LowerBetter: true},
@@ -230,6 +234,12 @@ var workloads = []Workload{
 			rate("drain_1", "drain, 1 process"),
 			rate("drain_n", "drain, all processes"),
 			{Key: "drain_ratio", Label: "drain, all processes / 1 process", Unit: "x"},
+			{Key: "cpu_workers_1", Label: "drain, 1 process: CPU per job, worker process", Unit: "µs", LowerBetter: true},
+			{Key: "cpu_server_1", Label: "drain, 1 process: CPU per job, server processes", Unit: "µs", LowerBetter: true},
+			{Key: "cpu_idle_1", Label: "drain, 1 process: cores idle on the machine", Unit: "cores", LowerBetter: true},
+			{Key: "cpu_workers_n", Label: "drain, all processes: CPU per job, worker processes", Unit: "µs", LowerBetter: true},
+			{Key: "cpu_server_n", Label: "drain, all processes: CPU per job, server processes", Unit: "µs", LowerBetter: true},
+			{Key: "cpu_idle_n", Label: "drain, all processes: cores idle on the machine", Unit: "cores", LowerBetter: true},
 		},
 		SkiplockOnly: true,
 		OneRun:       true,

@@ -60,12 +60,26 @@ CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
 
 // StartSQL records that an execution is about to do its work.
 // Parameters: exec_id, job_id, seq, attempt, worker_id, pid, started_at.
+//
+// An insert whose reply was lost may still reach the server later: the black-holed
+// network path of a chaos run holds the bytes and forwards them when it resumes, after
+// the worker has given up on the connection and marked the execution aborted through
+// another one. ON CONFLICT DO NOTHING keeps that late insert from undoing the mark
+// (AbortSQL inserts the row itself when it comes first). Without it, a chaos run at load
+// 10 reported an overlap: the late insert left a row with no end and no abort mark, which
+// the harness took for work lasting until the worker exited.
 const StartSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (exec_id) DO NOTHING`
 
 // EndSQL records the end of an execution's work. Parameters: exec_id, ended_at.
 const EndSQL = `UPDATE chaos.executions SET ended_at = $2 WHERE exec_id = $1`
 
 // AbortSQL marks an execution that did no work because its start row could not be
-// confirmed (its insert failed, though it may have committed). Parameters: exec_id.
-const AbortSQL = `UPDATE chaos.executions SET aborted = true, ended_at = started_at WHERE exec_id = $1`
+// confirmed (its insert failed, though it may have committed, or may still arrive).
+// Parameters: those of StartSQL. It writes the aborted row whether or not the start row
+// is there yet.
+const AbortSQL = `INSERT INTO chaos.executions AS e
+	(exec_id, job_id, seq, attempt, worker_id, pid, started_at, ended_at, aborted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, true)
+ON CONFLICT (exec_id) DO UPDATE SET aborted = true, ended_at = e.started_at`

@@ -126,11 +126,12 @@ type handler struct {
 func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error {
 	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
 	start := time.Now()
-	_, err := h.pool.Exec(ctx, audit.StartSQL, execID, job.ID, job.Args.Seq, job.Attempts, h.id, h.pid, start)
+	args := []any{execID, job.ID, job.Args.Seq, job.Attempts, h.id, h.pid, start}
+	_, err := h.pool.Exec(ctx, audit.StartSQL, args...)
 	if err != nil {
-		// The insert may have committed before the connection broke: mark the row, if
-		// there is one, as an execution that did no work.
-		if merr := h.write(audit.AbortSQL, execID); merr != nil {
+		// The insert may have committed before the connection broke, or may reach the
+		// server later: record the execution as one that did no work.
+		if merr := h.write(audit.AbortSQL, args...); merr != nil {
 			err = errors.Join(err, fmt.Errorf("marking the execution aborted: %w", merr))
 		}
 		return fmt.Errorf("recording the start of execution %s: %w", execID, err)

@@ -172,6 +172,11 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //     is left for the next sweep rather than waited for.
 //   - The fence token is left alone (the next claim takes a new one); lease_until is
 //     cleared with the rest of the claim's state.
+//   - run_at is left alone: the job was due when it was claimed, so it goes back to its
+//     place in line (claims take the oldest run_at first) rather than behind every job
+//     queued since. With run_at = now(), a killed worker's jobs waited for the whole
+//     backlog: in a chaos run with a 50,000-job backlog they were done 35–99 s after the
+//     kill, most of it in the queue.
 const reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
 	WHERE status = 'running'
@@ -182,7 +187,6 @@ const reclaimSQL = `WITH expired AS (
 )
 UPDATE {s}.jobs SET
 	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
-	run_at = now(),
 	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
 	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
 	errors = ` + appendHistory + `'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'))` + `,

@@ -304,3 +304,38 @@ func TestSweeper_JudgesRowsWithoutALeaseOfTheirOwnByLockedAt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int64{ids[1]}, res.Reclaimed)
 }
+
+// A job taken back from a worker that died goes back to its place in line, ahead of the
+// jobs queued after it, not behind the whole backlog.
+func TestSweeper_ReclaimedJobKeepsItsPlaceInLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job, err := b.client.Enqueue(b.ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	release := make(chan struct{})
+	claimed := make(chan int, 5)
+	_, stop := vanishingWorker(t, b, "vanished", 1, release, claimed)
+	require.Equal(t, 1, <-claimed)
+	// A backlog queued after the job was claimed (another kind: the vanished worker's
+	// only slot is taken anyway).
+	for range 20 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+		require.NoError(t, err)
+	}
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{VisibilityTimeout: time.Second, Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{job.ID}, res.Reclaimed)
+
+	// The claim order (jobs_claim_idx: priority, then run_at, then id) puts it first.
+	var first int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT id FROM {s}.jobs WHERE status = 'queued' AND queue = 'default'
+		ORDER BY priority DESC, run_at, id LIMIT 1`)).Scan(&first))
+	assert.Equal(t, job.ID, first, "the reclaimed job went behind the jobs queued after it")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, job.RunAt, j.RunAt, "run_at changed")
+	close(release)
+	stop()
+}

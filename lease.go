@@ -204,11 +204,14 @@ func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 	return out
 }
 
-// releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue,
-// due now, and gives back the attempt: the job did not fail, the worker stopped. The fence
-// token stays: the next claim takes a new one. Fenced like every other update.
+// releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue
+// and gives back the attempt: the job did not fail, the worker stopped. Its run_at is
+// kept: it was due when it was claimed, so it goes back to its place in line, not behind
+// the jobs queued since (a rolling deploy would otherwise send every running job to the
+// back of a backlog). The fence token stays: the next claim takes a new one. Fenced like
+// every other update.
 const releaseSQL = `UPDATE {s}.jobs SET
-	status = 'queued', run_at = now(), attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
+	status = 'queued', attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
 	lease_until = NULL
 WHERE ` + fenceSQL
 

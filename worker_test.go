@@ -295,6 +295,7 @@ func TestWorker_ShutdownPutsUnfinishedJobsBack(t *testing.T) {
 	assert.Equal(t, 0, s.Attempts, "a shutdown does not use up an attempt")
 	assert.Empty(t, s.LockedBy)
 	assert.False(t, s.RunAt.After(time.Now().Add(time.Second)), "due now")
+	assert.Equal(t, slow.RunAt, s.RunAt, "back in its place in line: run_at kept")
 	q, err := b.client.Get(b.ctx, quick.ID)
 	require.NoError(t, err)
 	assert.Equal(t, skiplock.StatusSucceeded, q.Status)

@@ -299,6 +299,7 @@ func fleetInsert(e *env, n int, queues []string) error {
 	for i := range params {
 		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: &skiplock.EnqueueOptions{Queue: queues[i*len(queues)/n]}}
 	}
+	sys.queues = queues // what Pending counts, as after Bulk
 	_, err := sys.client.EnqueueMany(e.ctx, params)
 	return err
 }

@@ -252,7 +252,7 @@ func redact(dsn string) string {
 	return u.String()
 }
 
-var displayName = map[string]string{"skiplock": "skiplock", "river": "River", "gue": "gue", "bare": "bare INSERT"}
+var displayName = map[string]string{"skiplock": "skiplock", "river": "River", "gue": "gue", "bare": "bare SQL"}
 
 // Markdown renders the report: one row per metric, one column per system,
 // each cell the median with min–max, and skiplock's ratio to River.
@@ -369,7 +369,7 @@ func (r *Report) Markdown() string {
 			}
 		}
 		if len(parts) > 0 {
-			fmt.Fprintf(&b, "\nskiplock / bare INSERT with a commit per call (same server, same run): %s.\n", strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "\nskiplock / bare SQL (the floor: a commit per INSERT, one COPY, two commits and a notification per job; same server, same run): %s.\n", strings.Join(parts, ", "))
 		}
 	}
 	b.WriteString("\nCells: median (min–max) over the runs. Ratio: skiplock median / River median — above 1 is better for \"higher\" rows, below 1 for \"lower\" rows.\n\n")

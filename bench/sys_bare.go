@@ -2,24 +2,47 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// bare is the reference for single inserts: a plain INSERT of the same JSON
-// payload into a table with an identity key and a timestamp, one statement and
-// one commit per call, with no queue around it. It runs only the single-insert
-// workload; its rate is what one commit per job allows on this server.
+// bare is the reference, not a queue: plain SQL on a table with an identity key,
+// the same JSON payload and two timestamps. It gives the floors the queues are
+// measured against on the same server in the same run:
+//
+//   - single: INSERT INTO bare_jobs (payload) VALUES ($1), one statement and one
+//     commit per call, the rate one commit per job allows;
+//   - bulk: one COPY of the payloads into bare_jobs in a transaction;
+//   - latency: the least a durable queue with notifications does per job. The
+//     insert and its pg_notify commit together (one statement); a listener
+//     receives the job's id and marks it started with an UPDATE by primary key,
+//     its own commit, and the handler starts when that UPDATE returns. No claim
+//     query, no queue, no lease: two commits and a notification.
 func init() { register("bare", func() System { return &bareSystem{} }) }
 
-type bareSystem struct{ pool *pgxpool.Pool }
+type bareSystem struct {
+	pool     *pgxpool.Pool
+	listened atomic.Bool // Insert notifies: the latency floor's listener runs
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	runErr error // the listener's error; read after wg.Wait
+}
+
+const bareChannel = "bare_jobs"
 
 func (b *bareSystem) Name() string        { return "bare" }
 func (b *bareSystem) HotTable() string    { return "bare_jobs" }
 func (b *bareSystem) JobTables() []string { return []string{"bare_jobs"} }
 func (b *bareSystem) Config() string {
-	return "INSERT INTO bare_jobs (payload) VALUES ($1) per call, autocommit (id identity, created_at default now()); single inserts only"
+	return "plain SQL on bare_jobs (id identity, payload jsonb, created_at default now(), started_at): single: INSERT per call, autocommit; bulk: COPY in one transaction; latency: INSERT + pg_notify in one statement, a listener marks the job started with UPDATE … WHERE id = $1 (autocommit)"
 }
 
 func (b *bareSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
@@ -27,7 +50,8 @@ func (b *bareSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `CREATE TABLE bare_jobs (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		payload jsonb NOT NULL,
-		created_at timestamptz NOT NULL DEFAULT now())`)
+		created_at timestamptz NOT NULL DEFAULT now(),
+		started_at timestamptz)`)
 	return err
 }
 
@@ -36,20 +60,100 @@ func (b *bareSystem) Reset(ctx context.Context) error {
 	return err
 }
 
-func (b *bareSystem) Bulk(int, time.Time, int) func(context.Context) error {
-	return func(context.Context) error { return errUnsupported }
+func (b *bareSystem) Bulk(n int, runAt time.Time, queues int) func(context.Context) error {
+	if !runAt.IsZero() || queues > 1 {
+		return func(context.Context) error { return errUnsupported }
+	}
+	rows := make([][]any, n)
+	for i := range rows {
+		rows[i] = []any{NoopArgs{}}
+	}
+	return func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"bare_jobs"}, []string{"payload"}, pgx.CopyFromRows(rows))
+			return err
+		})
+	}
 }
 
 func (b *bareSystem) Insert(ctx context.Context, args NoopArgs) error {
+	if b.listened.Load() {
+		_, err := b.pool.Exec(ctx, `WITH ins AS (INSERT INTO bare_jobs (payload) VALUES ($1) RETURNING id)
+			SELECT pg_notify('`+bareChannel+`', id::text) FROM ins`, args)
+		return err
+	}
 	_, err := b.pool.Exec(ctx, `INSERT INTO bare_jobs (payload) VALUES ($1)`, args)
 	return err
 }
 
-func (b *bareSystem) Start(context.Context, *Sink, Spec) error { return errUnsupported }
-func (b *bareSystem) Stop(context.Context) error               { return nil }
+// Start runs the latency floor's listener; bare runs no other workers.
+func (b *bareSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
+	if !spec.OneAtATime || spec.Queues > 1 || spec.FailOnce {
+		return errUnsupported
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+bareChannel); err != nil {
+		conn.Release()
+		return err
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel = cancel
+	b.listened.Store(true)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer func() {
+			// The connection still listens: close it rather than return it to the pool.
+			_ = conn.Conn().Close(context.Background())
+			conn.Release()
+		}()
+		for {
+			n, err := conn.Conn().WaitForNotification(lctx)
+			if err != nil {
+				if lctx.Err() == nil {
+					b.runErr = err
+				}
+				return
+			}
+			id, err := strconv.ParseInt(n.Payload, 10, 64)
+			if err != nil {
+				b.runErr = err
+				return
+			}
+			var payload []byte
+			if err := b.pool.QueryRow(lctx, `UPDATE bare_jobs SET started_at = now() WHERE id = $1 RETURNING payload`, id).Scan(&payload); err != nil {
+				if lctx.Err() == nil {
+					b.runErr = err
+				}
+				return
+			}
+			var a NoopArgs
+			if err := json.Unmarshal(payload, &a); err != nil {
+				b.runErr = err
+				return
+			}
+			sink.Handle(a)
+		}
+	}()
+	return nil
+}
+
+func (b *bareSystem) Stop(context.Context) error {
+	if b.cancel == nil {
+		return nil
+	}
+	b.listened.Store(false)
+	b.cancel()
+	b.wg.Wait()
+	b.cancel = nil
+	return errors.Join(b.runErr)
+}
 
 func (b *bareSystem) Pending(ctx context.Context) (int64, error) {
 	var n int64
-	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bare_jobs`).Scan(&n)
+	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bare_jobs WHERE started_at IS NULL`).Scan(&n)
 	return n, err
 }

@@ -65,6 +65,9 @@ type Spec struct {
 	// FailOnce makes the handler fail each job's first attempt, with a retry
 	// policy that retries at once; the second attempt succeeds.
 	FailOnce bool
+	// OneAtATime says jobs arrive one at a time (the latency workload). The
+	// queues run as always; it lets bare run its latency floor, and nothing else.
+	OneAtATime bool
 }
 
 // queueName is the name of the i-th queue of a many-queue workload.

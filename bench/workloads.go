@@ -387,7 +387,7 @@ func (e *env) drain(n int) (final, handled time.Duration, err error) {
 
 func runLatency(e *env) (map[string]float64, error) {
 	sink := NewSink(0)
-	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{OneAtATime: true}); err != nil {
 		return nil, err
 	}
 	res, err := func() (map[string]float64, error) {

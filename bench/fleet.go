@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,18 +30,32 @@ var fleetChild struct {
 	id     string
 	queues int
 	only   string // serve this queue only (-fleet-split)
+	schema string // work in this schema (-fleet-schemas)
 }
+
+// fleetPoolDSN, when set, is the connection string of the worker processes' pools (e.g.
+// through a transaction-pooling PgBouncer); their LISTEN connections still go to -dsn.
+var fleetPoolDSN string
 
 // fleetSplit: in the drain with many processes, each process serves a queue of its own
 // and gets its share of the jobs inserted in one block (its own heap pages). It separates
 // what many processes cost from what sharing one queue costs.
 var fleetSplit bool
 
+// fleetSchemas: in the drain with many processes, each process works in a schema of its
+// own (its own jobs table, archive, indexes and notification channel), so the processes
+// share nothing but the server. It measures what many processes cost on this machine
+// whatever a queue does.
+var fleetSchemas bool
+
 func init() {
 	flag.BoolVar(&fleetChild.on, "fleet-child", false, "internal: run as one worker process of the fleet workload")
 	flag.StringVar(&fleetChild.db, "fleet-db", "", "internal: database of a fleet child")
 	flag.StringVar(&fleetChild.id, "fleet-id", "", "internal: worker id of a fleet child")
 	flag.StringVar(&fleetChild.only, "fleet-only", "", "internal: the only queue of a fleet child")
+	flag.StringVar(&fleetPoolDSN, "fleet-pool-dsn", "", "fleet: connection string of the worker processes' pools (e.g. a transaction-pooling PgBouncer, with default_query_exec_mode=cache_describe); their LISTEN connections go to -dsn")
+	flag.StringVar(&fleetChild.schema, "fleet-schema", "", "internal: the schema of a fleet child")
+	flag.BoolVar(&fleetSchemas, "fleet-schemas", false, "fleet: in the drain with many processes, each process works in a schema of its own (its own tables and channel; they share only the server)")
 	flag.BoolVar(&fleetSplit, "fleet-split", false, "fleet: in the drain with many processes, each process drains a queue of its own (jobs inserted in one block per queue)")
 	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
 	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
@@ -75,7 +90,11 @@ func runFleetChild(dsn string) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
-	cfg, err := pgxpool.ParseConfig(dsn)
+	poolDSN := dsn
+	if fleetPoolDSN != "" {
+		poolDSN = fleetPoolDSN
+	}
+	cfg, err := pgxpool.ParseConfig(poolDSN)
 	if err != nil {
 		return true, err
 	}
@@ -86,11 +105,19 @@ func runFleetChild(dsn string) (bool, error) {
 		return true, err
 	}
 	defer pool.Close()
-	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger()})
+	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), Schema: fleetChild.schema})
 	if err != nil {
 		return true, err
 	}
 	wc := skiplock.WorkerConfig{ID: fleetChild.id, Logger: quietLogger()}
+	if fleetPoolDSN != "" {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return true, fmt.Errorf("-dsn must be a URL with -fleet-pool-dsn: %w", err)
+		}
+		u.Path = "/" + fleetChild.db
+		wc.ListenURL = u.String()
+	}
 	if fleetChild.queues == 1 && fleetSlots > 0 {
 		wc.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: fleetSlots}}
 	}
@@ -133,6 +160,12 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots))
 		if fleetSplit && procs > 1 {
 			cmd.Args = append(cmd.Args, "-fleet-only", queueName(i))
+		}
+		if fleetSchemas && procs > 1 {
+			cmd.Args = append(cmd.Args, "-fleet-schema", fleetSchemaName(i))
+		}
+		if fleetPoolDSN != "" && procs > 1 {
+			cmd.Args = append(cmd.Args, "-fleet-pool-dsn", fleetPoolDSN)
 		}
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
@@ -243,6 +276,9 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 	var cpu drainCPU
 	if err := e.sys.Reset(e.ctx); err != nil {
 		return 0, cpu, err
+	}
+	if fleetSchemas && procs > 1 {
+		return fleetDrainSchemas(e, procs, n)
 	}
 	f, err := startFleet(e, procs, 1)
 	if err != nil {
@@ -374,4 +410,98 @@ func runFleet(e *env) (map[string]float64, error) {
 	res["cpu_workers_1"], res["cpu_server_1"], res["cpu_idle_1"] = cpu1.workers, cpu1.server, cpu1.idle
 	res["cpu_workers_n"], res["cpu_server_n"], res["cpu_idle_n"] = cpuN.workers, cpuN.server, cpuN.idle
 	return res, nil
+}
+
+// fleetSchemaName is the schema of the i-th process with -fleet-schemas.
+func fleetSchemaName(i int) string { return fmt.Sprintf("fleet%02d", i) }
+
+// fleetDrainSchemas is fleetDrain with a schema per process: each schema gets n/procs
+// jobs, all inserted in one transaction (one COPY per schema), timed from its commit
+// until every schema's jobs are final.
+func fleetDrainSchemas(e *env, procs, n int) (float64, drainCPU, error) {
+	var cpu drainCPU
+	clients := make([]*skiplock.Client, procs)
+	for i := range procs {
+		name := fleetSchemaName(i)
+		if err := skiplock.Migrate(e.ctx, e.pool, skiplock.MigrateConfig{Schema: name}); err != nil {
+			return 0, cpu, err
+		}
+		if _, err := e.pool.Exec(e.ctx, "TRUNCATE "+pgx.Identifier{name, "jobs"}.Sanitize()+", "+pgx.Identifier{name, "jobs_archive"}.Sanitize()); err != nil {
+			return 0, cpu, err
+		}
+		c, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: name, Logger: quietLogger()})
+		if err != nil {
+			return 0, cpu, err
+		}
+		clients[i] = c
+	}
+	insert := func(n int) error {
+		tx, err := e.pool.Begin(e.ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(e.ctx)) //nolint:errcheck // no-op after commit
+		for i, c := range clients {
+			params := make([]skiplock.EnqueueParams, n*(i+1)/procs-n*i/procs)
+			for k := range params {
+				params[k] = skiplock.EnqueueParams{Args: NoopArgs{}}
+			}
+			if _, err := c.EnqueueManyTx(e.ctx, tx, params); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(e.ctx)
+	}
+	wait := func(timeout time.Duration) error {
+		deadline := time.Now().Add(timeout)
+		for i := 0; i < procs; {
+			jobs := pgx.Identifier{fleetSchemaName(i), "jobs"}.Sanitize()
+			var done bool
+			if err := e.pool.QueryRow(e.ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+jobs+` WHERE status = 'queued' AND queue = 'default')
+				AND NOT EXISTS (SELECT 1 FROM `+jobs+` WHERE status = 'running' AND queue = 'default')`).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				i++
+				continue
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("schema %s not drained after %s", fleetSchemaName(i), timeout)
+			}
+			if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f, err := startFleet(e, procs, 1)
+	if err != nil {
+		return 0, cpu, err
+	}
+	rate, err := func() (float64, error) {
+		if err := sleep(e.ctx, 2*time.Second); err != nil {
+			return 0, err
+		}
+		if err := insert(max(n/10, 1000)); err != nil {
+			return 0, err
+		}
+		if err := wait(timeoutFor(n/10, 500)); err != nil {
+			return 0, fmt.Errorf("fleet warm-up: %w", err)
+		}
+		if err := insert(n); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		c0, w0 := e.cpuNow(), f.cpu()
+		if err := wait(timeoutFor(n, 500)); err != nil {
+			return 0, fmt.Errorf("fleet drain with %d processes: %w", procs, err)
+		}
+		rate := float64(n) / time.Since(t0).Seconds()
+		c1, w1 := e.cpuNow(), f.cpu()
+		res := map[string]float64{}
+		cpuPerJob(res, c0, c1, n)
+		cpu = drainCPU{workers: float64((w1 - w0).Microseconds()) / float64(n), server: res[cpuServerMetric.Key], idle: res[cpuIdleMetric.Key]}
+		return rate, nil
+	}()
+	return rate, cpu, errors.Join(err, f.stop())
 }

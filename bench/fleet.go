@@ -48,6 +48,10 @@ var fleetSplit bool
 // whatever a queue does.
 var fleetSchemas bool
 
+// fleetDrainQueues is how many queues the fleet drain spreads its jobs over (round-robin,
+// as jobs of many queues arrive); every process serves all of them.
+var fleetDrainQueues = 1
+
 func init() {
 	flag.BoolVar(&fleetChild.on, "fleet-child", false, "internal: run as one worker process of the fleet workload")
 	flag.StringVar(&fleetChild.db, "fleet-db", "", "internal: database of a fleet child")
@@ -55,6 +59,7 @@ func init() {
 	flag.StringVar(&fleetChild.only, "fleet-only", "", "internal: the only queue of a fleet child")
 	flag.StringVar(&fleetPoolDSN, "fleet-pool-dsn", "", "fleet: connection string of the worker processes' pools (e.g. a transaction-pooling PgBouncer, with default_query_exec_mode=cache_describe); their LISTEN connections go to -dsn")
 	flag.StringVar(&fleetChild.schema, "fleet-schema", "", "internal: the schema of a fleet child")
+	flag.IntVar(&fleetDrainQueues, "fleet-drain-queues", fleetDrainQueues, "fleet: queues the drain spreads its jobs over (round-robin; q000…, every process serves all of them, 10 slots each)")
 	flag.BoolVar(&fleetSchemas, "fleet-schemas", false, "fleet: in the drain with many processes, each process works in a schema of its own (its own tables and channel; they share only the server)")
 	flag.BoolVar(&fleetSplit, "fleet-split", false, "fleet: in the drain with many processes, each process drains a queue of its own (jobs inserted in one block per queue)")
 	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
@@ -109,7 +114,7 @@ func runFleetChild(dsn string) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	wc := skiplock.WorkerConfig{ID: fleetChild.id, Logger: quietLogger()}
+	wc := skiplock.WorkerConfig{ID: fleetChild.id, Logger: quietLogger(), Completion: completions[skiplockCompletion]}
 	if fleetPoolDSN != "" {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -157,7 +162,8 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 	for i := range procs {
 		cmd := exec.Command(self, "-fleet-child", "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
 			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
-			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots))
+			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots),
+			"-skiplock-completion", skiplockCompletion)
 		if fleetSplit && procs > 1 {
 			cmd.Args = append(cmd.Args, "-fleet-only", queueName(i))
 		}
@@ -280,7 +286,7 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 	if fleetSchemas && procs > 1 {
 		return fleetDrainSchemas(e, procs, n)
 	}
-	f, err := startFleet(e, procs, 1)
+	f, err := startFleet(e, procs, fleetDrainQueues)
 	if err != nil {
 		return 0, cpu, err
 	}
@@ -294,7 +300,12 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 		// opening up to procs × pool connections (each a new server process that then
 		// plans every statement once), which a fleet does once at start.
 		queues := []string{skiplock.DefaultQueue}
-		if fleetSplit && procs > 1 {
+		if fleetDrainQueues > 1 {
+			queues = queues[:0]
+			for i := range fleetDrainQueues {
+				queues = append(queues, queueName(i))
+			}
+		} else if fleetSplit && procs > 1 {
 			queues = queues[:0]
 			for i := range procs {
 				queues = append(queues, queueName(i))
@@ -333,7 +344,11 @@ func fleetInsert(e *env, n int, queues []string) error {
 	}
 	params := make([]skiplock.EnqueueParams, n)
 	for i := range params {
-		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: &skiplock.EnqueueOptions{Queue: queues[i*len(queues)/n]}}
+		q := queues[i*len(queues)/n] // in blocks: a queue per process (-fleet-split)
+		if fleetDrainQueues > 1 {
+			q = queues[i%len(queues)] // round-robin, as jobs of many queues arrive
+		}
+		params[i] = skiplock.EnqueueParams{Args: NoopArgs{}, Options: &skiplock.EnqueueOptions{Queue: q}}
 	}
 	sys.queues = queues // what Pending counts, as after Bulk
 	_, err := sys.client.EnqueueMany(e.ctx, params)

@@ -275,30 +275,27 @@ type drainCPU struct {
 	idle            float64 // cores
 }
 
-// fleetDrain starts procs one-queue processes, waits until they listen, then
-// inserts n due jobs in one transaction and times from its commit until every
-// job is final in the database.
+// fleetDrain starts procs worker processes, waits until they listen, then inserts n due
+// jobs in one transaction and times from its commit until every job is final in the
+// database.
 func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 	var cpu drainCPU
 	if err := e.sys.Reset(e.ctx); err != nil {
 		return 0, cpu, err
 	}
+	// insert writes n jobs in one transaction; wait waits until they are all final.
+	var (
+		insert      func(n int) error
+		wait        func(timeout time.Duration) error
+		childQueues = fleetDrainQueues
+	)
 	if fleetSchemas && procs > 1 {
-		return fleetDrainSchemas(e, procs, n)
-	}
-	f, err := startFleet(e, procs, fleetDrainQueues)
-	if err != nil {
-		return 0, cpu, err
-	}
-	rate, err := func() (float64, error) {
-		// The start-up polls and the first election are over.
-		if err := sleep(e.ctx, 2*time.Second); err != nil {
-			return 0, err
+		var err error
+		if insert, wait, err = fleetSchemasSetup(e, procs); err != nil {
+			return 0, cpu, err
 		}
-		// Warm up, untimed, as a fleet that has been running is: its pools hold open
-		// connections whose statements are prepared. Otherwise the timed drain pays for
-		// opening up to procs × pool connections (each a new server process that then
-		// plans every statement once), which a fleet does once at start.
+		childQueues = 1
+	} else {
 		queues := []string{skiplock.DefaultQueue}
 		if fleetDrainQueues > 1 {
 			queues = queues[:0]
@@ -311,18 +308,34 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 				queues = append(queues, queueName(i))
 			}
 		}
-		if err := fleetInsert(e, max(n/10, 1000), queues); err != nil {
+		insert = func(n int) error { return fleetInsert(e, n, queues) }
+		wait = func(timeout time.Duration) error { return fleetWait(e, queues, timeout) }
+	}
+	f, err := startFleet(e, procs, childQueues)
+	if err != nil {
+		return 0, cpu, err
+	}
+	rate, err := func() (float64, error) {
+		// The start-up polls and the first election are over.
+		if err := sleep(e.ctx, 2*time.Second); err != nil {
 			return 0, err
 		}
-		if err := fleetWait(e, queues, timeoutFor(n/10, 500)); err != nil {
+		// Warm up, untimed, as a fleet that has been running is: its pools hold open
+		// connections whose statements are prepared. Otherwise the timed drain pays for
+		// opening up to procs × pool connections (each a new server process that then
+		// plans every statement once), which a fleet does once at start.
+		if err := insert(max(n/10, 1000)); err != nil {
+			return 0, err
+		}
+		if err := wait(timeoutFor(n/10, 500)); err != nil {
 			return 0, fmt.Errorf("fleet warm-up: %w", err)
 		}
-		if err := fleetInsert(e, n, queues); err != nil {
+		if err := insert(n); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()
 		c0, w0 := e.cpuNow(), f.cpu()
-		if err := fleetWait(e, queues, timeoutFor(n, 500)); err != nil {
+		if err := wait(timeoutFor(n, 500)); err != nil {
 			return 0, fmt.Errorf("fleet drain with %d processes: %w", procs, err)
 		}
 		rate := float64(n) / time.Since(t0).Seconds()
@@ -430,27 +443,24 @@ func runFleet(e *env) (map[string]float64, error) {
 // fleetSchemaName is the schema of the i-th process with -fleet-schemas.
 func fleetSchemaName(i int) string { return fmt.Sprintf("fleet%02d", i) }
 
-// fleetDrainSchemas is fleetDrain with a schema per process: each schema gets n/procs
-// jobs, all inserted in one transaction (one COPY per schema), timed from its commit
-// until every schema's jobs are final.
-func fleetDrainSchemas(e *env, procs, n int) (float64, drainCPU, error) {
-	var cpu drainCPU
+// fleetSchemasSetup prepares the drain with a schema per process (-fleet-schemas): it
+// migrates and empties each schema and returns the drain's insert, which gives each
+// schema n/procs jobs in one transaction (a COPY per schema), and its wait.
+func fleetSchemasSetup(e *env, procs int) (insert func(int) error, wait func(time.Duration) error, err error) {
 	clients := make([]*skiplock.Client, procs)
 	for i := range procs {
 		name := fleetSchemaName(i)
 		if err := skiplock.Migrate(e.ctx, e.pool, skiplock.MigrateConfig{Schema: name}); err != nil {
-			return 0, cpu, err
+			return nil, nil, err
 		}
 		if _, err := e.pool.Exec(e.ctx, "TRUNCATE "+pgx.Identifier{name, "jobs"}.Sanitize()+", "+pgx.Identifier{name, "jobs_archive"}.Sanitize()); err != nil {
-			return 0, cpu, err
+			return nil, nil, err
 		}
-		c, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: name, Logger: quietLogger()})
-		if err != nil {
-			return 0, cpu, err
+		if clients[i], err = skiplock.NewClient(e.pool, skiplock.Config{Schema: name, Logger: quietLogger()}); err != nil {
+			return nil, nil, err
 		}
-		clients[i] = c
 	}
-	insert := func(n int) error {
+	insert = func(n int) error {
 		tx, err := e.pool.Begin(e.ctx)
 		if err != nil {
 			return err
@@ -467,7 +477,7 @@ func fleetDrainSchemas(e *env, procs, n int) (float64, drainCPU, error) {
 		}
 		return tx.Commit(e.ctx)
 	}
-	wait := func(timeout time.Duration) error {
+	wait = func(timeout time.Duration) error {
 		deadline := time.Now().Add(timeout)
 		for i := 0; i < procs; {
 			jobs := pgx.Identifier{fleetSchemaName(i), "jobs"}.Sanitize()
@@ -489,34 +499,5 @@ func fleetDrainSchemas(e *env, procs, n int) (float64, drainCPU, error) {
 		}
 		return nil
 	}
-	f, err := startFleet(e, procs, 1)
-	if err != nil {
-		return 0, cpu, err
-	}
-	rate, err := func() (float64, error) {
-		if err := sleep(e.ctx, 2*time.Second); err != nil {
-			return 0, err
-		}
-		if err := insert(max(n/10, 1000)); err != nil {
-			return 0, err
-		}
-		if err := wait(timeoutFor(n/10, 500)); err != nil {
-			return 0, fmt.Errorf("fleet warm-up: %w", err)
-		}
-		if err := insert(n); err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		c0, w0 := e.cpuNow(), f.cpu()
-		if err := wait(timeoutFor(n, 500)); err != nil {
-			return 0, fmt.Errorf("fleet drain with %d processes: %w", procs, err)
-		}
-		rate := float64(n) / time.Since(t0).Seconds()
-		c1, w1 := e.cpuNow(), f.cpu()
-		res := map[string]float64{}
-		cpuPerJob(res, c0, c1, n)
-		cpu = drainCPU{workers: float64((w1 - w0).Microseconds()) / float64(n), server: res[cpuServerMetric.Key], idle: res[cpuIdleMetric.Key]}
-		return rate, nil
-	}()
-	return rate, cpu, errors.Join(err, f.stop())
+	return insert, wait, nil
 }

@@ -107,9 +107,11 @@ type Options struct {
 	// MaxWork bounds the work (a sleep) of one handler execution: each sleeps a random
 	// time in [0, MaxWork]. Defaults to 20ms.
 	MaxWork time.Duration
-	// DrainTimeout is how long Run waits, after the last enqueue and fault, for every job
-	// to reach a final state. Jobs still queued or running then count as not final.
-	// Defaults to 2m.
+	// DrainTimeout is how long Run waits, after the last enqueue and fault, for the number
+	// of jobs still queued or running to fall: Run gives up when it has not fallen for
+	// DrainTimeout, or after 4 × DrainTimeout in all, and the jobs left count as not
+	// final. A drain that is slow (a loaded machine, a queue with a concurrency limit) but
+	// still moving is waited for; a job that never ends is not. Defaults to 2m.
 	DrainTimeout time.Duration
 	// Seed seeds the choice of worker to kill. Defaults to a random seed, printed.
 	Seed uint64
@@ -461,8 +463,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := <-enqErr; err != nil {
 		return rep, err
 	}
-	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (at most %v)",
-		r.enq.enqueued.Load(), len(r.faults), r.opts.DrainTimeout)
+	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (while their number falls: at most %v without progress, %v in all)",
+		r.enq.enqueued.Load(), len(r.faults), r.opts.DrainTimeout, 4*r.opts.DrainTimeout)
 	if err := r.drain(runCtx); err != nil {
 		if ctx.Err() != nil {
 			return rep, err
@@ -751,22 +753,31 @@ const progressSQL = `SELECT (SELECT count(*) FROM skiplock.jobs_archive),
 	count(*) FILTER (WHERE status NOT IN ('queued', 'running'))
 FROM skiplock.jobs`
 
-// drain waits until no job is queued or running, or DrainTimeout passes.
+// drain waits until no job is queued or running. It gives up when their number has not
+// fallen for DrainTimeout, or when 4 × DrainTimeout have passed.
 func (r *runner) drain(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.DrainTimeout)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 4*r.opts.DrainTimeout)
 	defer cancel()
+	lowest, lastFall := int64(-1), start
 	for {
 		var active int64
 		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
 		err := r.pool.QueryRow(qctx, `SELECT count(*) FROM skiplock.jobs WHERE status IN ('queued', 'running')`).Scan(&active)
 		qcancel()
 		if err == nil && active == 0 {
-			r.rec.logf("every job is in a final state")
+			r.rec.logf("every job is in a final state (%v after the last enqueue and fault)", time.Since(start).Round(time.Second))
 			return nil
+		}
+		if err == nil && (lowest < 0 || active < lowest) {
+			lowest, lastFall = active, time.Now()
+		}
+		if time.Since(lastFall) > r.opts.DrainTimeout {
+			return fmt.Errorf("chaos: %d jobs still queued or running; none became final in the last %v", lowest, r.opts.DrainTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("chaos: %d jobs still queued or running after %v", active, r.opts.DrainTimeout)
+			return fmt.Errorf("chaos: %d jobs still queued or running after %v (4 × DrainTimeout), still falling", lowest, time.Since(start).Round(time.Second))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -149,7 +148,7 @@ func (b *bareSystem) Stop(context.Context) error {
 	b.cancel()
 	b.wg.Wait()
 	b.cancel = nil
-	return errors.Join(b.runErr)
+	return b.runErr
 }
 
 func (b *bareSystem) Pending(ctx context.Context) (int64, error) {

@@ -309,7 +309,7 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 			}
 		}
 		insert = func(n int) error { return fleetInsert(e, n, queues) }
-		wait = func(timeout time.Duration) error { return fleetWait(e, queues, timeout) }
+		wait = func(timeout time.Duration) error { return fleetWait(e, inSkiplock(queues), timeout) }
 	}
 	f, err := startFleet(e, procs, childQueues)
 	if err != nil {
@@ -368,17 +368,29 @@ func fleetInsert(e *env, n int, queues []string) error {
 	return err
 }
 
-// fleetWait waits until no job of queues is queued or running. It asks every 10 ms with
-// two index probes per queue (drainedSQL, flow.go), not a count: counting the backlog read
-// the whole table each time (18 ms a count, 1,956 buffers, from pg_stat_statements) and
-// took CPU from the processes it timed, the more so the longer the drain.
-func fleetWait(e *env, queues []string, timeout time.Duration) error {
+// drainTarget is a queue of a schema that a fleet drain waits for.
+type drainTarget struct{ schema, queue string }
+
+// inSkiplock returns the targets of queues in the skiplock schema.
+func inSkiplock(queues []string) []drainTarget {
+	t := make([]drainTarget, len(queues))
+	for i, q := range queues {
+		t[i] = drainTarget{skiplockSchema, q}
+	}
+	return t
+}
+
+// fleetWait waits until no job of targets is queued or running. It asks every 10 ms with
+// two index probes per queue (drainedQuery, flow.go), not a count: counting the backlog
+// read the whole table each time (18 ms a count, 1,956 buffers, from pg_stat_statements)
+// and took CPU from the processes it timed, the more so the longer the drain.
+func fleetWait(e *env, targets []drainTarget, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	left := slices.Clone(queues)
+	left := slices.Clone(targets)
 	for {
 		for len(left) > 0 {
 			var done bool
-			if err := e.pool.QueryRow(e.ctx, drainedSQL, left[0]).Scan(&done); err != nil {
+			if err := e.pool.QueryRow(e.ctx, drainedQuery(left[0].schema), left[0].queue).Scan(&done); err != nil {
 				return err
 			}
 			if !done {
@@ -390,8 +402,12 @@ func fleetWait(e *env, queues []string, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			p, err := e.sys.Pending(e.ctx)
-			return errors.Join(fmt.Errorf("%d jobs pending after %s", p, timeout), err)
+			err := fmt.Errorf("queue %s of schema %s (and %d more) not drained after %s", left[0].queue, left[0].schema, len(left)-1, timeout)
+			if left[0].schema == skiplockSchema {
+				p, perr := e.sys.Pending(e.ctx)
+				err = errors.Join(fmt.Errorf("%w: %d jobs pending", err, p), perr)
+			}
+			return err
 		}
 		if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
 			return err
@@ -440,6 +456,28 @@ func runFleet(e *env) (map[string]float64, error) {
 	return res, nil
 }
 
+// fleetVariant names the drain's setup with many processes, for the report.
+func fleetVariant() string {
+	var v string
+	switch {
+	case fleetSchemas:
+		v = "a schema per process (-fleet-schemas)"
+	case fleetDrainQueues > 1:
+		v = fmt.Sprintf("jobs round-robin over %d queues, every process serving all (-fleet-drain-queues)", fleetDrainQueues)
+	case fleetSplit:
+		v = "a queue per process (-fleet-split)"
+	default:
+		v = "one queue"
+	}
+	if fleetPoolDSN != "" {
+		v += ", pools through -fleet-pool-dsn"
+	}
+	if skiplockCompletion != "archive" {
+		v += ", Completion " + skiplockCompletion
+	}
+	return v
+}
+
 // fleetSchemaName is the schema of the i-th process with -fleet-schemas.
 func fleetSchemaName(i int) string { return fmt.Sprintf("fleet%02d", i) }
 
@@ -477,27 +515,10 @@ func fleetSchemasSetup(e *env, procs int) (insert func(int) error, wait func(tim
 		}
 		return tx.Commit(e.ctx)
 	}
-	wait = func(timeout time.Duration) error {
-		deadline := time.Now().Add(timeout)
-		for i := 0; i < procs; {
-			jobs := pgx.Identifier{fleetSchemaName(i), "jobs"}.Sanitize()
-			var done bool
-			if err := e.pool.QueryRow(e.ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+jobs+` WHERE status = 'queued' AND queue = 'default')
-				AND NOT EXISTS (SELECT 1 FROM `+jobs+` WHERE status = 'running' AND queue = 'default')`).Scan(&done); err != nil {
-				return err
-			}
-			if done {
-				i++
-				continue
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("schema %s not drained after %s", fleetSchemaName(i), timeout)
-			}
-			if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		return nil
+	targets := make([]drainTarget, procs)
+	for i := range targets {
+		targets[i] = drainTarget{fleetSchemaName(i), skiplock.DefaultQueue}
 	}
+	wait = func(timeout time.Duration) error { return fleetWait(e, targets, timeout) }
 	return insert, wait, nil
 }

@@ -287,15 +287,22 @@ func (b *flowBench) waitFor(what string, timeout time.Duration, cond func() bool
 	return nil
 }
 
-// drainedSQL says whether a queue has no queued or running job left. The harness asks
+// drainedSQL says whether a queue of the skiplock schema has no queued or running job
+// left (drainedQuery says it for any schema). The harness asks
 // every 5 ms; while the queue has a backlog, the first EXISTS answers from the first
 // entry of jobs_claim_idx. It first counted the queue's rows instead, which read the
 // whole jobs table each time: during a 100,000-job drain, auto_explain logged counts of
 // 28 ms (median; up to 165 ms), and sampled pg_stat_activity found the count on a CPU
 // half as often as the claims it was timing. (No-op jobs end succeeded: no other status
 // is left.)
-const drainedSQL = `SELECT NOT EXISTS (SELECT 1 FROM skiplock.jobs WHERE status = 'queued' AND queue = $1)
-	AND NOT EXISTS (SELECT 1 FROM skiplock.jobs WHERE status = 'running' AND queue = $1)`
+var drainedSQL = drainedQuery(skiplockSchema)
+
+// drainedQuery is drainedSQL for the jobs table of schema.
+func drainedQuery(schema string) string {
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
+	return `SELECT NOT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE status = 'queued' AND queue = $1)
+	AND NOT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE status = 'running' AND queue = $1)`
+}
 
 // drained reports whether queue has no job left to run or being run.
 func (b *flowBench) drained(queue string) bool {

@@ -220,10 +220,7 @@ var workloads = []Workload{
 	{
 		Name: "fleet",
 		Desc: func(s Sizes) string {
-			split := "one queue"
-			if fleetSplit {
-				split = "a queue per process (-fleet-split)"
-			}
+			split := fleetVariant()
 			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes (%s) vs 1, after an untimed warm-up drain of a tenth as many (one run)",
 				fleetPool, s.FleetIdle, fleetQueues, fleetProcs, fleetQueues, s.Drain, fleetProcs, split)
 		},

@@ -772,12 +772,19 @@ func (r *runner) drain(ctx context.Context) error {
 		if err == nil && (lowest < 0 || active < lowest) {
 			lowest, lastFall = active, time.Now()
 		}
+		left := fmt.Sprint(lowest)
+		if lowest < 0 {
+			left = "an unknown number of" // every count so far failed
+		}
 		if time.Since(lastFall) > r.opts.DrainTimeout {
-			return fmt.Errorf("chaos: %d jobs still queued or running; none became final in the last %v", lowest, r.opts.DrainTimeout)
+			if err != nil {
+				return fmt.Errorf("chaos: %s jobs still queued or running; none became final in the last %v, and the last count failed: %w", left, r.opts.DrainTimeout, err)
+			}
+			return fmt.Errorf("chaos: %s jobs still queued or running; none became final in the last %v", left, r.opts.DrainTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("chaos: %d jobs still queued or running after %v (4 × DrainTimeout), still falling", lowest, time.Since(start).Round(time.Second))
+			return fmt.Errorf("chaos: %s jobs still queued or running after %v (4 × DrainTimeout), still falling", left, time.Since(start).Round(time.Second))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -198,6 +198,14 @@ func TestLease_BlackHoledWorkerCancelsItsHandlersBeforeOthersRunItsJobs(t *testi
 	eventually(t, 30*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
 	}, "every job finished elsewhere")
+	// A cancelled handler takes its end time first and then writes its audit row through
+	// the test's pool, which the healthy worker's statements share (4 connections on a
+	// 2-core machine): the rows may land after the jobs finished elsewhere. The overlap
+	// check below compares those end times, so it needs every row; a handler that was
+	// never cancelled would write its row only after a minute.
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'cut-off'`) == jobs
+	}, "the cut-off worker's handlers returned")
 	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'cut-off' AND NOT ok`),
 		"the cut-off worker cancelled each of its handlers")
 	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'healthy' AND ok`), "each job finished once")

@@ -24,11 +24,22 @@ import (
 //     receives the job's id and marks it started with an UPDATE by primary key,
 //     its own commit, and the handler starts when that UPDATE returns. No claim
 //     query, no queue, no lease: two commits and a notification.
+//   - drain and storm: the least a durable queue does per job when it works off a
+//     backlog. bareLoops loops each claim up to bareBatch queued jobs in one
+//     statement (UPDATE by primary key of the rows a FOR UPDATE SKIP LOCKED scan
+//     of the queued-rows index picked, with its commit), run them, and record the
+//     batch's outcomes in one statement and one commit: DELETE for a success, back
+//     to queued for a failed first attempt (storm). No lease, no fence, no
+//     priorities, no archive, no notifications: two commits per batch.
+//
+// The table has the one index a queue cannot do without, bare_jobs_queued (id)
+// WHERE started_at IS NULL, the queued rows in order; every floor maintains it.
 func init() { register("bare", func() System { return &bareSystem{} }) }
 
 type bareSystem struct {
 	pool     *pgxpool.Pool
 	listened atomic.Bool // Insert notifies: the latency floor's listener runs
+	queue    atomic.Bool // the drain floor's loops run: a job is final when its row is gone
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -41,7 +52,7 @@ func (b *bareSystem) Name() string        { return "bare" }
 func (b *bareSystem) HotTable() string    { return "bare_jobs" }
 func (b *bareSystem) JobTables() []string { return []string{"bare_jobs"} }
 func (b *bareSystem) Config() string {
-	return "plain SQL on bare_jobs (id identity, payload jsonb, created_at default now(), started_at): single: INSERT per call, autocommit; bulk: COPY in one transaction; latency: INSERT + pg_notify in one statement, a listener marks the job started with UPDATE … WHERE id = $1 (autocommit)"
+	return "plain SQL on bare_jobs (id identity, payload jsonb, created_at default now(), started_at): single: INSERT per call, autocommit; bulk: COPY in one transaction; latency: INSERT + pg_notify in one statement, a listener marks the job started with UPDATE … WHERE id = $1 (autocommit); drain, storm: " + strconv.Itoa(bareLoops) + " loops, each claims up to " + strconv.Itoa(bareBatch) + " queued rows (UPDATE of the rows a FOR UPDATE SKIP LOCKED scan of a partial index picked) and records the batch's outcomes in one statement (DELETE on success, back to queued on a first failure)"
 }
 
 func (b *bareSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
@@ -50,9 +61,27 @@ func (b *bareSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		payload jsonb NOT NULL,
 		created_at timestamptz NOT NULL DEFAULT now(),
-		started_at timestamptz)`)
+		started_at timestamptz,
+		attempts int NOT NULL DEFAULT 0);
+		CREATE INDEX bare_jobs_queued ON bare_jobs (id) WHERE started_at IS NULL`)
 	return err
 }
+
+// The drain floor's shape: loops claiming at once, and the most jobs one claim takes.
+const (
+	bareLoops = 4
+	bareBatch = 100
+)
+
+// bareClaimSQL claims up to $1 queued jobs, oldest first.
+const bareClaimSQL = `UPDATE bare_jobs SET started_at = now(), attempts = attempts + 1
+WHERE id = ANY (ARRAY(SELECT id FROM bare_jobs WHERE started_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+RETURNING id, attempts, payload`
+
+// bareDoneSQL records a batch's outcomes: $1 succeeded (deleted), $2 failed and queued again.
+const bareDoneSQL = `WITH ok AS (DELETE FROM bare_jobs WHERE id = ANY ($1)),
+failed AS (UPDATE bare_jobs SET started_at = NULL WHERE id = ANY ($2))
+SELECT 1`
 
 func (b *bareSystem) Reset(ctx context.Context) error {
 	_, err := b.pool.Exec(ctx, "TRUNCATE bare_jobs")
@@ -85,9 +114,14 @@ func (b *bareSystem) Insert(ctx context.Context, args NoopArgs) error {
 	return err
 }
 
-// Start runs the latency floor's listener; bare runs no other workers.
+// Start runs the latency floor's listener, or the drain floor's loops.
 func (b *bareSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
-	if !spec.OneAtATime || spec.Queues > 1 || spec.FailOnce {
+	switch {
+	case spec.Queues > 1:
+		return errUnsupported
+	case spec.Backlog:
+		return b.startLoops(ctx, sink, spec.FailOnce)
+	case !spec.OneAtATime || spec.FailOnce:
 		return errUnsupported
 	}
 	conn, err := b.pool.Acquire(ctx)
@@ -140,11 +174,72 @@ func (b *bareSystem) Start(ctx context.Context, sink *Sink, spec Spec) error {
 	return nil
 }
 
+// startLoops runs the drain floor: bareLoops loops of claim, run, record.
+func (b *bareSystem) startLoops(ctx context.Context, sink *Sink, failOnce bool) error {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel = cancel
+	b.queue.Store(true)
+	var once sync.Once
+	fail := func(err error) {
+		if lctx.Err() == nil {
+			once.Do(func() { b.runErr = err })
+			cancel()
+		}
+	}
+	for range bareLoops {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			var ok, failed []int64
+			for lctx.Err() == nil {
+				rows, err := b.pool.Query(lctx, bareClaimSQL, bareBatch)
+				if err != nil {
+					fail(err)
+					return
+				}
+				ok, failed = ok[:0], failed[:0]
+				var (
+					id       int64
+					attempts int
+					payload  []byte
+				)
+				_, err = pgx.ForEachRow(rows, []any{&id, &attempts, &payload}, func() error {
+					var a NoopArgs
+					if err := json.Unmarshal(payload, &a); err != nil {
+						return err
+					}
+					sink.Handle(a)
+					if failOnce && attempts == 1 {
+						failed = append(failed, id)
+					} else {
+						ok = append(ok, id)
+					}
+					return nil
+				})
+				if err != nil {
+					fail(err)
+					return
+				}
+				if len(ok)+len(failed) == 0 {
+					_ = sleep(lctx, time.Millisecond)
+					continue
+				}
+				if _, err := b.pool.Exec(lctx, bareDoneSQL, ok, failed); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	return nil
+}
+
 func (b *bareSystem) Stop(context.Context) error {
 	if b.cancel == nil {
 		return nil
 	}
 	b.listened.Store(false)
+	b.queue.Store(false)
 	b.cancel()
 	b.wg.Wait()
 	b.cancel = nil
@@ -153,6 +248,10 @@ func (b *bareSystem) Stop(context.Context) error {
 
 func (b *bareSystem) Pending(ctx context.Context) (int64, error) {
 	var n int64
+	if b.queue.Load() {
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bare_jobs`).Scan(&n)
+		return n, err
+	}
 	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bare_jobs WHERE started_at IS NULL`).Scan(&n)
 	return n, err
 }

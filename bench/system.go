@@ -68,6 +68,9 @@ type Spec struct {
 	// OneAtATime says jobs arrive one at a time (the latency workload). The
 	// queues run as always; it lets bare run its latency floor, and nothing else.
 	OneAtATime bool
+	// Backlog says every job was inserted before the workers started (drain,
+	// storm). The queues run as always; it lets bare run its drain floor.
+	Backlog bool
 }
 
 // queueName is the name of the i-th queue of a many-queue workload.

@@ -297,7 +297,7 @@ func runStorm(e *env) (map[string]float64, error) {
 		return nil, err
 	}
 	// Every job runs twice: it fails once, then succeeds.
-	return e.work(n, NewSink(int64(2*n)), Spec{FailOnce: true}, timeoutFor(2*n, 1000))
+	return e.work(n, NewSink(int64(2*n)), Spec{FailOnce: true, Backlog: true}, timeoutFor(2*n, 1000))
 }
 
 func runManyQueues(e *env) (map[string]float64, error) {
@@ -365,7 +365,7 @@ func (e *env) drain(n int) (final, handled time.Duration, err error) {
 	sink := NewSink(int64(n))
 	c0 := e.cpuNow()
 	t0 := time.Now()
-	if err := e.sys.Start(e.ctx, sink, Spec{}); err != nil {
+	if err := e.sys.Start(e.ctx, sink, Spec{Backlog: true}); err != nil {
 		return 0, 0, err
 	}
 	werr := waitDrained(e.ctx, e.sys, sink, timeoutFor(n, 2000))

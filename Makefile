@@ -53,7 +53,7 @@ db: env
 
 ## bench: skiplock, River, gue and a bare INSERT side by side, with autovacuum off (the
 ## server at DSN) and on (a throwaway cluster the bench starts); bench-quick: reduced
-## sizes, skiplock, River and the bare INSERT, the workloads this round changed.
+## sizes, skiplock, River and the bare SQL floors, the workloads this round changed.
 BENCH_QUICK_WORKLOADS ?= bulk,single,storm,queues,drain,latency,sustained
 bench: env
 	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -autovacuum off,on

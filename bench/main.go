@@ -90,6 +90,7 @@ func run() error {
 	flag.BoolVar(&o.flow, "flow", false, "run skiplock's flow-control workloads instead (worker processes of their own; writes results/flow.md)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
+	flag.IntVar(&skiplockWorkers, "skiplock-workers", 0, "skiplock's MaxWorkers on the default queue (0: its default, 100)")
 	flag.DurationVar(&riverFetchCooldown, "river-fetch-cooldown", riverFetchCooldown, "River FetchCooldown")
 	flag.DurationVar(&riverFetchPollInterval, "river-poll", riverFetchPollInterval, "River FetchPollInterval")
 	flag.IntVar(&riverMaxWorkers, "river-workers", riverMaxWorkers, "River MaxWorkers of the default queue")

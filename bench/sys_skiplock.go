@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +21,10 @@ const skiplockSchema = "skiplock"
 // skiplockCompletion is -skiplock-completion: what a success does to the row. The default,
 // archive, is skiplock's; delete shows what the history costs.
 var skiplockCompletion = "archive"
+
+// skiplockWorkers is -skiplock-workers: MaxWorkers of the default queue (0: the default,
+// 100).
+var skiplockWorkers int
 
 // completions maps -skiplock-completion's values to the library's modes.
 var completions = map[string]skiplock.Completion{
@@ -45,8 +51,15 @@ func (s *skiplockSystem) JobTables() []string {
 	return []string{skiplockSchema + ".jobs", skiplockSchema + ".jobs_archive"}
 }
 func (s *skiplockSystem) Config() string {
+	var except []string
 	if skiplockCompletion != "archive" {
-		return "defaults (Config{}, WorkerConfig{}) except Completion " + skiplockCompletion + ", EnqueueMany (COPY) for bulk"
+		except = append(except, "Completion "+skiplockCompletion)
+	}
+	if skiplockWorkers > 0 {
+		except = append(except, fmt.Sprintf("MaxWorkers %d on the default queue", skiplockWorkers))
+	}
+	if len(except) > 0 {
+		return "defaults (Config{}, WorkerConfig{}) except " + strings.Join(except, ", ") + ", EnqueueMany (COPY) for bulk"
 	}
 	return "defaults (Config{}, WorkerConfig{}), EnqueueMany (COPY) for bulk"
 }
@@ -107,6 +120,9 @@ func (s *skiplockSystem) Start(ctx context.Context, sink *Sink, spec Spec) error
 		for i := range spec.Queues {
 			cfg.Queues[queueName(i)] = skiplock.QueueConfig{MaxWorkers: spec.PerQueue}
 		}
+	}
+	if skiplockWorkers > 0 && spec.Queues <= 1 {
+		cfg.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: skiplockWorkers}}
 	}
 	if spec.FailOnce {
 		cfg.RetryPolicy = retryAtOnce{}

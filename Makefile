@@ -51,7 +51,7 @@ ui: demo
 db: env
 	@echo '$(DSN)'
 
-## bench: skiplock, River, gue and a bare INSERT side by side, with autovacuum off (the
+## bench: skiplock, River, gue and the bare SQL floors side by side, with autovacuum off (the
 ## server at DSN) and on (a throwaway cluster the bench starts); bench-quick: reduced
 ## sizes, skiplock, River and the bare SQL floors, the workloads this round changed.
 BENCH_QUICK_WORKLOADS ?= bulk,single,storm,queues,drain,latency,sustained

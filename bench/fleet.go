@@ -31,6 +31,7 @@ var fleetChild struct {
 	queues int
 	only   string // serve this queue only (-fleet-split)
 	schema string // work in this schema (-fleet-schemas)
+	system string // the system the child runs: skiplock, or bare (its drain floor's loops)
 }
 
 // fleetPoolDSN, when set, is the connection string of the worker processes' pools (e.g.
@@ -62,6 +63,7 @@ func init() {
 	flag.IntVar(&fleetDrainQueues, "fleet-drain-queues", fleetDrainQueues, "fleet: queues the drain spreads its jobs over (round-robin; q000…, every process serves all of them, 10 slots each)")
 	flag.BoolVar(&fleetSchemas, "fleet-schemas", false, "fleet: in the drain with many processes, each process works in a schema of its own (its own tables and channel; they share only the server)")
 	flag.BoolVar(&fleetSplit, "fleet-split", false, "fleet: in the drain with many processes, each process drains a queue of its own (jobs inserted in one block per queue)")
+	flag.StringVar(&fleetChild.system, "fleet-system", "skiplock", "internal: the system a fleet child runs (skiplock, bare)")
 	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
 	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
 	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
@@ -105,11 +107,23 @@ func runFleetChild(dsn string) (bool, error) {
 	}
 	cfg.ConnConfig.Database = fleetChild.db
 	cfg.MaxConns = int32(fleetPool)
+	if fleetChild.system == "bare" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = bareFleetApp + fleetChild.id
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return true, err
 	}
 	defer pool.Close()
+	if fleetChild.system == "bare" {
+		// The drain floor's loops, as one process of a fleet of them.
+		b := &bareSystem{pool: pool}
+		if err := b.startLoops(ctx, NewSink(0), false); err != nil {
+			return true, err
+		}
+		<-ctx.Done()
+		return true, b.Stop(context.WithoutCancel(ctx))
+	}
 	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), Schema: fleetChild.schema})
 	if err != nil {
 		return true, err
@@ -160,7 +174,7 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 	}
 	f := &fleet{}
 	for i := range procs {
-		cmd := exec.Command(self, "-fleet-child", "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
+		cmd := exec.Command(self, "-fleet-child", "-fleet-system", e.sys.Name(), "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
 			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
 			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots),
 			"-skiplock-completion", skiplockCompletion)
@@ -187,8 +201,13 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var n int
-		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'skiplock-listen fleet-%' AND query LIKE 'LISTEN%'`).Scan(&n); err != nil {
+		ready := `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'skiplock-listen fleet-%' AND query LIKE 'LISTEN%'`
+		if e.sys.Name() == "bare" {
+			ready = `SELECT count(DISTINCT application_name) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE '` + bareFleetApp + `%'`
+		}
+		if err := e.pool.QueryRow(e.ctx, ready).Scan(&n); err != nil {
 			return nil, errors.Join(err, f.stop())
 		}
 		if n == procs {
@@ -289,7 +308,10 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 		wait        func(timeout time.Duration) error
 		childQueues = fleetDrainQueues
 	)
-	if fleetSchemas && procs > 1 {
+	if e.sys.Name() == "bare" {
+		insert = func(n int) error { return e.sys.Bulk(n, time.Time{}, 1)(e.ctx) }
+		wait = func(timeout time.Duration) error { return bareFleetWait(e, timeout) }
+	} else if fleetSchemas && procs > 1 {
 		var err error
 		if insert, wait, err = fleetSchemasSetup(e, procs); err != nil {
 			return 0, cpu, err
@@ -415,11 +437,39 @@ func fleetWait(e *env, targets []drainTarget, timeout time.Duration) error {
 	}
 }
 
+// bareFleetApp prefixes the application_name of a bare fleet child's connections.
+const bareFleetApp = "bare-fleet "
+
+// bareFleetWait waits until bare_jobs is empty (every job of the drain floor deleted),
+// asking every 10 ms.
+func bareFleetWait(e *env, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var done bool
+		if err := e.pool.QueryRow(e.ctx, `SELECT NOT EXISTS (SELECT 1 FROM bare_jobs)`).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bare_jobs not drained after %s", timeout)
+		}
+		if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 // runFleet measures idle cost (1×1, 1×100 and procs×100 queues) and drain
-// with procs processes against one.
+// with procs processes against one. For bare (with -all-systems) it runs the drain
+// only, with the drain floor's loops in each process: what sharing one table costs a
+// queue that does nothing but claim and delete.
 func runFleet(e *env) (map[string]float64, error) {
-	if e.sys.Name() != "skiplock" {
-		return nil, errors.New("the fleet workload runs skiplock worker processes only")
+	switch e.sys.Name() {
+	case "skiplock", "bare":
+	default:
+		return nil, errUnsupported
 	}
 	acfg := e.pool.Config().ConnConfig.Copy()
 	acfg.Database = "postgres"
@@ -433,7 +483,7 @@ func runFleet(e *env) (map[string]float64, error) {
 		key           string
 		procs, queues int
 	}{{"idle_1x1", 1, 1}, {"idle_1x100", 1, fleetQueues}, {"idle_nx100", fleetProcs, fleetQueues}} {
-		if e.sizes.FleetIdle <= 0 {
+		if e.sizes.FleetIdle <= 0 || e.sys.Name() == "bare" {
 			break
 		}
 		r, err := idleCommits(e, admin, c.procs, c.queues, e.sizes.FleetIdle)

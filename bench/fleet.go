@@ -407,34 +407,26 @@ func inSkiplock(queues []string) []drainTarget {
 // read the whole table each time (18 ms a count, 1,956 buffers, from pg_stat_statements)
 // and took CPU from the processes it timed, the more so the longer the drain.
 func fleetWait(e *env, targets []drainTarget, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	left := slices.Clone(targets)
-	for {
+	err := pollUntil(e.ctx, timeout, 10*time.Millisecond, func() (bool, error) {
 		for len(left) > 0 {
 			var done bool
-			if err := e.pool.QueryRow(e.ctx, drainedQuery(left[0].schema), left[0].queue).Scan(&done); err != nil {
-				return err
-			}
-			if !done {
-				break
+			if err := e.pool.QueryRow(e.ctx, drainedQuery(left[0].schema), left[0].queue).Scan(&done); err != nil || !done {
+				return false, err
 			}
 			left = left[1:]
 		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			err := fmt.Errorf("queue %s of schema %s (and %d more) not drained after %s", left[0].queue, left[0].schema, len(left)-1, timeout)
-			if left[0].schema == skiplockSchema {
-				p, perr := e.sys.Pending(e.ctx)
-				err = errors.Join(fmt.Errorf("%w: %d jobs pending", err, p), perr)
-			}
-			return err
-		}
-		if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
+		return true, nil
+	})
+	if !errors.Is(err, errPollTimeout) {
+		return err
 	}
+	err = fmt.Errorf("queue %s of schema %s (and %d more) not drained after %s", left[0].queue, left[0].schema, len(left)-1, timeout)
+	if left[0].schema == skiplockSchema {
+		p, perr := e.sys.Pending(e.ctx)
+		err = errors.Join(fmt.Errorf("%w: %d jobs pending", err, p), perr)
+	}
+	return err
 }
 
 // bareFleetApp prefixes the application_name of a bare fleet child's connections.
@@ -443,22 +435,14 @@ const bareFleetApp = "bare-fleet "
 // bareFleetWait waits until bare_jobs is empty (every job of the drain floor deleted),
 // asking every 10 ms.
 func bareFleetWait(e *env, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		var done bool
-		if err := e.pool.QueryRow(e.ctx, `SELECT NOT EXISTS (SELECT 1 FROM bare_jobs)`).Scan(&done); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bare_jobs not drained after %s", timeout)
-		}
-		if err := sleep(e.ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
+	err := pollUntil(e.ctx, timeout, 10*time.Millisecond, func() (done bool, err error) {
+		err = e.pool.QueryRow(e.ctx, `SELECT NOT EXISTS (SELECT 1 FROM bare_jobs)`).Scan(&done)
+		return done, err
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("bare_jobs not drained after %s", timeout)
 	}
+	return err
 }
 
 // runFleet measures idle cost (1×1, 1×100 and procs×100 queues) and drain

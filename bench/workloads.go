@@ -596,16 +596,31 @@ func (e *env) expectPending(n int64) error {
 
 // waitCount waits until sink has handled n jobs.
 func waitCount(ctx context.Context, sink *Sink, n int64, timeout time.Duration) error {
+	err := pollUntil(ctx, timeout, time.Millisecond, func() (bool, error) { return sink.Done() >= n, nil })
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("timed out after %s: %d of %d jobs handled", timeout, sink.Done(), n)
+	}
+	return err
+}
+
+// errPollTimeout is pollUntil's error when its timeout passed first.
+var errPollTimeout = errors.New("timed out")
+
+// pollUntil calls done, then again every interval, until it reports true or an error,
+// ctx ends, or timeout has passed (errPollTimeout).
+func pollUntil(ctx context.Context, timeout, every time.Duration, done func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
-	for sink.Done() < n {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s: %d of %d jobs handled", timeout, sink.Done(), n)
+	for {
+		if ok, err := done(); ok || err != nil {
+			return err
 		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
+		if time.Now().After(deadline) {
+			return errPollTimeout
+		}
+		if err := sleep(ctx, every); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
 // maxRun caps every wait of a run (-max-run).

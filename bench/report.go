@@ -369,7 +369,7 @@ func (r *Report) Markdown() string {
 			}
 		}
 		if len(parts) > 0 {
-			fmt.Fprintf(&b, "\nskiplock / bare SQL (the floor: a commit per INSERT, one COPY, two commits and a notification per job; same server, same run): %s.\n", strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "\nskiplock / bare SQL (the floors: a commit per INSERT, one COPY, two commits and a notification per job, two commits per claimed batch; same server, same run): %s.\n", strings.Join(parts, ", "))
 		}
 	}
 	b.WriteString("\nCells: median (min–max) over the runs. Ratio: skiplock median / River median — above 1 is better for \"higher\" rows, below 1 for \"lower\" rows.\n\n")

@@ -221,7 +221,7 @@ var workloads = []Workload{
 		Name: "fleet",
 		Desc: func(s Sizes) string {
 			split := fleetVariant()
-			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes (%s) vs 1, after an untimed warm-up drain of a tenth as many (one run)",
+			return fmt.Sprintf("worker processes (one pool of %d + one listener each): idle server commits/s over %s with 1×1, 1×%d and %d×%d queues; drain %d jobs with %d processes (%s) vs 1, after an untimed warm-up drain of a tenth as many (one run); bare (with -all-systems): the drain only, each process running the drain floor's loops",
 				fleetPool, s.FleetIdle, fleetQueues, fleetProcs, fleetQueues, s.Drain, fleetProcs, split)
 		},
 		Metrics: []Metric{

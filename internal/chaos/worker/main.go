@@ -33,8 +33,15 @@ import (
 )
 
 // writeTimeout bounds how long a handler keeps retrying an audit write through a lost
-// connection or a restarting server.
-const writeTimeout = 10 * time.Second
+// connection or a restarting server. It must outlast every outage a run injects, counted
+// from before it: an end that cannot be written is taken to last until the worker exits,
+// which the analysis then counts as an overlap with the job's next attempt. At 10 s, a
+// reduced run under CI load reported 27 such overlaps, all of one worker started just
+// before the Postgres restart, each with its work (at most MaxWork, 20 ms) long done
+// and its end unwritten: their end writes, queued for a pooled connection and then
+// refused by the restarting server, most likely ran out of time just before it
+// accepted again (the run's logs were not kept).
+const writeTimeout = time.Minute
 
 func main() {
 	var (

@@ -154,3 +154,92 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	t.Logf("the poll read %v buffers", buffers)
 	assert.Less(t, buffers, 200.0, "buffers read by the poll beside 200,000 future jobs")
 }
+
+// The claim runs with the generic plan (claimer.claim forces it for its own transaction):
+// that plan must be the same index walk as the custom one, for any queue and batch size.
+func TestClaim_GenericPlanUsesClaimIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	_, err := pool.Exec(ctx, strings.ReplaceAll(`
+		INSERT INTO {s}.jobs (kind, status, finished_at, attempts)
+		SELECT 'k', 'succeeded', now(), 1 FROM generate_series(1, 100000);
+		INSERT INTO {s}.jobs (kind, queue, priority) SELECT 'k', 'q' || i % 5, i % 3 FROM generate_series(1, 1000) AS i;
+		ANALYZE {s}.jobs;`, "{s}", `"`+schema+`"`))
+	require.NoError(t, err)
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `PREPARE generic_claim (text, int, text, interval) AS `+newClaimer(c, time.Minute).sql)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE generic_claim ('q1', 100, 'w1', '1 minute')`)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	text := strings.Join(plan, "\n")
+	assert.Contains(t, text, "$1", "not the generic plan:\n"+text)
+	assert.Contains(t, text, "jobs_claim_idx", text)
+	assert.NotContains(t, text, "Sort", text)
+	assert.NotContains(t, text, "Seq Scan on jobs", text)
+}
+
+// A claim sets plan_cache_mode for its own transaction only: the pooled connection, which
+// may be the application's, keeps its setting, and is idle again after a claim, whether
+// the claim succeeded or failed.
+func TestClaim_LeavesTheConnectionAsItFoundIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = c.Enqueue(ctx, fenceArgs{}, nil)
+	require.NoError(t, err)
+
+	setting := func() string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&s))
+		return s
+	}
+	before := setting()
+	cl := newClaimer(c, time.Minute)
+	jobs, err := cl.claim(ctx, "default", 10, "w1")
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	assert.Equal(t, before, setting())
+
+	// The claim is committed: another connection sees the job running.
+	var status string
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
+		`SELECT status FROM "`+schema+`".jobs WHERE id = $1`, jobs[0].row.ID).Scan(&status))
+	assert.Equal(t, "running", status)
+
+	// A failed claim (a bad interval) rolls back and leaves the connection usable.
+	bad := &claimer{pool: pool, sql: `SELECT $1::text, $2::int, $3::text, $4::interval, 1/0`, wrapErr: c.wrapErr}
+	_, err = bad.claim(ctx, "default", 10, "w1")
+	require.Error(t, err)
+	assert.Equal(t, before, setting())
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	assert.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection was left inside a transaction")
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT 1`).Scan(&one))
+}

@@ -104,58 +104,17 @@ type extraScan struct {
 func (r extraScan) Scan(dest ...any) error { return r.Rows.Scan(append(dest, r.extra...)...) }
 
 // claim takes up to limit due jobs of queue for the worker id.
-//
-// The statement runs in a transaction of its own, sent with it in one round trip, that
-// sets plan_cache_mode = force_generic_plan for it alone (SET LOCAL: the connection,
-// which may be the caller's pool, keeps its own setting). Left to choose, Postgres plans
-// the claim afresh on most executions: while a queue fills up, each new generic plan
-// costs more than the average of the earlier custom plans, made when the table was
-// smaller, so it keeps making custom plans, and a custom plan of this statement costs
-// more to make (0.4–1 ms) than a claim of 50 jobs takes to run. Both plans are the same
-// (the claim index, in claim order), since no parameter changes which index fits.
 func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
 	began := time.Now()
-	out, err := genericPlanQuery(ctx, c.pool, func(rows pgx.Rows) ([]claimedJob, error) {
-		return scanClaimed(rows, began)
-	}, c.sql, queue, limit, workerID, c.visibility)
+	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID, c.visibility)
+	if err != nil {
+		return nil, c.wrapErr("claim", err)
+	}
+	out, err := scanClaimed(rows, began)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
 	return out, nil
-}
-
-// genericPlanQuery runs the statement sql with args in a transaction of its own, with
-// plan_cache_mode = force_generic_plan set for that transaction alone, in one round trip,
-// and reads its rows with scan. The statement's changes are committed when it returns
-// without error. For statements whose generic plan is the plan every execution wants.
-func genericPlanQuery[T any](ctx context.Context, pool *pgxpool.Pool, scan func(pgx.Rows) (T, error), sql string, args ...any) (T, error) {
-	var zero T
-	var b pgx.Batch
-	b.Queue(`BEGIN`)
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(sql, args...)
-	b.Queue(`COMMIT`)
-	br := pool.SendBatch(ctx, &b)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return zero, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return zero, err
-	}
-	out, err := scan(rows)
-	if err != nil {
-		return zero, err
-	}
-	// COMMIT: an error here (a lost connection) leaves the claim's outcome unknown, as the
-	// reply of a single statement would; the sweeper takes back what it may have claimed.
-	if _, err := br.Exec(); err != nil {
-		return zero, err
-	}
-	return out, br.Close()
 }
 
 // scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose

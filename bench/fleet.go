@@ -69,13 +69,16 @@ func init() {
 	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
 	flag.DurationVar(&fleetIdle, "fleet-idle", 0, "override the fleet workload's idle window (negative: skip the idle runs)")
 	flag.IntVar(&fleetSlots, "fleet-slots", 0, "QueueConfig.MaxWorkers of the drain's worker processes (0: the default, 100)")
+	flag.BoolVar(&fleetStatements, "fleet-statements", false, "fleet: print the server's busiest statements of each timed drain (pg_stat_statements, reset when the drain starts; the server must preload it) to stderr")
 }
 
 var (
 	fleetSlots int
-	fleetIdle  time.Duration
-	fleetPool  = 10 // the need of a one-queue worker (8), and a little room
-	fleetProcs = 16
+	// fleetStatements: print each timed drain's busiest statements (-fleet-statements).
+	fleetStatements bool
+	fleetIdle       time.Duration
+	fleetPool       = 10 // the need of a one-queue worker (8), and a little room
+	fleetProcs      = 16
 )
 
 // fleetQueues is the queue count of the many-queue idle runs.
@@ -355,6 +358,9 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 		if err := insert(n); err != nil {
 			return 0, err
 		}
+		if fleetStatements {
+			statementsReset(e)
+		}
 		t0 := time.Now()
 		c0, w0 := e.cpuNow(), f.cpu()
 		if err := wait(timeoutFor(n, 500)); err != nil {
@@ -362,6 +368,9 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 		}
 		rate := float64(n) / time.Since(t0).Seconds()
 		c1, w1 := e.cpuNow(), f.cpu()
+		if fleetStatements {
+			statementsPrint(e, fmt.Sprintf("fleet drain, %d process(es)", procs))
+		}
 		res := map[string]float64{}
 		cpuPerJob(res, c0, c1, n)
 		cpu = drainCPU{workers: float64((w1 - w0).Microseconds()) / float64(n), server: res[cpuServerMetric.Key], idle: res[cpuIdleMetric.Key]}
@@ -555,4 +564,43 @@ func fleetSchemasSetup(e *env, procs int) (insert func(int) error, wait func(tim
 	}
 	wait = func(timeout time.Duration) error { return fleetWait(e, targets, timeout) }
 	return insert, wait, nil
+}
+
+// statementsReset makes sure pg_stat_statements is there and empties it, for
+// -fleet-statements. A server that does not preload the module gets a note, not an error.
+func statementsReset(e *env) {
+	if _, err := e.pool.Exec(e.ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
+		return
+	}
+	if _, err := e.pool.Exec(e.ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		fmt.Fprintf(os.Stderr, "-fleet-statements: %v (is pg_stat_statements in shared_preload_libraries?)\n", err)
+	}
+}
+
+// statementsPrint writes the ten statements that took the server the most time since
+// statementsReset: calls, plans (counted only with pg_stat_statements.track_planning on),
+// planning and execution milliseconds, rows, shared buffers hit, and the statement's start.
+func statementsPrint(e *env, label string) {
+	rows, err := e.pool.Query(e.ctx, `SELECT calls, plans, round(total_plan_time)::bigint,
+		round(total_exec_time)::bigint, rows, shared_blks_hit, left(regexp_replace(query, '\s+', ' ', 'g'), 70)
+		FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 10`)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
+		return
+	}
+	defer rows.Close()
+	fmt.Fprintf(os.Stderr, "%s: calls, plans, plan ms, exec ms, rows, buffers hit, statement\n", label)
+	for rows.Next() {
+		var calls, plans, planMs, execMs, n, hit int64
+		var q string
+		if err := rows.Scan(&calls, &plans, &planMs, &execMs, &n, &hit, &q); err != nil {
+			fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "  %d, %d, %d, %d, %d, %d, %s\n", calls, plans, planMs, execMs, n, hit, q)
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
+	}
 }

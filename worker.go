@@ -263,6 +263,9 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	return nil
 }
 
+// startTimeout bounds a worker's start-up statements, retries included.
+const startTimeout = 30 * time.Second
+
 // Run claims and runs jobs until ctx is cancelled, then shuts down gracefully:
 //
 //  1. it stops claiming and waits up to ShutdownTimeout for running handlers; the results
@@ -282,7 +285,7 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 // Worker runs once.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
-// retried; they do not stop Run.
+// retried; they do not stop Run, and at start they are retried for up to 30 seconds.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started.CompareAndSwap(false, true) {
@@ -290,27 +293,34 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrWorkerStarted
 	}
 	w.mu.Unlock()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	_, err := w.client.pool.Exec(cctx, w.checkSQL)
-	cancel()
-	if err != nil {
+	// The start-up statements retry what may pass (a pooled connection the server closed,
+	// a server restarting; see transient) for up to startTimeout, and fail at once on the
+	// rest (a schema not migrated).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	defer cancel()
+	if err := retryDB(sctx, func() error {
+		_, err := w.client.pool.Exec(sctx, w.checkSQL)
+		return err
+	}); err != nil {
 		return w.client.wrapErr("worker start", err)
 	}
 	// Paused queues are known before the first claim.
-	if err := w.pause.load(context.WithoutCancel(ctx)); err != nil {
+	if err := retryDB(sctx, func() error { return w.pause.load(sctx) }); err != nil {
 		return err
 	}
 	// Limits set at run time apply from the first claim.
-	if err := w.flow.refresh(context.WithoutCancel(ctx)); err != nil {
+	if err := retryDB(sctx, func() error { return w.flow.refresh(sctx) }); err != nil {
 		return w.client.wrapErr("worker start: reading queue limits", err)
 	}
 	// The schedules are recorded before anything runs: a worker that cannot record them
-	// does not start.
+	// does not start. (Declaring again is harmless: it is what the worker does every
+	// periodicDeclareEvery.)
 	if w.periodic != nil {
-		if err := w.periodic.declare(context.WithoutCancel(ctx)); err != nil {
+		if err := retryDB(sctx, func() error { return w.periodic.declare(sctx) }); err != nil {
 			return err
 		}
 	}
+	cancel()
 	if len(w.leaderTasks) > 0 {
 		w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
 	}

@@ -317,6 +317,48 @@ func TestWorker_RunTwiceAndNotMigrated(t *testing.T) {
 	require.ErrorIs(t, w2.Run(context.Background()), skiplock.ErrNotMigrated)
 }
 
+// A worker whose pool holds connections the server has just closed (a restart, an
+// administrator's pg_terminate_backend, an idle timeout) still starts: its start-up
+// statements retry on a fresh connection, and it runs jobs.
+func TestWorker_StartsThroughClosedPooledConnections(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := newPool(t, 4)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+
+	// Open every connection of the pool, note their backends, and give them back idle.
+	var pids []int64
+	var conns []*pgxpool.Conn
+	for range 4 {
+		conn, err := pool.Acquire(b.ctx)
+		require.NoError(t, err)
+		conns = append(conns, conn)
+		pids = append(pids, int64(conn.Conn().PgConn().PID()))
+	}
+	for _, conn := range conns {
+		conn.Release()
+	}
+	var killed int
+	require.NoError(t, b.pool.QueryRow(b.ctx,
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid::int)) FROM unnest($1::int8[]) AS pid`, pids).Scan(&killed))
+	require.Equal(t, 4, killed)
+
+	// Started at once: pgxpool checks a connection only after it idled a second.
+	w, err := skiplock.NewWorker(c, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	var ran atomic.Int32
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		ran.Add(1)
+		return nil
+	}))
+	stop := runWorker(t, w)                               // fails the test if Run returns an error
+	_, err = b.client.Enqueue(b.ctx, noopArgs{N: 1}, nil) // through the other pool
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return ran.Load() == 1 }, "the job ran")
+	stop()
+}
+
 func TestHandle_RejectsDuplicateKind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -202,8 +202,9 @@ func TestLease_BlackHoledWorkerCancelsItsHandlersBeforeOthersRunItsJobs(t *testi
 	// the test's pool, which the healthy worker's statements share (4 connections on a
 	// 2-core machine): the rows may land after the jobs finished elsewhere. The overlap
 	// check below compares those end times, so it needs every row; a handler that was
-	// never cancelled would write its row only after a minute.
-	eventually(t, 10*time.Second, func() bool {
+	// never cancelled would write its row only after a minute, and with ok set, which the
+	// next assertion refuses. (10 s was once too short in a loaded CI run.)
+	eventually(t, 45*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'cut-off'`) == jobs
 	}, "the cut-off worker's handlers returned")
 	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit WHERE worker = 'cut-off' AND NOT ok`),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -37,6 +38,39 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	}
 }
 
+// keepLogsOnFailure registers a cleanup that, when the test failed, copies the worker and
+// server logs of the runs under dir (a t.TempDir, removed after it) to a directory that
+// stays, and prints the end of each worker log, so that a failure on CI can be read.
+// Register it after the call to t.TempDir that made dir, so that it runs first.
+func keepLogsOnFailure(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		keep, err := os.MkdirTemp("", "skiplock-chaos-failed-")
+		if err != nil {
+			t.Logf("cannot keep the logs: %v", err)
+			return
+		}
+		runs, _ := filepath.Glob(filepath.Join(dir, "chaos-*"))
+		for _, run := range runs {
+			dst := filepath.Join(keep, filepath.Base(run))
+			_ = os.MkdirAll(dst, 0o755)
+			for _, src := range []string{filepath.Join(run, "logs"), filepath.Join(run, "pg", "postgres.log")} {
+				if out, err := exec.Command("cp", "-r", src, dst).CombinedOutput(); err != nil {
+					t.Logf("cannot copy %s: %v: %s", src, err, out)
+				}
+			}
+			logs, _ := filepath.Glob(filepath.Join(run, "logs", "*.log"))
+			for _, l := range logs {
+				out, _ := exec.Command("tail", "-n", "25", l).Output()
+				t.Logf("--- end of %s ---\n%s", filepath.Base(l), out)
+			}
+		}
+		t.Logf("logs of the failed run kept in %s", keep)
+	})
+}
+
 // TestChaos_Reduced runs the reduced-size chaos run (3 worker processes, 3,000 jobs, 4
 // kills, a Postgres restart, a termination of every backend, a rolling deploy that halves
 // the visibility timeout and a black-holed worker) and checks the promises:
@@ -52,6 +86,7 @@ func TestChaos_Reduced(t *testing.T) {
 	// postgres user must be able to reach it.
 	opts := chaos.Quick()
 	opts.Dir = t.TempDir()
+	keepLogsOnFailure(t, opts.Dir)
 	for _, d := range []string{opts.Dir, filepath.Dir(opts.Dir)} {
 		require.NoError(t, os.Chmod(d, 0o755))
 	}
@@ -92,6 +127,7 @@ func TestChaos_FailoverSynchronous(t *testing.T) {
 	defer cancel()
 	opts := chaos.QuickFailover(chaos.SyncFailover)
 	opts.Dir = t.TempDir()
+	keepLogsOnFailure(t, opts.Dir)
 	for _, d := range []string{opts.Dir, filepath.Dir(opts.Dir)} {
 		require.NoError(t, os.Chmod(d, 0o755))
 	}

@@ -82,6 +82,9 @@ type completer struct {
 	// flushed, if set, is called after each batch is recorded: the jobs' slots are free
 	// in the database only from then on (flow control claims again then).
 	flushed func(n int)
+	// written, if set, is called with the attempts of each batch once its statement ended,
+	// written or not: the worker stops renewing their leases.
+	written func(keys []jobKey)
 
 	// urgent records the successes of jobs that hold a slot of a concurrency limit. A
 	// slot is free again only once its job's success is committed, so they do not wait
@@ -261,6 +264,13 @@ func (c *completer) flush(batch []completion) []completion {
 	}
 	if err == nil && c.flushed != nil {
 		c.flushed(len(batch))
+	}
+	if c.written != nil {
+		keys := make([]jobKey, len(batch))
+		for i, k := range batch {
+			keys[i] = k.key
+		}
+		c.written(keys)
 	}
 	return batch[:0]
 }

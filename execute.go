@@ -135,13 +135,17 @@ func (w *Worker) execute(d dispatched) JobResult {
 		// Still held, its lease renewed, until Run puts it back.
 		return w.report(ctx, row, JobResult{Status: StatusQueued, Outcome: OutcomeReleased, Err: err, Duration: dur, Panicked: panicked})
 	}
-	w.held.remove(key)
 	if errors.Is(cause, errJobLost) {
+		w.held.remove(key)
 		w.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
 		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
 	}
+	// Until its outcome is written, the attempt stays held and its lease renewed; the
+	// batch that writes it removes it.
+	w.held.recorded(key)
 	if err == nil {
 		if !w.completer.add(key, stateOf(ctx), d.slot, lastSlot) {
+			w.held.remove(key)
 			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 				"job", row.ID, "attempt", row.Attempts)
 			return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Duration: dur})
@@ -156,6 +160,9 @@ func (w *Worker) execute(d dispatched) JobResult {
 		policy = h.policy
 	}
 	status := w.failures.record(key, row, err, policy)
+	if status == StatusRunning { // not taken: the recorder stopped
+		w.held.remove(key)
+	}
 	return w.report(ctx, row, JobResult{Status: status, Outcome: outcomeOf(ctx, status, err), Err: err, Duration: dur, Panicked: panicked})
 }
 

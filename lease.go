@@ -61,6 +61,11 @@ type heldJob struct {
 	abandoned bool
 	// expiring: the watchdog cancelled the handler, its lease about to end.
 	expiring bool
+	// recording: the handler returned and its outcome waits in a batch to be written.
+	// The lease is still renewed, so that a slow batch (a busy database, a pool with
+	// no free connection) does not let the lease end and the job run again; there is no
+	// handler left to cancel. The batch removes the attempt once written.
+	recording bool
 	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
 	state *jobState
 }
@@ -104,10 +109,32 @@ func (h *heldJobs) remove(k jobKey) {
 	h.mu.Unlock()
 }
 
-// cancel cancels the context of the attempt k, if held, with cause.
+// removeKeys removes the attempts keys: their outcomes were written (or writing them
+// failed, and the sweeper takes them back when their leases end).
+func (h *heldJobs) removeKeys(keys []jobKey) {
+	h.mu.Lock()
+	for _, k := range keys {
+		delete(h.m, k)
+	}
+	h.mu.Unlock()
+}
+
+// recorded marks the attempt k as returned, its outcome on its way to the database: its
+// lease is still renewed until the batch that writes the outcome removes it.
+func (h *heldJobs) recorded(k jobKey) {
+	h.mu.Lock()
+	if j, ok := h.m[k]; ok {
+		j.recording = true
+	}
+	h.mu.Unlock()
+}
+
+// cancel cancels the context of the attempt k, if held and its handler still runs, with
+// cause, and reports whether it did.
 func (h *heldJobs) cancel(k jobKey, cause error) bool {
 	h.mu.Lock()
 	j, ok := h.m[k]
+	ok = ok && !j.recording
 	h.mu.Unlock()
 	if ok {
 		j.cancel(cause)
@@ -121,7 +148,7 @@ func (h *heldJobs) cancelID(id int64, cause error) bool {
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {
-		if k.id == id {
+		if k.id == id && !j.recording {
 			cancels = append(cancels, j.cancel)
 		}
 	}
@@ -141,10 +168,17 @@ func (h *heldJobs) abandon(k jobKey) {
 	h.mu.Unlock()
 }
 
+// count is how many held attempts still run their handlers.
 func (h *heldJobs) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.m)
+	n := 0
+	for _, j := range h.m {
+		if !j.recording {
+			n++
+		}
+	}
+	return n
 }
 
 // renewable lists the held attempts whose lease is renewed, by ascending id: batched
@@ -185,13 +219,13 @@ func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
 }
 
 // expiring cancels, with cause, every held attempt whose lease was last renewed before
-// cutoff and returns their keys; each attempt once.
+// cutoff and whose handler still runs, and returns their keys; each attempt once.
 func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 	var out []jobKey
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {
-		if !j.expiring && j.renewed.Before(cutoff) {
+		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
 			j.expiring = true
 			out = append(out, k)
 			cancels = append(cancels, j.cancel)

@@ -62,6 +62,39 @@ func TestWorker_HeartbeatsKeepLongJobAlive(t *testing.T) {
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.audit`), "ran once")
 }
 
+// TestLease_SuccessWaitingToBeWrittenKeepsItsLease: a success waits in its batch for up
+// to CompleteFlushInterval (and, on a busy database, for a connection and the statements
+// before it). Its lease is renewed meanwhile, so the sweeper does not take back a job
+// that already succeeded and run it again. Here every success waits three leases long.
+func TestLease_SuccessWaitingToBeWrittenKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const vt = 1500 * time.Millisecond
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, worker text)`))
+	require.NoError(t, err)
+	for _, id := range []string{"wait-1", "wait-2"} {
+		w := newWorker(t, b, skiplock.WorkerConfig{
+			ID: id, VisibilityTimeout: vt, SweepInterval: 100 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, CompleteFlushInterval: 3 * vt, Logger: testLogger(),
+		})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slowArgs]) error {
+			_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3)`), job.ID, job.Attempts, job.LockedBy)
+			return err
+		}))
+		runWorker(t, w)
+	}
+	const jobs = 6
+	for range jobs {
+		_, err := b.client.Enqueue(b.ctx, slowArgs{}, nil)
+		require.NoError(t, err)
+	}
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+	}, "every job succeeded")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts = 1`), "never reclaimed")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit`), "each ran once")
+}
+
 func TestFencing_StaleFailureChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

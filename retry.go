@@ -224,12 +224,15 @@ type failureRecorder struct {
 	// freed is called after each batch is written: the jobs' slots are free in the
 	// database from then on (flow control claims again then).
 	freed func(n int)
+	// written is called with the attempts of each batch once its statements ended, written
+	// or not: the worker stops renewing their leases.
+	written func(keys []jobKey)
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
 // most flushEvery for others when a batch is already being written.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *failureRecorder {
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}, freed: func(int) {}}
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}, freed: func(int) {}, written: func([]jobKey) {}}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
 }
@@ -302,6 +305,11 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 	if slices.Contains(errs, nil) {
 		f.freed(len(batch))
 	}
+	keys := make([]jobKey, len(batch))
+	for i, a := range batch {
+		keys[i] = a.key
+	}
+	f.written(keys)
 	for i, a := range batch {
 		row := a.row
 		switch {

@@ -191,6 +191,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	w.flow = newFlowWatch(client, w.queues, declared, cfg.VisibilityTimeout, logger)
 	w.completer.flushed = w.flow.slotsFreed
 	w.failures.freed = w.flow.slotsFreed
+	w.completer.written = w.held.removeKeys
+	w.failures.written = w.held.removeKeys
 	return w, nil
 }
 

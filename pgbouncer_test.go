@@ -94,14 +94,15 @@ func TestPgBouncer_TransactionPoolingRunsEveryJobExactlyOnce(t *testing.T) {
 		wclient, err := skiplock.NewClient(wpool, skiplock.Config{Schema: schema, Logger: testLogger()})
 		require.NoError(t, err)
 		w, err := skiplock.NewWorker(wclient, skiplock.WorkerConfig{
-			ID:                id,
-			Queues:            map[string]skiplock.QueueConfig{"default": {MaxWorkers: 6}, "bulk": {MaxWorkers: 6}},
-			ListenURL:         pgtest.URL(t),
-			PollInterval:      200 * time.Millisecond,
+			ID:           id,
+			Queues:       map[string]skiplock.QueueConfig{"default": {MaxWorkers: 6}, "bulk": {MaxWorkers: 6}},
+			ListenURL:    pgtest.URL(t),
+			PollInterval: 200 * time.Millisecond,
 			// Heartbeats (every third of it) go through the pooler too. The lease is long
 			// because each worker's pool is smaller than it needs and the pooler has 10
-			// server connections for all: on a loaded CI machine a success batch waited
-			// over 6 s for a connection, the sweeper took the job back, and it ran twice.
+			// server connections for all: on a loaded CI machine statements waited seconds
+			// for a connection, and with a 6 s lease 10 of 3,200 jobs were taken back (a
+			// lease that ran out, or a claim whose reply came too late to run its jobs).
 			// At-least-once allows that; this test's promise is exactly once without faults.
 			VisibilityTimeout: 20 * time.Second,
 			SweepInterval:     500 * time.Millisecond,

@@ -111,15 +111,14 @@ const skipModeFor = 10 * time.Second
 const skipLockedFor = 5 * time.Second
 
 // retryAfter is how long a batch of successes passed over waits before it is tried again
-// when nothing else comes: the batching interval, doubled for each try, at most 100 ms.
+// when nothing else comes: as long as its latest one has waited so far (so the waits
+// double), at least the batching interval, at most 100 ms.
 func (c *completer) retryAfter(batch []completion) time.Duration {
-	tries := 0
-	for i, k := range batch {
-		if i == 0 || k.tries < tries {
-			tries = k.tries
-		}
+	waited := time.Duration(1<<63 - 1)
+	for _, k := range batch {
+		waited = min(waited, time.Since(k.skipped))
 	}
-	return min(c.flushEvery<<min(tries, 16), 100*time.Millisecond)
+	return min(max(waited, c.flushEvery), 100*time.Millisecond)
 }
 
 // completer batches successes into one statement per flush.
@@ -181,8 +180,7 @@ func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID s
 type completion struct {
 	key              jobKey
 	progress, output *string
-	tries            int       // batches it was in that passed over its locked row
-	skipped          time.Time // when a batch first passed over it
+	skipped          time.Time // when a batch first passed over its locked row
 }
 
 // add reports the success of a held attempt, with what its handler reported (st may be
@@ -361,14 +359,15 @@ func (c *completer) skipping() bool { return time.Now().UnixNano() < c.skipUntil
 func (c *completer) skipFor() { c.skipUntil.Store(time.Now().Add(skipModeFor).UnixNano()) }
 
 // writeSkipping writes batch with the statement that passes over locked rows, and returns
-// the successes it passed over, each with one more try counted.
+// the successes it passed over.
 func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	q, args := c.args(batch, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var recorded map[int64]bool
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
-	// match the fence, and are written (found stale) later with the waiting statement.
+	// match the fence. They are carried, and after skipLockedFor the waiting statement
+	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := retryDB(ctx, func() error {
 		recorded = make(map[int64]bool, len(batch))
 		rows, err := c.pool.Query(ctx, q, args...)
@@ -395,7 +394,6 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 			done = append(done, k)
 			continue
 		}
-		k.tries++
 		if k.skipped.IsZero() {
 			k.skipped = now
 		}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -148,8 +149,30 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("chaos: reading the executions: %w", err)
 	}
+	// The ends each worker appended to its file before writing them to the table: they
+	// tell when the work of an execution ended whose end write never got through.
+	fileEnds := map[string]map[string]time.Time{}
+	for id, p := range procs {
+		if p.ends == "" {
+			continue
+		}
+		f, err := os.Open(p.ends)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // it never ended an execution
+		}
+		if err != nil {
+			return fmt.Errorf("chaos: reading the ends of worker %s: %w", id, err)
+		}
+		ends, err := audit.ReadEnds(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("chaos: reading the ends of worker %s: %w", id, err)
+		}
+		fileEnds[id] = ends
+	}
 	far := time.Now().Add(24 * time.Hour)
 	for _, e := range execs {
+		fileEnd, inFile := fileEnds[e.worker][e.id]
 		switch {
 		case e.aborted:
 			rep.Aborted++
@@ -157,6 +180,13 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 			continue
 		case e.ended != nil:
 			e.end = *e.ended
+		case inFile:
+			// Its work ended; writing the end to the table did not get through before
+			// the worker exited (a database out of reach, a deploy's kill).
+			e.ended = &fileEnd
+			e.end = fileEnd
+			rep.EndsFromFile++
+			example("end only in the worker's file", "%v: its end write did not reach the table", e)
 		default:
 			// No end recorded: its work ended, at the latest, when its process did.
 			p := procs[e.worker]

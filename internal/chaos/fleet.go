@@ -23,6 +23,7 @@ type proc struct {
 	id        string // skiplock worker id (locked_by)
 	pid       int
 	log       string
+	ends      string // the file the worker appends each execution's end to (audit.EndLine)
 	cmd       *exec.Cmd
 	done      chan struct{} // closed when the process has exited and been waited for
 	expected  bool          // the harness ended it (kill or stop); guarded by fleet.mu
@@ -79,11 +80,12 @@ func (f *fleet) startLocked(slot int) (*proc, error) {
 	}
 	p := &proc{slot: slot, gen: gen, id: fmt.Sprintf("w%d-g%d", slot, gen), done: make(chan struct{})}
 	p.log = filepath.Join(f.logDir, p.id+".log")
+	p.ends = filepath.Join(f.logDir, p.id+".ends")
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: worker log: %w", err)
 	}
-	args := []string{"-id", p.id, "-url", f.urls[slot], "-visibility-timeout", f.vt.String()}
+	args := []string{"-id", p.id, "-url", f.urls[slot], "-visibility-timeout", f.vt.String(), "-ends", p.ends}
 	p.cmd = exec.Command(f.bin, append(args, f.args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	setProcAttr(p.cmd)
@@ -172,6 +174,12 @@ func (f *fleet) redeploy(ctx context.Context, slot int, grace time.Duration) (ol
 	select {
 	case <-p.done:
 	case <-t.C:
+		// Not stopped within grace: the deploy kills it, and its handlers still at work
+		// are cut off by a kill like any other.
+		f.mu.Lock()
+		p.killed, p.killAt = true, time.Now().Round(0)
+		f.mu.Unlock()
+		f.rec.logf("deploy: worker %s (pid %d) did not stop within %s of SIGTERM; killed", p.id, p.pid, grace)
 		_ = signalGroup(p.pid, syscall.SIGKILL)
 		<-p.done
 	case <-ctx.Done():

@@ -72,6 +72,9 @@ type Report struct {
 	Aborted          int64 // executions that stopped before any work: their start write failed
 	UnfinishedKilled int64 // executions cut off by the kill of their worker (no end recorded)
 	UnfinishedOther  int64 // executions whose end could not be recorded though their worker lived
+	// EndsFromFile counts executions whose end is known only from their worker's ends file:
+	// the work ended, but writing its end to the table did not get through.
+	EndsFromFile int64
 	// Overlapping counts pairs of executions of one job whose [start, end] intervals
 	// intersect. A killed worker's unfinished execution ends when the worker was known
 	// dead; OverlappingKilled is how many of the pairs involve one.
@@ -222,6 +225,7 @@ func (r *Report) Print(w io.Writer) {
 		endLost = "lost to async replication"
 	}
 	row("  end not recorded, worker alive", r.UnfinishedOther, endLost)
+	row("  end only in the worker's file (table write lost)", r.EndsFromFile, "")
 	row("  aborted before work (start write failed)", r.Aborted, "")
 	row("overlapping executions of one job", r.Overlapping, lossy0(r.Overlapping))
 	row("  of which with a killed worker's execution", r.OverlappingKilled, "")

@@ -5,6 +5,14 @@
 // test helpers the harness imports).
 package audit
 
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
 // Kind is the job kind of [Args].
 const Kind = "chaos"
 
@@ -83,3 +91,36 @@ const AbortSQL = `INSERT INTO chaos.executions AS e
 	(exec_id, job_id, seq, attempt, worker_id, pid, started_at, ended_at, aborted)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, true)
 ON CONFLICT (exec_id) DO UPDATE SET aborted = true, ended_at = e.started_at`
+
+// EndLine is the line a worker appends to its ends file for an execution whose work
+// ended at end, before it writes the end to the table: exec_id, a tab, the time
+// (RFC 3339, microseconds, as the table keeps it) and a newline.
+func EndLine(execID string, end time.Time) string {
+	return execID + "\t" + end.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) + "\n"
+}
+
+// ReadEnds reads an ends file written with [EndLine] lines: the end of each execution
+// by exec_id. A last line cut short (the worker was killed while writing it) is left
+// out; any other malformed line is an error.
+func ReadEnds(r io.Reader) (map[string]time.Time, error) {
+	ends := map[string]time.Time{}
+	br := bufio.NewReader(r)
+	for n := 1; ; n++ {
+		line, err := br.ReadString('\n')
+		if err == io.EOF {
+			return ends, nil // a partial last line, if any, has no newline: left out
+		}
+		if err != nil {
+			return nil, err
+		}
+		id, ts, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		if !ok {
+			return nil, fmt.Errorf("audit: ends line %d has no tab: %q", n, line)
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			return nil, fmt.Errorf("audit: ends line %d: %w", n, err)
+		}
+		ends[id] = at
+	}
+}

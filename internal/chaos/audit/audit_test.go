@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,4 +52,19 @@ func TestAudit_AbortHoldsWhicheverStatementLandsFirst(t *testing.T) {
 		require.NotNil(t, ended, id)
 		assert.True(t, started.Equal(*ended), "%s: an aborted execution ends when it starts", id)
 	}
+}
+
+// A worker's ends file gives back each execution's end as the table would keep it, and a
+// last line cut short by a kill is left out instead of failing the run's analysis.
+func TestAudit_EndsFileRoundTripsAndSkipsATornLastLine(t *testing.T) {
+	end := time.Date(2026, 12, 2, 5, 5, 10, 123456789, time.FixedZone("x", 3600))
+	file := audit.EndLine("w1-g1-7", end) + audit.EndLine("w1-g1-8", end.Add(time.Millisecond)) + "w1-g1-9\t2026-12-02T0"
+	ends, err := audit.ReadEnds(strings.NewReader(file))
+	require.NoError(t, err)
+	require.Len(t, ends, 2)
+	assert.True(t, ends["w1-g1-7"].Equal(end.Truncate(time.Microsecond)), "microseconds, like timestamptz: %v", ends["w1-g1-7"])
+	assert.True(t, ends["w1-g1-8"].Equal(end.Add(time.Millisecond).Truncate(time.Microsecond)))
+
+	_, err = audit.ReadEnds(strings.NewReader("no tab here\n"))
+	assert.ErrorContains(t, err, "no tab")
 }

@@ -8,6 +8,10 @@
 // a short random amount of work (a sleep) and its end time is written after it, so the
 // harness can see executions that overlap, that ran twice, or that were cut off by a kill.
 //
+// With -ends, it also appends each execution's end to a file of its own before it writes
+// it to the table: an end whose write cannot get through before the process exits (a
+// deploy's SIGKILL after its grace, a database still out of reach) is still known.
+//
 // It logs to stderr, stops gracefully on SIGTERM or SIGINT, and keeps trying to start
 // while the database is unreachable (a Worker's Run fails when it cannot reach the
 // database at start; a supervisor would restart it, and this loop is that supervisor).
@@ -22,6 +26,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -52,6 +57,7 @@ func main() {
 		concurrency = flag.Int("concurrency", 32, "handlers running at once (QueueConfig.MaxWorkers)")
 		maxConns    = flag.Int("max-conns", 16, "pool size")
 		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
+		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 	)
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -61,7 +67,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork); err != nil {
+	var ends *os.File
+	if *endsPath != "" {
+		f, err := os.OpenFile(*endsPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			logger.Error("chaos worker: opening the ends file", "err", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		ends = f
+	}
+	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, ends); err != nil {
 		logger.Error("chaos worker: failed", "err", err)
 		os.Exit(1)
 	}
@@ -69,7 +85,7 @@ func main() {
 }
 
 func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep time.Duration,
-	concurrency int, maxConns int32, maxWork time.Duration,
+	concurrency int, maxConns int32, maxWork time.Duration, ends *os.File,
 ) error {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -86,7 +102,7 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	if err != nil {
 		return err
 	}
-	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork}
+	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork, ends: ends, logger: logger}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 			ID: id,
@@ -128,6 +144,10 @@ type handler struct {
 	pid     int
 	maxWork time.Duration
 	n       atomic.Int64
+	logger  *slog.Logger
+
+	endsMu sync.Mutex
+	ends   *os.File // nil: ends go to the table only
 }
 
 func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error {
@@ -137,7 +157,9 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 	_, err := h.pool.Exec(ctx, audit.StartSQL, args...)
 	if err != nil {
 		// The insert may have committed before the connection broke, or may reach the
-		// server later: record the execution as one that did no work.
+		// server later: record the execution as one that did no work (in the file too, as
+		// ending where it started, in case the mark cannot reach the table).
+		h.noteEnd(execID, start)
 		if merr := h.write(audit.AbortSQL, args...); merr != nil {
 			err = errors.Join(err, fmt.Errorf("marking the execution aborted: %w", merr))
 		}
@@ -151,6 +173,7 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 		t.Stop()
 	}
 	end := time.Now()
+	h.noteEnd(execID, end)
 	if err := h.write(audit.EndSQL, execID, end); err != nil {
 		return fmt.Errorf("recording the end of execution %s: %w", execID, err)
 	}
@@ -160,20 +183,47 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 	return nil
 }
 
+// noteEnd appends the end of an execution's work to the ends file, if there is one. One
+// write per line, under a lock, to a file opened for appending: a SIGKILL leaves whole
+// lines (the page cache outlives the process).
+func (h *handler) noteEnd(execID string, end time.Time) {
+	if h.ends == nil {
+		return
+	}
+	h.endsMu.Lock()
+	defer h.endsMu.Unlock()
+	if _, err := h.ends.WriteString(audit.EndLine(execID, end)); err != nil {
+		h.logger.Error("chaos worker: appending to the ends file", "exec", execID, "err", err)
+	}
+}
+
+// slowWrite is how long an audit write may take before the worker logs it, so that a
+// run's logs tell where its handlers waited.
+const slowWrite = time.Second
+
 // write runs an idempotent audit statement, retrying through lost connections for up to
 // writeTimeout. It does not use the job's context: the end of work that was done must be
 // recorded even when the job was taken back meanwhile.
 func (h *handler) write(sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
+	began := time.Now()
 	delay := 20 * time.Millisecond
-	for {
+	var firstErr error
+	for tries := 1; ; tries++ {
 		_, err := h.pool.Exec(ctx, sql, args...)
 		if err == nil {
+			if d := time.Since(began); d > slowWrite {
+				h.logger.Warn("chaos worker: slow audit write", "exec", args[0], "took", d, "tries", tries, "first_err", firstErr)
+			}
 			return nil
+		}
+		if firstErr == nil {
+			firstErr = err
 		}
 		select {
 		case <-ctx.Done():
+			h.logger.Error("chaos worker: audit write gave up", "exec", args[0], "took", time.Since(began), "tries", tries, "first_err", firstErr, "err", err)
 			return err
 		case <-time.After(delay):
 		}

@@ -106,6 +106,8 @@ type RequeueFilter struct {
 //   - pick keeps, of the candidates sharing a unique key, only the newest, and none whose
 //     key an active job holds: requeueing those would break the key's promise (and fail on
 //     jobs_unique_key_idx). They are counted as skipped.
+//   - r reaches the picked rows through the primary key (id = ANY (ARRAY(...)), whatever
+//     the table's statistics say; see heartbeatSQL).
 //   - A job made active with the same key after this statement's snapshot still makes the
 //     UPDATE fail with unique_violation; Requeue then runs the statement again, and the
 //     new snapshot sees it.
@@ -125,7 +127,7 @@ const requeueSQL = `WITH cand AS (
 ), r AS (
 	UPDATE {s}.jobs j SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
 		locked_at = NULL, locked_by = NULL
-	FROM pick WHERE j.id = pick.id
+	WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
 	RETURNING j.queue
 )
 SELECT (SELECT count(*) FROM cand), (SELECT count(*) FROM r),

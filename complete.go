@@ -39,7 +39,9 @@ const (
 //
 // With skipLocked, it passes over the rows another transaction has locked, instead of
 // waiting for it, and returns the ids it recorded (the completer writes the others with
-// a later batch). The lock is most often a claim's: a claim in READ COMMITTED that meets a
+// a later batch). The rows it could lock are gathered once, as an array the statement
+// then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
+// nested-loop semi join over the whole table when its statistics said it was empty). The lock is most often a claim's: a claim in READ COMMITTED that meets a
 // row a concurrent claim took since its snapshot follows the row to its newest version,
 // locks it, and only then finds it no longer queued and skips it; the lock stays until the
 // claim commits. Waiting for it, a success batch also held its own snapshot, and with
@@ -51,8 +53,8 @@ func completeSQL(mode Completion, report, skipLocked bool) string {
 	where := fenceSQL
 	returning := ``
 	if skipLocked {
-		where = `id IN (SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
-	FOR UPDATE SKIP LOCKED)`
+		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
+	FOR UPDATE SKIP LOCKED))`
 		returning = `
 RETURNING id`
 	}

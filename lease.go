@@ -257,6 +257,12 @@ WHERE ` + fenceSQL
 //     being recorded, the sweeper, a cancel) is one the heartbeat need not touch, and never
 //     waiting means the heartbeat can never deadlock with them. Skipped rows are reported
 //     held but not renewed: the watchdog keeps counting from their last renewal.
+//   - The refresh finds the locked rows with id = ANY (ARRAY(SELECT id FROM lockable)):
+//     the ids are gathered once, and the UPDATE reaches them through the primary key
+//     whatever the table's statistics say. With id IN (SELECT id FROM lockable), statistics
+//     taken while the table was nearly empty (an ANALYZE before a backlog arrived) led
+//     the planner to a nested-loop semi join that walked every row of jobs per heartbeat.
+//     The other statements that take ids from a subquery do the same.
 //   - locked_at is refreshed too: a sweeper of the release before migration 002 judges a
 //     lease by locked_at alone, and must not take back a live job during a rolling deploy.
 //   - The final SELECT sees the rows as they were before the refresh (one snapshot): it
@@ -270,7 +276,7 @@ const heartbeatSQL = `WITH lockable AS (
 ), refreshed AS (
 	UPDATE {s}.jobs SET locked_at = now(), lease_until = now() + $4::interval,
 		progress = coalesce((($5::text[])[array_position($1::bigint[], id)])::jsonb, progress)
-	WHERE id IN (SELECT id FROM lockable)
+	WHERE id = ANY (ARRAY(SELECT id FROM lockable))
 	RETURNING id
 )
 SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + fenceSQL

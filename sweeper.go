@@ -170,6 +170,8 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //     running rows (a few per worker slot), so no index on lease_until is needed.
 //   - FOR UPDATE SKIP LOCKED: a row being written by its worker (a success, a heartbeat)
 //     is left for the next sweep rather than waited for.
+//   - id = ANY (ARRAY(SELECT id FROM expired)): the UPDATE reaches the expired rows
+//     through the primary key whatever the table's statistics say (see heartbeatSQL).
 //   - The fence token is left alone (the next claim takes a new one); lease_until is
 //     cleared with the rest of the claim's state.
 //   - run_at is left alone: the job was due when it was claimed, so it goes back to its
@@ -192,19 +194,22 @@ UPDATE {s}.jobs SET
 	errors = ` + appendHistory + `'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'))` + `,
 	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
-WHERE id IN (SELECT id FROM expired)
+WHERE id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING id, status, queue`
 
 // purgeArchiveSQL deletes one batch of finished jobs past retention, from the archive and
-// (kept or cancelled jobs) from the hot table.
+// (kept or cancelled jobs) from the hot table. Each DELETE takes its batch's ids as an
+// array (id = ANY (ARRAY(...))), found once and then reached through the primary key:
+// with id IN (SELECT ... LIMIT), statistics that said the table was empty made the
+// planner rescan the whole table for every one of its rows.
 const purgeArchiveSQL = `WITH a AS (
-	DELETE FROM {s}.jobs_archive WHERE id IN (
-		SELECT id FROM {s}.jobs_archive WHERE finished_at < now() - $1::interval LIMIT $2)
+	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
+		SELECT id FROM {s}.jobs_archive WHERE finished_at < now() - $1::interval LIMIT $2))
 	RETURNING 1
 ), h AS (
-	DELETE FROM {s}.jobs WHERE id IN (
+	DELETE FROM {s}.jobs WHERE id = ANY (ARRAY(
 		SELECT id FROM {s}.jobs
-		WHERE status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval LIMIT $2)
+		WHERE status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval LIMIT $2))
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM h)`

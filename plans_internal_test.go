@@ -1,0 +1,101 @@
+package skiplock
+
+// Tests of the plans of the statements that take job ids from a subquery: each must
+// reach its rows through the primary key even when the table's statistics are stale.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A queue analyzed while empty (a VACUUM or ANALYZE between bursts, or on a new install)
+// and then given a backlog keeps statistics that say it holds no rows until the next
+// ANALYZE. With id IN (SELECT ...), the planner then chose nested-loop semi joins that
+// walked every row of jobs for each heartbeat, sweep, purge and skipping success batch:
+// in a 100k-job drain those statements ran for seconds on the CPU, success batches hit
+// their 30 s timeout, and the jobs ran again after their leases ended. Each statement
+// must find its rows by key, whatever the statistics say.
+func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, schema := claimSetup(t)
+	s := `"` + schema + `"`
+	exec := func(sql string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", s))
+		require.NoError(t, err)
+	}
+	// A drained queue: its rows gone but for one straggler at the end of the heap, so the
+	// vacuum cannot truncate the table. Its statistics now say the table's pages hold
+	// (almost) no rows.
+	exec(`INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 20001)`)
+	exec(`DELETE FROM {s}.jobs WHERE id < (SELECT max(id) FROM {s}.jobs)`)
+	exec(`VACUUM (ANALYZE) {s}.jobs`)
+	// The next backlog fills those pages: 20,000 running jobs, and 20,000 archived ones.
+	exec(`INSERT INTO {s}.jobs (kind, status, locked_by, locked_at, lease_until, attempts, fence)
+		SELECT 'k', 'running', 'w', now(), now() + interval '1 minute', 1, 1 FROM generate_series(1, 20000);
+		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
+			max_attempts, created_at, finished_at)
+		SELECT 1000000 + i, 'default', 'k', '{}', 'succeeded', 0, now(), 1, 20, now(), now()
+		FROM generate_series(1, 20000) AS i;`)
+	var pages int
+	var tuples float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`,
+		s+".jobs").Scan(&pages, &tuples))
+	require.Greater(t, pages, 50, "the vacuum kept the pages")
+	require.Less(t, tuples, 10.0, "the statistics say the pages are empty")
+
+	ids, fences := []int64{5, 17, 19000}, []int64{1, 1, 1}
+	progress := []*string{nil, nil, nil}
+	type statement struct {
+		name string
+		sql  string
+		args []any
+		// seqScan: the statement looks for its candidates with a scan of jobs (once per
+		// run, not per row): the purge of kept jobs past retention has no index to use.
+		seqScan bool
+	}
+	cases := []statement{
+		{name: "heartbeat", sql: heartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
+		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
+		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000}, seqScan: true},
+		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
+	}
+	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
+		for _, skip := range []bool{false, true} {
+			cases = append(cases, statement{name: "success", sql: completeSQL(mode, false, skip), args: []any{ids, fences, "w"}})
+			if mode != CompletionDelete {
+				cases = append(cases, statement{name: "success with output", sql: completeSQL(mode, true, skip),
+					args: []any{ids, fences, "w", progress, progress}})
+			}
+		}
+	}
+	for _, c := range cases {
+		rows, err := pool.Query(ctx, "EXPLAIN "+renderSQL(schema, c.sql), c.args...)
+		require.NoError(t, err, c.name)
+		var plan []string
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan = append(plan, line)
+		}
+		require.NoError(t, rows.Err(), c.name)
+		text := c.name + ":\n" + strings.Join(plan, "\n")
+		assert.NotContains(t, text, "Nested Loop Semi Join", text)
+		if !c.seqScan {
+			assert.NotContains(t, text, "Seq Scan on jobs ", text)
+		}
+		for i, line := range plan {
+			// An index scan of the primary key with no condition reads the whole table.
+			if strings.Contains(line, "Index Scan using jobs_pkey on jobs") && !strings.Contains(line, "Index Scan Backward") {
+				require.Less(t, i+1, len(plan), text)
+				assert.Contains(t, plan[i+1], "Index Cond", text)
+			}
+		}
+	}
+}

@@ -39,16 +39,16 @@ const (
 //
 // With skipLocked, it passes over the rows another transaction has locked, instead of
 // waiting for it, and returns the ids it recorded (the completer writes the others with
-// a later batch). The rows it could lock are gathered once, as an array the statement
-// then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
-// nested-loop semi join over the whole table when its statistics said it was empty). The lock is most often a claim's: a claim in READ COMMITTED that meets a
+// a later batch). The lock is most often a claim's: a claim in READ COMMITTED that meets a
 // row a concurrent claim took since its snapshot follows the row to its newest version,
 // locks it, and only then finds it no longer queued and skips it; the lock stays until the
 // claim commits. Waiting for it, a success batch also held its own snapshot, and with
 // it the horizon below which the claims' index entries can be marked dead, so the claims
 // grew slower: with 16 worker processes on one queue, success batches averaged 68–211 ms,
 // most of it waiting (in samples of pg_stat_activity, every waiting batch's blocker was a
-// claim).
+// claim). The rows it could lock are gathered once, as an array that the DELETE or UPDATE
+// then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
+// nested-loop semi join over the whole table when its statistics said it was empty).
 func completeSQL(mode Completion, report, skipLocked bool) string {
 	where := fenceSQL
 	returning := ``

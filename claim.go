@@ -164,6 +164,9 @@ type claimLoopConfig struct {
 	// conns holds one token per claim statement allowed in flight (claimConns), shared by
 	// every queue of the worker.
 	conns chan struct{}
+	// gate bounds the claims and outcome batches in flight by the number of processes
+	// serving the queues (fleet.go); a claim takes a turn after its connection token.
+	gate *stmtGate
 	// start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners.
 	start func(jobBase context.Context, job claimedJob) dispatched
@@ -341,8 +344,15 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			case <-ctx.Done():
 				return
 			}
+			// Slots are counted once the turn is ours: slots freed while waiting for it
+			// join this claim.
+			if q.cfg.gate.acquire(ctx) != nil {
+				<-q.cfg.conns
+				return
+			}
 			free := q.reserve(q.claimSize())
 			if free == 0 {
+				q.cfg.gate.release()
 				<-q.cfg.conns
 				break
 			}
@@ -359,6 +369,7 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			jobs, hint, err := q.claim(cctx, int(free))
 			q.claims.Add(-1)
 			cancel()
+			q.cfg.gate.release()
 			<-q.cfg.conns
 			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
 			if err != nil {

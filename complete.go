@@ -152,6 +152,9 @@ type completer struct {
 	// their slots come back together: recorded one by one (tried: flush size 1, claims of
 	// 3 jobs), each freed slot made a claim of its own, and per-statement costs took over.
 	urgent *groupCommit[completion]
+	// gate bounds this worker's statements on the queues' rows by the fleet's size
+	// (fleet.go); each statement takes a turn. nil: no bound.
+	gate *stmtGate
 
 	ch   chan completion
 	quit chan struct{}
@@ -371,17 +374,19 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// match the fence. They are carried, and after skipLockedFor the waiting statement
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := retryDB(ctx, func() error {
-		recorded = make(map[int64]bool, len(batch))
-		rows, err := c.pool.Query(ctx, q, args...)
-		if err != nil {
+		return c.gate.do(ctx, func() error {
+			recorded = make(map[int64]bool, len(batch))
+			rows, err := c.pool.Query(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			var id int64
+			_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+				recorded[id] = true
+				return nil
+			})
 			return err
-		}
-		var id int64
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			recorded[id] = true
-			return nil
 		})
-		return err
 	})
 	if err != nil {
 		c.logger.Error("skiplock: recording successes failed; the sweeper will reclaim those jobs and they will run again",
@@ -411,13 +416,16 @@ func (c *completer) write(batch []completion) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
-	began := time.Now()
+	var began time.Time
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
 	// match the fence.
 	err := retryDB(ctx, func() error {
-		tag, err := c.pool.Exec(ctx, q, args...)
-		n = tag.RowsAffected()
-		return err
+		return c.gate.do(ctx, func() error {
+			began = time.Now() // the statement's own time, not the wait for a turn
+			tag, err := c.pool.Exec(ctx, q, args...)
+			n = tag.RowsAffected()
+			return err
+		})
 	})
 	if err == nil && time.Since(began) > slowSuccessBatch {
 		c.skipFor()

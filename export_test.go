@@ -12,3 +12,11 @@ const CoalesceMaxInFlight = coalesceMaxInFlight
 // CoalescerIdle reports whether c's coalescer has no batch collecting, waiting or being
 // written (and so no goroutine running).
 func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.idle() }
+
+// WorkerFleet returns how many processes w last learned serve its queues (itself
+// included) and the bound on its statements in flight that follows (0: none).
+func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.fleet() }
+
+// FleetStatements is the fleet-wide bound on statements in flight on a queue's rows.
+const FleetStatements = fleetStatements
+

@@ -280,3 +280,77 @@ func TestWorker_ListenerReconnectPollsAtOnce(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { _, ok := started.get(1); return ok }, "the job enqueued while the listener was down started after it reconnected")
 	assert.NotEqual(t, pid, listener(), "the listener reconnected")
 }
+
+// A fleet bounds the statements it keeps in flight on its queues by its size: each worker
+// registers with its election statement, learns how many live workers serve its queues,
+// and takes that into its bound; a worker that stops leaves the count at once. The jobs
+// of a queue served by many bounded workers all run, each exactly once.
+func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, worker text,
+		started timestamptz, finished timestamptz)`))
+	require.NoError(t, err)
+	const shared = 5 // workers on the default queue: a bound of 1 statement each
+	require.Equal(t, 1, max(1, skiplock.FleetStatements/shared))
+
+	start := func(id string, queues ...string) (*skiplock.Worker, func()) {
+		pool := newPool(t, 3) // the test server's connections are shared by the whole suite
+		client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+		require.NoError(t, err)
+		qs := map[string]skiplock.QueueConfig{}
+		for _, q := range queues {
+			qs[q] = skiplock.QueueConfig{MaxWorkers: 10}
+		}
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: id, Queues: qs, Logger: testLogger()})
+		require.NoError(t, err)
+		auditSQL := b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3, $4, clock_timestamp())`)
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[auditArgs]) error {
+			_, err := pool.Exec(ctx, auditSQL, job.ID, job.Attempts, job.LockedBy, time.Now())
+			return err
+		}))
+		return w, runWorker(t, w)
+	}
+	var workers []*skiplock.Worker
+	var stops []func()
+	for i := range shared {
+		w, stop := start(fmt.Sprintf("shared-%d", i), "default")
+		workers, stops = append(workers, w), append(stops, stop)
+	}
+	alone, _ := start("alone", "other")
+
+	fleetIs := func(ws []*skiplock.Worker, peers, limit int) func() bool {
+		return func() bool {
+			for _, w := range ws {
+				if p, l := skiplock.WorkerFleet(w); p != peers || l != limit {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 20*time.Second, fleetIs(workers, shared, 1), "each of the %d workers of the default queue counts %d and keeps 1 statement in flight", shared, shared)
+	eventually(t, 20*time.Second, fleetIs([]*skiplock.Worker{alone}, 1, 0), "a worker alone on its queue is not bounded")
+	assert.Equal(t, shared+1, b.count(t, `SELECT count(*) FROM {s}.workers WHERE expires_at > now()`))
+	assert.Equal(t, shared, b.count(t, `SELECT count(*) FROM {s}.workers WHERE queues = '{default}'`))
+
+	const jobs = 3000
+	params := make([]skiplock.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: auditArgs{N: i}}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == jobs
+	}, "all jobs archived")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit`), "executions")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.audit`), "distinct jobs")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1 OR status <> 'succeeded'`))
+	assert.Equal(t, shared, b.count(t, `SELECT count(DISTINCT worker) FROM {s}.audit`), "every bounded worker took part")
+
+	// A worker that stops removes its row at once; the others count one fewer.
+	stops[0]()
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'shared-0'`))
+	eventually(t, 20*time.Second, fleetIs(workers[1:], shared-1, max(1, skiplock.FleetStatements/(shared-1))), "the other workers count %d", shared-1)
+}

@@ -62,6 +62,27 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
 RETURNING l.leader_id`
 
+// fleetElectSQL is electSQL for a worker that also registers in the workers table (see
+// fleet.go), in the same statement and commit, so that registering costs the database no
+// statement of its own: $4 is the worker's queues, $5 how long the registration lasts.
+// It returns whether this process leads, and how many other live workers serve at least
+// one of its queues. Rows expired for over $6 are deleted on the way (never this worker's
+// own: two writes in one statement must not touch the same row).
+const fleetElectSQL = `WITH pruned AS (
+	DELETE FROM {s}.workers WHERE expires_at < now() - $6::interval AND id <> $2
+), me AS (
+	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
+	VALUES ($2, $4::text[], now(), now() + $5::interval)
+	ON CONFLICT (id) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
+), lead AS (
+	` + electSQL + `
+)
+SELECT EXISTS (SELECT FROM lead),
+	(SELECT count(*) FROM {s}.workers w WHERE w.id <> $2 AND w.expires_at > now() AND w.queues && $4::text[])`
+
+// leaveSQL deletes this worker's registration when it stops.
+const leaveSQL = `DELETE FROM {s}.workers WHERE id = $1`
+
 // resignSQL ends this process's term at once, so a follower takes over at its next try
 // instead of waiting for the term to run out. It matches leader_id: a process that lost
 // the lead meanwhile cannot end its successor's term.
@@ -84,6 +105,14 @@ type elector struct {
 	elect  string // electSQL, rendered
 	resign string // resignSQL, rendered
 
+	// A worker registers in the workers table with each election statement (register
+	// set): queues are those it serves; fleet is told, after each statement, how many
+	// live processes serve them (this one included).
+	queues     []string
+	fleet      func(n int)
+	electFleet string // fleetElectSQL, rendered
+	leave      string // leaveSQL, rendered
+
 	mu      sync.Mutex
 	term    context.Context    // nil while not leading
 	endTerm context.CancelFunc // ends term
@@ -98,6 +127,14 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 		resign:  renderSQL(c.schema, resignSQL),
 		changed: make(chan struct{}),
 	}
+}
+
+// register makes each election statement also register the process as serving queues,
+// and report the number of processes serving them to fleet.
+func (e *elector) register(c *Client, queues []string, fleet func(n int)) {
+	e.queues, e.fleet = queues, fleet
+	e.electFleet = renderSQL(c.schema, fleetElectSQL)
+	e.leave = renderSQL(c.schema, leaveSQL)
 }
 
 // current returns the context of the current term (nil when not leading) and a channel
@@ -163,6 +200,13 @@ func (e *elector) run(ctx context.Context) {
 				}
 				cancel()
 			}
+			if e.queues != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaderStatementTimeout)
+				if _, err := e.pool.Exec(rctx, e.leave, e.id); err != nil {
+					e.logger.Debug("skiplock: removing this worker's registration failed; it expires on its own", "err", err)
+				}
+				cancel()
+			}
 			return
 		case <-t.C:
 		}
@@ -179,8 +223,21 @@ func (e *elector) run(ctx context.Context) {
 func (e *elector) try(ctx context.Context) {
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
-	var got string
-	err := e.pool.QueryRow(cctx, e.elect, e.role, e.id, leaderTTL).Scan(&got)
+	var err error
+	if e.queues != nil {
+		var leads bool
+		var others int
+		err = e.pool.QueryRow(cctx, e.electFleet, e.role, e.id, leaderTTL, e.queues, workerTTL, pruneWorkersAfter).Scan(&leads, &others)
+		if err == nil {
+			e.fleet(others + 1)
+			if !leads {
+				err = pgx.ErrNoRows
+			}
+		}
+	} else {
+		var got string
+		err = e.pool.QueryRow(cctx, e.elect, e.role, e.id, leaderTTL).Scan(&got)
+	}
 	cancel()
 	term, _ := e.current()
 	switch {

@@ -227,6 +227,9 @@ type failureRecorder struct {
 	// written is called with the attempts of each batch once its statements ended, written
 	// or not: the worker stops renewing their leases.
 	written func(keys []jobKey)
+	// gate bounds this worker's statements on the queues' rows by the fleet's size
+	// (fleet.go); each statement takes a turn. nil: no bound.
+	gate *stmtGate
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
@@ -352,19 +355,21 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
 	err = retryDB(ctx, func() error {
-		// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-		rows, err := f.pool.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
-		if err != nil {
+		return f.gate.do(ctx, func() error {
+			// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
+			rows, err := f.pool.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
+			if err != nil {
+				return err
+			}
+			got = make(map[int64]recorded, n)
+			var id int64
+			var r recorded
+			_, err = pgx.ForEachRow(rows, []any{&id, &r.status, &r.runAt}, func() error {
+				got[id] = r
+				return nil
+			})
 			return err
-		}
-		got = make(map[int64]recorded, n)
-		var id int64
-		var r recorded
-		_, err = pgx.ForEachRow(rows, []any{&id, &r.status, &r.runAt}, func() error {
-			got[id] = r
-			return nil
 		})
-		return err
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ type Worker struct {
 	lease       *lease
 	completer   *completer
 	failures    *failureRecorder
+	gate        *stmtGate       // bounds the statements on the queues' rows by the fleet's size (fleet.go)
 	pause       *pauseWatcher   // the paused flags of the queues
 	periodic    *periodicRunner // nil without PeriodicJobs
 	checkSQL    string          // checkSchemaSQL, rendered
@@ -117,7 +119,9 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	logger := cfg.Logger.With("worker", cfg.ID)
 	pool, schema := client.pool, client.schema
 	held := newHeldJobs()
+	gate := newStmtGate()
 	w := &Worker{
+		gate:      gate,
 		client:    client,
 		cfg:       cfg,
 		id:        cfg.ID,
@@ -137,6 +141,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		fetchCooldown: cfg.FetchCooldown,
 		logger:        logger,
 		conns:         make(chan struct{}, claimConns(len(cfg.Queues))),
+		gate:          gate,
 		start:         w.start,
 		stale: func(cj claimedJob) bool {
 			return time.Since(cj.leased) > cfg.VisibilityTimeout-cfg.VisibilityTimeout/cancelMargin
@@ -191,6 +196,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	w.flow = newFlowWatch(client, w.queues, declared, cfg.VisibilityTimeout, logger)
 	w.completer.flushed = w.flow.slotsFreed
 	w.failures.freed = w.flow.slotsFreed
+	w.completer.gate = gate
+	w.failures.gate = gate
 	w.completer.written = w.held.removeKeys
 	w.failures.written = w.held.removeKeys
 	return w, nil
@@ -325,6 +332,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	cancel()
 	if len(w.leaderTasks) > 0 {
 		w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
+		names := make([]string, 0, len(w.queues))
+		for name := range w.queues {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		w.elector.register(w.client, names, w.gate.setFleet)
 	}
 	w.checkConns()
 
@@ -457,8 +470,8 @@ func (w *Worker) control(m controlMsg) {
 }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
-// leader table of migration 6, which the election needs).
-const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader LIMIT 0`
+// leader and workers tables of migrations 6 and 7, which the election needs).
+const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader, {s}.workers LIMIT 0`
 
 // waitTimeout waits for wg for at most d and reports whether it finished.
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {

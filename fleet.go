@@ -1,0 +1,134 @@
+// This file holds what a worker does differently when it is one of many processes on
+// the same queues: it learns how many processes serve them (the workers table, renewed
+// with the election statement, see leader.go), and bounds the statements it keeps in
+// flight on the queues' rows by that count, so that the fleet as a whole keeps about
+// fleetStatements of them in flight whatever its size.
+//
+// Why: a claim walks the head of its queue's claim index, and an entry of a job claimed
+// moments ago leaves it only once no statement's snapshot can still see the queued row.
+// With a few statements in flight that is at once; with dozens (16 processes, each with
+// two claim loops and two batching loops, on a server whose cores they share) the oldest
+// snapshot is that of the slowest statement, every claim walks the entries of the jobs
+// the others just claimed, and gets slower still: the drain settles at a third of one
+// process's rate (bench/README, "Many worker processes"). A lone process keeps its full
+// pipeline: the bound applies only from a second process on.
+
+package skiplock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// fleetStatements is how many statements on a queue's rows (claims, success and failure
+// batches) the processes serving it keep in flight at once, together: each of n > 1
+// processes keeps at most max(1, fleetStatements/n). (Measured on two cores: 16 processes
+// with one statement each in flight drained at 0.9–1.1 of one process; with two each,
+// at 0.35–0.4.)
+const fleetStatements = 8
+
+// workerTTL is how long a worker counts as serving its queues after its last
+// registration (with its election statement, every 1.7–3 s): a process that died stops
+// counting within this.
+const workerTTL = 2 * leaderTTL
+
+// statementsPerProcess is the bound of one of n processes serving the same queues; 0:
+// no bound (a process alone).
+func statementsPerProcess(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return max(1, fleetStatements/n)
+}
+
+// stmtGate bounds the statements a worker has in flight on its queues' rows. Its bound
+// follows the fleet's size (setFleet); while unbounded, taking and giving back a turn
+// costs a lock and nothing more.
+type stmtGate struct {
+	mu      sync.Mutex
+	limit   int // 0: no bound
+	used    int
+	peers   int           // processes serving the same queues, this one included
+	freed   chan struct{} // closed (and replaced) when a turn is given back or the bound rises
+	waiting int
+}
+
+func newStmtGate() *stmtGate { return &stmtGate{peers: 1, freed: make(chan struct{})} }
+
+// setFleet sets the bound for a fleet of n processes serving this worker's queues.
+func (g *stmtGate) setFleet(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.peers = n
+	old := g.limit
+	g.limit = statementsPerProcess(n)
+	if g.waiting > 0 && (g.limit == 0 || g.limit > old) {
+		close(g.freed)
+		g.freed = make(chan struct{})
+	}
+}
+
+// fleet returns the size of the fleet last learned and the bound it gives.
+func (g *stmtGate) fleet() (peers, limit int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peers, g.limit
+}
+
+// acquire takes a turn, waiting while the bound is reached, until ctx ends. A nil gate
+// has no bound.
+func (g *stmtGate) acquire(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	for {
+		g.mu.Lock()
+		if g.limit == 0 || g.used < g.limit {
+			g.used++
+			g.mu.Unlock()
+			return nil
+		}
+		g.waiting++
+		ch := g.freed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+		case <-ctx.Done():
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives back a turn.
+func (g *stmtGate) release() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.used--
+	if g.waiting > 0 {
+		close(g.freed)
+		g.freed = make(chan struct{})
+	}
+}
+
+// do runs fn within a turn; it waits for the turn at most until ctx ends.
+func (g *stmtGate) do(ctx context.Context, fn func() error) error {
+	if err := g.acquire(ctx); err != nil {
+		return err
+	}
+	defer g.release()
+	return fn()
+}
+
+// pruneWorkersAfter is how long after its expiry a worker's row is deleted (by any
+// other worker's election statement).
+const pruneWorkersAfter = time.Minute

@@ -1,5 +1,7 @@
 package skiplock
 
+import "time"
+
 // SetPeriodicBeforeCommit makes w's periodic runner call f between enqueueing due
 // occurrences and committing, so tests can fault the transaction there.
 func SetPeriodicBeforeCommit(w *Worker, f func()) { w.periodic.beforeCommit = f }
@@ -20,3 +22,5 @@ func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.fleet() }
 // FleetStatements is the fleet-wide bound on statements in flight on a queue's rows.
 const FleetStatements = fleetStatements
 
+// SetSweeperVacuumAfter sets when s may vacuum the jobs table again.
+func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.vacuumAfter.Store(at.UnixNano()) }

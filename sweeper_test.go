@@ -339,3 +339,40 @@ func TestSweeper_ReclaimedJobKeepsItsPlaceInLine(t *testing.T) {
 	close(release)
 	stop()
 }
+
+// The maintenance vacuum is spaced by its own duration, and the cost delay it runs with
+// does not stay on the pooled connection it used.
+func TestSweeper_VacuumIsSpacedAndLeavesNoSettingBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := newPool(t, 1) // one connection: the vacuum's, and then the check's
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	s, err := skiplock.NewSweeper(client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	bloat := func() {
+		_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 20000);
+			DELETE FROM {s}.jobs;`))
+		require.NoError(t, err)
+	}
+	sweepVacuums := func() bool {
+		res, err := s.Sweep(b.ctx)
+		require.NoError(t, err)
+		return res.Vacuumed
+	}
+	bloat()
+	eventually(t, 20*time.Second, sweepVacuums, "the sweeper vacuumed the jobs table")
+	var delay string
+	require.NoError(t, pool.QueryRow(b.ctx, `SHOW vacuum_cost_delay`).Scan(&delay))
+	assert.Equal(t, "0", delay, "the vacuum's cost delay was reset on its connection")
+
+	// Not yet due: dead rows wait, however many.
+	skiplock.SetSweeperVacuumAfter(s, time.Now().Add(time.Hour))
+	bloat()
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT n_dead_tup::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, `"`+b.schema+`".jobs`) >= 20000
+	}, "the statistics show the new dead rows")
+	assert.False(t, sweepVacuums(), "a vacuum before its spacing ran out")
+	skiplock.SetSweeperVacuumAfter(s, time.Time{})
+	assert.True(t, sweepVacuums(), "the vacuum once its spacing ran out")
+}

@@ -335,12 +335,7 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	assert.Equal(t, shared, b.count(t, `SELECT count(*) FROM {s}.workers WHERE queues = '{default}'`))
 
 	const jobs = 3000
-	params := make([]skiplock.EnqueueParams, jobs)
-	for i := range params {
-		params[i] = skiplock.EnqueueParams{Args: auditArgs{N: i}}
-	}
-	_, err = b.client.EnqueueMany(b.ctx, params)
-	require.NoError(t, err)
+	enqueueAudit(t, b, jobs)
 	eventually(t, 2*time.Minute, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == jobs
 	}, "all jobs archived")

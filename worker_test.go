@@ -52,6 +52,17 @@ type auditArgs struct {
 
 func (auditArgs) Kind() string { return "audit" }
 
+// enqueueAudit enqueues n audit jobs (N = 0 … n-1) with one EnqueueMany.
+func enqueueAudit(t *testing.T, b *bundle, n int) {
+	t.Helper()
+	params := make([]skiplock.EnqueueParams, n)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: auditArgs{N: i}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+}
+
 func TestWorker_ManyWorkersRunEachJobExactlyOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -60,12 +71,7 @@ func TestWorker_ManyWorkersRunEachJobExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	const jobs = 10_000
-	params := make([]skiplock.EnqueueParams, jobs)
-	for i := range params {
-		params[i] = skiplock.EnqueueParams{Args: auditArgs{N: i}}
-	}
-	_, err = b.client.EnqueueMany(b.ctx, params)
-	require.NoError(t, err)
+	enqueueAudit(t, b, jobs)
 
 	// Three workers, each with its own pool and client, 20 slots in total.
 	var stops []func()

@@ -35,6 +35,8 @@ const (
 	DefaultCompleteFlushInterval = 2 * time.Millisecond
 	// DefaultJobTimeout is the default of [WorkerConfig].JobTimeout.
 	DefaultJobTimeout = time.Minute
+	// DefaultFleetStatements is the default of [WorkerConfig].FleetStatements.
+	DefaultFleetStatements = 8
 )
 
 // QueueConfig configures one queue of a [Worker].
@@ -120,6 +122,18 @@ type WorkerConfig struct {
 	// its statement; its runner waits until it is written. Defaults to
 	// [DefaultCompleteFlushInterval] (2ms); zero or negative means the default.
 	CompleteFlushInterval time.Duration
+	// FleetStatements is how many claims and outcome batches (successes, failures) the
+	// workers serving this worker's queues keep in flight at once, together. Each worker
+	// learns how many live workers serve one of its queues (n, counted with its election
+	// statement, see the workers table); alone it keeps its full pipeline, and one of
+	// n > 1 keeps at most max(1, FleetStatements/n) of those statements in flight. Dozens
+	// of claims at once on one queue's rows walk each other's fresh index entries and can
+	// make the whole fleet drain slower than one worker (README, "Running many
+	// workers"); a bigger server takes more at once. Heartbeats are never bounded.
+	// Defaults to [DefaultFleetStatements] (8); zero means the default, negative means no
+	// bound; more than 100000 is an error. A worker with a negative SweepInterval takes no
+	// part in the election and is not bounded.
+	FleetStatements int
 	// RetryPolicy computes the delay before a failed job runs again. Defaults to
 	// BackoffPolicy{}. A kind's args type may override it with a RetryPolicy() method.
 	RetryPolicy RetryPolicy

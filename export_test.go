@@ -19,8 +19,5 @@ func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.idle() }
 // included) and the bound on its statements in flight that follows (0: none).
 func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.fleet() }
 
-// FleetStatements is the fleet-wide bound on statements in flight on a queue's rows.
-const FleetStatements = fleetStatements
-
 // SetSweeperVacuumAfter sets when s may vacuum the jobs table again.
 func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.vacuumAfter.Store(at.UnixNano()) }

@@ -2,7 +2,9 @@
 // the same queues: it learns how many processes serve them (the workers table, renewed
 // with the election statement, see leader.go), and bounds the statements it keeps in
 // flight on the queues' rows by that count, so that the fleet as a whole keeps about
-// fleetStatements of them in flight whatever its size.
+// WorkerConfig.FleetStatements of them in flight whatever its size. (Measured on two
+// cores: 16 processes with one statement each in flight drained at 0.9–1.2 of one
+// process; with two each, at 0.35–0.4.)
 //
 // Why: a claim walks the head of its queue's claim index, and an entry of a job claimed
 // moments ago leaves it only once no statement's snapshot can still see the queued row.
@@ -21,25 +23,19 @@ import (
 	"time"
 )
 
-// fleetStatements is how many statements on a queue's rows (claims, success and failure
-// batches) the processes serving it keep in flight at once, together: each of n > 1
-// processes keeps at most max(1, fleetStatements/n). (Measured on two cores: 16 processes
-// with one statement each in flight drained at 0.9–1.1 of one process; with two each,
-// at 0.35–0.4.)
-const fleetStatements = 8
-
 // workerTTL is how long a worker counts as serving its queues after its last
 // registration (with its election statement, every 1.7–3 s): a process that died stops
 // counting within this.
 const workerTTL = 2 * leaderTTL
 
-// statementsPerProcess is the bound of one of n processes serving the same queues; 0:
-// no bound (a process alone).
-func statementsPerProcess(n int) int {
-	if n <= 1 {
+// statementsPerProcess is the bound of one of n processes serving the same queues that
+// keep budget statements in flight together; 0: no bound (a process alone, or a
+// negative budget).
+func statementsPerProcess(n, budget int) int {
+	if n <= 1 || budget < 0 {
 		return 0
 	}
-	return max(1, fleetStatements/n)
+	return max(1, budget/n)
 }
 
 // stmtGate bounds the statements a worker has in flight on its queues' rows. Its bound
@@ -47,6 +43,7 @@ func statementsPerProcess(n int) int {
 // costs a lock and nothing more.
 type stmtGate struct {
 	mu      sync.Mutex
+	budget  int // WorkerConfig.FleetStatements
 	limit   int // 0: no bound
 	used    int
 	peers   int           // processes serving the same queues, this one included
@@ -54,7 +51,11 @@ type stmtGate struct {
 	waiting int
 }
 
-func newStmtGate() *stmtGate { return &stmtGate{peers: 1, freed: make(chan struct{})} }
+// newStmtGate returns a gate for a fleet that keeps budget statements in flight (negative:
+// no bound), unbounded until it learns the fleet's size.
+func newStmtGate(budget int) *stmtGate {
+	return &stmtGate{budget: budget, peers: 1, freed: make(chan struct{})}
+}
 
 // setFleet sets the bound for a fleet of n processes serving this worker's queues.
 func (g *stmtGate) setFleet(n int) {
@@ -62,7 +63,7 @@ func (g *stmtGate) setFleet(n int) {
 	defer g.mu.Unlock()
 	g.peers = n
 	old := g.limit
-	g.limit = statementsPerProcess(n)
+	g.limit = statementsPerProcess(n, g.budget)
 	if g.waiting > 0 && (g.limit == 0 || g.limit > old) {
 		close(g.freed)
 		g.freed = make(chan struct{})

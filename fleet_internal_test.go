@@ -13,14 +13,16 @@ import (
 
 func TestStatementsPerProcess_FollowTheFleetSize(t *testing.T) {
 	for n, want := range map[int]int{0: 0, 1: 0, 2: 4, 3: 2, 4: 2, 5: 1, 8: 1, 16: 1, 50: 1} {
-		assert.Equal(t, want, statementsPerProcess(n), "fleet of %d", n)
+		assert.Equal(t, want, statementsPerProcess(n, DefaultFleetStatements), "fleet of %d", n)
 	}
+	assert.Equal(t, 0, statementsPerProcess(16, -1), "a negative budget: no bound")
+	assert.Equal(t, 4, statementsPerProcess(16, 64))
 }
 
 // The gate never lets more than its bound through, lets everyone through at once when
 // the fleet shrinks to one process, and gives up a wait when its context ends.
 func TestStmtGate_BoundsTurnsAndFollowsTheFleet(t *testing.T) {
-	g := newStmtGate()
+	g := newStmtGate(DefaultFleetStatements)
 	g.setFleet(3) // 2 turns
 	var in, most atomic.Int32
 	var wg sync.WaitGroup

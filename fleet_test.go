@@ -292,9 +292,9 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 		started timestamptz, finished timestamptz)`))
 	require.NoError(t, err)
 	const shared = 5 // workers on the default queue: a bound of 1 statement each
-	require.Equal(t, 1, max(1, skiplock.FleetStatements/shared))
+	require.Equal(t, 1, max(1, skiplock.DefaultFleetStatements/shared))
 
-	start := func(id string, queues ...string) (*skiplock.Worker, func()) {
+	start := func(id string, budget int, queues ...string) (*skiplock.Worker, func()) {
 		pool := newPool(t, 3) // the test server's connections are shared by the whole suite
 		client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
 		require.NoError(t, err)
@@ -302,7 +302,7 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 		for _, q := range queues {
 			qs[q] = skiplock.QueueConfig{MaxWorkers: 10}
 		}
-		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: id, Queues: qs, Logger: testLogger()})
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: id, Queues: qs, FleetStatements: budget, Logger: testLogger()})
 		require.NoError(t, err)
 		auditSQL := b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3, $4, clock_timestamp())`)
 		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[auditArgs]) error {
@@ -314,10 +314,10 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	var workers []*skiplock.Worker
 	var stops []func()
 	for i := range shared {
-		w, stop := start(fmt.Sprintf("shared-%d", i), "default")
+		w, stop := start(fmt.Sprintf("shared-%d", i), 0, "default")
 		workers, stops = append(workers, w), append(stops, stop)
 	}
-	alone, _ := start("alone", "other")
+	alone, _ := start("alone", 0, "other")
 
 	fleetIs := func(ws []*skiplock.Worker, peers, limit int) func() bool {
 		return func() bool {
@@ -331,8 +331,14 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, fleetIs(workers, shared, 1), "each of the %d workers of the default queue counts %d and keeps 1 statement in flight", shared, shared)
 	eventually(t, 20*time.Second, fleetIs([]*skiplock.Worker{alone}, 1, 0), "a worker alone on its queue is not bounded")
-	assert.Equal(t, shared+1, b.count(t, `SELECT count(*) FROM {s}.workers WHERE expires_at > now()`))
+	assert.Equal(t, shared+1, b.count(t, `SELECT count(*) FROM {s}.workers WHERE expires_at > now()`), "live workers")
 	assert.Equal(t, shared, b.count(t, `SELECT count(*) FROM {s}.workers WHERE queues = '{default}'`))
+
+	// A second worker on the other queue: both count 2; the one whose budget is negative
+	// stays unbounded, the other keeps half the default budget.
+	unbounded, _ := start("unbounded", -1, "other")
+	eventually(t, 20*time.Second, fleetIs([]*skiplock.Worker{alone}, 2, skiplock.DefaultFleetStatements/2), "a worker with one peer keeps half the budget")
+	eventually(t, 20*time.Second, fleetIs([]*skiplock.Worker{unbounded}, 2, 0), "a negative FleetStatements: no bound")
 
 	const jobs = 3000
 	enqueueAudit(t, b, jobs)
@@ -347,5 +353,5 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	// A worker that stops removes its row at once; the others count one fewer.
 	stops[0]()
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'shared-0'`))
-	eventually(t, 20*time.Second, fleetIs(workers[1:], shared-1, max(1, skiplock.FleetStatements/(shared-1))), "the other workers count %d", shared-1)
+	eventually(t, 20*time.Second, fleetIs(workers[1:], shared-1, max(1, skiplock.DefaultFleetStatements/(shared-1))), "the other workers count %d", shared-1)
 }

@@ -343,6 +343,9 @@ func (cfg *WorkerConfig) validate() error {
 	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {
 		return &configError{field: "WorkerConfig.Completion", value: fmt.Sprint(int(cfg.Completion)), fix: "use CompletionArchive, CompletionDelete or CompletionKeep"}
 	}
+	if cfg.FleetStatements > maxQueueWorkers {
+		return &configError{field: "WorkerConfig.FleetStatements", value: fmt.Sprint(cfg.FleetStatements), fix: fmt.Sprintf("use at most %d, 0 for the default (%d), or a negative value for no bound", maxQueueWorkers, DefaultFleetStatements)}
+	}
 	if cfg.CompleteBatchSize > maxQueueWorkers {
 		return &configError{field: "WorkerConfig.CompleteBatchSize", value: fmt.Sprint(cfg.CompleteBatchSize), fix: fmt.Sprintf("use at most %d, or 0 for the default (%d)", maxQueueWorkers, DefaultCompleteBatchSize)}
 	}

@@ -153,6 +153,7 @@ func TestNewWorker_InvalidConfig(t *testing.T) {
 		{"MaxWorkers huge", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 1 << 40}}}, `WorkerConfig.Queues["q"].MaxWorkers`, nil},
 		{"Completion unknown", skiplock.WorkerConfig{Completion: 99}, "WorkerConfig.Completion", nil},
 		{"CompleteBatchSize huge", skiplock.WorkerConfig{CompleteBatchSize: 1 << 40}, "WorkerConfig.CompleteBatchSize", nil},
+		{"FleetStatements huge", skiplock.WorkerConfig{FleetStatements: 100_001}, "WorkerConfig.FleetStatements", nil},
 		{"ListenURL unparsable", skiplock.WorkerConfig{ListenURL: "postgres://u:secret@[::1"}, "WorkerConfig.ListenURL", nil},
 		{"nil hook", skiplock.WorkerConfig{Hooks: []skiplock.Hook{nil}}, "WorkerConfig.Hooks[0]", nil},
 		{"typed nil hook", skiplock.WorkerConfig{Hooks: []skiplock.Hook{(*nilHook)(nil)}}, "WorkerConfig.Hooks[0]", nil},
@@ -173,8 +174,8 @@ func TestNewWorker_InvalidConfig(t *testing.T) {
 	// are accepted.
 	for _, cfg := range []skiplock.WorkerConfig{
 		{ID: strings.Repeat("é", 127), VisibilityTimeout: time.Millisecond, PollInterval: time.Millisecond, SweepInterval: time.Millisecond},
-		{VisibilityTimeout: -1, PollInterval: -1, SweepInterval: -1, FetchCooldown: -1, ShutdownTimeout: -1, ArchiveRetention: -1, CompleteBatchSize: -1, CompleteFlushInterval: -1},
-		{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 100_000}}, CompleteBatchSize: 100_000, Completion: skiplock.CompletionKeep, ListenURL: "postgres://127.0.0.1/x"},
+		{VisibilityTimeout: -1, PollInterval: -1, SweepInterval: -1, FetchCooldown: -1, ShutdownTimeout: -1, ArchiveRetention: -1, CompleteBatchSize: -1, CompleteFlushInterval: -1, FleetStatements: -1},
+		{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 100_000}}, CompleteBatchSize: 100_000, FleetStatements: 100_000, Completion: skiplock.CompletionKeep, ListenURL: "postgres://127.0.0.1/x"},
 	} {
 		_, err := skiplock.NewWorker(b.client, cfg)
 		assert.NoError(t, err, "%+v", cfg)

@@ -101,6 +101,9 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if cfg.ArchiveRetention <= 0 {
 		cfg.ArchiveRetention = DefaultArchiveRetention
 	}
+	if cfg.FleetStatements == 0 {
+		cfg.FleetStatements = DefaultFleetStatements
+	}
 	if cfg.CompleteBatchSize <= 0 {
 		cfg.CompleteBatchSize = DefaultCompleteBatchSize
 	}
@@ -119,7 +122,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	logger := cfg.Logger.With("worker", cfg.ID)
 	pool, schema := client.pool, client.schema
 	held := newHeldJobs()
-	gate := newStmtGate()
+	gate := newStmtGate(cfg.FleetStatements)
 	w := &Worker{
 		gate:      gate,
 		client:    client,

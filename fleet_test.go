@@ -355,3 +355,24 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'shared-0'`))
 	eventually(t, 20*time.Second, fleetIs(workers[1:], shared-1, max(1, skiplock.DefaultFleetStatements/(shared-1))), "the other workers count %d", shared-1)
 }
+
+// A worker of this version needs migration 7 (the workers table): on a schema migrated
+// only up to 6 it refuses to start, saying so, and starts once the schema is migrated.
+func TestWorker_RefusesASchemaWithoutTheWorkersTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema, TargetVersion: 6}))
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: testLogger()})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	require.ErrorIs(t, w.Run(ctx), skiplock.ErrNotMigrated)
+
+	require.NoError(t, skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}))
+	w, err = skiplock.NewWorker(client, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	stop()
+}

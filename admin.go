@@ -21,6 +21,7 @@ type adminSQL struct {
 	get, cancel, requeue, stats, list, cachedStats string
 	pause, resume, paused                          string // pause.go
 	listPeriodic                                   string // periodic.go
+	workers                                        string // fleet.go
 }
 
 func newAdminSQL(schema string) adminSQL {
@@ -36,6 +37,7 @@ func newAdminSQL(schema string) adminSQL {
 
 		listPeriodic: renderSQL(schema, listPeriodicSQL),
 		cachedStats:  renderSQL(schema, cachedStatsSQL),
+		workers:      renderSQL(schema, workersSQL),
 	}
 }
 

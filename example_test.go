@@ -327,3 +327,37 @@ func ExampleRecordProgress() {
 	// Output:
 	// succeeded acme 100 sent {"message_id": "m-1"}
 }
+
+// The fleet as the database sees it: every running worker registers with its election
+// statement, and the worker that leads the maintenance is marked. A worker that stops
+// removes itself.
+func ExampleClient_Workers() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		ID:     "web-1",
+		Queues: map[string]skiplock.QueueConfig{"default": {}, "email": {}},
+	})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if ws, _ := client.Workers(ctx); len(ws) == 1 && ws[0].Leader {
+			break
+		}
+	}
+	ws, _ := client.Workers(ctx)
+	for _, info := range ws {
+		fmt.Println(info.ID, info.Queues, info.Alive, info.Leader)
+	}
+	stop()
+	<-done
+	ws, _ = client.Workers(ctx)
+	fmt.Println(len(ws), "registered after it stopped")
+	// Output:
+	// web-1 [default email] true true
+	// 0 registered after it stopped
+}

@@ -21,6 +21,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // workerTTL is how long a worker counts as serving its queues after its last
@@ -133,3 +135,47 @@ func (g *stmtGate) do(ctx context.Context, fn func() error) error {
 // pruneWorkersAfter is how long after its expiry a worker's row is deleted (by any
 // other worker's election statement).
 const pruneWorkersAfter = time.Minute
+
+// WorkerInfo is one worker of the fleet as the workers table knows it (see
+// [Client.Workers]).
+type WorkerInfo struct {
+	ID     string   // WorkerConfig.ID
+	Queues []string // the queues it serves, sorted
+	// StartedAt is its first registration; ExpiresAt is when it stops counting unless it
+	// registers again (every 1.7–3 s while it runs).
+	StartedAt, ExpiresAt time.Time
+	// Alive: ExpiresAt is still ahead, by the database's clock. A worker that stopped
+	// deletes its row; one that died stays listed, not alive, for about a minute.
+	Alive bool
+	// Leader: it holds the fleet's maintenance (the sweep, the archive purge, the vacuum
+	// check) now.
+	Leader bool
+}
+
+// workersSQL lists the workers table with who leads the maintenance.
+const workersSQL = `SELECT w.id, w.queues, w.started_at, w.expires_at, w.expires_at > now(),
+	coalesce(l.leader_id = w.id AND l.expires_at > now(), false)
+FROM {s}.workers w LEFT JOIN {s}.leader l ON l.name = $1
+ORDER BY w.id`
+
+// Workers lists the workers registered in the schema: each running worker that takes
+// part in the election (a non-negative SweepInterval) keeps a row, renewed with its
+// election statement, and deletes it when it stops. It is how many processes serve which
+// queues, and which of them leads the maintenance.
+func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	rows, err := c.pool.Query(ctx, c.admin.workers, maintenanceRole)
+	if err != nil {
+		return nil, c.wrapErr("workers", err)
+	}
+	var w WorkerInfo
+	out := []WorkerInfo{}
+	_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.Queues, &w.StartedAt, &w.ExpiresAt, &w.Alive, &w.Leader}, func() error {
+		out = append(out, w)
+		w.Queues = nil
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("workers", err)
+	}
+	return out, nil
+}

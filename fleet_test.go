@@ -333,6 +333,22 @@ func TestFleet_WorkersLearnTheirFleetAndBoundTheirStatementsByIt(t *testing.T) {
 	eventually(t, 20*time.Second, fleetIs([]*skiplock.Worker{alone}, 1, 0), "a worker alone on its queue is not bounded")
 	assert.Equal(t, shared+1, b.count(t, `SELECT count(*) FROM {s}.workers WHERE expires_at > now()`), "live workers")
 	assert.Equal(t, shared, b.count(t, `SELECT count(*) FROM {s}.workers WHERE queues = '{default}'`))
+	listed, err := b.client.Workers(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, listed, shared+1)
+	leaders := 0
+	for _, w := range listed {
+		assert.True(t, w.Alive, w.ID)
+		if w.Leader {
+			leaders++
+		}
+		want := []string{"default"}
+		if w.ID == "alone" {
+			want = []string{"other"}
+		}
+		assert.Equal(t, want, w.Queues, w.ID)
+	}
+	assert.Equal(t, 1, leaders, "one worker leads the maintenance")
 
 	// A second worker on the other queue: both count 2; the one whose budget is negative
 	// stays unbounded, the other keeps half the default budget.

@@ -393,3 +393,53 @@ func cmdGet(ctx context.Context, a *app, o *options) error {
 	}
 	return tw.Flush()
 }
+
+// workerJSON is one worker of `workers --json`.
+type workerJSON struct {
+	ID        string    `json:"id"`
+	Queues    []string  `json:"queues"`
+	StartedAt time.Time `json:"started_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Alive     bool      `json:"alive"`
+	Leader    bool      `json:"leader"`
+}
+
+// cmdWorkers prints the workers registered in the schema.
+func cmdWorkers(ctx context.Context, a *app, o *options) error {
+	client, pool, err := a.connect(ctx, "workers")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ws, err := client.Workers(ctx)
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	if o.json {
+		out := make([]workerJSON, 0, len(ws))
+		for _, w := range ws {
+			out = append(out, workerJSON(w))
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(ws) == 0 {
+		_, err := fmt.Fprintf(a.stdout, "no workers registered in schema %q\n", a.schema)
+		return err
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "WORKER\tALIVE\tLEADER\tSTARTED\tQUEUES\n")
+	for _, w := range ws {
+		yes := func(b bool) string {
+			if b {
+				return "yes"
+			}
+			return "no"
+		}
+		queues := strings.Join(w.Queues, ",")
+		if len(w.Queues) > 5 {
+			queues = fmt.Sprintf("%s,… (%d)", strings.Join(w.Queues[:5], ","), len(w.Queues))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, yes(w.Alive), yes(w.Leader), w.StartedAt.Format(time.RFC3339), queues)
+	}
+	return tw.Flush()
+}

@@ -869,6 +869,38 @@ func TestPeriodic(t *testing.T) {
 	assert.Nil(t, got[1]["last_run_at"])
 }
 
+func TestWorkers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	r := f.run("workers")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, "no workers registered in schema")
+
+	// Rows as running workers write them: one alive and leading, one that died a while ago.
+	ctx := context.Background()
+	_, err := f.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{f.schema, "workers"}.Sanitize()+` (id, queues, started_at, expires_at) VALUES
+		('host-a', '{default,emails}', '2030-01-01T00:00:00Z', now() + interval '10 seconds'),
+		('host-b', '{default}', '2030-01-01T00:00:00Z', now() - interval '20 seconds');
+		INSERT INTO `+pgx.Identifier{f.schema, "leader"}.Sanitize()+` (name, leader_id, elected_at, expires_at)
+		VALUES ('maintenance', 'host-a', now(), now() + interval '5 seconds')`)
+	require.NoError(t, err)
+	r = f.run("workers")
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, []string{"WORKER", "ALIVE", "LEADER", "STARTED", "QUEUES"}, row(t, r.stdout, "WORKER"))
+	assert.Equal(t, []string{"host-a", "yes", "yes", "2030-01-01T00:00:00Z", "default,emails"}, row(t, r.stdout, "host-a"))
+	assert.Equal(t, []string{"host-b", "no", "no", "2030-01-01T00:00:00Z", "default"}, row(t, r.stdout, "host-b"))
+
+	r = f.run("workers", "--json")
+	require.Equal(t, 0, r.code, r)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	require.Len(t, got, 2)
+	assert.Equal(t, "host-a", got[0]["id"])
+	assert.Equal(t, []any{"default", "emails"}, got[0]["queues"])
+	assert.Equal(t, true, got[0]["leader"])
+	assert.Equal(t, false, got[1]["alive"])
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, true)

@@ -102,6 +102,19 @@ func commands() []*command {
 			run: cmdStats,
 		},
 		{
+			name:    "workers",
+			args:    "[--json]",
+			summary: "registered workers, their queues, which one leads the maintenance",
+			help: "Lists the workers table: every running worker that takes part in the election keeps a\n" +
+				"row there, renewed every few seconds, and deletes it when it stops; a worker that died\n" +
+				"stays listed as not alive for about a minute. LEADER marks the one that runs the\n" +
+				"fleet's maintenance (the sweep, the archive purge, the vacuum check).",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			run: cmdWorkers,
+		},
+		{
 			name:    "get",
 			args:    "--id N [--json]",
 			summary: "show one job: state, args, metadata, progress, output, last error",

@@ -554,6 +554,19 @@ func (h *Handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "periodic", "Periodic", "periodic", s)
 }
 
+// workersPage lists the workers registered in the schema (Client.Workers): their queues,
+// whether each is alive, and which one leads the fleet's maintenance.
+func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	ws, err := h.cfg.Client.Workers(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "workers", "Workers", "workers", ws)
+}
+
 // jobID reads the {id} of the path, answering a bad one.
 func (h *Handler) jobID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)

@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "login", "message"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

@@ -228,6 +228,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
 	m.HandleFunc("GET /periodic", h.periodicPage)
+	m.HandleFunc("GET /workers", h.workersPage)
 	h.mux = m
 }
 

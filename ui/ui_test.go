@@ -631,3 +631,39 @@ func TestExtensionPoints_QueueSettingsAndPeriodic(t *testing.T) {
 	assert.Contains(t, r.body, "nightly")
 	assert.Contains(t, r.body, "0 3 * * *")
 }
+
+func TestWorkersPage_ListsTheFleetAndItsLeader(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.serve(ui.Config{})
+	r := b.get("/workers")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, "No workers registered")
+	assert.Contains(t, b.get("/queues").body, `/workers"`, "the nav links the page")
+
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at) VALUES
+		('host-a', '{default,emails}', now() - interval '1 hour', now() + interval '10 seconds'),
+		('host-b', '{default}', now() - interval '2 hours', now() - interval '30 seconds');
+		INSERT INTO {s}.leader (name, leader_id, elected_at, expires_at)
+		VALUES ('maintenance', 'host-a', now(), now() + interval '5 seconds')`))
+	require.NoError(t, err)
+	r = b.get("/workers")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	a := rowOf(t, r.body, `<tr data-worker="host-a">`)
+	assert.Contains(t, a, ">alive<")
+	assert.Contains(t, a, ">leader<")
+	assert.Contains(t, a, "default, emails")
+	gone := rowOf(t, r.body, `<tr data-worker="host-b">`)
+	assert.Contains(t, gone, ">gone<")
+	assert.NotContains(t, gone, ">leader<")
+}
+
+// rowOf returns the table row of body that starts with open.
+func rowOf(t *testing.T, body, open string) string {
+	t.Helper()
+	i := strings.Index(body, open)
+	require.GreaterOrEqual(t, i, 0, "no %s in the page", open)
+	j := strings.Index(body[i:], "</tr>")
+	require.Greater(t, j, 0)
+	return body[i : i+j]
+}

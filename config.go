@@ -103,7 +103,8 @@ type WorkerConfig struct {
 	// is the elected leader of the fleet's maintenance (one worker per schema at a time;
 	// see [Sweeper]). Defaults to [DefaultSweepInterval] (30s); zero means the default,
 	// negative disables the embedded sweeper, and this worker then takes no part in the
-	// election (run a [Sweeper] elsewhere then); a positive value under 1ms is an error.
+	// election (run a [Sweeper] elsewhere then; it still registers in the workers table,
+	// see FleetStatements); a positive value under 1ms is an error.
 	SweepInterval time.Duration
 	// ArchiveRetention is how long finished jobs are kept before the embedded sweeper
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
@@ -131,8 +132,7 @@ type WorkerConfig struct {
 	// make the whole fleet drain slower than one worker (README, "Running many
 	// workers"); a bigger server takes more at once. Heartbeats are never bounded.
 	// Defaults to [DefaultFleetStatements] (8); zero means the default, negative means no
-	// bound; more than 100000 is an error. A worker with a negative SweepInterval takes no
-	// part in the election and is not bounded.
+	// bound; more than 100000 is an error.
 	FleetStatements int
 	// RetryPolicy computes the delay before a failed job runs again. Defaults to
 	// BackoffPolicy{}. A kind's args type may override it with a RetryPolicy() method.
@@ -160,9 +160,12 @@ func (w *Worker) connsNeeded() (int, string) {
 	claims := claimConns(len(w.queues))
 	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
-	if w.elector != nil {
+	if len(w.leaderTasks) > 0 {
 		n += 1 + len(w.leaderTasks)
 		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
+	} else {
+		n++
+		why += " + 1 registration (no election)"
 	}
 	return n, why
 }

@@ -392,3 +392,37 @@ func TestWorker_RefusesASchemaWithoutTheWorkersTable(t *testing.T) {
 	stop := runWorker(t, w)
 	stop()
 }
+
+// Workers that take no part in the election (a negative SweepInterval: a Sweeper runs
+// elsewhere) still register, so they count each other and are bounded the same way; they
+// never take the lead.
+func TestFleet_WorkersWithoutTheElectionRegisterToo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var workers []*skiplock.Worker
+	for i := range 3 {
+		client, err := skiplock.NewClient(newPool(t, 3), skiplock.Config{Schema: b.schema, Logger: testLogger()})
+		require.NoError(t, err)
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: fmt.Sprintf("nosweep-%d", i), SweepInterval: -1, Logger: testLogger()})
+		require.NoError(t, err)
+		require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[noopArgs]) error { return nil }))
+		runWorker(t, w)
+		workers = append(workers, w)
+	}
+	eventually(t, 20*time.Second, func() bool {
+		for _, w := range workers {
+			if p, l := skiplock.WorkerFleet(w); p != 3 || l != skiplock.DefaultFleetStatements/3 {
+				return false
+			}
+		}
+		return true
+	}, "each of 3 workers without the election counts 3")
+	listed, err := b.client.Workers(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+	for _, w := range listed {
+		assert.True(t, w.Alive, w.ID)
+		assert.False(t, w.Leader, w.ID)
+	}
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.leader WHERE expires_at > now()`), "no worker campaigned")
+}

@@ -80,6 +80,18 @@ const fleetElectSQL = `WITH pruned AS (
 SELECT EXISTS (SELECT FROM lead),
 	(SELECT count(*) FROM {s}.workers w WHERE w.id <> $2 AND w.expires_at > now() AND w.queues && $4::text[])`
 
+// registerSQL is fleetElectSQL without the election, for a worker that takes no part in
+// it (no per-fleet task): $1 is the worker id, $2 its queues, $3 how long the
+// registration lasts, $4 how long after expiry rows are pruned.
+const registerSQL = `WITH pruned AS (
+	DELETE FROM {s}.workers WHERE expires_at < now() - $4::interval AND id <> $1
+), me AS (
+	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
+	VALUES ($1, $2::text[], now(), now() + $3::interval)
+	ON CONFLICT (id) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
+)
+SELECT count(*) FROM {s}.workers w WHERE w.id <> $1 AND w.expires_at > now() AND w.queues && $2::text[]`
+
 // leaveSQL deletes this worker's registration when it stops.
 const leaveSQL = `DELETE FROM {s}.workers WHERE id = $1`
 
@@ -112,6 +124,10 @@ type elector struct {
 	fleet      func(n int)
 	electFleet string // fleetElectSQL, rendered
 	leave      string // leaveSQL, rendered
+	// registerOnly: the process only registers, at a follower's pace, and never leads
+	// (a worker with no per-fleet task).
+	registerOnly bool
+	registerSQL  string // registerSQL, rendered
 
 	mu      sync.Mutex
 	term    context.Context    // nil while not leading
@@ -135,6 +151,7 @@ func (e *elector) register(c *Client, queues []string, fleet func(n int)) {
 	e.queues, e.fleet = queues, fleet
 	e.electFleet = renderSQL(c.schema, fleetElectSQL)
 	e.leave = renderSQL(c.schema, leaveSQL)
+	e.registerSQL = renderSQL(c.schema, registerSQL)
 }
 
 // current returns the context of the current term (nil when not leading) and a channel
@@ -223,6 +240,17 @@ func (e *elector) run(ctx context.Context) {
 func (e *elector) try(ctx context.Context) {
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
+	if e.registerOnly {
+		var others int
+		err := e.pool.QueryRow(cctx, e.registerSQL, e.id, e.queues, workerTTL, pruneWorkersAfter).Scan(&others)
+		cancel()
+		if err == nil {
+			e.fleet(others + 1)
+		} else if ctx.Err() == nil {
+			e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
+		}
+		return
+	}
 	var err error
 	if e.queues != nil {
 		var leads bool

@@ -43,7 +43,7 @@ type Worker struct {
 
 	queues  map[string]*queueRunner
 	poller  *poller
-	elector *elector // made by Run; nil when the worker has no per-fleet task
+	elector *elector // made by Run: registers the worker, and campaigns when it has per-fleet tasks
 	// leaderTasks run only while this worker leads the fleet's maintenance, each in a
 	// goroutine of its own: the embedded sweeper, and any other once-per-fleet work
 	// (registered with whileLeader).
@@ -333,15 +333,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	cancel()
-	if len(w.leaderTasks) > 0 {
-		w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
-		names := make([]string, 0, len(w.queues))
-		for name := range w.queues {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		w.elector.register(w.client, names, w.gate.setFleet)
+	// Every worker registers in the workers table, so that the others count it (fleet.go);
+	// one with a per-fleet task also campaigns for the lead with the same statement.
+	w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
+	names := make([]string, 0, len(w.queues))
+	for name := range w.queues {
+		names = append(names, name)
 	}
+	slices.Sort(names)
+	w.elector.register(w.client, names, w.gate.setFleet)
+	w.elector.registerOnly = len(w.leaderTasks) == 0
 	w.checkConns()
 
 	// Job contexts outlive ctx: they end only at the shutdown deadline.

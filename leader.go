@@ -62,35 +62,42 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
 RETURNING l.leader_id`
 
-// fleetElectSQL is electSQL for a worker that also registers in the workers table (see
-// fleet.go), in the same statement and commit, so that registering costs the database no
-// statement of its own: $4 is the worker's queues, $5 how long the registration lasts.
-// It returns whether this process leads, and how many other live workers serve at least
-// one of its queues. Rows expired for over $6 are deleted on the way (never this worker's
-// own: two writes in one statement must not touch the same row).
-const fleetElectSQL = `WITH pruned AS (
-	DELETE FROM {s}.workers WHERE expires_at < now() - $6::interval AND id <> $2
+// registrationCTEs are the two steps of a worker's registration in the workers table (see
+// fleet.go), written with the placeholders of the statement that holds them: rows
+// expired for over prune are deleted on the way (never this worker's own: two writes in
+// one statement must not touch the same row), and this worker's row is written with its
+// queues and an expiry ttl from now.
+func registrationCTEs(id, queues, ttl, prune string) string {
+	return `pruned AS (
+	DELETE FROM {s}.workers WHERE expires_at < now() - ` + prune + `::interval AND id <> ` + id + `
 ), me AS (
 	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
-	VALUES ($2, $4::text[], now(), now() + $5::interval)
+	VALUES (` + id + `, ` + queues + `::text[], now(), now() + ` + ttl + `::interval)
 	ON CONFLICT (id) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
-), lead AS (
+)`
+}
+
+// peersSQL counts the other live workers that serve at least one of queues.
+func peersSQL(id, queues string) string {
+	return `(SELECT count(*) FROM {s}.workers w WHERE w.id <> ` + id + ` AND w.expires_at > now() AND w.queues && ` + queues + `::text[])`
+}
+
+// fleetElectSQL is electSQL for a worker that also registers (registrationCTEs) in the
+// same statement and commit, so that registering costs the database no statement of its
+// own: $4 is the worker's queues, $5 how long the registration lasts, $6 how long after
+// expiry rows are pruned. It returns whether this process leads, and how many other live
+// workers serve at least one of its queues.
+var fleetElectSQL = `WITH ` + registrationCTEs("$2", "$4", "$5", "$6") + `, lead AS (
 	` + electSQL + `
 )
-SELECT EXISTS (SELECT FROM lead),
-	(SELECT count(*) FROM {s}.workers w WHERE w.id <> $2 AND w.expires_at > now() AND w.queues && $4::text[])`
+SELECT EXISTS (SELECT FROM lead), ` + peersSQL("$2", "$4")
 
-// registerSQL is fleetElectSQL without the election, for a worker that takes no part in
-// it (no per-fleet task): $1 is the worker id, $2 its queues, $3 how long the
-// registration lasts, $4 how long after expiry rows are pruned.
-const registerSQL = `WITH pruned AS (
-	DELETE FROM {s}.workers WHERE expires_at < now() - $4::interval AND id <> $1
-), me AS (
-	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
-	VALUES ($1, $2::text[], now(), now() + $3::interval)
-	ON CONFLICT (id) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
-)
-SELECT count(*) FROM {s}.workers w WHERE w.id <> $1 AND w.expires_at > now() AND w.queues && $2::text[]`
+// registerSQL is the registration alone, for a worker that takes no part in the election
+// (no per-fleet task): $1 is the worker id, $2 its queues, $3 how long the registration
+// lasts, $4 how long after expiry rows are pruned. It returns how many other live workers
+// serve at least one of its queues.
+var registerSQL = `WITH ` + registrationCTEs("$1", "$2", "$3", "$4") + `
+SELECT ` + peersSQL("$1", "$2")
 
 // leaveSQL deletes this worker's registration when it stops.
 const leaveSQL = `DELETE FROM {s}.workers WHERE id = $1`

@@ -158,9 +158,9 @@ const workersSQL = `SELECT w.id, w.queues, w.started_at, w.expires_at, w.expires
 FROM {s}.workers w LEFT JOIN {s}.leader l ON l.name = $1
 ORDER BY w.id`
 
-// Workers lists the workers registered in the schema: each running worker that takes
-// part in the election (a non-negative SweepInterval) keeps a row, renewed with its
-// election statement, and deletes it when it stops. It is how many processes serve which
+// Workers lists the workers registered in the schema: each running worker keeps a row,
+// renewed every few seconds (with its election statement, or, with a negative
+// SweepInterval, a registration of its own), and deletes it when it stops. It is how many processes serve which
 // queues, and which of them leads the maintenance.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	rows, err := c.pool.Query(ctx, c.admin.workers, maintenanceRole)

@@ -124,9 +124,9 @@ type elector struct {
 	elect  string // electSQL, rendered
 	resign string // resignSQL, rendered
 
-	// A worker registers in the workers table with each election statement (register
-	// set): queues are those it serves; fleet is told, after each statement, how many
-	// live processes serve them (this one included).
+	// A worker registers in the workers table with each statement (set by register):
+	// queues are those it serves; fleet is told, after each statement, how many live
+	// processes serve them (this one included).
 	queues     []string
 	fleet      func(n int)
 	electFleet string // fleetElectSQL, rendered
@@ -152,10 +152,11 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 	}
 }
 
-// register makes each election statement also register the process as serving queues,
-// and report the number of processes serving them to fleet.
-func (e *elector) register(c *Client, queues []string, fleet func(n int)) {
-	e.queues, e.fleet = queues, fleet
+// register makes the process register as serving queues with each statement, and
+// report the number of processes serving them to fleet. campaign: it also campaigns for
+// the lead in the same statement; otherwise it only registers, at a follower's pace.
+func (e *elector) register(c *Client, queues []string, campaign bool, fleet func(n int)) {
+	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
 	e.electFleet = renderSQL(c.schema, fleetElectSQL)
 	e.leave = renderSQL(c.schema, leaveSQL)
 	e.registerSQL = renderSQL(c.schema, registerSQL)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -336,13 +337,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Every worker registers in the workers table, so that the others count it (fleet.go);
 	// one with a per-fleet task also campaigns for the lead with the same statement.
 	w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
-	names := make([]string, 0, len(w.queues))
-	for name := range w.queues {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	w.elector.register(w.client, names, w.gate.setFleet)
-	w.elector.registerOnly = len(w.leaderTasks) == 0
+	w.elector.register(w.client, slices.Sorted(maps.Keys(w.queues)), len(w.leaderTasks) > 0, w.gate.setFleet)
 	w.checkConns()
 
 	// Job contexts outlive ctx: they end only at the shutdown deadline.
@@ -357,13 +352,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); w.lease.run(bg) }()
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.flow.run(bg) }()
-	if w.elector != nil {
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.elector.run(bg) }()
+	for _, task := range w.leaderTasks {
 		bgWG.Add(1)
-		go func() { defer bgWG.Done(); w.elector.run(bg) }()
-		for _, task := range w.leaderTasks {
-			bgWG.Add(1)
-			go func() { defer bgWG.Done(); w.elector.whileLeader(bg, task) }()
-		}
+		go func() { defer bgWG.Done(); w.elector.whileLeader(bg, task) }()
 	}
 	l, err := newListener(listenerConfig{
 		pool:      w.client.pool,

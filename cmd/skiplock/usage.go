@@ -105,10 +105,10 @@ func commands() []*command {
 			name:    "workers",
 			args:    "[--json]",
 			summary: "registered workers, their queues, which one leads the maintenance",
-			help: "Lists the workers table: every running worker that takes part in the election keeps a\n" +
-				"row there, renewed every few seconds, and deletes it when it stops; a worker that died\n" +
-				"stays listed as not alive for about a minute. LEADER marks the one that runs the\n" +
-				"fleet's maintenance (the sweep, the archive purge, the vacuum check).",
+			help: "Lists the workers table: every running worker keeps a row there, renewed every few\n" +
+				"seconds, and deletes it when it stops; a worker that died stays listed as not alive\n" +
+				"for about a minute. LEADER marks the one that runs the fleet's maintenance (the\n" +
+				"sweep, the archive purge, the vacuum check).",
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			},

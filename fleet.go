@@ -160,8 +160,8 @@ ORDER BY w.id`
 
 // Workers lists the workers registered in the schema: each running worker keeps a row,
 // renewed every few seconds (with its election statement, or, with a negative
-// SweepInterval, a registration of its own), and deletes it when it stops. It is how many processes serve which
-// queues, and which of them leads the maintenance.
+// SweepInterval, a registration of its own), and deletes it when it stops. It tells how
+// many processes serve which queues, and which of them leads the maintenance.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	rows, err := c.pool.Query(ctx, c.admin.workers, maintenanceRole)
 	if err != nil {

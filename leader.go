@@ -267,7 +267,7 @@ func (e *elector) try(ctx context.Context) {
 		if err == nil {
 			e.fleet(others + 1)
 			if !leads {
-				err = pgx.ErrNoRows
+				err = pgx.ErrNoRows // what electSQL alone answers when another process leads
 			}
 		}
 	} else {

@@ -6,7 +6,11 @@ package skiplock
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
@@ -153,36 +157,128 @@ type WorkerConfig struct {
 	PeriodicJobs []PeriodicJob
 }
 
-// connsNeeded is how many pooled connections the worker's own statements can have in
-// flight at once, and what each is for. Handlers' statements (and the failures they
-// record) come on top.
-func (w *Worker) connsNeeded() (int, string) {
-	claims := claimConns(len(w.queues))
-	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
-	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
-	if len(w.leaderTasks) > 0 {
-		n += 1 + len(w.leaderTasks)
-		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
-	} else {
-		n++
-		why += " + 1 registration (no election)"
-	}
-	return n, why
+// configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,
+// for names, the sentinel of the name's kind (ErrInvalidSchema, ErrInvalidQueue).
+type configError struct {
+	field string // e.g. "WorkerConfig.VisibilityTimeout"
+	value string // the value as the message shows it
+	fix   string // what to use instead
+	also  error  // a more specific sentinel, or nil
+	// prefix, when set, opens the message instead of "skiplock: ", so a message starts as
+	// the more specific sentinel's does (callers match on "invalid schema name").
+	prefix string
 }
 
-// checkConns warns when the pool is smaller than what the worker's own statements can use
-// at once. A warning, not an error: pgxpool makes a statement wait for a free connection
-// rather than fail, so a small pool makes the worker slower (claims, heartbeats and
-// success batches queue behind each other), not stuck, and pgxpool's default size
-// (4 connections, or the CPU count) would otherwise refuse the zero-config worker on a
-// small machine. The warning says what to set.
-func (w *Worker) checkConns() {
-	need, why := w.connsNeeded()
-	have := int(w.client.pool.Config().MaxConns)
-	if have >= need {
-		return
+func (e *configError) Error() string {
+	if e.prefix != "" {
+		return e.prefix + e.field + ": " + e.value + ": " + e.fix
 	}
-	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
-		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
-		"max_conns", have, "need", need, "for", why)
+	return "skiplock: " + e.field + " is " + e.value + ": " + e.fix
+}
+
+func (e *configError) Unwrap() []error {
+	if e.also != nil {
+		return []error{ErrInvalidConfig, e.also}
+	}
+	return []error{ErrInvalidConfig}
+}
+
+// Limits on configuration fields.
+const (
+	// minInterval is the shortest positive poll, sweep interval or visibility timeout: a
+	// shorter one would turn a loop into a busy loop against the database (or, for the
+	// visibility timeout, below 3ns, panic in the heartbeat's ticker).
+	minInterval = time.Millisecond
+	// maxWorkerIDLength is the longest WorkerConfig.ID, in bytes.
+	maxWorkerIDLength = 255
+	// maxQueueWorkers bounds QueueConfig.MaxWorkers and WorkerConfig.CompleteBatchSize:
+	// both size buffers that are allocated up front.
+	maxQueueWorkers = 100_000
+)
+
+// checkInterval refuses a positive duration under minInterval; zero and negative values
+// have their documented meaning.
+func checkInterval(field string, d time.Duration, zeroMeans string) error {
+	if d > 0 && d < minInterval {
+		return &configError{field: field, value: d.String(), fix: "use at least " + minInterval.String() + ", or 0 for " + zeroMeans}
+	}
+	return nil
+}
+
+// validate checks the fields of a Client's configuration that have invalid values.
+func (cfg *Config) validate() error {
+	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
+		return &configError{field: "Config.Schema", value: strconv.Quote(cfg.Schema), fix: "use [a-z_][a-z0-9_], 1-48 characters",
+			also: ErrInvalidSchema, prefix: "skiplock: invalid schema name in "}
+	}
+	if cfg.CoalesceWindow > maxCoalesceWindow {
+		return &configError{field: "Config.CoalesceWindow", value: cfg.CoalesceWindow.String(),
+			fix: "use at most " + maxCoalesceWindow.String() + " (it is added to an Enqueue's latency when the client is busy), 0 for the default or negative for off"}
+	}
+	for i, h := range cfg.Hooks {
+		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
+			return &configError{field: fmt.Sprintf("Config.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
+		}
+	}
+	return nil
+}
+
+// validate checks every field of a Worker's configuration that has invalid values, before
+// defaults are applied: a bad value is an error at NewWorker, not a panic or an endless
+// warning loop once the worker runs.
+func (cfg *WorkerConfig) validate() error {
+	for name, q := range cfg.Queues {
+		if validQueue(name) != nil {
+			return &configError{field: "the queue name (a WorkerConfig.Queues key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
+		}
+		field := "WorkerConfig.Queues[" + strconv.Quote(name) + "]"
+		if q.MaxWorkers < 0 || q.MaxWorkers > maxQueueWorkers {
+			return &configError{field: field + ".MaxWorkers", value: fmt.Sprint(q.MaxWorkers), fix: fmt.Sprintf("use 1 to %d, or 0 for the default (%d)", maxQueueWorkers, DefaultMaxWorkers)}
+		}
+	}
+	if len(cfg.ID) > maxWorkerIDLength || !validText(cfg.ID) {
+		return &configError{field: "WorkerConfig.ID", value: strconv.Quote(truncate(cfg.ID, 40)),
+			fix: fmt.Sprintf("use at most %d bytes of UTF-8 without NUL (it is stored in locked_by), or \"\" for the default", maxWorkerIDLength)}
+	}
+	if err := checkInterval("WorkerConfig.PollInterval", cfg.PollInterval, "the default"); err != nil {
+		return err
+	}
+	if err := checkInterval("WorkerConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
+		return err
+	}
+	if err := checkInterval("WorkerConfig.SweepInterval", cfg.SweepInterval, "the default (negative disables the embedded sweeper)"); err != nil {
+		return err
+	}
+	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
+		return err
+	}
+	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {
+		return &configError{field: "WorkerConfig.Completion", value: fmt.Sprint(int(cfg.Completion)), fix: "use CompletionArchive, CompletionDelete or CompletionKeep"}
+	}
+	if cfg.FleetStatements > maxQueueWorkers {
+		return &configError{field: "WorkerConfig.FleetStatements", value: fmt.Sprint(cfg.FleetStatements), fix: fmt.Sprintf("use at most %d, 0 for the default (%d), or a negative value for no bound", maxQueueWorkers, DefaultFleetStatements)}
+	}
+	if cfg.CompleteBatchSize > maxQueueWorkers {
+		return &configError{field: "WorkerConfig.CompleteBatchSize", value: fmt.Sprint(cfg.CompleteBatchSize), fix: fmt.Sprintf("use at most %d, or 0 for the default (%d)", maxQueueWorkers, DefaultCompleteBatchSize)}
+	}
+	if cfg.ListenURL != "" {
+		if _, err := pgx.ParseConfig(cfg.ListenURL); err != nil {
+			// The URL may hold a password: say why it does not parse, not what it is.
+			return &configError{field: "WorkerConfig.ListenURL", value: "not a connection string pgx parses", fix: "use a postgres:// URL or key=value DSN, or \"\" for the pool's settings"}
+		}
+	}
+	for i, h := range cfg.Hooks {
+		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
+			return &configError{field: fmt.Sprintf("WorkerConfig.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
+		}
+	}
+	return nil
+}
+
+// validate checks the fields of a Sweeper's configuration that have invalid values.
+func (cfg *SweeperConfig) validate() error {
+	if err := checkInterval("SweeperConfig.Interval", cfg.Interval, "the default"); err != nil {
+		return err
+	}
+	return checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default")
 }

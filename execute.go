@@ -18,10 +18,6 @@ import (
 // [EnqueueOptions].Timeout). The attempt counts as failed.
 var ErrJobTimeout = errors.New("skiplock: job timeout")
 
-// errJobLost is the cancel cause of a job whose lease this worker no longer holds
-// (reclaimed by the sweeper, or cancelled).
-var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
-
 type handler struct {
 	run     func(ctx context.Context, row *JobRow) error
 	policy  RetryPolicy

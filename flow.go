@@ -11,7 +11,6 @@ package skiplock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"time"
 
@@ -86,18 +85,6 @@ func (l QueueLimits) check(queue string) (QueueLimits, error) {
 	}
 	return l, nil
 }
-
-// flowQueue is the limited claim path of one queue, as its claim loops see it.
-type flowQueue struct {
-	claimer *flowClaimer
-	limits  QueueLimits
-}
-
-// flowRefreshInterval is how often a worker reads the limits set at run time regardless.
-// The control notification tells it of a change at once, and it reads them again after
-// every reconnect of its listener (a change told meanwhile was missed): this is only a
-// last resort, kept rare so that an idle worker costs the database next to nothing.
-const flowRefreshInterval = time.Minute
 
 // listLimitsSQL reads the limits set at run time.
 const listLimitsSQL = `SELECT queue, coalesce(concurrency, 0), coalesce(key_concurrency, 0),
@@ -194,113 +181,10 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 	return out, nil
 }
 
-// flowWatch keeps a worker's queues on the right claim path: the limited one with the
-// effective limits (set at run time, else declared), or the plain one.
-type flowWatch struct {
-	client   *Client
-	claimer  *flowClaimer
-	declared map[string]QueueLimits
-	queues   map[string]*queueRunner
-	logger   *slog.Logger
-	wake     chan struct{} // a control message said limits changed; capacity 1
-}
-
-func newFlowWatch(c *Client, queues map[string]*queueRunner, declared map[string]QueueLimits, visibility time.Duration, logger *slog.Logger) *flowWatch {
-	fw := &flowWatch{client: c, claimer: newFlowClaimer(c, visibility), declared: declared, queues: queues,
-		logger: logger, wake: make(chan struct{}, 1)}
-	for name, q := range queues {
-		fw.apply(name, q, declared[name])
+// nullInt is n as a query argument, nil for zero (no limit).
+func nullInt(n int) any {
+	if n == 0 {
+		return nil
 	}
-	return fw
-}
-
-// apply puts queue q on the path its limits l call for.
-func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
-	if l.none() {
-		if q.flow.Swap(nil) != nil {
-			fw.logger.Info("skiplock: queue has no limits now", "queue", name)
-		}
-		return
-	}
-	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l})
-	if old == nil || old.limits != l {
-		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
-			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)
-	}
-	q.signal()
-}
-
-// refresh reads the limits set at run time and applies them.
-func (fw *flowWatch) refresh(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	set, err := fw.client.QueueLimitsSet(ctx)
-	if err != nil {
-		return err
-	}
-	for name, q := range fw.queues {
-		l, ok := set[name]
-		if !ok {
-			l = fw.declared[name]
-		}
-		if l.slotted() {
-			// Before the queue claims through them: a missing slot is a slot not taken.
-			if _, err := fw.client.pool.Exec(ctx, fw.claimer.ensure, name, int32(l.Concurrency)); err != nil {
-				return fw.client.wrapErr("creating queue slots", err)
-			}
-		}
-		fw.apply(name, q, l)
-	}
-	return nil
-}
-
-// slotsFreed is told that some of this worker's finished jobs are recorded (successes
-// or failures), so their slots are free in the database: a limited queue whose last
-// claim was cut by its limit claims again now. (The runner's own wake-up, when a handler
-// returns, comes before the job's outcome is recorded, while it still counts as running.)
-func (fw *flowWatch) slotsFreed(n int) {
-	for _, q := range fw.queues {
-		if q.flow.Load() != nil && (q.more.Load() || q.slotWait.Load()) {
-			q.slotsFreed(n)
-		}
-	}
-}
-
-// kick makes run refresh at once.
-func (fw *flowWatch) kick() {
-	select {
-	case fw.wake <- struct{}{}:
-	default:
-	}
-}
-
-// notify is the control callback: a queue's limits changed.
-func (fw *flowWatch) notify(msg controlMsg) {
-	if msg.Op != controlLimits {
-		return
-	}
-	if _, ok := fw.queues[msg.Queue]; !ok {
-		return
-	}
-	select {
-	case fw.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run refreshes on every control message and every flowRefreshInterval until ctx ends.
-func (fw *flowWatch) run(ctx context.Context) {
-	t := time.NewTicker(flowRefreshInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-fw.wake:
-		}
-		if err := fw.refresh(ctx); err != nil && ctx.Err() == nil {
-			fw.logger.Warn("skiplock: reading queue limits failed; keeping the current ones", "err", err)
-		}
-	}
+	return int32(n)
 }

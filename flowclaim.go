@@ -326,14 +326,6 @@ func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
 	}
 }
 
-// nullInt is n as a query argument, nil for zero (no limit).
-func nullInt(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return int32(n)
-}
-
 // claim takes up to n due jobs of queue under limits l for worker workerID. It runs three
 // statements in one round trip and one implicit transaction: the queue's claim lock, the
 // claim, and the read of the state it recorded. The lock ends with the transaction.
@@ -416,4 +408,10 @@ func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tok
 		return nil, nil, 0, err
 	}
 	return jobs, tokens, int(b), nil
+}
+
+// flowQueue is the limited claim path of one queue, as its claim loops see it.
+type flowQueue struct {
+	claimer *flowClaimer
+	limits  QueueLimits
 }

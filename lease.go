@@ -428,3 +428,7 @@ func (l *lease) releaseJobs(keys []jobKey) {
 	}
 	l.logger.Info("skiplock: unfinished jobs put back in the queue", "jobs", n)
 }
+
+// errJobLost is the cancel cause of a job whose lease this worker no longer holds
+// (reclaimed by the sweeper, or cancelled).
+var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")

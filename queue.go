@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -292,12 +291,6 @@ func (c *Client) wrapErr(op string, err error) error {
 		return fmt.Errorf("skiplock: %s: %w: run skiplock.Migrate for schema %q (%v)", op, ErrNotMigrated, c.schema, err)
 	}
 	return fmt.Errorf("skiplock: %s: %w", op, err)
-}
-
-// renderSQL puts the sanitized schema identifier where a statement template says {s}.
-// Every owner of statements calls it once, at construction.
-func renderSQL(schema, template string) string {
-	return strings.ReplaceAll(template, "{s}", pgx.Identifier{schema}.Sanitize())
 }
 
 // enqueueSQL holds the enqueue statements, rendered for the client's schema.

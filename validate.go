@@ -10,12 +10,9 @@ import (
 	"maps"
 	"reflect"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
 )
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
@@ -243,130 +240,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,
-// for names, the sentinel of the name's kind (ErrInvalidSchema, ErrInvalidQueue).
-type configError struct {
-	field string // e.g. "WorkerConfig.VisibilityTimeout"
-	value string // the value as the message shows it
-	fix   string // what to use instead
-	also  error  // a more specific sentinel, or nil
-	// prefix, when set, opens the message instead of "skiplock: ", so a message starts as
-	// the more specific sentinel's does (callers match on "invalid schema name").
-	prefix string
-}
-
-func (e *configError) Error() string {
-	if e.prefix != "" {
-		return e.prefix + e.field + ": " + e.value + ": " + e.fix
-	}
-	return "skiplock: " + e.field + " is " + e.value + ": " + e.fix
-}
-
-func (e *configError) Unwrap() []error {
-	if e.also != nil {
-		return []error{ErrInvalidConfig, e.also}
-	}
-	return []error{ErrInvalidConfig}
-}
-
-// Limits on configuration fields.
-const (
-	// minInterval is the shortest positive poll, sweep interval or visibility timeout: a
-	// shorter one would turn a loop into a busy loop against the database (or, for the
-	// visibility timeout, below 3ns, panic in the heartbeat's ticker).
-	minInterval = time.Millisecond
-	// maxWorkerIDLength is the longest WorkerConfig.ID, in bytes.
-	maxWorkerIDLength = 255
-	// maxQueueWorkers bounds QueueConfig.MaxWorkers and WorkerConfig.CompleteBatchSize:
-	// both size buffers that are allocated up front.
-	maxQueueWorkers = 100_000
-)
-
-// checkInterval refuses a positive duration under minInterval; zero and negative values
-// have their documented meaning.
-func checkInterval(field string, d time.Duration, zeroMeans string) error {
-	if d > 0 && d < minInterval {
-		return &configError{field: field, value: d.String(), fix: "use at least " + minInterval.String() + ", or 0 for " + zeroMeans}
-	}
-	return nil
-}
-
-// validate checks the fields of a Client's configuration that have invalid values.
-func (cfg *Config) validate() error {
-	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
-		return &configError{field: "Config.Schema", value: strconv.Quote(cfg.Schema), fix: "use [a-z_][a-z0-9_], 1-48 characters",
-			also: ErrInvalidSchema, prefix: "skiplock: invalid schema name in "}
-	}
-	if cfg.CoalesceWindow > maxCoalesceWindow {
-		return &configError{field: "Config.CoalesceWindow", value: cfg.CoalesceWindow.String(),
-			fix: "use at most " + maxCoalesceWindow.String() + " (it is added to an Enqueue's latency when the client is busy), 0 for the default or negative for off"}
-	}
-	for i, h := range cfg.Hooks {
-		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
-			return &configError{field: fmt.Sprintf("Config.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
-		}
-	}
-	return nil
-}
-
-// validate checks every field of a Worker's configuration that has invalid values, before
-// defaults are applied: a bad value is an error at NewWorker, not a panic or an endless
-// warning loop once the worker runs.
-func (cfg *WorkerConfig) validate() error {
-	for name, q := range cfg.Queues {
-		if validQueue(name) != nil {
-			return &configError{field: "the queue name (a WorkerConfig.Queues key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
-		}
-		field := "WorkerConfig.Queues[" + strconv.Quote(name) + "]"
-		if q.MaxWorkers < 0 || q.MaxWorkers > maxQueueWorkers {
-			return &configError{field: field + ".MaxWorkers", value: fmt.Sprint(q.MaxWorkers), fix: fmt.Sprintf("use 1 to %d, or 0 for the default (%d)", maxQueueWorkers, DefaultMaxWorkers)}
-		}
-	}
-	if len(cfg.ID) > maxWorkerIDLength || !validText(cfg.ID) {
-		return &configError{field: "WorkerConfig.ID", value: strconv.Quote(truncate(cfg.ID, 40)),
-			fix: fmt.Sprintf("use at most %d bytes of UTF-8 without NUL (it is stored in locked_by), or \"\" for the default", maxWorkerIDLength)}
-	}
-	if err := checkInterval("WorkerConfig.PollInterval", cfg.PollInterval, "the default"); err != nil {
-		return err
-	}
-	if err := checkInterval("WorkerConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
-		return err
-	}
-	if err := checkInterval("WorkerConfig.SweepInterval", cfg.SweepInterval, "the default (negative disables the embedded sweeper)"); err != nil {
-		return err
-	}
-	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
-		return err
-	}
-	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {
-		return &configError{field: "WorkerConfig.Completion", value: fmt.Sprint(int(cfg.Completion)), fix: "use CompletionArchive, CompletionDelete or CompletionKeep"}
-	}
-	if cfg.FleetStatements > maxQueueWorkers {
-		return &configError{field: "WorkerConfig.FleetStatements", value: fmt.Sprint(cfg.FleetStatements), fix: fmt.Sprintf("use at most %d, 0 for the default (%d), or a negative value for no bound", maxQueueWorkers, DefaultFleetStatements)}
-	}
-	if cfg.CompleteBatchSize > maxQueueWorkers {
-		return &configError{field: "WorkerConfig.CompleteBatchSize", value: fmt.Sprint(cfg.CompleteBatchSize), fix: fmt.Sprintf("use at most %d, or 0 for the default (%d)", maxQueueWorkers, DefaultCompleteBatchSize)}
-	}
-	if cfg.ListenURL != "" {
-		if _, err := pgx.ParseConfig(cfg.ListenURL); err != nil {
-			// The URL may hold a password: say why it does not parse, not what it is.
-			return &configError{field: "WorkerConfig.ListenURL", value: "not a connection string pgx parses", fix: "use a postgres:// URL or key=value DSN, or \"\" for the pool's settings"}
-		}
-	}
-	for i, h := range cfg.Hooks {
-		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
-			return &configError{field: fmt.Sprintf("WorkerConfig.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
-		}
-	}
-	return nil
-}
-
-// validate checks the fields of a Sweeper's configuration that have invalid values.
-func (cfg *SweeperConfig) validate() error {
-	if err := checkInterval("SweeperConfig.Interval", cfg.Interval, "the default"); err != nil {
-		return err
-	}
-	return checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default")
 }

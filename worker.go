@@ -483,3 +483,37 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 		return false
 	}
 }
+
+// connsNeeded is how many pooled connections the worker's own statements can have in
+// flight at once, and what each is for. Handlers' statements (and the failures they
+// record) come on top.
+func (w *Worker) connsNeeded() (int, string) {
+	claims := claimConns(len(w.queues))
+	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
+	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
+	if len(w.leaderTasks) > 0 {
+		n += 1 + len(w.leaderTasks)
+		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
+	} else {
+		n++
+		why += " + 1 registration (no election)"
+	}
+	return n, why
+}
+
+// checkConns warns when the pool is smaller than what the worker's own statements can use
+// at once. A warning, not an error: pgxpool makes a statement wait for a free connection
+// rather than fail, so a small pool makes the worker slower (claims, heartbeats and
+// success batches queue behind each other), not stuck, and pgxpool's default size
+// (4 connections, or the CPU count) would otherwise refuse the zero-config worker on a
+// small machine. The warning says what to set.
+func (w *Worker) checkConns() {
+	need, why := w.connsNeeded()
+	have := int(w.client.pool.Config().MaxConns)
+	if have >= need {
+		return
+	}
+	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
+		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
+		"max_conns", have, "need", need, "for", why)
+}

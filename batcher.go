@@ -1,0 +1,212 @@
+// This file holds the batcher (groupCommit): it groups concurrent callers' items into
+// batches that share one statement and one commit. The coalesced enqueues (coalesce.go),
+// the success batches (complete.go) and the failure batches (retry.go) use it.
+
+package skiplock
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// groupCommit groups concurrent callers' items into batches and writes each batch with one
+// statement (write), so one commit serves them all; a caller either waits for the batch
+// that holds its item (submit) or leaves it to be written (post, and wait to flush). It
+// serves the coalesced enqueues (coalesce.go), the urgent successes (complete.go) and the
+// failure recorder (retry.go). A batch is sent
+//
+//   - at once when no other batch is being written (an idle system adds no latency),
+//   - when a batch in flight finishes (the items that arrived meanwhile go together),
+//   - when it holds maxRows rows, or
+//   - window after its first item, whatever else is in flight (the bound on added latency),
+//
+// and at most maxInFlight batches are written at once. With hold set, the first two do
+// not apply: a batch waits for its window, for maxRows, or for an item given with
+// postLast, whose caller knows that no other item is coming soon.
+//
+// It owns no long-lived goroutine: a batch is written by a goroutine started for it, which
+// writes the batches that are ready when it finishes and ends when none is; a timer's
+// function only seals a batch. So nothing needs closing, and no goroutine outlives the
+// statements in flight.
+type groupCommit[T any] struct {
+	window      time.Duration
+	maxRows     int
+	maxInFlight int
+	hold        bool
+	// write writes items with one statement and stores each one's result in it. It must
+	// bound its own time: the callers wait for it.
+	write func(items []T)
+
+	mu       sync.Mutex
+	open     *commitBatch[T]   // collecting items; nil when none
+	ready    []*commitBatch[T] // sealed, waiting for a slot
+	inFlight int
+
+	posted sync.WaitGroup // items given with post and not yet written
+}
+
+// commitBatch is the entries that share one statement.
+type commitBatch[T any] struct {
+	entries []*commitEntry[T]
+	rows    int         // rows of the entries not withdrawn
+	sent    bool        // its entries are fixed and being written
+	timer   *time.Timer // seals the batch when the window ends
+}
+
+// commitEntry is one caller's item in a batch.
+type commitEntry[T any] struct {
+	item      T
+	rows      int
+	done      chan struct{}   // closed once the batch is written; nil for a posted item
+	batch     *commitBatch[T] // guarded by groupCommit.mu
+	withdrawn bool            // guarded by groupCommit.mu: the caller left before the batch was sent
+}
+
+// submit adds item (rows rows of the statement) to a batch and waits until the batch has
+// been written, or until ctx ends. It returns nil once item holds its result. If ctx ends
+// first it returns ctx.Err() at once, and sent says whether the item had gone out with its
+// batch (which then still commits it, or not, with the others) or was withdrawn (it is
+// never written).
+func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent bool, err error) {
+	e := &commitEntry[T]{item: item, rows: rows, done: make(chan struct{})}
+	g.add(e, false)
+	select {
+	case <-e.done:
+		return true, nil
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	sent = e.batch.sent
+	if !sent {
+		e.withdrawn = true
+		e.batch.rows -= rows
+	}
+	g.mu.Unlock()
+	return sent, ctx.Err()
+}
+
+// post adds item to a batch and returns at once; wait waits until every posted item has
+// been written.
+func (g *groupCommit[T]) post(item T, rows int) {
+	g.posted.Add(1)
+	g.add(&commitEntry[T]{item: item, rows: rows}, false)
+}
+
+// postLast is post, and sends the batch that holds item now, whatever is in flight.
+func (g *groupCommit[T]) postLast(item T, rows int) {
+	g.posted.Add(1)
+	g.add(&commitEntry[T]{item: item, rows: rows}, true)
+}
+
+// wait returns once every item given to post before the call has been written.
+func (g *groupCommit[T]) wait() { g.posted.Wait() }
+
+// add puts e in the open batch (opening one if needed) and sends what is due; with
+// last, that batch is due.
+func (g *groupCommit[T]) add(e *commitEntry[T], last bool) {
+	rows := e.rows
+	g.mu.Lock()
+	b := g.open
+	fresh := b == nil
+	if fresh {
+		b = &commitBatch[T]{}
+		g.open = b
+	}
+	b.entries = append(b.entries, e)
+	b.rows += rows
+	e.batch = b
+	switch {
+	case b.rows >= g.maxRows || last || g.inFlight == 0 && !g.hold:
+		g.seal(b)
+	case fresh:
+		b.timer = time.AfterFunc(g.window, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.open == b {
+				g.seal(b)
+				g.dispatch()
+			}
+		})
+	}
+	g.dispatch()
+	g.mu.Unlock()
+}
+
+// seal closes the open batch b to new items and queues it for writing. g.mu is held.
+func (g *groupCommit[T]) seal(b *commitBatch[T]) {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if g.open == b {
+		g.open = nil
+	}
+	g.ready = append(g.ready, b)
+}
+
+// dispatch starts a writing goroutine for each ready batch while slots are free. g.mu is
+// held.
+func (g *groupCommit[T]) dispatch() {
+	for g.inFlight < g.maxInFlight {
+		b := g.next()
+		if b == nil {
+			return
+		}
+		g.inFlight++
+		go g.run(b)
+	}
+}
+
+// next takes the first ready batch and fixes its entries (marks it sent), or returns nil.
+// g.mu is held.
+func (g *groupCommit[T]) next() *commitBatch[T] {
+	if len(g.ready) == 0 {
+		return nil
+	}
+	b := g.ready[0]
+	g.ready[0] = nil
+	g.ready = g.ready[1:]
+	b.sent = true
+	return b
+}
+
+// run writes b, then every batch that is ready, or sealed because this one finished, and
+// ends when there is none. An entry's fields are read without the lock once its batch is
+// sent: nothing changes them after that.
+func (g *groupCommit[T]) run(b *commitBatch[T]) {
+	for b != nil {
+		live := slices.DeleteFunc(b.entries, func(e *commitEntry[T]) bool { return e.withdrawn })
+		if len(live) > 0 {
+			items := make([]T, len(live))
+			for i, e := range live {
+				items[i] = e.item
+			}
+			g.write(items)
+			for _, e := range live {
+				if e.done != nil {
+					close(e.done)
+				} else {
+					g.posted.Done()
+				}
+			}
+		}
+		g.mu.Lock()
+		if len(g.ready) == 0 && g.open != nil && !g.hold {
+			// The items that arrived while this batch was written go now.
+			g.seal(g.open)
+		}
+		b = g.next()
+		if b == nil {
+			g.inFlight--
+		}
+		g.mu.Unlock()
+	}
+}
+
+// idle reports whether no batch is collecting, waiting or being written.
+func (g *groupCommit[T]) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open == nil && len(g.ready) == 0 && g.inFlight == 0
+}

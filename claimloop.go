@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // fetchersPerQueue is how many claim loops each queue runs. While one loop's claim is in
@@ -40,15 +42,15 @@ type claimLoopConfig struct {
 	// serving the queues (fleet.go); a claim takes a turn after its connection token.
 	gate *stmtGate
 	// start registers a claimed job (its context, its lease) and returns it ready for
-	// the runners.
-	start func(jobBase context.Context, job claimedJob) dispatched
-	// stale reports whether the lease a claim wrote may be ending already (the claim's
-	// reply came late, held up in a hanging connection): such a job must not start, since
-	// another worker may soon hold it.
-	stale func(job claimedJob) bool
+	// the runners (jobStarter, execute.go); slot: it holds a slot of a concurrency limit.
+	start func(job claimedJob, slot bool) dispatched
+	// staleAfter is how old a claim may be when its reply arrives: after that the lease
+	// it wrote may be ending already (the reply came late, held up in a hanging
+	// connection), and its jobs must not start, since another worker may soon hold them.
+	staleAfter time.Duration
 	// release puts stale claims back in the queue, fenced: one already taken back is left
-	// alone.
-	release func(jobs []claimedJob)
+	// alone (lease.releaseJobs).
+	release func(keys []jobKey)
 }
 
 // dispatched is a claimed job on its way to a runner.
@@ -58,7 +60,7 @@ type dispatched struct {
 	key     jobKey
 	row     *JobRow
 	timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
-	slot    bool          // claimed under a concurrency limit (Worker.holdsSlot)
+	slot    bool          // claimed under a concurrency limit (queueRunner.holdsSlot)
 }
 
 // queueRunner holds one queue's claim loops and slots, and the channel to its runners.
@@ -166,23 +168,22 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint
 	return jobs, claimHint{}, err
 }
 
+// holdsSlot reports whether the queue's jobs are claimed under a concurrency limit now:
+// their slots are free again only once their outcomes are recorded.
+func (q *queueRunner) holdsSlot() bool {
+	f := q.flow.Load()
+	return f != nil && (f.limits.Concurrency > 0 || f.limits.KeyConcurrency > 0)
+}
+
 // run is one claim loop. It sleeps until it is signalled — by a notification for the
 // queue, by the fallback poll finding due jobs in it, or by a finished job with a backlog
 // behind it — and then claims until the queue has no due job left or no free slot, until
 // ctx ends. An idle queue costs the database nothing: its loops run no statement until
-// one of those signals comes. Claimed jobs go to the runners with contexts derived from
-// jobBase. A rate-limited queue also wakes when its next token is due.
-func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
-	const firstDelay = 10 * time.Millisecond
-	errDelay := firstDelay
-	// token fires when a rate-limited queue's next token is due (flow.go); nil otherwise.
-	var token *time.Timer
-	var tokenC <-chan time.Time
-	defer func() {
-		if token != nil {
-			token.Stop()
-		}
-	}()
+// one of those signals comes. A rate-limited queue also wakes when its next token is due.
+func (q *queueRunner) run(ctx context.Context, wake <-chan struct{}) {
+	errDelay := firstClaimRetry
+	var token tokenTimer // fires when a rate-limited queue's next token is due (flow.go)
+	defer token.stop()
 	for {
 		woken := false // by a signal, not by the token timer
 		select {
@@ -190,107 +191,203 @@ func (q *queueRunner) run(ctx, jobBase context.Context, wake <-chan struct{}) {
 			return
 		case <-wake:
 			woken = true
-		case <-tokenC:
+		case <-token.c:
 		}
-		tokenC = nil
-		if f := q.flow.Load(); f != nil && !f.limits.slotted() && wake != (<-chan struct{})(q.wakes[0]) {
-			// This limited queue's claims take turns under one lock across all processes:
-			// a second claim loop would only wait in that line. The first loop claims.
-			continue
-		} else if f != nil && f.limits.slotted() && woken && q.claimSeq.Load() >= q.wakeSeq.Load() {
-			// Every signal so far came before a claim of the other loop started (a
-			// wake-up kept while this loop claimed): that claim saw what they announced.
+		token.c = nil
+		if q.leaveWake(wake, woken) {
 			continue
 		}
-		var next time.Duration // a rate limit's next token, if a claim was cut by it
-		for ctx.Err() == nil && !q.paused.Load() {
-			if free := q.max - q.active.Load(); free <= 0 {
-				break
-			} else if free < (q.max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
-				// A backlog and few free slots: let a few more handlers finish so the next
-				// claim is a batch, not a trickle.
-				sleepCtx(ctx, q.cfg.fetchCooldown)
-			}
-			select {
-			case q.cfg.conns <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			// Slots are counted once the turn is ours: slots freed while waiting for it
-			// join this claim.
-			if q.cfg.gate.acquire(ctx) != nil {
-				<-q.cfg.conns
-				return
-			}
-			free := q.reserve(q.claimSize())
-			if free == 0 {
-				q.cfg.gate.release()
-				<-q.cfg.conns
-				break
-			}
-			// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
-			// the claim and lose its result, leaving jobs running for nobody until the
-			// sweeper takes them back. Jobs it returns run; shutdown waits for them.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-			q.claims.Add(1)
-			for seq := q.wakeSeq.Load(); ; {
-				if cur := q.claimSeq.Load(); cur >= seq || q.claimSeq.CompareAndSwap(cur, seq) {
-					break
-				}
-			}
-			jobs, hint, err := q.claim(cctx, int(free))
-			q.claims.Add(-1)
-			cancel()
-			q.cfg.gate.release()
-			<-q.cfg.conns
-			q.active.Add(int64(len(jobs)) - free) // give back the slots not filled
-			if err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				q.cfg.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", errDelay)
-				sleepCtx(ctx, errDelay)
-				// A terminated server leaves every pooled connection dead: the first retries
-				// are quick, each one discards a dead connection; then back off.
-				if errDelay < 40*time.Millisecond {
-					errDelay += firstDelay / 2
-				} else {
-					errDelay = min(errDelay*2, 5*time.Second)
-				}
-				continue
-			}
-			errDelay = firstDelay
-			q.more.Store(int64(len(jobs)) == free && !hint.slotWait || hint.more)
-			q.slotWait.Store(hint.slotWait)
-			var stale []claimedJob
-			for _, j := range jobs {
-				if q.cfg.stale(j) {
-					stale = append(stale, j)
-					continue
-				}
-				q.jobs <- q.cfg.start(jobBase, j)
-			}
-			if len(stale) > 0 {
-				q.cfg.logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
-					"queue", q.name, "jobs", len(stale))
-				q.cfg.release(stale)
-				q.active.Add(-int64(len(stale)))
-			}
-			if hint.retryIn > 0 {
-				next = hint.retryIn
-			}
-			if (int64(len(jobs)) < free || hint.slotWait) && !hint.again {
-				break
-			}
-			// A full batch: there may be more due jobs, so claim again at once.
-		}
-		if next > 0 {
-			if token == nil {
-				token = time.NewTimer(next)
-			} else {
-				token.Reset(next)
-			}
-			tokenC = token.C
-		}
+		token.arm(q.claimWhileDue(ctx, &errDelay))
 	}
 }
+
+// leaveWake reports whether this loop leaves a wake-up to the queue's other loop.
+func (q *queueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
+	f := q.flow.Load()
+	if f == nil {
+		return false
+	}
+	if !f.limits.slotted() {
+		// This limited queue's claims take turns under one lock across all processes:
+		// a second claim loop would only wait in that line. The first loop claims.
+		return wake != (<-chan struct{})(q.wakes[0])
+	}
+	// Every signal so far came before a claim of the other loop started (a wake-up kept
+	// while this loop claimed): that claim saw what they announced.
+	return woken && q.claimSeq.Load() >= q.wakeSeq.Load()
+}
+
+// claimWhileDue claims until the queue has no due job left or no free slot, or ctx
+// ends, and returns when a rate limit's next token is due, if a claim was cut by it
+// (0: none). errDelay is the loop's backoff after a failed claim.
+func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration) (next time.Duration) {
+	for ctx.Err() == nil && !q.paused.Load() {
+		if !q.awaitSlots(ctx) {
+			break
+		}
+		free, ok := q.takeTurn(ctx)
+		if !ok {
+			break
+		}
+		jobs, hint, err := q.claimReserved(ctx, free)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			q.backoff(ctx, err, errDelay)
+			continue
+		}
+		*errDelay = firstClaimRetry
+		q.more.Store(int64(len(jobs)) == free && !hint.slotWait || hint.more)
+		q.slotWait.Store(hint.slotWait)
+		q.dispatch(jobs)
+		if hint.retryIn > 0 {
+			next = hint.retryIn
+		}
+		if (int64(len(jobs)) < free || hint.slotWait) && !hint.again {
+			break
+		}
+		// A full batch: there may be more due jobs, so claim again at once.
+	}
+	return next
+}
+
+// awaitSlots reports whether the queue has a free slot. With a backlog and few free
+// slots, it first lets a few more handlers finish (FetchCooldown), so that the next claim
+// is a batch, not a trickle.
+func (q *queueRunner) awaitSlots(ctx context.Context) bool {
+	free := q.max - q.active.Load()
+	if free <= 0 {
+		return false
+	}
+	if free < (q.max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
+		sleepCtx(ctx, q.cfg.fetchCooldown)
+	}
+	return true
+}
+
+// takeTurn takes a claim connection token and a turn of the fleet's gate, then reserves
+// the free slots for one claim and returns how many; false when ctx ended or no slot is
+// free, with nothing held.
+func (q *queueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
+	select {
+	case q.cfg.conns <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	if q.cfg.gate.acquire(ctx) != nil {
+		<-q.cfg.conns
+		return 0, false
+	}
+	// Slots are counted once the turn is ours: slots freed while waiting for it join
+	// this claim.
+	if free = q.reserve(q.claimSize()); free == 0 {
+		q.cfg.gate.release()
+		<-q.cfg.conns
+		return 0, false
+	}
+	return free, true
+}
+
+// claimReserved runs one claim for the free slots reserved by takeTurn, gives the turn
+// back, and gives back the slots the claim did not fill.
+func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJob, claimHint, error) {
+	// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
+	// the claim and lose its result, leaving jobs running for nobody until the sweeper
+	// takes them back. Jobs it returns run; shutdown waits for them.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	q.claims.Add(1)
+	for seq := q.wakeSeq.Load(); ; {
+		if cur := q.claimSeq.Load(); cur >= seq || q.claimSeq.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	jobs, hint, err := q.claim(cctx, int(free))
+	q.claims.Add(-1)
+	q.cfg.gate.release()
+	<-q.cfg.conns
+	q.active.Add(int64(len(jobs)) - free)
+	return jobs, hint, err
+}
+
+// dispatch hands the claimed jobs to the runners, except those whose claim came back too
+// late to run them safely (staleAfter): it puts them back in the queue.
+func (q *queueRunner) dispatch(jobs []claimedJob) {
+	var stale []jobKey
+	for _, j := range jobs {
+		if time.Since(j.leased) > q.cfg.staleAfter {
+			stale = append(stale, jobKey{j.row.ID, j.fence})
+			continue
+		}
+		q.jobs <- q.cfg.start(j, q.holdsSlot())
+	}
+	if len(stale) > 0 {
+		q.cfg.logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
+			"queue", q.name, "jobs", len(stale))
+		q.cfg.release(stale)
+		q.active.Add(-int64(len(stale)))
+	}
+}
+
+// firstClaimRetry is the first wait after a failed claim.
+const firstClaimRetry = 10 * time.Millisecond
+
+// backoff logs a failed claim and waits *delay, then lengthens it. A terminated server
+// leaves every pooled connection dead: the first retries are quick, each one discards a
+// dead connection; then it backs off, up to 5 s.
+func (q *queueRunner) backoff(ctx context.Context, err error, delay *time.Duration) {
+	q.cfg.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", *delay)
+	sleepCtx(ctx, *delay)
+	if *delay < 40*time.Millisecond {
+		*delay += firstClaimRetry / 2
+	} else {
+		*delay = min(*delay*2, 5*time.Second)
+	}
+}
+
+// tokenTimer wakes a claim loop when a rate-limited queue's next token is due.
+type tokenTimer struct {
+	t *time.Timer
+	c <-chan time.Time // nil: not armed
+}
+
+// arm makes the timer fire after d; d <= 0 leaves it unarmed.
+func (t *tokenTimer) arm(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if t.t == nil {
+		t.t = time.NewTimer(d)
+	} else {
+		t.t.Reset(d)
+	}
+	t.c = t.t.C
+}
+
+func (t *tokenTimer) stop() {
+	if t.t != nil {
+		t.t.Stop()
+	}
+}
+
+// claimLoops is the Service of all the claim loops of a worker's queues. They end with
+// Run's context: a worker shutting down claims nothing more.
+type claimLoops struct {
+	queues map[string]*queueRunner
+	g      lifecycle.Goroutines
+}
+
+// Start starts fetchersPerQueue loops per queue.
+func (c *claimLoops) Start(ctx context.Context) error {
+	ctx = c.g.Begin(ctx, lifecycle.UntilCancel)
+	for _, q := range c.queues {
+		for _, wake := range q.wakes {
+			c.g.Go(func() { q.run(ctx, wake) })
+		}
+	}
+	return nil
+}
+
+// Stop waits for the loops; the claims in flight finish first.
+func (c *claimLoops) Stop() { c.g.Stop() }

@@ -137,12 +137,9 @@ type completer struct {
 	flushEvery time.Duration
 	logger     *slog.Logger
 
-	// flushed, if set, is called after each batch is recorded: the jobs' slots are free
-	// in the database only from then on (flow control claims again then).
-	flushed func(n int)
-	// written, if set, is called with the attempts of each batch once its statement ended,
-	// written or not: the worker stops renewing their leases.
-	written func(keys []jobKey)
+	// done is told what each batch did: which attempts it ended, and how many slots it
+	// freed.
+	done batchListeners
 
 	// urgent records the successes of jobs that hold a slot of a concurrency limit. A
 	// slot is free again only once its job's success is committed, so they do not wait
@@ -156,20 +153,33 @@ type completer struct {
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *stmtGate
 
-	ch   chan completion
-	quit chan struct{}
-	done chan struct{}
+	ch      chan completion
+	quit    chan struct{}
+	stopped chan struct{} // closed when run returned
 
 	mu     sync.RWMutex // add holds it to read; stop to close
 	closed bool
 }
 
-func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *completer {
+// batchListeners are told what each outcome batch (of successes or of failures) did.
+type batchListeners struct {
+	// written is called with the attempts of each batch once its statement ended, written
+	// or not: the worker stops renewing their leases (heldJobs.removeKeys).
+	written func(keys []jobKey)
+	// freed is called after each batch is recorded: the jobs' slots are free in the
+	// database only from then on (flow control claims again then: flowWatch.slotsFreed).
+	freed func(n int)
+}
+
+// newCompleter records successes in mode, at most batchSize per statement, a success
+// waiting at most flushEvery for others; each statement takes a turn of gate.
+func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID string, batchSize int, flushEvery time.Duration,
+	gate *stmtGate, done batchListeners, logger *slog.Logger) *completer {
 	c := &completer{
 		pool: pool, sql: renderSQL(schema, completeSQL(mode, false, false)),
 		sqlSkip: renderSQL(schema, completeSQL(mode, false, true)), workerID: workerID,
-		batchSize: batchSize, flushEvery: flushEvery, logger: logger,
-		ch: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{}),
+		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
+		ch: make(chan completion, 4096), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	if mode != CompletionDelete {
 		c.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
@@ -224,10 +234,23 @@ func (c *completer) stop() {
 	}
 }
 
+// Start starts the batching loops. They outlive ctx: the successes of handlers that
+// return during shutdown are still written, until Stop.
+func (c *completer) Start(context.Context) error {
+	go c.run()
+	return nil
+}
+
+// Stop writes what was added and waits for the batching loops.
+func (c *completer) Stop() {
+	c.stop()
+	<-c.stopped
+}
+
 // run runs completerLoops batching loops over the same channel until stop, waits for the
-// urgent successes to be written, then closes done.
+// urgent successes to be written, then closes stopped.
 func (c *completer) run() {
-	defer close(c.done)
+	defer close(c.stopped)
 	var wg sync.WaitGroup
 	for range completerLoops {
 		wg.Add(1)
@@ -447,14 +470,14 @@ func (c *completer) finish(batch []completion, ok bool) {
 	if len(batch) == 0 {
 		return
 	}
-	if ok && c.flushed != nil {
-		c.flushed(len(batch))
+	if ok && c.done.freed != nil {
+		c.done.freed(len(batch))
 	}
-	if c.written != nil {
+	if c.done.written != nil {
 		keys := make([]jobKey, len(batch))
 		for i, k := range batch {
 			keys[i] = k.key
 		}
-		c.written(keys)
+		c.done.written(keys)
 	}
 }

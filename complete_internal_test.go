@@ -46,15 +46,14 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			var mu sync.Mutex
 			var written []jobKey
 			comp := newCompleter(pool, schema, mode, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
-				slog.New(slog.NewTextHandler(io.Discard, nil)))
-			comp.written = func(k []jobKey) {
-				mu.Lock()
-				written = append(written, k...)
-				mu.Unlock()
-			}
+				nil, batchListeners{written: func(k []jobKey) {
+					mu.Lock()
+					written = append(written, k...)
+					mu.Unlock()
+				}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			comp.skipFor()
-			go comp.run()
-			defer func() { comp.stop(); <-comp.done }()
+			require.NoError(t, comp.Start(ctx))
+			defer comp.Stop()
 
 			recorded := func(id int64) bool {
 				var running bool

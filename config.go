@@ -1,11 +1,16 @@
-// This file holds the Worker's configuration: WorkerConfig, QueueConfig, the named
-// defaults they fall back to, and the connection budget a worker checks at start.
+// This file holds the configurations and their validation: WorkerConfig and QueueConfig,
+// the named defaults they fall back to (withDefaults), and the checks of every field of
+// WorkerConfig, Config (queue.go) and SweeperConfig (sweeper.go) that can be out of
+// range.
 
 package skiplock
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"strconv"
 	"time"
@@ -155,6 +160,65 @@ type WorkerConfig struct {
 	// enqueued once, by whichever of them gets to it first. A schedule that no running
 	// worker declares for a minute is marked inactive. Defaults to none.
 	PeriodicJobs []PeriodicJob
+}
+
+// defaultWorkerID is the default of [WorkerConfig].ID: hostname-pid-random.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "worker"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// withDefaults returns cfg with the default of every field left at its zero value (or
+// at a value that means the default); logger is the client's.
+func (cfg WorkerConfig) withDefaults(logger *slog.Logger) WorkerConfig {
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	if cfg.ID == "" {
+		cfg.ID = defaultWorkerID()
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.FetchCooldown == 0 {
+		cfg.FetchCooldown = DefaultFetchCooldown
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.VisibilityTimeout <= 0 {
+		cfg.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.ArchiveRetention <= 0 {
+		cfg.ArchiveRetention = DefaultArchiveRetention
+	}
+	if cfg.FleetStatements == 0 {
+		cfg.FleetStatements = DefaultFleetStatements
+	}
+	if cfg.CompleteBatchSize <= 0 {
+		cfg.CompleteBatchSize = DefaultCompleteBatchSize
+	}
+	if cfg.CompleteFlushInterval <= 0 {
+		cfg.CompleteFlushInterval = DefaultCompleteFlushInterval
+	}
+	if cfg.RetryPolicy == nil {
+		cfg.RetryPolicy = BackoffPolicy{}
+	}
+	if cfg.JobTimeout == 0 {
+		cfg.JobTimeout = DefaultJobTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger
+	}
+	return cfg
 }
 
 // configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,

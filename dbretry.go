@@ -66,3 +66,15 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// startTimeout bounds each of a worker's start-up statements, retries included.
+const startTimeout = 30 * time.Second
+
+// retryAtStart runs fn, a start-up statement, retrying what may pass (a pooled connection
+// the server closed, a server restarting; see transient) for up to startTimeout, and
+// failing at once on the rest (a schema not migrated). ctx's cancellation does not cut it.
+func retryAtStart(ctx context.Context, fn func(ctx context.Context) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	defer cancel()
+	return retryDB(sctx, func() error { return fn(sctx) })
+}

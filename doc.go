@@ -92,6 +92,18 @@
 // however many; the sweep and other per-fleet maintenance run on one elected worker at a
 // time (README, "Running many workers").
 //
+// # Inside a worker
+//
+// A worker is a few parts, each built by [NewWorker] with the collaborators it needs and
+// each started by [Worker.Run] in one declared order and stopped in the reverse one: the
+// lease (heartbeats and their watchdog), the success and failure batches, the pause and
+// flow watchers, the leader election and the per-fleet maintenance, the listener, the
+// executor, the periodic runner, the poller and the claim loops. A claimed job goes from
+// a queue's claim loop to one of its runners, and its handler's result goes, in one call,
+// to the outcome recorder, which decides whether it is written as a success, as a
+// failure, put back (cut off by shutdown) or dropped (no longer held). README,
+// "Architecture", walks a job through the files in that order.
+//
 // # Flow control
 //
 // [QueueConfig].Limits caps a queue across every worker of every process: running jobs

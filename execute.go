@@ -1,22 +1,20 @@
-// This file holds the execution of one job: dispatching a claimed job to a runner, its
-// timeout (WorkerConfig.JobTimeout, a per-kind Timeout method, EnqueueOptions.Timeout),
-// calling the handler with panic recovery, and handing the result to the completer or the
-// failure recorder.
+// This file holds the execution of claimed jobs: the start of each one (its context, its
+// place among the held attempts), the runners that take the jobs a queue's claim loops
+// hand over, one attempt's timeout (WorkerConfig.JobTimeout, a per-kind Timeout method,
+// EnqueueOptions.Timeout), the call of the handler with panic recovery, and the drain of
+// the runners at shutdown. Each finished attempt goes to the outcome recorder
+// (outcome.go), in one call.
 
 package skiplock
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 )
-
-// ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
-// the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
-// [EnqueueOptions].Timeout). The attempt counts as failed.
-var ErrJobTimeout = errors.New("skiplock: job timeout")
 
 type handler struct {
 	run     func(ctx context.Context, row *JobRow) error
@@ -29,71 +27,151 @@ type timeoutArgs interface {
 	Timeout() time.Duration
 }
 
-// runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
-// a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
-// pay for stack growth on every job.
-func (w *Worker) runner(q *queueRunner) {
-	for d := range q.jobs {
-		w.execute(d)
-		d.cancel(nil)
-		q.finished()
-		w.handlerWG.Done()
-	}
+// jobStarter registers claimed jobs: the claim loops call it for each job they claim,
+// before handing it to a runner.
+type jobStarter struct {
+	held     *heldJobs
+	slots    *slotJobs
+	maxBytes int // the client's MaxPayloadBytes, for outputs (progress.go)
+
+	// base is the context job contexts derive from: set by the executor's Start, before
+	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
+	base      context.Context
+	cancel    context.CancelCauseFunc
+	handlerWG sync.WaitGroup // jobs started whose handlers have not returned
 }
 
-// start registers one claimed job: its context (derived from jobBase, which shutdown
-// cancels) and its place among the held jobs, with the lease its claim wrote. Its slot
-// was reserved before the claim.
-func (w *Worker) start(jobBase context.Context, cj claimedJob) dispatched {
-	jobCtx, cancel := context.WithCancelCause(jobBase)
-	jobCtx, st := withJobState(jobCtx, w.client.maxBytes)
+// start registers the claimed job cj with a context derived from the executor's base.
+// slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
+func (s *jobStarter) start(cj claimedJob, slot bool) dispatched {
+	return s.startIn(s.base, cj, slot)
+}
+
+// startIn registers the claimed job cj: its context, derived from base, and its place
+// among the held jobs, with the lease its claim wrote. Its slot was reserved before the
+// claim.
+func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dispatched {
+	jobCtx, cancel := context.WithCancelCause(base)
+	jobCtx, st := withJobState(jobCtx, s.maxBytes)
 	key := jobKey{cj.row.ID, cj.fence}
-	w.held.add(key, cancel, cj.leased, st)
-	w.handlerWG.Add(1)
-	slot := w.holdsSlot(cj.row.Queue)
+	s.held.add(key, cancel, cj.leased, st)
+	s.handlerWG.Add(1)
 	if slot {
-		w.slotJobs.Add(1)
+		s.slots.take()
 	}
 	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout, slot: slot}
 }
 
+// executorConfig is what the executor is built from.
+type executorConfig struct {
+	handlers        map[string]handler // the Worker's registry; read-only once Run started
+	hooks           []Hook
+	jobTimeout      time.Duration
+	retryPolicy     RetryPolicy
+	leaseInterval   time.Duration // a handler past its timeout by this much is abandoned
+	shutdownTimeout time.Duration
+	logger          *slog.Logger
+}
+
+// executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
+// the base of the job contexts and starts each queue's runners; its Stop drains them
+// (Worker.Run says how).
+type executor struct {
+	cfg      executorConfig
+	starter  *jobStarter
+	outcomes *outcomeRecorder
+	held     *heldJobs
+	queues   map[string]*queueRunner
+	runners  sync.WaitGroup
+}
+
+func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues map[string]*queueRunner) *executor {
+	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues}
+}
+
+// Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
+// shutdown deadline — and starts MaxWorkers runners per queue.
+func (e *executor) Start(ctx context.Context) error {
+	e.starter.base, e.starter.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	for _, q := range e.queues {
+		for range q.max {
+			e.runners.Go(func() { e.runner(q) })
+		}
+	}
+	return nil
+}
+
+// Stop drains the runners, once the claim loops have stopped: it waits up to
+// ShutdownTimeout for running handlers, cancels the contexts of those still running
+// (cause errShutdown) and waits up to min(ShutdownTimeout, shutdownGrace) more, then
+// puts back the jobs cut off whose handlers returned. Runners whose handlers ignore
+// their context are left running.
+func (e *executor) Stop() {
+	for _, q := range e.queues {
+		close(q.jobs) // runners exit once their current job is done
+	}
+	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.count())
+	wg := &e.starter.handlerWG
+	allReturned := waitTimeout(wg, e.cfg.shutdownTimeout)
+	if !allReturned {
+		e.starter.cancel(errShutdown)
+		// Handlers that honour their context return now; give them a moment.
+		allReturned = waitTimeout(wg, min(e.cfg.shutdownTimeout, shutdownGrace))
+	}
+	e.outcomes.releaseCutOff()
+	if !allReturned {
+		e.cfg.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
+			"running", e.held.count())
+		return
+	}
+	e.starter.cancel(errShutdown)
+	e.runners.Wait()
+}
+
+// shutdownGrace bounds how long Run waits for handlers to return after it cancelled their
+// contexts.
+const shutdownGrace = 5 * time.Second
+
+// runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
+// a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
+// pay for stack growth on every job.
+func (e *executor) runner(q *queueRunner) {
+	for d := range q.jobs {
+		e.execute(d)
+		d.cancel(nil)
+		q.finished()
+		e.starter.handlerWG.Done()
+	}
+}
+
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
 // worker's. Zero or negative means none.
-func (w *Worker) timeoutFor(d dispatched, h handler) time.Duration {
+func (e *executor) timeoutFor(d dispatched, h handler) time.Duration {
 	switch {
 	case d.timeout > 0:
 		return d.timeout
 	case h.timeout != 0:
 		return h.timeout
 	default:
-		return w.cfg.JobTimeout
+		return e.cfg.jobTimeout
 	}
 }
 
-// execute runs one claimed job's handler and hands the outcome on: a success to the
-// completer, a failure to the failure recorder, a job cut off by shutdown to Run to put
-// back. The result of a job the worker no longer holds is dropped, and so is one that
-// comes after Run returned; both are logged. Every write is fenced on the claim's token.
-// It returns the result the hooks were told.
-func (w *Worker) execute(d dispatched) JobResult {
-	ctx, key, row := d.ctx, d.key, d.row
+// execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
+// and hands the result to the outcome recorder. It returns the result the hooks were
+// told.
+func (e *executor) execute(d dispatched) JobResult {
+	ctx, row := d.ctx, d.row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
-	h, ok := w.handlers[row.Kind]
-	timeout := w.timeoutFor(d, h)
+	h, ok := e.cfg.handlers[row.Kind]
+	timeout := e.timeoutFor(d, h)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
 		defer cancel()
-		// A handler that ignores its timeout is no longer heartbeated after a grace
-		// period: its lease runs out and the job is retried elsewhere, this attempt counted.
-		abandon := time.AfterFunc(timeout+w.lease.interval, func() {
-			w.held.abandon(key)
-			w.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
-				"job", row.ID, "attempt", row.Attempts, "timeout", timeout)
-		})
-		defer abandon.Stop()
+		defer e.abandonAfter(d, timeout).Stop()
 	}
-	for _, hk := range w.allHooks {
+	for _, hk := range e.cfg.hooks {
 		ctx = hk.JobStarted(ctx, row)
 	}
 	began := time.Now()
@@ -104,73 +182,23 @@ func (w *Worker) execute(d dispatched) JobResult {
 	} else {
 		err, panicked = callHandler(ctx, h.run, row)
 	}
-	dur := time.Since(began)
-	// The last slot-holding job of the worker to return sends the successes waiting with
-	// it at once (completer.urgent).
-	lastSlot := d.slot && w.slotJobs.Add(-1) == 0
-	cause := context.Cause(ctx)
-	if w.stopped.Load() {
-		w.held.remove(key)
-		w.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
-			"job", row.ID, "attempt", row.Attempts, "err", err)
-		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
-	}
-	if err != nil && errors.Is(cause, errShutdown) {
-		// Cut off by shutdown: Run puts it back once it has stopped waiting for handlers.
-		w.relMu.Lock()
-		late := w.relClosed
-		if !late {
-			w.toRelease = append(w.toRelease, key)
-		}
-		w.relMu.Unlock()
-		if late {
-			w.held.remove(key)
-			w.logger.Warn("skiplock: a handler cut off by shutdown returned too late to put its job back; it is retried when its lease ends, this attempt counted",
-				"job", row.ID, "attempt", row.Attempts)
-		}
-		// Still held, its lease renewed, until Run puts it back.
-		return w.report(ctx, row, JobResult{Status: StatusQueued, Outcome: OutcomeReleased, Err: err, Duration: dur, Panicked: panicked})
-	}
-	if errors.Is(cause, errJobLost) {
-		w.held.remove(key)
-		w.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
-		return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: dur, Panicked: panicked})
-	}
-	// Until its outcome is written, the attempt stays held and its lease renewed; the
-	// batch that writes it removes it.
-	w.held.recorded(key)
-	if err == nil {
-		if !w.completer.add(key, stateOf(ctx), d.slot, lastSlot) {
-			w.held.remove(key)
-			w.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
-				"job", row.ID, "attempt", row.Attempts)
-			return w.report(ctx, row, JobResult{Status: row.Status, Outcome: OutcomeLost, Duration: dur})
-		}
-		return w.report(ctx, row, JobResult{Status: StatusSucceeded, Outcome: OutcomeSucceeded, Duration: dur})
-	}
-	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
-		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
-	}
-	policy := w.cfg.RetryPolicy
+	policy := e.cfg.retryPolicy
 	if h.policy != nil {
 		policy = h.policy
 	}
-	status := w.failures.record(key, row, err, policy)
-	if status == StatusRunning { // not taken: the recorder stopped
-		w.held.remove(key)
-	}
-	return w.report(ctx, row, JobResult{Status: status, Outcome: outcomeOf(ctx, status, err), Err: err, Duration: dur, Panicked: panicked})
+	return e.outcomes.record(d.key, attemptResult{ctx: ctx, row: row, err: err, panicked: panicked,
+		duration: time.Since(began), timeout: timeout, policy: policy, slot: d.slot})
 }
 
-// holdsSlot reports whether the jobs of queue are claimed under a concurrency limit now:
-// their slots are free again only once their outcomes are recorded.
-func (w *Worker) holdsSlot(queue string) bool {
-	q := w.queues[queue]
-	if q == nil {
-		return false
-	}
-	f := q.flow.Load()
-	return f != nil && (f.limits.Concurrency > 0 || f.limits.KeyConcurrency > 0)
+// abandonAfter stops renewing the lease of a handler that ignores its timeout, a grace
+// period after it: its lease runs out and the job is retried elsewhere, this attempt
+// counted.
+func (e *executor) abandonAfter(d dispatched, timeout time.Duration) *time.Timer {
+	return time.AfterFunc(timeout+e.cfg.leaseInterval, func() {
+		e.held.abandon(d.key)
+		e.cfg.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
+			"job", d.row.ID, "attempt", d.row.Attempts, "timeout", timeout)
+	})
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.
@@ -182,4 +210,18 @@ func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, 
 		}
 	}()
 	return run(ctx, row), false
+}
+
+// waitTimeout waits for wg for at most d and reports whether it finished.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }

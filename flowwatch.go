@@ -10,6 +10,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // flowRefreshInterval is how often a worker reads the limits set at run time regardless.
@@ -27,6 +29,7 @@ type flowWatch struct {
 	queues   map[string]*queueRunner
 	logger   *slog.Logger
 	wake     chan struct{} // a control message said limits changed; capacity 1
+	loop     *lifecycle.Loop
 }
 
 func newFlowWatch(c *Client, queues map[string]*queueRunner, declared map[string]QueueLimits, visibility time.Duration, logger *slog.Logger) *flowWatch {
@@ -128,3 +131,16 @@ func (fw *flowWatch) run(ctx context.Context) {
 		}
 	}
 }
+
+// Start reads the limits set at run time, so that they apply from the first claim, then
+// watches them until Stop.
+func (fw *flowWatch) Start(ctx context.Context) error {
+	if err := retryAtStart(ctx, fw.refresh); err != nil {
+		return fw.client.wrapErr("worker start: reading queue limits", err)
+	}
+	fw.loop = lifecycle.NewLoop(fw.run, lifecycle.UntilStop)
+	return fw.loop.Start(ctx)
+}
+
+// Stop stops watching.
+func (fw *flowWatch) Stop() { fw.loop.Stop() }

@@ -6,7 +6,6 @@ package skiplock
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -79,32 +78,6 @@ type JobResult struct {
 	Panicked bool
 }
 
-// outcomeOf names how an attempt that failed with herr ended, given the status its
-// failure was recorded with.
-func outcomeOf(ctx context.Context, status JobStatus, herr error) Outcome {
-	var re *resultError
-	isVerdict := errors.As(herr, &re)
-	switch {
-	case status == StatusRunning:
-		return OutcomeLost // the write failed; the sweeper takes the job back
-	case isVerdict && re.kind == resultSnooze && status == StatusQueued:
-		return OutcomeSnoozed
-	case status == StatusFailed:
-		return OutcomeFailed
-	case status == StatusCancelled:
-		return OutcomeCancelled
-	case status != StatusQueued && status != StatusDead:
-		return OutcomeLost // a stale result: the row is not this attempt's any more
-	case errors.Is(context.Cause(ctx), ErrJobTimeout),
-		errors.Is(context.Cause(ctx), context.DeadlineExceeded) && errors.Is(herr, context.DeadlineExceeded):
-		return OutcomeTimedOut // the job's timeout, or a deadline a hook gave the handler
-	case status == StatusDead:
-		return OutcomeDead
-	default:
-		return OutcomeRetry
-	}
-}
-
 // enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata.
 // The returned function must be called once with the insert's result; on error it has
 // been called already.
@@ -132,17 +105,4 @@ func (c *Client) enqueuing(ctx context.Context, j *newJob) (func(*JobRow, error)
 		return nil, err
 	}
 	return finish, nil
-}
-
-// hooks returns the hooks a worker runs: the client's, then its own.
-func (w *Worker) hooks() []Hook {
-	return append(w.client.hooks[:len(w.client.hooks):len(w.client.hooks)], w.cfg.Hooks...)
-}
-
-// report tells every hook how a job's run ended, and returns res.
-func (w *Worker) report(ctx context.Context, row *JobRow, res JobResult) JobResult {
-	for _, hk := range w.allHooks {
-		hk.JobFinished(ctx, row, res)
-	}
-	return res
 }

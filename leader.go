@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // leaderTTL is how long a leader's term lasts without a renewal: the longest a fleet goes
@@ -315,3 +317,24 @@ func (e *elector) whileLeader(ctx context.Context, task func(ctx context.Context
 		}
 	}
 }
+
+// leaderTasks is the Service of the per-fleet tasks of a worker (the embedded sweeper's
+// maintenance): each runs in a goroutine of its own, only while the worker leads
+// (elector.whileLeader), until Stop.
+type leaderTasks struct {
+	elector *elector
+	tasks   []func(ctx context.Context)
+	g       lifecycle.Goroutines
+}
+
+// Start starts a goroutine per task.
+func (t *leaderTasks) Start(ctx context.Context) error {
+	ctx = t.g.Begin(ctx, lifecycle.UntilStop)
+	for _, task := range t.tasks {
+		t.g.Go(func() { t.elector.whileLeader(ctx, task) })
+	}
+	return nil
+}
+
+// Stop ends the tasks' terms and waits for them.
+func (t *leaderTasks) Stop() { t.g.Stop() }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // jobKey identifies one claimed attempt of a job: its id and the fencing token the claim
@@ -295,6 +297,7 @@ type lease struct {
 	held       *heldJobs
 	heartbeat  string // heartbeatSQL, rendered
 	release    string // releaseSQL, rendered
+	loop       *lifecycle.Loop
 }
 
 func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, logger *slog.Logger) *lease {
@@ -432,3 +435,22 @@ func (l *lease) releaseJobs(keys []jobKey) {
 // errJobLost is the cancel cause of a job whose lease this worker no longer holds
 // (reclaimed by the sweeper, or cancelled).
 var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
+
+// Start starts the heartbeat and the watchdog. They outlive Run's ctx: an attempt keeps
+// its lease renewed until its outcome is written, and the leases of handlers that ignore
+// shutdown run out only once Stop ends the heartbeats.
+func (l *lease) Start(ctx context.Context) error {
+	l.loop = lifecycle.NewLoop(l.run, lifecycle.UntilStop)
+	return l.loop.Start(ctx)
+}
+
+// Stop ends the heartbeats and the watchdog.
+func (l *lease) Stop() { l.loop.Stop() }
+
+// control acts on a control message from another process: a job cancelled remotely has
+// its handler's context cancelled at once, not at the next heartbeat.
+func (l *lease) control(m controlMsg) {
+	if m.Op == controlCancel && l.held.cancelID(m.ID, errJobLost) {
+		l.logger.Info("skiplock: job cancelled remotely; cancelling its context", "job", m.ID)
+	}
+}

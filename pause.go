@@ -143,3 +143,10 @@ func (p *pauseWatcher) control(msg controlMsg) {
 	p.gen.Add(1)
 	p.set(q, msg.Op == controlPause)
 }
+
+// Start reads the paused queues, so that they are known before the first claim. The
+// watcher owns no goroutine: the listener and the poller bring it what changes.
+func (p *pauseWatcher) Start(ctx context.Context) error { return retryAtStart(ctx, p.load) }
+
+// Stop does nothing.
+func (p *pauseWatcher) Stop() {}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // Schedule says when a periodic job runs: Next returns the first occurrence after t.
@@ -234,6 +236,7 @@ type periodicRunner struct {
 	sql     periodicSQL
 	// beforeCommit, when set (by tests), runs between the enqueues and the commit.
 	beforeCommit func()
+	loop         *lifecycle.Loop
 }
 
 func newPeriodicRunner(c *Client, entries map[string]*periodicEntry, logger *slog.Logger) *periodicRunner {
@@ -503,3 +506,19 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	}
 	return out, nil
 }
+
+// Start records the schedules before anything runs — a worker that cannot record them
+// does not start (declaring again is harmless: it is what the worker does every
+// periodicDeclareEvery) — then enqueues their occurrences until Run's ctx ends: a worker
+// shutting down enqueues nothing more, and a transaction cut off by it rolls back whole,
+// so that another worker enqueues that occurrence.
+func (p *periodicRunner) Start(ctx context.Context) error {
+	if err := retryAtStart(ctx, p.declare); err != nil {
+		return err
+	}
+	p.loop = lifecycle.NewLoop(p.run, lifecycle.UntilCancel)
+	return p.loop.Start(ctx)
+}
+
+// Stop waits for the enqueueing to end.
+func (p *periodicRunner) Stop() { p.loop.Stop() }

@@ -221,21 +221,30 @@ type failureRecorder struct {
 	// snooze without delay), after its commit: nothing notifies a retry, so the worker
 	// wakes its own claim loops.
 	dueAgain func(queue string)
-	// freed is called after each batch is written: the jobs' slots are free in the
-	// database from then on (flow control claims again then).
-	freed func(n int)
-	// written is called with the attempts of each batch once its statements ended, written
-	// or not: the worker stops renewing their leases.
-	written func(keys []jobKey)
+	// done is told what each batch did: which attempts it ended (written or not), and
+	// how many slots it freed.
+	done batchListeners
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *stmtGate
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
-// most flushEvery for others when a batch is already being written.
-func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration, logger *slog.Logger) *failureRecorder {
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL), dueAgain: func(string) {}, freed: func(int) {}, written: func([]jobKey) {}}
+// most flushEvery for others when a batch is already being written. Each statement takes
+// a turn of gate; done and dueAgain (either may be nil) are told what each batch did.
+func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
+	gate *stmtGate, done batchListeners, dueAgain func(queue string), logger *slog.Logger) *failureRecorder {
+	if done.written == nil {
+		done.written = func([]jobKey) {}
+	}
+	if done.freed == nil {
+		done.freed = func(int) {}
+	}
+	if dueAgain == nil {
+		dueAgain = func(string) {}
+	}
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL),
+		gate: gate, done: done, dueAgain: dueAgain}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
 }
@@ -280,8 +289,11 @@ func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy Retry
 // flush waits until every failure recorded so far is written.
 func (f *failureRecorder) flush() { f.batch.wait() }
 
-// stop makes record refuse later failures, and waits until those it took are written.
-func (f *failureRecorder) stop() {
+// Start does nothing: the failure batches own no long-lived goroutine (groupCommit).
+func (f *failureRecorder) Start(context.Context) error { return nil }
+
+// Stop makes record refuse later failures, and waits until those it took are written.
+func (f *failureRecorder) Stop() {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
@@ -306,13 +318,13 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 		}
 	}
 	if slices.Contains(errs, nil) {
-		f.freed(len(batch))
+		f.done.freed(len(batch))
 	}
 	keys := make([]jobKey, len(batch))
 	for i, a := range batch {
 		keys[i] = a.key
 	}
-	f.written(keys)
+	f.done.written(keys)
 	for i, a := range batch {
 		row := a.row
 		switch {

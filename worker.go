@@ -1,34 +1,28 @@
-// This file holds the Worker: NewWorker, the handler registry (Handle), Run and its
-// graceful shutdown. It composes the parts that live in their own files: the configuration
-// (config.go), the claim loops (claim.go), the execution of one job (execute.go), the lease
-// and heartbeat (lease.go), success batching (complete.go), failure recording (retry.go),
-// the listener (notify.go), the leader election (leader.go) and an embedded Sweeper
-// (sweeper.go).
+// This file holds the Worker: NewWorker, which builds its parts, the handler registry
+// (Handle), and Run, which starts the parts in one declared order (Worker.services) and
+// stops them in reverse. The parts live in their own files; a job goes through them in
+// the order README's "Architecture" walks.
 
 package skiplock
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
 var ErrWorkerStarted = errors.New("skiplock: worker already started: a Worker runs once")
-
-// errShutdown is the cancel cause of job contexts cut off by shutdown.
-var errShutdown = errors.New("skiplock: worker shutting down")
 
 // Worker claims jobs and runs their handlers. Create it with [NewWorker], register
 // handlers with [Handle], then call Run once.
@@ -42,31 +36,26 @@ type Worker struct {
 	handlers map[string]handler
 	started  atomic.Bool
 
-	queues  map[string]*queueRunner
-	poller  *poller
-	elector *elector // made by Run: registers the worker, and campaigns when it has per-fleet tasks
-	// leaderTasks run only while this worker leads the fleet's maintenance, each in a
-	// goroutine of its own: the embedded sweeper, and any other once-per-fleet work
-	// (registered with whileLeader).
-	leaderTasks []func(ctx context.Context)
-	flow        *flowWatch // which queues claim under limits, and with which
-	held        *heldJobs  // the attempts this worker runs
+	queues   map[string]*queueRunner
+	checkSQL string // checkSchemaSQL, rendered
+	// The parts, each built with the collaborators it needs (NewWorker), started and
+	// stopped by Run in the order of services.
 	lease       *lease
 	completer   *completer
 	failures    *failureRecorder
-	gate        *stmtGate       // bounds the statements on the queues' rows by the fleet's size (fleet.go)
-	pause       *pauseWatcher   // the paused flags of the queues
+	pause       *pauseWatcher // the paused flags of the queues
+	flow        *flowWatch    // which queues claim under limits, and with which
+	elector     *elector      // registers the worker, and campaigns when it has leaderTasks
+	leaderTasks *leaderTasks  // per-fleet work, run only while this worker leads (leader.go)
+	listener    *listener
+	executor    *executor
 	periodic    *periodicRunner // nil without PeriodicJobs
-	checkSQL    string          // checkSchemaSQL, rendered
-	allHooks    []Hook          // the client's hooks, then cfg.Hooks
-	handlerWG   sync.WaitGroup
-	slotJobs    atomic.Int64 // claimed jobs of queues with a concurrency limit whose handlers have not returned
-
-	// Shutdown: the jobs cut off by it whose handlers returned, to put back in the queue.
-	relMu     sync.Mutex
-	toRelease []jobKey
-	relClosed bool        // the release is done; later returns are left to their leases
-	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
+	poller      *poller
+	claims      *claimLoops
+	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
+	starter  *jobStarter
+	outcomes *outcomeRecorder
+	gate     *stmtGate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
 }
 
 // NewWorker returns a Worker for client configured by cfg. A field out of range is an
@@ -78,108 +67,24 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.Queues) == 0 {
-		cfg.Queues = map[string]QueueConfig{DefaultQueue: {}}
-	}
-	if cfg.ID == "" {
-		cfg.ID = defaultWorkerID()
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.FetchCooldown == 0 {
-		cfg.FetchCooldown = DefaultFetchCooldown
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if cfg.VisibilityTimeout <= 0 {
-		cfg.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
-	if cfg.ArchiveRetention <= 0 {
-		cfg.ArchiveRetention = DefaultArchiveRetention
-	}
-	if cfg.FleetStatements == 0 {
-		cfg.FleetStatements = DefaultFleetStatements
-	}
-	if cfg.CompleteBatchSize <= 0 {
-		cfg.CompleteBatchSize = DefaultCompleteBatchSize
-	}
-	if cfg.CompleteFlushInterval <= 0 {
-		cfg.CompleteFlushInterval = DefaultCompleteFlushInterval
-	}
-	if cfg.RetryPolicy == nil {
-		cfg.RetryPolicy = BackoffPolicy{}
-	}
-	if cfg.JobTimeout == 0 {
-		cfg.JobTimeout = DefaultJobTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = client.logger
-	}
-	logger := cfg.Logger.With("worker", cfg.ID)
-	pool, schema := client.pool, client.schema
-	held := newHeldJobs()
-	gate := newStmtGate(cfg.FleetStatements)
-	w := &Worker{
-		gate:      gate,
-		client:    client,
-		cfg:       cfg,
-		id:        cfg.ID,
-		logger:    logger,
-		handlers:  map[string]handler{},
-		queues:    map[string]*queueRunner{},
-		held:      held,
-		lease:     newLease(pool, schema, cfg.ID, cfg.VisibilityTimeout, held, logger),
-		completer: newCompleter(pool, schema, cfg.Completion, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
-		failures:  newFailureRecorder(pool, schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, logger),
-		checkSQL:  renderSQL(schema, checkSchemaSQL),
-	}
-	w.allHooks = w.hooks()
-	claims := claimLoopConfig{
-		claimer:       newClaimer(client, cfg.VisibilityTimeout),
-		workerID:      cfg.ID,
-		fetchCooldown: cfg.FetchCooldown,
-		logger:        logger,
-		conns:         make(chan struct{}, claimConns(len(cfg.Queues))),
-		gate:          gate,
-		start:         w.start,
-		stale: func(cj claimedJob) bool {
-			return time.Since(cj.leased) > cfg.VisibilityTimeout-cfg.VisibilityTimeout/cancelMargin
-		},
-		release: func(jobs []claimedJob) {
-			keys := make([]jobKey, len(jobs))
-			for i, cj := range jobs {
-				keys[i] = jobKey{cj.row.ID, cj.fence}
-			}
-			w.lease.releaseJobs(keys)
-		},
-	}
+	cfg = cfg.withDefaults(client.logger)
 	declared := map[string]QueueLimits{}
 	for name, q := range cfg.Queues {
-		n := q.MaxWorkers
-		if n == 0 {
-			n = DefaultMaxWorkers
-		}
-		w.queues[name] = newQueueRunner(name, n, claims)
 		l, err := q.Limits.check(name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: WorkerConfig.Queues[%q].Limits: %w", ErrInvalidConfig, name, err)
 		}
 		declared[name] = l
 	}
-	w.pause = newPauseWatcher(client, w.queues, logger)
+	var periodic map[string]*periodicEntry
 	if len(cfg.PeriodicJobs) > 0 {
-		entries, err := validPeriodic(client, cfg.PeriodicJobs)
-		if err != nil {
+		var err error
+		if periodic, err = validPeriodic(client, cfg.PeriodicJobs); err != nil {
 			return nil, err
 		}
-		w.periodic = newPeriodicRunner(client, entries, logger)
 	}
-	w.poller = newPoller(client, cfg.PollInterval, w.queues, w.pause, logger)
+	logger := cfg.Logger.With("worker", cfg.ID)
+	var tasks []func(ctx context.Context)
 	if cfg.SweepInterval > 0 {
 		sw, err := NewSweeper(client, SweeperConfig{
 			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
@@ -188,41 +93,120 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.whileLeader(sw.maintain)
+		tasks = append(tasks, sw.maintain)
 	}
+	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
+		checkSQL: renderSQL(client.schema, checkSchemaSQL)}
+	w.buildExecution(declared)
+	if periodic != nil {
+		w.periodic = newPeriodicRunner(client, periodic, logger)
+	}
+	w.elector = newElector(client, w.id, maintenanceRole, logger)
+	w.elector.register(client, slices.Sorted(maps.Keys(w.queues)), len(tasks) > 0, w.gate.setFleet)
+	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
+	return w, w.buildListener()
+}
+
+// buildExecution builds the parts a job goes through, each with its collaborators: the
+// claim loops hand claimed jobs to the starter and the runners (executor); the outcome
+// recorder hands each result to the success or failure batches, which tell the lease and
+// the flow watcher what they wrote.
+func (w *Worker) buildExecution(declared map[string]QueueLimits) {
+	c, cfg := w.client, w.cfg
+	w.gate = newStmtGate(cfg.FleetStatements)
+	held := newHeldJobs()
+	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.logger)
+	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes}
+	loops := claimLoopConfig{
+		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
+		logger: w.logger, conns: make(chan struct{}, claimConns(len(cfg.Queues))), gate: w.gate,
+		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
+		release: w.lease.releaseJobs,
+	}
+	w.queues = map[string]*queueRunner{}
+	for name, q := range cfg.Queues {
+		w.queues[name] = newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), loops)
+	}
+	w.claims = &claimLoops{queues: w.queues}
+	w.pause = newPauseWatcher(c, w.queues, w.logger)
+	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
+	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
+	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed}
+	w.completer = newCompleter(c.pool, c.schema, cfg.Completion, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, w.logger)
 	// A job retried or snoozed without delay is due again once its failure is written:
 	// claim it now rather than at the next poll (nothing notifies a retry).
-	w.failures.dueAgain = func(queue string) {
-		if q, ok := w.queues[queue]; ok {
+	queues := w.queues
+	dueAgain := func(queue string) {
+		if q, ok := queues[queue]; ok {
 			q.signal()
 		}
 	}
-	w.flow = newFlowWatch(client, w.queues, declared, cfg.VisibilityTimeout, logger)
-	w.completer.flushed = w.flow.slotsFreed
-	w.failures.freed = w.flow.slotsFreed
-	w.completer.gate = gate
-	w.failures.gate = gate
-	w.completer.written = w.held.removeKeys
-	w.failures.written = w.held.removeKeys
-	return w, nil
+	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, w.logger)
+	hooks := append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...) // the client's, then the worker's
+	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.releaseJobs, w.starter.slots, hooks, w.logger)
+	w.executor = newExecutor(executorConfig{
+		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
+		leaseInterval: w.lease.interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger,
+	}, w.starter, w.outcomes, w.queues)
 }
 
-// whileLeader registers task to run only while this worker leads the fleet's maintenance
-// (one worker per schema at a time, see leader.go): Run starts it each time the worker
-// becomes leader, with a context that ends when it stops leading or shuts down. A worker
-// with at least one such task takes part in the election. Call it before Run.
-func (w *Worker) whileLeader(task func(ctx context.Context)) {
-	w.leaderTasks = append(w.leaderTasks, task)
+// buildListener builds the LISTEN session: a notification wakes its queue's claim loops;
+// a control message goes to the pause watcher, the held jobs (a remote cancel) and the
+// flow watcher; after every (re)connect, the poller and the flow watcher look at once,
+// since what was sent while the listener was away is lost.
+func (w *Worker) buildListener() error {
+	// The callbacks hold the parts they call, not the Worker.
+	queues, pause, lease, flow, poller := w.queues, w.pause, w.lease, w.flow, w.poller
+	l, err := newListener(listenerConfig{
+		pool: w.client.pool, listenURL: w.cfg.ListenURL, workerID: w.id,
+		channel: w.client.notify.channel, control: w.client.notify.control, logger: w.logger,
+		onNotify: func(queue string) {
+			if q, ok := queues[queue]; ok {
+				q.signal()
+			}
+		},
+		onControl: func(msg controlMsg) {
+			pause.control(msg)
+			lease.control(msg)
+			flow.notify(msg)
+		},
+		onListen: func() {
+			poller.kick() // the poll reads the paused queues too
+			flow.kick()   // limits changed while the listener was away
+		},
+	})
+	w.listener = l
+	return err
 }
 
-func defaultWorkerID() string {
-	host, _ := os.Hostname()
-	if host == "" {
-		host = "worker"
+// services lists the worker's background parts in the order Run starts them; Run stops
+// them in the reverse order, each once the one started after it has stopped. Why this
+// order, read from the end (the first to stop):
+//
+//   - the claim loops, the poller and the periodic runner end with Run's ctx: a worker
+//     shutting down claims and enqueues nothing more;
+//   - then the executor drains the runners (the claim loops no longer hand it jobs): it
+//     waits for the handlers, cancels those that overrun, and puts back the jobs cut off;
+//   - the listener still runs meanwhile, so that a remote cancel reaches a handler that
+//     shutdown is waiting for;
+//   - the per-fleet tasks end before the elector, which then resigns and unregisters;
+//   - the flow watcher and the pause watcher are read by the claims, so they start
+//     before them (their start-up reads apply from the first claim);
+//   - the failure and success batches stop once no handler can hand them a result, and
+//     write what they hold;
+//   - the lease stops last: every attempt whose outcome is still being written keeps
+//     its lease renewed until then, and only then do the leases of handlers that ignored
+//     their cancellation run out.
+func (w *Worker) services() []lifecycle.Service {
+	s := []lifecycle.Service{
+		w.lease, w.completer, w.failures, w.pause, w.flow,
+		lifecycle.NewLoop(w.elector.run, lifecycle.UntilStop), w.leaderTasks,
+		lifecycle.NewLoop(w.listener.run, lifecycle.UntilStop), w.executor,
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if w.periodic != nil {
+		s = append(s, w.periodic)
+	}
+	return append(s, lifecycle.NewLoop(w.poller.run, lifecycle.UntilCancel), w.claims)
 }
 
 // ID returns the worker's id, as recorded in locked_by.
@@ -276,9 +260,6 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	return nil
 }
 
-// startTimeout bounds a worker's start-up statements, retries included.
-const startTimeout = 30 * time.Second
-
 // Run claims and runs jobs until ctx is cancelled, then shuts down gracefully:
 //
 //  1. it stops claiming and waits up to ShutdownTimeout for running handlers; the results
@@ -298,7 +279,9 @@ const startTimeout = 30 * time.Second
 // Worker runs once.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
-// retried; they do not stop Run, and at start they are retried for up to 30 seconds.
+// retried; they do not stop Run, and at start each start-up statement is retried for up to
+// 30 seconds. The parts start in the order of Worker.services and stop in the reverse
+// order; a part that cannot start stops those already started.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started.CompareAndSwap(false, true) {
@@ -306,183 +289,28 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrWorkerStarted
 	}
 	w.mu.Unlock()
-	// The start-up statements retry what may pass (a pooled connection the server closed,
-	// a server restarting; see transient) for up to startTimeout, and fail at once on the
-	// rest (a schema not migrated).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
-	defer cancel()
-	if err := retryDB(sctx, func() error {
-		_, err := w.client.pool.Exec(sctx, w.checkSQL)
+	if err := retryAtStart(ctx, func(ctx context.Context) error {
+		_, err := w.client.pool.Exec(ctx, w.checkSQL)
 		return err
 	}); err != nil {
 		return w.client.wrapErr("worker start", err)
 	}
-	// Paused queues are known before the first claim.
-	if err := retryDB(sctx, func() error { return w.pause.load(sctx) }); err != nil {
-		return err
-	}
-	// Limits set at run time apply from the first claim.
-	if err := retryDB(sctx, func() error { return w.flow.refresh(sctx) }); err != nil {
-		return w.client.wrapErr("worker start: reading queue limits", err)
-	}
-	// The schedules are recorded before anything runs: a worker that cannot record them
-	// does not start. (Declaring again is harmless: it is what the worker does every
-	// periodicDeclareEvery.)
-	if w.periodic != nil {
-		if err := retryDB(sctx, func() error { return w.periodic.declare(sctx) }); err != nil {
-			return err
-		}
-	}
-	cancel()
-	// Every worker registers in the workers table, so that the others count it (fleet.go);
-	// one with a per-fleet task also campaigns for the lead with the same statement.
-	w.elector = newElector(w.client, w.id, maintenanceRole, w.logger)
-	w.elector.register(w.client, slices.Sorted(maps.Keys(w.queues)), len(w.leaderTasks) > 0, w.gate.setFleet)
 	w.checkConns()
-
-	// Job contexts outlive ctx: they end only at the shutdown deadline.
-	jobBase, cancelJobs := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelJobs(errShutdown)
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var bgWG, fetchWG sync.WaitGroup
-
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); w.completer.run() }()
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); w.lease.run(bg) }()
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); w.flow.run(bg) }()
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); w.elector.run(bg) }()
-	for _, task := range w.leaderTasks {
-		bgWG.Add(1)
-		go func() { defer bgWG.Done(); w.elector.whileLeader(bg, task) }()
-	}
-	l, err := newListener(listenerConfig{
-		pool:      w.client.pool,
-		listenURL: w.cfg.ListenURL,
-		workerID:  w.id,
-		channel:   w.client.notify.channel,
-		control:   w.client.notify.control,
-		logger:    w.logger,
-		onNotify: func(queue string) {
-			if q, ok := w.queues[queue]; ok {
-				q.signal()
-			}
-		},
-		onControl: func(msg controlMsg) {
-			w.pause.control(msg)
-			w.control(msg)
-			w.flow.notify(msg)
-		},
-		// Notifications and control messages sent while the listener was away are lost:
-		// poll at once (the poll reads the paused queues too).
-		onListen: func() {
-			w.poller.kick()
-			w.flow.kick() // limits changed while the listener was away
-		},
-	})
-	if err != nil {
-		stopBG()
-		w.completer.stop()
-		bgWG.Wait()
+	var parts lifecycle.Group
+	if err := parts.Start(ctx, w.services()...); err != nil {
 		return err
-	}
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); l.run(bg) }()
-	if w.periodic != nil {
-		// ctx, not bg: a worker shutting down enqueues nothing more. A transaction cut off
-		// by it rolls back whole, and another worker enqueues that occurrence.
-		bgWG.Add(1)
-		go func() { defer bgWG.Done(); w.periodic.run(ctx) }()
-	}
-
-	fetchWG.Add(1)
-	go func() { defer fetchWG.Done(); w.poller.run(ctx) }()
-	var runnersWG sync.WaitGroup
-	for _, q := range w.queues {
-		for range q.max {
-			runnersWG.Add(1)
-			go func() { defer runnersWG.Done(); w.runner(q) }()
-		}
-		for _, wake := range q.wakes {
-			fetchWG.Add(1)
-			go func() { defer fetchWG.Done(); q.run(ctx, jobBase, wake) }()
-		}
 	}
 	w.logger.Info("skiplock: worker started", "queues", len(w.queues), "version", moduleVersion())
-
 	<-ctx.Done()
-	fetchWG.Wait() // no more claims
-	for _, q := range w.queues {
-		close(q.jobs) // runners exit once their current job is done
-	}
-	w.logger.Info("skiplock: worker shutting down", "running", w.held.count())
-
-	allReturned := waitTimeout(&w.handlerWG, w.cfg.ShutdownTimeout)
-	if !allReturned {
-		cancelJobs(errShutdown)
-		// Handlers that honour their context return now; give them a moment.
-		allReturned = waitTimeout(&w.handlerWG, min(w.cfg.ShutdownTimeout, shutdownGrace))
-	}
-	// Put back the jobs cut off by shutdown whose handlers returned. A job whose handler
-	// still runs is not put back: another worker would run the same attempt beside it.
-	w.relMu.Lock()
-	release := w.toRelease
-	w.toRelease, w.relClosed = nil, true
-	w.relMu.Unlock()
-	w.lease.releaseJobs(release)
-	for _, k := range release {
-		w.held.remove(k)
-	}
-	if !allReturned {
-		w.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
-			"running", w.held.count())
-	}
-	w.failures.stop()  // waits for the failures already reported
-	w.completer.stop() // flushes the successes already reported
-	<-w.completer.done
-	stopBG() // heartbeats end: the leases of jobs still running run out
-	bgWG.Wait()
-	w.stopped.Store(true)
-	if allReturned {
-		runnersWG.Wait()
-	}
+	parts.Stop()
+	w.outcomes.stop()
 	w.logger.Info("skiplock: worker stopped")
 	return nil
-}
-
-// shutdownGrace bounds how long Run waits for handlers to return after it cancelled their
-// contexts.
-const shutdownGrace = 5 * time.Second
-
-// control acts on a control message from another process.
-func (w *Worker) control(m controlMsg) {
-	switch m.Op {
-	case controlCancel:
-		if w.held.cancelID(m.ID, errJobLost) {
-			w.logger.Info("skiplock: job cancelled remotely; cancelling its context", "job", m.ID)
-		}
-	}
 }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
 // leader and workers tables of migrations 6 and 7, which the election needs).
 const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader, {s}.workers LIMIT 0`
-
-// waitTimeout waits for wg for at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
 
 // connsNeeded is how many pooled connections the worker's own statements can have in
 // flight at once, and what each is for. Handlers' statements (and the failures they
@@ -491,9 +319,9 @@ func (w *Worker) connsNeeded() (int, string) {
 	claims := claimConns(len(w.queues))
 	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
-	if len(w.leaderTasks) > 0 {
-		n += 1 + len(w.leaderTasks)
-		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks))
+	if len(w.leaderTasks.tasks) > 0 {
+		n += 1 + len(w.leaderTasks.tasks)
+		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks.tasks))
 	} else {
 		n++
 		why += " + 1 registration (no election)"

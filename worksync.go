@@ -12,11 +12,10 @@ import (
 	"github.com/skiplock/skiplock/internal/testbridge"
 )
 
-func init() {
-	testbridge.WorkOne = func(ctx context.Context, w *Worker, queue string) (*JobRow, JobResult, error) {
-		return w.workOne(ctx, queue)
-	}
-}
+// The synchronous run, as package skiplocktest takes it (testbridge.Sync).
+var _ = testbridge.Provide(func(ctx context.Context, w *Worker, queue string) (*JobRow, JobResult, error) {
+	return w.workOne(ctx, queue)
+})
 
 // workOne claims one due job of queue (any valid queue name, configured or not) and runs
 // it to its recorded end: its success or failure is written before it returns. It returns a nil row
@@ -36,10 +35,11 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if err != nil || len(jobs) == 0 {
 		return nil, JobResult{}, err
 	}
-	d := w.start(ctx, jobs[0])
-	res := w.execute(d)
+	q := w.queues[queue]
+	d := w.starter.startIn(ctx, jobs[0], q != nil && q.holdsSlot())
+	res := w.executor.execute(d)
 	d.cancel(nil)
-	w.handlerWG.Done()
+	w.starter.handlerWG.Done()
 	w.completer.flushNow()
 	w.failures.flush() // a failure, too, is written before workOne returns
 	return d.row, res, nil

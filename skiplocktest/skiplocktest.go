@@ -16,7 +16,6 @@
 package skiplocktest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -190,7 +189,7 @@ type Ran struct {
 // [skiplock.Handle], and never call Run. Jobs claimed this way are locked by w.ID().
 func RunOne(tb testing.TB, w *skiplock.Worker, queue string) *Ran {
 	tb.Helper()
-	workOne, ok := testbridge.WorkOne.(func(ctx context.Context, w *skiplock.Worker, queue string) (*skiplock.JobRow, skiplock.JobResult, error))
+	workOne, ok := testbridge.Sync[*skiplock.Worker, *skiplock.JobRow, skiplock.JobResult]()
 	if !ok {
 		tb.Fatalf("skiplocktest: this skiplock build does not offer synchronous runs")
 	}

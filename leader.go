@@ -126,7 +126,7 @@ type elector struct {
 	elect  string // electSQL, rendered
 	resign string // resignSQL, rendered
 
-	// A worker registers in the workers table with each statement (set by register):
+	// A worker registers in the workers table with each statement (newWorkerElector):
 	// queues are those it serves; fleet is told, after each statement, how many live
 	// processes serve them (this one included).
 	queues     []string
@@ -154,14 +154,17 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 	}
 }
 
-// register makes the process register as serving queues with each statement, and
-// report the number of processes serving them to fleet. campaign: it also campaigns for
-// the lead in the same statement; otherwise it only registers, at a follower's pace.
-func (e *elector) register(c *Client, queues []string, campaign bool, fleet func(n int)) {
+// newWorkerElector is newElector for a worker: the worker registers as serving queues
+// with each statement, and fleet is told the number of processes serving them.
+// campaign: it also campaigns for the lead in the same statement; otherwise it only
+// registers, at a follower's pace.
+func newWorkerElector(c *Client, id string, queues []string, campaign bool, fleet func(n int), logger *slog.Logger) *elector {
+	e := newElector(c, id, maintenanceRole, logger)
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
 	e.electFleet = renderSQL(c.schema, fleetElectSQL)
 	e.leave = renderSQL(c.schema, leaveSQL)
 	e.registerSQL = renderSQL(c.schema, registerSQL)
+	return e
 }
 
 // current returns the context of the current term (nil when not leading) and a channel

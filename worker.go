@@ -101,10 +101,12 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
-	w.elector = newElector(client, w.id, maintenanceRole, logger)
-	w.elector.register(client, slices.Sorted(maps.Keys(w.queues)), len(tasks) > 0, w.gate.setFleet)
+	w.elector = newWorkerElector(client, w.id, slices.Sorted(maps.Keys(w.queues)), len(tasks) > 0, w.gate.setFleet, logger)
 	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
-	return w, w.buildListener()
+	if err := w.buildListener(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // buildExecution builds the parts a job goes through, each with its collaborators: the

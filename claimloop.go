@@ -182,7 +182,7 @@ func (q *queueRunner) holdsSlot() bool {
 // one of those signals comes. A rate-limited queue also wakes when its next token is due.
 func (q *queueRunner) run(ctx context.Context, wake <-chan struct{}) {
 	errDelay := firstClaimRetry
-	var token tokenTimer // fires when a rate-limited queue's next token is due (flow.go)
+	var token tokenTimer // fires when a rate-limited queue's next token is due (flowclaim.go)
 	defer token.stop()
 	for {
 		woken := false // by a signal, not by the token timer

@@ -2,7 +2,8 @@
 // (heldJobs, keyed by the fencing token), the one fence predicate every write about a
 // claimed attempt matches (fenceSQL), the heartbeat that renews each row's lease and
 // notices jobs taken away, the watchdog that cancels handlers whose lease could not be
-// renewed in time, and the release of jobs cut off by shutdown.
+// renewed in time, the release of jobs cut off by shutdown, and the remote cancel of a
+// held job (control).
 
 package skiplock
 

@@ -88,7 +88,7 @@ func (c *Client) pausedQueues(ctx context.Context, db interface {
 
 // pauseWatcher keeps a worker's queues' paused flags: from control messages as they
 // arrive, and from the queues table at start and once per poll interval (the poller's
-// statement reads it, see claim.go), because a notification is lost when the listener is
+// statement reads it, see poll.go), because a notification is lost when the listener is
 // down.
 type pauseWatcher struct {
 	client *Client

@@ -1,6 +1,6 @@
 // This file holds the fallback poll: one statement that asks, for all of a worker's
 // queues at once, which are paused and which have due jobs, and wakes the claim loops
-// (claim.go) of those that do.
+// (claimloop.go) of those that do.
 
 package skiplock
 

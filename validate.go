@@ -103,59 +103,17 @@ func (j *newJob) dueNow() bool { return j.runAt == nil || !j.runAt.After(time.No
 
 // prepare validates args and options and marshals the payload. It writes nothing.
 func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
-	if args == nil {
-		return newJob{}, ErrNilArgs
-	}
-	if v := reflect.ValueOf(args); v.Kind() == reflect.Pointer && v.IsNil() {
-		return newJob{}, fmt.Errorf("%w: a nil %T", ErrNilArgs, args)
-	}
-	kind := args.Kind()
-	if kind == "" || len(kind) > MaxKindLength || !validText(kind) {
-		return newJob{}, fmt.Errorf("%w: %q (%T): a kind must be 1-%d bytes of UTF-8 without NUL", ErrInvalidKind, truncate(kind, 40), args, MaxKindLength)
-	}
-	var o EnqueueOptions
-	if d, ok := args.(JobArgsWithOptions); ok {
-		o = d.EnqueueOptions()
-	}
-	if opts != nil {
-		o = mergeOptions(o, *opts)
-	}
-	if o.Queue == "" {
-		o.Queue = DefaultQueue
-	}
-	if err := validQueue(o.Queue); err != nil {
+	kind, err := argsKind(args)
+	if err != nil {
 		return newJob{}, err
 	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.MaxAttempts < 1 {
-		return newJob{}, fmt.Errorf("%w: MaxAttempts %d: must be at least 1", ErrInvalidOptions, o.MaxAttempts)
-	}
-	if o.MaxAttempts > 1_000_000 {
-		return newJob{}, fmt.Errorf("%w: MaxAttempts %d: must be at most 1000000", ErrInvalidOptions, o.MaxAttempts)
-	}
-	if o.Priority < MinPriority || o.Priority > MaxPriority {
-		return newJob{}, fmt.Errorf("%w: Priority %d: must be in [%d, %d]", ErrInvalidOptions, o.Priority, MinPriority, MaxPriority)
-	}
-	if len(o.UniqueKey) > 255 || !validText(o.UniqueKey) {
-		return newJob{}, fmt.Errorf("%w: UniqueKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.UniqueKey, 40))
-	}
-	if len(o.PartitionKey) > 255 || !validText(o.PartitionKey) {
-		return newJob{}, fmt.Errorf("%w: PartitionKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.PartitionKey, 40))
-	}
-	if !o.RunAt.IsZero() && (o.RunAt.Year() < 1 || o.RunAt.Year() > 9999) {
-		return newJob{}, fmt.Errorf("%w: RunAt %s: the year must be in [1, 9999]", ErrInvalidOptions, o.RunAt.Format(time.RFC3339))
-	}
-	payload, err := json.Marshal(args)
+	o, err := jobOptions(args, opts)
 	if err != nil {
-		return newJob{}, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+		return newJob{}, err
 	}
-	if err := checkJSONB(payload); err != nil {
-		return newJob{}, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
-	}
-	if c.maxBytes > 0 && len(payload) > c.maxBytes {
-		return newJob{}, fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), c.maxBytes)
+	payload, err := c.encodePayload(kind, args)
+	if err != nil {
+		return newJob{}, err
 	}
 	j := newJob{queue: o.Queue, kind: kind, payload: payload, priority: int16(o.Priority), maxAttempts: int32(o.MaxAttempts)}
 	if !o.RunAt.IsZero() {
@@ -191,6 +149,77 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (newJob, error) {
 		j.partitionKey = &k
 	}
 	return j, nil
+}
+
+// argsKind checks args and returns its kind.
+func argsKind(args JobArgs) (string, error) {
+	if args == nil {
+		return "", ErrNilArgs
+	}
+	if v := reflect.ValueOf(args); v.Kind() == reflect.Pointer && v.IsNil() {
+		return "", fmt.Errorf("%w: a nil %T", ErrNilArgs, args)
+	}
+	kind := args.Kind()
+	if kind == "" || len(kind) > MaxKindLength || !validText(kind) {
+		return "", fmt.Errorf("%w: %q (%T): a kind must be 1-%d bytes of UTF-8 without NUL", ErrInvalidKind, truncate(kind, 40), args, MaxKindLength)
+	}
+	return kind, nil
+}
+
+// jobOptions merges the args type's default options with opts, fills the defaults, and
+// checks the fields that need no payload.
+func jobOptions(args JobArgs, opts *EnqueueOptions) (EnqueueOptions, error) {
+	var o EnqueueOptions
+	if d, ok := args.(JobArgsWithOptions); ok {
+		o = d.EnqueueOptions()
+	}
+	if opts != nil {
+		o = mergeOptions(o, *opts)
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if err := validQueue(o.Queue); err != nil {
+		return o, err
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.MaxAttempts < 1 {
+		return o, fmt.Errorf("%w: MaxAttempts %d: must be at least 1", ErrInvalidOptions, o.MaxAttempts)
+	}
+	if o.MaxAttempts > 1_000_000 {
+		return o, fmt.Errorf("%w: MaxAttempts %d: must be at most 1000000", ErrInvalidOptions, o.MaxAttempts)
+	}
+	if o.Priority < MinPriority || o.Priority > MaxPriority {
+		return o, fmt.Errorf("%w: Priority %d: must be in [%d, %d]", ErrInvalidOptions, o.Priority, MinPriority, MaxPriority)
+	}
+	if len(o.UniqueKey) > 255 || !validText(o.UniqueKey) {
+		return o, fmt.Errorf("%w: UniqueKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.UniqueKey, 40))
+	}
+	if len(o.PartitionKey) > 255 || !validText(o.PartitionKey) {
+		return o, fmt.Errorf("%w: PartitionKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, truncate(o.PartitionKey, 40))
+	}
+	if !o.RunAt.IsZero() && (o.RunAt.Year() < 1 || o.RunAt.Year() > 9999) {
+		return o, fmt.Errorf("%w: RunAt %s: the year must be in [1, 9999]", ErrInvalidOptions, o.RunAt.Format(time.RFC3339))
+	}
+	return o, nil
+}
+
+// encodePayload marshals args to the JSON stored as the job's payload, and checks that
+// jsonb takes it and that it fits Config.MaxPayloadBytes.
+func (c *Client) encodePayload(kind string, args JobArgs) ([]byte, error) {
+	payload, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+	}
+	if err := checkJSONB(payload); err != nil {
+		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+	}
+	if c.maxBytes > 0 && len(payload) > c.maxBytes {
+		return nil, fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), c.maxBytes)
+	}
+	return payload, nil
 }
 
 func mergeOptions(base, over EnqueueOptions) EnqueueOptions {

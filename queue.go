@@ -309,6 +309,7 @@ type enqueueSQL struct {
 	insertUnnest               [2]string
 	findUnique                 string
 	coalesced, coalescedNotify string // coalesce.go
+	coalescedReplay            string // coalesce.go
 }
 
 func newEnqueueSQL(schema string) enqueueSQL {
@@ -322,8 +323,9 @@ func newEnqueueSQL(schema string) enqueueSQL {
 		},
 		insertUnnest:    [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
 		findUnique:      r(findUniqueSQL),
-		coalesced:       r(coalescedInsertSQL),
-		coalescedNotify: r(coalescedInsertNotifySQL),
+		coalesced:       r(coalescedInsertSQL + coalescedSelectSQL),
+		coalescedNotify: r(coalescedInsertSQL + coalescedNotifySQL),
+		coalescedReplay: r(coalescedReplaySQL),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +92,39 @@ func (l QueueLimits) check(queue string) (QueueLimits, error) {
 type flowQueue struct {
 	claimer *flowClaimer
 	limits  QueueLimits
+
+	mu      sync.Mutex
+	adopted bool // guarded by mu: adopt has run for this path
+}
+
+// adoptRunningSQL marks the running jobs of queue $1 that no limited claim took (the
+// plain claim took them, before the queue had limits) as limited, so that the limited
+// claims count them: a limit set on a busy queue holds from the start, not once the jobs
+// running without it have ended. It reads the running jobs of every queue (through
+// jobs_running_idx), once per worker and queue when the queue gets limits.
+const adoptRunningSQL = `UPDATE {s}.jobs SET limited = true
+WHERE queue = $1 AND status = 'running' AND limited IS NOT TRUE`
+
+// adopt runs adoptRunningSQL for q before the first limited claim of this path, once the
+// plain claims of this worker that were in flight when the path changed have ended (their
+// jobs must be marked too). The limited claims of the queue wait for it. It is a no-op on
+// a path that replaced another limited one: the running jobs were adopted then, and since
+// only limited claims took jobs.
+func (f *flowQueue) adopt(ctx context.Context, q *queueRunner) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.adopted {
+		return nil
+	}
+	// The plain claims hold plainMu (read) from the moment they find no limited path to
+	// the end of their statement; q.flow was set before this path could be claimed with.
+	q.plainMu.Lock()
+	q.plainMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
+	if _, err := f.claimer.pool.Exec(ctx, f.claimer.adopt, q.name); err != nil {
+		return f.claimer.wrapErr("claim: adopting the running jobs", err)
+	}
+	f.adopted = true
+	return nil
 }
 
 // flowRefreshInterval is how often a worker reads the limits set at run time regardless.
@@ -222,7 +256,15 @@ func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 		}
 		return
 	}
-	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l})
+	// Only the refresh goroutine (and the constructor, before it) swaps q.flow.
+	prev := q.flow.Load()
+	adopted := false
+	if prev != nil {
+		prev.mu.Lock()
+		adopted = prev.adopted
+		prev.mu.Unlock()
+	}
+	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l, adopted: adopted})
 	if old == nil || old.limits != l {
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
 			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)

@@ -220,7 +220,20 @@ const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1
 // all processes run and commit side by side. Each job claimed takes one free slot row of
 // queue_slots, and the slot row records it.
 //
-//   - free locks up to $2 free slots, SKIP LOCKED: another claim in flight holds the rows
+//   - running counts every running job of the queue that a limited claim took, or that a
+//     worker adopted when the queue got its limits (flowQueue.adopt): the jobs holding
+//     slots, and the others — claimed under other limits (the lock path, or more slots
+//     before the limit was lowered). Through jobs_limited_running_idx, as the lock path.
+//   - bound is the slot number below which this claim may take slots: just past the
+//     ($4 - running)-th slot not held, in slot order; 0 when running is $4 or more. While
+//     every running job holds a slot under the limit (the steady state), that is every
+//     slot under the limit, and the claim is the plain slot claim. After a change, the
+//     jobs that hold no slot under the limit count against it: the slots a claim may
+//     take, plus the running jobs, are never more than $4. Claims that see different
+//     counts agree anyway: a job that holds no slot under the limit only ever stops
+//     running (new jobs take slots under the limit), so a later count is never higher,
+//     and claims with a lower bound take a subset of the slots of those with a higher one.
+//   - free locks up to $2 free slots under the bound, SKIP LOCKED: another claim in flight holds the rows
 //     it is filling. A slot is free when its holder (job_id, fence) is no longer running
 //     under that claim (finished, failed, retried, released, cancelled or reclaimed: none of
 //     those statements has to touch the slot), and when the claim that filled it is
@@ -236,9 +249,22 @@ const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1
 //   - The jobs and the slots are paired by row number; the slot records the fencing token
 //     the claim gives the job (fence + 1, never given again) and this transaction's id.
 //   - The UPDATE of the jobs is claimSQL's, $5 being the worker's visibility timeout.
-const slotClaimSQL = `WITH RECURSIVE free AS MATERIALIZED (
+const slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
+	SELECT count(*)::int AS n FROM {s}.jobs
+	WHERE queue = $1 AND status = 'running' AND limited AND attempts >= 0
+), bound AS MATERIALIZED (
+	SELECT CASE WHEN r.n >= $4 THEN 0 ELSE coalesce((
+		SELECT s.slot + 1 FROM {s}.queue_slots s
+		WHERE s.queue = $1 AND s.slot < $4
+		  AND NOT EXISTS (
+			SELECT 1 FROM {s}.jobs h
+			WHERE h.id = s.job_id AND (h.status || '') = 'running' AND h.fence = s.fence)
+		ORDER BY s.slot
+		OFFSET $4 - r.n - 1 LIMIT 1), $4) END AS slot
+	FROM running r
+), free AS MATERIALIZED (
 	SELECT s.ctid AS sctid, s.slot FROM {s}.queue_slots s
-	WHERE s.queue = $1 AND s.slot < $4
+	WHERE s.queue = $1 AND s.slot < (SELECT slot FROM bound)
 	  AND (s.claim_xid IS NULL OR pg_visible_in_snapshot(s.claim_xid, pg_current_snapshot()))
 	  AND NOT EXISTS (
 		SELECT 1 FROM {s}.jobs h
@@ -309,7 +335,7 @@ type flowClaimer struct {
 	pool                   *pgxpool.Pool
 	schema                 string
 	lock, plain, keyed, st string
-	slots, ensure          string
+	slots, ensure, adopt   string
 	visibility             time.Duration // the lease a claim writes
 	wrapErr                func(op string, err error) error
 }
@@ -323,6 +349,7 @@ func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
 		st:     renderSQL(c.schema, flowStateSQL),
 		slots:  renderSQL(c.schema, slotClaimSQL),
 		ensure: renderSQL(c.schema, ensureSlotsSQL),
+		adopt:  renderSQL(c.schema, adoptRunningSQL),
 	}
 }
 

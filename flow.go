@@ -120,7 +120,12 @@ func (f *flowQueue) adopt(ctx context.Context, q *queueRunner) error {
 	// the end of their statement; q.flow was set before this path could be claimed with.
 	q.plainMu.Lock()
 	q.plainMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
-	if _, err := f.claimer.pool.Exec(ctx, f.claimer.adopt, q.name); err != nil {
+	// Under the queue's claim lock: the limited claims in flight (of other workers) end
+	// first, and those that follow see the jobs marked.
+	b := &pgx.Batch{}
+	b.Queue(f.claimer.lock, f.claimer.schema+"."+q.name)
+	b.Queue(f.claimer.adopt, q.name)
+	if err := f.claimer.pool.SendBatch(ctx, b).Close(); err != nil {
 		return f.claimer.wrapErr("claim: adopting the running jobs", err)
 	}
 	f.adopted = true
@@ -163,8 +168,10 @@ const controlLimits = "limits"
 // change at once (a notification on the schema's control channel) or, if they missed it,
 // within a few seconds.
 //
-// A limit applies to the jobs claimed after the change; jobs claimed without a limit
-// (before the queue had one) finish without being counted.
+// After a limit is set or lowered, no job of the queue starts until fewer than the new
+// limit are running, counting every running job of the queue, whatever claimed it (under
+// other limits, or none): see the README, "Flow control", for how, and for the moment it
+// holds from (once every worker has heard of the change).
 func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits) error {
 	if err := validQueue(queue); err != nil {
 		return err

@@ -25,13 +25,23 @@ import (
 // the lock is granted, and the claim statement's snapshot is taken after that.
 //
 // Why the count cannot drift: a job of the queue becomes running only through a claim
-// under this lock, and stops being running by any other statement (success, failure,
+// under this lock (or a slot claim under it in shared mode, which the count includes), and stops being running by any other statement (success, failure,
 // snooze, release, cancel, the sweeper's reclaim of a dead worker's job) without needing
 // it. A claim may see a job as running that has just finished, and so take one slot
 // fewer than it could; it can never see a free slot that is not. Nothing is counted in
 // memory: a worker that dies holds its slots exactly as long as its jobs stay running,
 // i.e. until the sweeper reclaims them.
+//
+// The slot claims of the queue take the same lock in shared mode (flowSharedLockSQL):
+// they run side by side, while a lock-path claim waits for those in flight and they wait
+// for it. So while a change of limits moves the queue from one path to the other, and
+// workers that have heard of it claim on the new path beside workers that have not yet,
+// every claim still sees the jobs the others started, whatever path took them.
 const flowLockSQL = `SELECT pg_advisory_xact_lock(1936419190, hashtext($1))`
+
+// flowSharedLockSQL is flowLockSQL in shared mode, taken by the slot claims, as their own
+// statement before the claim for the same reason.
+const flowSharedLockSQL = `SELECT pg_advisory_xact_lock_shared(1936419190, hashtext($1))`
 
 // flowPrefixSQL is the head of both limited claim statements: how many jobs this claim
 // may take. Parameters: $1 queue, $2 free slots of this worker, $3 worker id,
@@ -216,8 +226,10 @@ SELECT ` + jobColumns + `, fence, timeout_ms FROM claimed`
 const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1`
 
 // slotClaimSQL claims up to $2 due jobs of queue $1 for worker $3 when the queue's only
-// limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one autocommit statement, no lock, so the claims of
-// all processes run and commit side by side. Each job claimed takes one free slot row of
+// limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one statement,
+// after the queue's claim lock in shared mode (flowSharedLockSQL), so the claims of all
+// processes run and commit side by side, and wait only for a lock-path claim (while the
+// queue changes path). Each job claimed takes one free slot row of
 // queue_slots, and the slot row records it.
 //
 //   - running counts every running job of the queue that a limited claim took, or that a
@@ -335,6 +347,7 @@ type flowClaimer struct {
 	pool                   *pgxpool.Pool
 	schema                 string
 	lock, plain, keyed, st string
+	sharedLock             string
 	slots, ensure, adopt   string
 	visibility             time.Duration // the lease a claim writes
 	wrapErr                func(op string, err error) error
@@ -343,13 +356,14 @@ type flowClaimer struct {
 func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
 	return &flowClaimer{
 		pool: c.pool, schema: c.schema, wrapErr: c.wrapErr, visibility: visibility,
-		lock:   flowLockSQL,
-		plain:  renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
-		keyed:  renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
-		st:     renderSQL(c.schema, flowStateSQL),
-		slots:  renderSQL(c.schema, slotClaimSQL),
-		ensure: renderSQL(c.schema, ensureSlotsSQL),
-		adopt:  renderSQL(c.schema, adoptRunningSQL),
+		lock:       flowLockSQL,
+		sharedLock: flowSharedLockSQL,
+		plain:      renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
+		keyed:      renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
+		st:         renderSQL(c.schema, flowStateSQL),
+		slots:      renderSQL(c.schema, slotClaimSQL),
+		ensure:     renderSQL(c.schema, ensureSlotsSQL),
+		adopt:      renderSQL(c.schema, adoptRunningSQL),
 	}
 }
 
@@ -407,14 +421,25 @@ func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n 
 	return jobs, h, nil
 }
 
-// claimSlots is claim for a queue whose only limit is Concurrency: slotClaimSQL.
+// claimSlots is claim for a queue whose only limit is Concurrency: the queue's claim lock
+// in shared mode and slotClaimSQL, in one round trip and one implicit transaction.
 func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
+	b := &pgx.Batch{}
+	b.Queue(f.sharedLock, f.schema+"."+queue)
+	b.Queue(f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
 	began := time.Now()
-	rows, err := f.pool.Query(ctx, f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
-	if err != nil {
-		return nil, claimHint{}, f.wrapErr("claim", err)
+	br := f.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var jobs []claimedJob
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			jobs, err = scanClaimed(rows, began)
+		}
 	}
-	jobs, err := scanClaimed(rows, began)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, claimHint{}, f.wrapErr("claim", err)
 	}

@@ -284,37 +284,33 @@ func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, 
 // coalescedInsertSQL writes the jobs of a coalesced batch with one statement, so one
 // commit covers them all (autocommit: the statement is its own transaction).
 //
-//   - batch records the statement's key ($10, random, new for every batch and kept across
-//     its retries) with the ids its jobs get, taken from the jobs' identity sequence in
-//     array order. ON CONFLICT DO NOTHING: when the key is there, an earlier try of this
-//     same statement committed (the connection failed after the commit, before the
-//     answer), so batch is empty and nothing is inserted; writeBatch then reads that try's
-//     rows back (coalescedReplaySQL). If the earlier try is still in progress, the
-//     insert waits for it to end, and so cannot miss it.
-//   - The jobs insert takes its ids from batch (OVERRIDING SYSTEM VALUE; the identity
-//     stays the sequence's only source of ids), so it runs only after batch, and only
-//     when batch inserted the key.
-//   - unnest turns the per-column arrays into rows; the payload goes as text and is cast,
-//     as in the single insert (the simple protocol would send []byte as bytea).
-//   - run_at NULL means due now by the database clock.
+//   - ins inserts the jobs. unnest turns the per-column arrays into rows; the payload
+//     goes as text and is cast, as in the single insert (the simple protocol would send
+//     []byte as bytea); run_at NULL means due now by the database clock.
 //   - No ON CONFLICT on the jobs: jobs with a unique key never join a batch (their
 //     duplicate answer needs a lookup per job), so every row is inserted or the statement
 //     fails as a whole.
-//   - Rows are matched back to their callers by id: the ids were drawn in array order, so
-//     ascending ids follow the arrays' order, whatever order RETURNING sends them in.
-const coalescedInsertSQL = `WITH batch AS MATERIALIZED (
-	INSERT INTO {s}.enqueue_batches (key, ids)
-	SELECT $10::uuid, ARRAY(SELECT nextval('{s}.jobs_id_seq') FROM generate_series(1, cardinality($1::text[])))
-	ON CONFLICT (key) DO NOTHING
-	RETURNING ids
-), ins AS (
-	INSERT INTO {s}.jobs (id, queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
-	OVERRIDING SYSTEM VALUE
-	SELECT b.ids[t.n], q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
+//   - batch records the statement's key ($10, random, new for every batch and kept across
+//     its retries) with its jobs' ids. No ON CONFLICT: when the key is there, an earlier
+//     try of this same statement committed (the connection failed after the commit,
+//     before the answer), and the unique violation rolls this try back whole, its jobs
+//     with it; writeBatch then reads that try's rows back (coalescedReplaySQL). If the
+//     earlier try is still in progress, the insert waits for it to end, and so cannot
+//     miss it. (The ids come from the identity, as in every insert: drawing them here
+//     with nextval would need a grant on the sequence that the README's app role lacks.)
+//   - Rows are matched back to their callers by id: the rows of the SELECT are inserted in
+//     array order and each takes the next identity value as it is inserted, so ascending
+//     ids follow the arrays' order, whatever order RETURNING sends them in; batch stores
+//     them ascending, so in array order too.
+const coalescedInsertSQL = `WITH ins AS (
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
+	SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
-		WITH ORDINALITY AS t(q, k, p, pr, ma, ra, tm, md, pk, n)
-	CROSS JOIN batch b
+		AS t(q, k, p, pr, ma, ra, tm, md, pk)
 	RETURNING ` + jobColumns + `
+), batch AS (
+	INSERT INTO {s}.enqueue_batches (key, ids)
+	SELECT $10::uuid, array_agg(id ORDER BY id) FROM ins
 )`
 
 // coalescedSelectSQL ends coalescedInsertSQL: the inserted rows.
@@ -331,7 +327,7 @@ const coalescedNotifySQL = `, woke AS (
 SELECT ins.* FROM ins CROSS JOIN woke`
 
 // coalescedReplaySQL gives back, for a batch whose key ($10) an earlier try of the same
-// statement committed, each job as that try inserted it and returned it: the ids it
+// statement committed (its ids ascending, so in array order), each job as that try inserted it and returned it: the ids it
 // recorded, the values of the arrays (the same arrays, sent again), status queued and the
 // transaction's now() it recorded as created_at (and run_at when none was given). The jobs
 // themselves are not read: they may have run, and been archived or deleted, since.
@@ -413,7 +409,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		r.rows = []*JobRow{row}
 		return
 	}
-	got, err := c.sendBatch(ctx, q, args, n)
+	got, err := c.sendBatch(ctx, q, args)
 	if err == nil && len(got) != n {
 		// Cannot happen (the statement inserts every row or fails), but a caller must
 		// never get another caller's row.
@@ -439,7 +435,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 }
 
 // sendBatch runs the coalesced statement q (args ends with the batch's key) until it has
-// an answer it can trust, and returns its n rows. A failure that certainly wrote nothing
+// an answer it can trust, and returns its rows. A failure that certainly wrote nothing
 // on the first try returns errInsertAlone: each caller then writes alone, so that a job the
 // database refuses fails only its own caller. Any other failure (the connection lost, or a
 // pooler's own error, after the statement may have committed) is ambiguous: the same
@@ -448,24 +444,30 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 // rows that try inserted are read back, so every caller gets its job's id exactly once.
 // It gives up, with an error that says the jobs may or may not have been inserted, when
 // ctx ends.
-func (c *Client) sendBatch(ctx context.Context, q string, args []any, n int) ([]*JobRow, error) {
+func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow, error) {
 	delay := coalesceRetryDelay
 	for try := 0; ; try++ {
 		got, err := c.tryBatch(ctx, q, args)
-		if err == nil && len(got) == 0 && n > 0 {
-			// The key was there: an earlier try committed. Its rows, as it inserted them.
-			got, err = c.replayBatch(ctx, args[:10])
-		}
 		switch {
 		case err == nil:
 			return got, nil
 		case try == 0 && refused(err):
 			// Nothing was written: each caller writes alone and gets its own answer.
 			return nil, errInsertAlone
-		case try > 0 && refusedRows(err):
-			// A later try inserted the key (so no earlier try committed, or it would have
-			// found it) and then had its rows refused: nothing of the batch was written.
-			return nil, errInsertAlone
+		case try > 0 && (keyTaken(err) || refusedRows(err)):
+			// The key was there (an earlier try committed), or this try's rows were refused
+			// before its key was written: an earlier try may still have committed them.
+			old, rerr := c.replayBatch(ctx, args[:10])
+			switch {
+			case rerr == nil && old != nil:
+				return old, nil // the earlier try's rows, as it inserted them
+			case rerr == nil && !keyTaken(err):
+				return nil, errInsertAlone // no try committed: nothing of the batch was written
+			case rerr == nil:
+				err = errors.New("skiplock: enqueue: the batch's key was found, then not: its jobs were inserted, their rows cannot be read back")
+			default:
+				err = rerr
+			}
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -489,20 +491,14 @@ func (c *Client) tryBatch(ctx context.Context, q string, args []any) ([]*JobRow,
 	return collectJobs(rows)
 }
 
-// replayBatch reads back the rows of a batch an earlier try committed (coalescedReplaySQL);
-// args are the statement's arrays and key.
+// replayBatch reads back the rows of a batch an earlier try committed (coalescedReplaySQL),
+// or returns none when no try committed; args are the statement's arrays and key.
 func (c *Client) replayBatch(ctx context.Context, args []any) ([]*JobRow, error) {
 	rows, err := c.pool.Query(ctx, c.sql.coalescedReplay, args...)
 	if err != nil {
 		return nil, err
 	}
-	got, err := collectJobs(rows)
-	if err == nil && len(got) == 0 {
-		// Only if the key was purged between the try that found it and this read, which
-		// takes enqueueKeyRetention: report it rather than give the callers nothing.
-		err = errors.New("skiplock: enqueue: the batch's key was found, then not: its jobs were inserted, their rows cannot be read back")
-	}
-	return got, err
+	return collectJobs(rows)
 }
 
 // newBatchKey returns a random version-4 UUID, the key of one coalesced statement.
@@ -532,11 +528,18 @@ func refused(err error) bool {
 	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
 }
 
+// keyTaken reports whether err is the unique violation of a coalesced statement's key: an
+// earlier try of the statement committed.
+func keyTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "enqueue_batches_pkey"
+}
+
 // refusedRows reports whether err is the server refusing a batch's rows (a data exception,
-// class 22, or a broken constraint, class 23): an answer about the rows, given after the
-// statement had inserted its key. Other errors (a timeout, a lock not granted, a
-// cancellation) may come while the statement waits for an earlier try holding the key,
-// and so say nothing about that try.
+// class 22, or a broken constraint, class 23, other than the key's): an answer about the
+// rows, given before the statement wrote its key. Other errors (a timeout, a lock not
+// granted, a cancellation) may come while the statement waits for an earlier try holding
+// the key, and so say nothing about that try.
 func refusedRows(err error) bool {
 	var pgErr *pgconn.PgError
 	return refused(err) && errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))

@@ -31,8 +31,7 @@ func insertColumns(t *testing.T, sql string) []string {
 func TestCoalescedInsert_WritesEveryColumnTheSingleInsertWrites(t *testing.T) {
 	t.Parallel()
 	single := slices.DeleteFunc(insertColumns(t, insertSQL(false)), func(c string) bool { return c == "unique_key" })
-	// The coalesced insert also gives the ids (drawn for its key, coalesce.go).
-	coalesced := slices.DeleteFunc(insertColumns(t, coalescedInsertSQL), func(c string) bool { return c == "id" })
+	coalesced := insertColumns(t, coalescedInsertSQL)
 	if !slices.Equal(single, coalesced) {
 		t.Fatalf("the single insert writes %v (unique_key aside), the coalesced insert %v: add the missing columns to coalescedInsertSQL and writeBatch",
 			single, coalesced)

@@ -9,6 +9,7 @@ package skiplock
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,8 @@ type queueRunner struct {
 
 	// flow is the queue's limited claim path (flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
+	// plainMu is held for reading by each plain claim in flight (flowQueue.adopt).
+	plainMu sync.RWMutex
 	// slotWait: the last claim of a slotted queue (flowclaim.go) found fewer free slots
 	// or due jobs than it asked for; it claims again once this worker's finished jobs are
 	// recorded (flowWatch.slotsFreed), when their slots are free in the database.
@@ -161,9 +164,15 @@ func (q *queueRunner) claimSize() int64 {
 // claim takes up to n jobs: through the limited path when the queue has limits, else
 // through claimSQL, exactly as if flow control did not exist.
 func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint, error) {
+	q.plainMu.RLock()
 	if f := q.flow.Load(); f != nil {
+		q.plainMu.RUnlock()
+		if err := f.adopt(ctx, q); err != nil {
+			return nil, claimHint{}, err
+		}
 		return f.claimer.claim(ctx, q.name, f.limits, n, q.cfg.workerID)
 	}
+	defer q.plainMu.RUnlock()
 	jobs, err := q.cfg.claimer.claim(ctx, q.name, n, q.cfg.workerID)
 	return jobs, claimHint{}, err
 }

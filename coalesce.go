@@ -8,9 +8,11 @@ package skiplock
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -82,30 +84,68 @@ func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, 
 // coalescedInsertSQL writes the jobs of a coalesced batch with one statement, so one
 // commit covers them all (autocommit: the statement is its own transaction).
 //
-//   - unnest turns the per-column arrays into rows; the payload goes as text and is cast,
-//     as in the single insert (the simple protocol would send []byte as bytea).
-//   - run_at NULL means due now by the database clock.
-//   - No ON CONFLICT: jobs with a unique key never join a batch (their duplicate answer
-//     needs a lookup per job), so every row is inserted or the statement fails as a whole.
+//   - ins inserts the jobs. unnest turns the per-column arrays into rows; the payload
+//     goes as text and is cast, as in the single insert (the simple protocol would send
+//     []byte as bytea); run_at NULL means due now by the database clock.
+//   - No ON CONFLICT on the jobs: jobs with a unique key never join a batch (their
+//     duplicate answer needs a lookup per job), so every row is inserted or the statement
+//     fails as a whole.
+//   - batch records the statement's key ($10, random, new for every batch and kept across
+//     its retries) with its jobs' ids. No ON CONFLICT: when the key is there, an earlier
+//     try of this same statement committed (the connection failed after the commit,
+//     before the answer), and the unique violation rolls this try back whole, its jobs
+//     with it; writeBatch then reads that try's rows back (coalescedReplaySQL). If the
+//     earlier try is still in progress, the insert waits for it to end, and so cannot
+//     miss it. (The ids come from the identity, as in every insert: drawing them here
+//     with nextval would need a grant on the sequence that the README's app role lacks.)
 //   - Rows are matched back to their callers by id: the rows of the SELECT are inserted in
 //     array order and each takes the next identity value as it is inserted, so ascending
-//     ids follow the arrays' order, whatever order RETURNING sends them in.
-const coalescedInsertSQL = `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
-	AS t(q, k, p, pr, ma, ra, tm, md, pk)
-RETURNING ` + jobColumns
+//     ids follow the arrays' order, whatever order RETURNING sends them in; batch stores
+//     them ascending, so in array order too.
+const coalescedInsertSQL = `WITH ins AS (
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
+	SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
+		AS t(q, k, p, pr, ma, ra, tm, md, pk)
+	RETURNING ` + jobColumns + `
+), batch AS (
+	INSERT INTO {s}.enqueue_batches (key, ids)
+	SELECT $10::uuid, array_agg(id ORDER BY id) FROM ins
+)`
 
-// coalescedInsertNotifySQL is coalescedInsertSQL that also wakes the queues in $11 on
-// channel $10, in the same transaction (delivered at its commit, not at all without it).
-// The notifying CTE is volatile, so it is run exactly once and not inlined; the join with
-// its single row makes the statement run it.
-const coalescedInsertNotifySQL = `WITH ins AS (
-` + coalescedInsertSQL + `
-), woke AS (
-	SELECT count(pg_notify($10, q)) FROM unnest($11::text[]) AS q
+// coalescedSelectSQL ends coalescedInsertSQL: the inserted rows.
+const coalescedSelectSQL = `
+SELECT * FROM ins`
+
+// coalescedNotifySQL ends coalescedInsertSQL and also wakes the queues in $12 on channel
+// $11, in the same transaction (delivered at its commit, not at all without it). The
+// notifying CTE is volatile, so it is run exactly once and not inlined; the join with its
+// single row makes the statement run it.
+const coalescedNotifySQL = `, woke AS (
+	SELECT count(pg_notify($11, q)) FROM unnest($12::text[]) AS q
 )
 SELECT ins.* FROM ins CROSS JOIN woke`
+
+// coalescedReplaySQL gives back, for a batch whose key ($10) an earlier try of the same
+// statement committed (its ids ascending, so in array order), each job as that try inserted it and returned it: the ids it
+// recorded, the values of the arrays (the same arrays, sent again), status queued and the
+// transaction's now() it recorded as created_at (and run_at when none was given). The jobs
+// themselves are not read: they may have run, and been archived or deleted, since.
+const coalescedReplaySQL = `SELECT b.ids[t.n], q, k, p::jsonb, 'queued', pr, COALESCE(ra, b.created_at), 0, ma,
+	NULL::timestamptz, NULL::text, NULL::text, NULL::jsonb, NULL::text, b.created_at, NULL::timestamptz,
+	md::jsonb, NULL::jsonb, NULL::jsonb
+FROM {s}.enqueue_batches b
+CROSS JOIN unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
+	WITH ORDINALITY AS t(q, k, p, pr, ma, ra, tm, md, pk, n)
+WHERE b.key = $10::uuid
+ORDER BY t.n`
+
+// coalesceRetryDelay is the first wait before a coalesced statement is sent again after
+// an ambiguous failure; it doubles up to coalesceMaxRetryDelay, until coalesceTimeout.
+const (
+	coalesceRetryDelay    = 10 * time.Millisecond
+	coalesceMaxRetryDelay = time.Second
+)
 
 // writeBatch writes the jobs of reqs with one statement and gives each request its rows
 // or an error. Queues with due jobs are woken like Enqueue's: through the throttle,
@@ -147,7 +187,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 			trailing = append(trailing, q)
 		}
 	}
-	q, args := c.sql.coalesced, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part}
+	q, args := c.sql.coalesced, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, newBatchKey()}
 	if len(notify) > 0 {
 		q, args = c.sql.coalescedNotify, append(args, c.notify.channel, notify)
 	}
@@ -169,13 +209,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		r.rows = []*JobRow{row}
 		return
 	}
-	rows, err := c.pool.Query(ctx, q, args...)
-	var got []*JobRow
-	if err == nil {
-		// collectJobs closes rows, which waits for the end of the statement and so for
-		// its commit: an error in the commit surfaces here.
-		got, err = collectJobs(rows)
-	}
+	got, err := c.sendBatch(ctx, q, args)
 	if err == nil && len(got) != n {
 		// Cannot happen (the statement inserts every row or fails), but a caller must
 		// never get another caller's row.
@@ -186,13 +220,8 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		return
 	}
 	if err != nil {
-		deliver := c.wrapErr("enqueue", fmt.Errorf("the connection failed while the job's batch was being committed; the job may or may not have been inserted: %w", err))
-		if refused(err) {
-			// Nothing was written: each caller writes alone and gets its own answer.
-			deliver = errInsertAlone
-		}
 		for _, r := range reqs {
-			r.err = deliver
+			r.err = err
 		}
 		return
 	}
@@ -205,12 +234,115 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 	}
 }
 
-// refused reports whether err means the statement certainly wrote nothing: Postgres
-// refused it (the statement is its own transaction, so an error rolls it all back), or it
-// was never sent.
+// sendBatch runs the coalesced statement q (args ends with the batch's key) until it has
+// an answer it can trust, and returns its rows. A failure that certainly wrote nothing
+// on the first try returns errInsertAlone: each caller then writes alone, so that a job the
+// database refuses fails only its own caller. Any other failure (the connection lost, or a
+// pooler's own error, after the statement may have committed) is ambiguous: the same
+// statement, with the same key, is sent again (on another connection) after a short wait.
+// The key makes that safe: if an earlier try committed, the new one inserts nothing and the
+// rows that try inserted are read back, so every caller gets its job's id exactly once.
+// It gives up, with an error that says the jobs may or may not have been inserted, when
+// ctx ends.
+func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow, error) {
+	delay := coalesceRetryDelay
+	for try := 0; ; try++ {
+		got, err := c.tryBatch(ctx, q, args)
+		switch {
+		case err == nil:
+			return got, nil
+		case try == 0 && refused(err):
+			// Nothing was written: each caller writes alone and gets its own answer.
+			return nil, errInsertAlone
+		case try > 0 && (keyTaken(err) || refusedRows(err)):
+			// The key was there (an earlier try committed), or this try's rows were refused
+			// before its key was written: an earlier try may still have committed them.
+			old, rerr := c.replayBatch(ctx, args[:10])
+			switch {
+			case rerr == nil && old != nil:
+				return old, nil // the earlier try's rows, as it inserted them
+			case rerr == nil && !keyTaken(err):
+				return nil, errInsertAlone // no try committed: nothing of the batch was written
+			case rerr == nil:
+				err = errors.New("skiplock: enqueue: the batch's key was found, then not: its jobs were inserted, their rows cannot be read back")
+			default:
+				err = rerr
+			}
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, c.wrapErr("enqueue", fmt.Errorf("the connection failed while the job's batch was being committed, and retries until %s did not tell whether it was; the job may or may not have been inserted: %w", coalesceTimeout, err))
+		case <-t.C:
+		}
+		delay = min(2*delay, coalesceMaxRetryDelay)
+	}
+}
+
+// tryBatch sends the coalesced statement once.
+func (c *Client) tryBatch(ctx context.Context, q string, args []any) ([]*JobRow, error) {
+	rows, err := c.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	// collectJobs closes rows, which waits for the end of the statement and so for its
+	// commit: an error in the commit surfaces here.
+	return collectJobs(rows)
+}
+
+// replayBatch reads back the rows of a batch an earlier try committed (coalescedReplaySQL),
+// or returns none when no try committed; args are the statement's arrays and key.
+func (c *Client) replayBatch(ctx context.Context, args []any) ([]*JobRow, error) {
+	rows, err := c.pool.Query(ctx, c.sql.coalescedReplay, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collectJobs(rows)
+}
+
+// newBatchKey returns a random version-4 UUID, the key of one coalesced statement.
+func newBatchKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// refused reports whether err means the statement certainly wrote nothing: it was never
+// sent, or the server answered with an ERROR (the statement is its own transaction, so an
+// error rolls it all back). Not an error of class 08 (connection exception: a pooler such
+// as PgBouncer makes up "08P01 server conn crashed?" when it loses the server connection,
+// which may be after the commit) or 57P (the server shutting down, or the connection
+// terminated by an operator), nor a FATAL or PANIC, after which the connection is gone:
+// whether the commit happened is then unknown.
 func refused(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+	if !errors.As(err, &pgErr) || pgErr.Severity != "ERROR" {
+		return false
+	}
+	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
+}
+
+// keyTaken reports whether err is the unique violation of a coalesced statement's key: an
+// earlier try of the statement committed.
+func keyTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "enqueue_batches_pkey"
+}
+
+// refusedRows reports whether err is the server refusing a batch's rows (a data exception,
+// class 22, or a broken constraint, class 23, other than the key's): an answer about the
+// rows, given before the statement wrote its key. Other errors (a timeout, a lock not
+// granted, a cancellation) may come while the statement waits for an earlier try holding
+// the key, and so say nothing about that try.
+func refusedRows(err error) bool {
+	var pgErr *pgconn.PgError
+	return refused(err) && errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 // coalescable reports whether a job may share a coalesced statement: any job without a

@@ -117,8 +117,10 @@ const controlLimits = "limits"
 // change at once (a notification on the schema's control channel) or, if they missed it,
 // within a few seconds.
 //
-// A limit applies to the jobs claimed after the change; jobs claimed without a limit
-// (before the queue had one) finish without being counted.
+// After a limit is set or lowered, no job of the queue starts until fewer than the new
+// limit are running, counting every running job of the queue, whatever claimed it (under
+// other limits, or none): see the README, "Flow control", for how, and for the moment it
+// holds from (once every worker has heard of the change).
 func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits) error {
 	if err := validQueue(queue); err != nil {
 		return err

@@ -6,6 +6,7 @@ package skiplock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,13 +26,23 @@ import (
 // the lock is granted, and the claim statement's snapshot is taken after that.
 //
 // Why the count cannot drift: a job of the queue becomes running only through a claim
-// under this lock, and stops being running by any other statement (success, failure,
+// under this lock (or a slot claim under it in shared mode, which the count includes), and stops being running by any other statement (success, failure,
 // snooze, release, cancel, the sweeper's reclaim of a dead worker's job) without needing
 // it. A claim may see a job as running that has just finished, and so take one slot
 // fewer than it could; it can never see a free slot that is not. Nothing is counted in
 // memory: a worker that dies holds its slots exactly as long as its jobs stay running,
 // i.e. until the sweeper reclaims them.
+//
+// The slot claims of the queue take the same lock in shared mode (flowSharedLockSQL):
+// they run side by side, while a lock-path claim waits for those in flight and they wait
+// for it. So while a change of limits moves the queue from one path to the other, and
+// workers that have heard of it claim on the new path beside workers that have not yet,
+// every claim still sees the jobs the others started, whatever path took them.
 const flowLockSQL = `SELECT pg_advisory_xact_lock(1936419190, hashtext($1))`
+
+// flowSharedLockSQL is flowLockSQL in shared mode, taken by the slot claims, as their own
+// statement before the claim for the same reason.
+const flowSharedLockSQL = `SELECT pg_advisory_xact_lock_shared(1936419190, hashtext($1))`
 
 // flowPrefixSQL is the head of both limited claim statements: how many jobs this claim
 // may take. Parameters: $1 queue, $2 free slots of this worker, $3 worker id,
@@ -216,11 +227,26 @@ SELECT ` + jobColumns + `, fence, timeout_ms FROM claimed`
 const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1`
 
 // slotClaimSQL claims up to $2 due jobs of queue $1 for worker $3 when the queue's only
-// limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one autocommit statement, no lock, so the claims of
-// all processes run and commit side by side. Each job claimed takes one free slot row of
+// limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one statement,
+// after the queue's claim lock in shared mode (flowSharedLockSQL), so the claims of all
+// processes run and commit side by side, and wait only for a lock-path claim (while the
+// queue changes path). Each job claimed takes one free slot row of
 // queue_slots, and the slot row records it.
 //
-//   - free locks up to $2 free slots, SKIP LOCKED: another claim in flight holds the rows
+//   - running counts every running job of the queue that a limited claim took, or that a
+//     worker adopted when the queue got its limits (flowQueue.adopt): the jobs holding
+//     slots, and the others — claimed under other limits (the lock path, or more slots
+//     before the limit was lowered). Through jobs_limited_running_idx, as the lock path.
+//   - bound is the slot number below which this claim may take slots: just past the
+//     ($4 - running)-th slot not held, in slot order; 0 when running is $4 or more. While
+//     every running job holds a slot under the limit (the steady state), that is every
+//     slot under the limit, and the claim is the plain slot claim. After a change, the
+//     jobs that hold no slot under the limit count against it: the slots a claim may
+//     take, plus the running jobs, are never more than $4. Claims that see different
+//     counts agree anyway: a job that holds no slot under the limit only ever stops
+//     running (new jobs take slots under the limit), so a later count is never higher,
+//     and claims with a lower bound take a subset of the slots of those with a higher one.
+//   - free locks up to $2 free slots under the bound, SKIP LOCKED: another claim in flight holds the rows
 //     it is filling. A slot is free when its holder (job_id, fence) is no longer running
 //     under that claim (finished, failed, retried, released, cancelled or reclaimed: none of
 //     those statements has to touch the slot), and when the claim that filled it is
@@ -236,9 +262,22 @@ const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1
 //   - The jobs and the slots are paired by row number; the slot records the fencing token
 //     the claim gives the job (fence + 1, never given again) and this transaction's id.
 //   - The UPDATE of the jobs is claimSQL's, $5 being the worker's visibility timeout.
-const slotClaimSQL = `WITH RECURSIVE free AS MATERIALIZED (
+const slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
+	SELECT count(*)::int AS n FROM {s}.jobs
+	WHERE queue = $1 AND status = 'running' AND limited AND attempts >= 0
+), bound AS MATERIALIZED (
+	SELECT CASE WHEN r.n >= $4 THEN 0 ELSE coalesce((
+		SELECT s.slot + 1 FROM {s}.queue_slots s
+		WHERE s.queue = $1 AND s.slot < $4
+		  AND NOT EXISTS (
+			SELECT 1 FROM {s}.jobs h
+			WHERE h.id = s.job_id AND (h.status || '') = 'running' AND h.fence = s.fence)
+		ORDER BY s.slot
+		OFFSET $4 - r.n - 1 LIMIT 1), $4) END AS slot
+	FROM running r
+), free AS MATERIALIZED (
 	SELECT s.ctid AS sctid, s.slot FROM {s}.queue_slots s
-	WHERE s.queue = $1 AND s.slot < $4
+	WHERE s.queue = $1 AND s.slot < (SELECT slot FROM bound)
 	  AND (s.claim_xid IS NULL OR pg_visible_in_snapshot(s.claim_xid, pg_current_snapshot()))
 	  AND NOT EXISTS (
 		SELECT 1 FROM {s}.jobs h
@@ -309,7 +348,8 @@ type flowClaimer struct {
 	pool                   *pgxpool.Pool
 	schema                 string
 	lock, plain, keyed, st string
-	slots, ensure          string
+	sharedLock             string
+	slots, ensure, adopt   string
 	visibility             time.Duration // the lease a claim writes
 	wrapErr                func(op string, err error) error
 }
@@ -317,12 +357,14 @@ type flowClaimer struct {
 func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
 	return &flowClaimer{
 		pool: c.pool, schema: c.schema, wrapErr: c.wrapErr, visibility: visibility,
-		lock:   flowLockSQL,
-		plain:  renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
-		keyed:  renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
-		st:     renderSQL(c.schema, flowStateSQL),
-		slots:  renderSQL(c.schema, slotClaimSQL),
-		ensure: renderSQL(c.schema, ensureSlotsSQL),
+		lock:       flowLockSQL,
+		sharedLock: flowSharedLockSQL,
+		plain:      renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
+		keyed:      renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
+		st:         renderSQL(c.schema, flowStateSQL),
+		slots:      renderSQL(c.schema, slotClaimSQL),
+		ensure:     renderSQL(c.schema, ensureSlotsSQL),
+		adopt:      renderSQL(c.schema, adoptRunningSQL),
 	}
 }
 
@@ -372,14 +414,25 @@ func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n 
 	return jobs, h, nil
 }
 
-// claimSlots is claim for a queue whose only limit is Concurrency: slotClaimSQL.
+// claimSlots is claim for a queue whose only limit is Concurrency: the queue's claim lock
+// in shared mode and slotClaimSQL, in one round trip and one implicit transaction.
 func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
+	b := &pgx.Batch{}
+	b.Queue(f.sharedLock, f.schema+"."+queue)
+	b.Queue(f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
 	began := time.Now()
-	rows, err := f.pool.Query(ctx, f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
-	if err != nil {
-		return nil, claimHint{}, f.wrapErr("claim", err)
+	br := f.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var jobs []claimedJob
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			jobs, err = scanClaimed(rows, began)
+		}
 	}
-	jobs, err := scanClaimed(rows, began)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, claimHint{}, f.wrapErr("claim", err)
 	}
@@ -414,4 +467,42 @@ func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tok
 type flowQueue struct {
 	claimer *flowClaimer
 	limits  QueueLimits
+
+	mu      sync.Mutex
+	adopted bool // guarded by mu: adopt has run for this path
+}
+
+// adoptRunningSQL marks the running jobs of queue $1 that no limited claim took (the
+// plain claim took them, before the queue had limits) as limited, so that the limited
+// claims count them: a limit set on a busy queue holds from the start, not once the jobs
+// running without it have ended. It reads the running jobs of every queue (through
+// jobs_running_idx), once per worker and queue when the queue gets limits.
+const adoptRunningSQL = `UPDATE {s}.jobs SET limited = true
+WHERE queue = $1 AND status = 'running' AND limited IS NOT TRUE`
+
+// adopt runs adoptRunningSQL for q before the first limited claim of this path, once the
+// plain claims of this worker that were in flight when the path changed have ended (their
+// jobs must be marked too). The limited claims of the queue wait for it. It is a no-op on
+// a path that replaced another limited one: the running jobs were adopted then, and since
+// only limited claims took jobs.
+func (f *flowQueue) adopt(ctx context.Context, q *queueRunner) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.adopted {
+		return nil
+	}
+	// The plain claims hold plainMu (read) from the moment they find no limited path to
+	// the end of their statement; q.flow was set before this path could be claimed with.
+	q.plainMu.Lock()
+	q.plainMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
+	// Under the queue's claim lock: the limited claims in flight (of other workers) end
+	// first, and those that follow see the jobs marked.
+	b := &pgx.Batch{}
+	b.Queue(f.claimer.lock, f.claimer.schema+"."+q.name)
+	b.Queue(f.claimer.adopt, q.name)
+	if err := f.claimer.pool.SendBatch(ctx, b).Close(); err != nil {
+		return f.claimer.wrapErr("claim: adopting the running jobs", err)
+	}
+	f.adopted = true
+	return nil
 }

@@ -49,7 +49,15 @@ func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 		}
 		return
 	}
-	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l})
+	// Only the refresh goroutine (and the constructor, before it) swaps q.flow.
+	prev := q.flow.Load()
+	adopted := false
+	if prev != nil {
+		prev.mu.Lock()
+		adopted = prev.adopted
+		prev.mu.Unlock()
+	}
+	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l, adopted: adopted})
 	if old == nil || old.limits != l {
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
 			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)

@@ -63,7 +63,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 	cases := []statement{
 		{name: "heartbeat", sql: heartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
 		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
-		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000}, seqScan: true},
+		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, enqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
 	}
 	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {

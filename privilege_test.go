@@ -191,6 +191,20 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	// In a queue of its own, so that only the vanishing worker below claims it.
 	hang, err := client.Enqueue(ctx, privHang{}, &skiplock.EnqueueOptions{Queue: "hang", MaxAttempts: 5})
 	require.NoError(t, err)
+	// Concurrent calls share coalesced statements, which write their keys with the role's
+	// grants (a statement refused for a missing one would fall back, unseen, to one
+	// statement per call). Their jobs stay in a queue no worker here serves.
+	batches := func() (n int) {
+		require.NoError(t, appPool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{r.schema, "enqueue_batches"}.Sanitize()).Scan(&n))
+		return n
+	}
+	for round := 0; round < 20 && batches() == 0; round++ {
+		together(20, func(int) {
+			_, err := client.Enqueue(ctx, privOK{}, &skiplock.EnqueueOptions{Queue: "coalesced"})
+			assert.NoError(t, err)
+		})
+	}
+	require.Positive(t, batches(), "a coalesced statement committed as the app role")
 
 	// A worker that, to the database, dies holding the hang job: a heartbeat period of
 	// 20 minutes, a handler that makes the job's lease end at once (as if its heartbeats

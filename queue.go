@@ -195,7 +195,10 @@ func (c *Client) Schema() string { return c.schema }
 // sent; if its batch was already being written, it is inserted if that commit succeeds.
 // The error message says which. (The same holds for a single statement whose reply a
 // caller stops waiting for.) Use a UniqueKey if a retry after such an error must not
-// insert the job twice.
+// insert the job twice. A batch whose commit's answer is lost (the connection breaks, or
+// a pooler reports its own error) is sent again by the library with its key, for up to
+// 30 seconds, without inserting its jobs twice: the call returns its job once that is
+// settled.
 func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
@@ -302,6 +305,7 @@ type enqueueSQL struct {
 	insertUnnest               [2]string
 	findUnique                 string
 	coalesced, coalescedNotify string // coalesce.go
+	coalescedReplay            string // coalesce.go
 }
 
 func newEnqueueSQL(schema string) enqueueSQL {
@@ -315,8 +319,9 @@ func newEnqueueSQL(schema string) enqueueSQL {
 		},
 		insertUnnest:    [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
 		findUnique:      r(findUniqueSQL),
-		coalesced:       r(coalescedInsertSQL),
-		coalescedNotify: r(coalescedInsertNotifySQL),
+		coalesced:       r(coalescedInsertSQL + coalescedSelectSQL),
+		coalescedNotify: r(coalescedInsertSQL + coalescedNotifySQL),
+		coalescedReplay: r(coalescedReplaySQL),
 	}
 }
 

@@ -215,6 +215,12 @@ func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
 		require.NoError(t, err)
 		return b.count(t, `SELECT pg_relation_size($1::regclass)::int`, `"`+b.schema+`".jobs`) < 64*1024
 	}, "the jobs table shrank below 64 KiB")
+	// The small tables limited claims and coalesced enqueues rewrite are vacuumed with it:
+	// nothing else vacuums them with autovacuum off.
+	for _, table := range []string{"queue_slots", "queue_flow", "enqueue_batches"} {
+		assert.Positive(t, b.count(t, `SELECT vacuum_count::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, `"`+b.schema+`".`+table),
+			"the sweeper vacuumed %s with the jobs table", table)
+	}
 }
 
 // holeOnReclaim black-holes a proxy the moment its pool starts the sweeper's reclaim

@@ -226,13 +226,17 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 			rep.LimitedJobs++
 		}
 	}
-	rep.LimitedMax = maxConcurrent(execs, limited, func(e *execution) time.Time {
+	limitedEnd := func(e *execution) time.Time {
 		// A killed worker's handlers stopped at the kill; its exit is only seen later.
 		if p := procs[e.worker]; e.cutByDie && p != nil && p.killed && !p.killAt.IsZero() && p.killAt.Before(e.end) {
 			return p.killAt
 		}
 		return e.end
-	})
+	}
+	rep.LimitedMax = maxConcurrent(execs, limited, limitedEnd)
+	rep.LimitChanges = r.limitChanges
+	rep.LimitPeriods = limitPeriods(r.limitChanges)
+	rep.LimitedOver = checkLimitPeriods(rep.LimitPeriods, concurrencyEvents(execs, limited, limitedEnd), r.rec.t0, example)
 	for id, j := range succeeded {
 		if !hasExecutions(execs, id) {
 			rep.NoFinalExecution++
@@ -315,10 +319,24 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 // first: the sweeper took the job back from a worker that lost its lease, and the limit
 // counts claims, not a stale handler that has yet to notice its context was cancelled.
 func maxConcurrent(execs []*execution, which map[int64]bool, endOf func(*execution) time.Time) int {
-	type event struct {
-		at time.Time
-		d  int
+	n, most := 0, 0
+	for _, ev := range concurrencyEvents(execs, which, endOf) {
+		n += ev.d
+		most = max(most, n)
 	}
+	return most
+}
+
+// concurrencyEvent is the start (d = 1) or the end (d = -1) of an execution.
+type concurrencyEvent struct {
+	at time.Time
+	d  int
+}
+
+// concurrencyEvents returns the starts and ends of the executions of the jobs in which,
+// in time order (an end before a start at the same instant), as maxConcurrent counts them.
+func concurrencyEvents(execs []*execution, which map[int64]bool, endOf func(*execution) time.Time) []concurrencyEvent {
+	type event = concurrencyEvent
 	var evs []event
 	for i, e := range execs {
 		if !which[e.job] || e.aborted {
@@ -343,12 +361,7 @@ func maxConcurrent(execs []*execution, which map[int64]bool, endOf func(*executi
 		}
 		return a.d - b.d
 	})
-	n, most := 0, 0
-	for _, ev := range evs {
-		n += ev.d
-		most = max(most, n)
-	}
-	return most
+	return evs
 }
 
 // hasExecutions reports whether execs, sorted by job, holds one of job id.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,4 +101,47 @@ func TestCheckJob_FindsBrokenPromises(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestCheckLimitPeriods_FindsStartsAboveTheLimitInForce feeds the limit check made-up
+// executions around a lowering and a raise: a start while the old jobs still run at the
+// new limit is a broken promise once the lowering took hold, not during its grace.
+func TestCheckLimitPeriods_FindsStartsAboveTheLimitInForce(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := func(d time.Duration) time.Duration { return d * time.Second }
+	changes := []LimitChange{
+		{At: s(10), Took: 10 * time.Millisecond, Concurrency: 2},
+		{At: s(20), Took: 10 * time.Millisecond, Concurrency: 4},
+	}
+	periods := limitPeriods(changes)
+	assert.Equal(t, []LimitPeriod{
+		{From: 0, Limit: 6},
+		{From: s(10) + 10*time.Millisecond + limitGrace, Limit: 2},
+		{From: s(20), Limit: 4},
+	}, periods)
+
+	// Three jobs from t=1s to t=30s; a fourth starts in the lowering's grace (allowed),
+	// a fifth after it (broken), a sixth after the raise (five running: broken).
+	var execs []*execution
+	add := func(job int64, from, to time.Duration) {
+		execs = append(execs, &execution{job: job, attempt: 1, start: t0.Add(from), end: t0.Add(to)})
+	}
+	for j := range int64(3) {
+		add(j, s(1), s(30))
+	}
+	add(3, s(10)+limitGrace/2, s(30))
+	add(4, s(15), s(16))
+	add(5, s(25), s(26))
+	which := map[int64]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true}
+	evs := concurrencyEvents(execs, which, func(e *execution) time.Time { return e.end })
+	var examples []string
+	over := checkLimitPeriods(periods, evs, t0, func(kind, format string, args ...any) {
+		examples = append(examples, kind+": "+fmt.Sprintf(format, args...))
+	})
+	assert.Len(t, examples, 2)
+	assert.EqualValues(t, 2, over, "starts above the limit in force")
+	assert.Equal(t, 4, periods[0].MostAtStart)
+	assert.Equal(t, 5, periods[1].MostAtStart)
+	assert.Equal(t, 5, periods[2].MostAtStart)
 }

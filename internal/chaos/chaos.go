@@ -107,6 +107,10 @@ type Options struct {
 	// MaxWork bounds the work (a sleep) of one handler execution: each sleeps a random
 	// time in [0, MaxWork]. Defaults to 20ms.
 	MaxWork time.Duration
+	// LimitedWork bounds the work of one execution of the limited queue's jobs (one in
+	// audit.LimitedEvery), longer than MaxWork so that they pile up against the queue's
+	// limit while the run changes it. Defaults to 2 × MaxWork.
+	LimitedWork time.Duration
 	// DrainTimeout is how long Run waits, after the last enqueue and fault, for the number
 	// of jobs still queued or running to fall: Run gives up when it has not fallen for
 	// DrainTimeout, or after 4 × DrainTimeout in all, and the jobs left count as not
@@ -140,9 +144,10 @@ type Options struct {
 }
 
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 4 kills, one Postgres
-// restart and one backend termination. It takes well under two minutes.
+// restart and one backend termination; the limited queue's jobs work up to 300ms, so that
+// its 300 jobs keep it at its limit. It takes well under two minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute}
+	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond}
 }
 
 func (o Options) withDefaults() Options {
@@ -187,6 +192,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxWork <= 0 {
 		o.MaxWork = 20 * time.Millisecond
+	}
+	if o.LimitedWork <= 0 {
+		o.LimitedWork = 2 * o.MaxWork
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 2 * time.Minute
@@ -241,6 +249,9 @@ type runner struct {
 
 	stopWatchdog func()
 	fo           *failoverState // failover runs only
+
+	mu           sync.Mutex
+	limitChanges []LimitChange // guarded by mu
 }
 
 // Run performs one chaos run as opts says, printing progress and, at the end, the report
@@ -434,6 +445,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		"-sweep-interval", r.opts.SweepInterval.String(),
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
 		"-max-work", r.opts.MaxWork.String(),
+		"-limited-work", r.opts.LimitedWork.String(),
 	}, r.rec)
 	for slot := range r.opts.Workers {
 		p, err := r.fleet.start(slot)
@@ -451,16 +463,20 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var drained atomic.Bool
-	enqErr := make(chan error, 1)
-	wg.Add(2)
+	enqErr, limErr := make(chan error, 1), make(chan error, 1)
+	wg.Add(3)
 	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
 	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
+	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, r.limitTimes(start, len(plan))) }()
 	defer func() { stopRun(); wg.Wait() }()
 
 	if err := r.inject(runCtx, plan, start); err != nil {
 		return rep, err
 	}
 	if err := <-enqErr; err != nil {
+		return rep, err
+	}
+	if err := <-limErr; err != nil {
 		return rep, err
 	}
 	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (while their number falls: at most %v without progress, %v in all)",

@@ -73,7 +73,8 @@ func keepLogsOnFailure(t *testing.T, dir string) {
 
 // TestChaos_Reduced runs the reduced-size chaos run (3 worker processes, 3,000 jobs, 4
 // kills, a Postgres restart, a termination of every backend, a rolling deploy that halves
-// the visibility timeout and a black-holed worker) and checks the promises:
+// the visibility timeout, a black-holed worker, and six changes of the limited queue's
+// limits) and checks the promises:
 // nothing lost, everything final, no overlapping executions, no double claims, no stale
 // completions. Re-runs that no injected fault explains are logged, not failed:
 // at-least-once execution allows them.
@@ -105,6 +106,13 @@ func TestChaos_Reduced(t *testing.T) {
 	assert.Equal(t, int64(3000/audit.LimitedEvery), rep.LimitedJobs, "jobs of the limited queue")
 	assert.Positive(t, rep.LimitedMax, "the limited queue ran")
 	assert.LessOrEqual(t, rep.LimitedMax, audit.LimitedConcurrency, "the limited queue's global limit")
+	// Its limits changed during the run, across both claim paths and both directions; no
+	// start left more of its jobs running than the limit in force.
+	assert.Len(t, rep.LimitChanges, 6, "changes of the limited queue's limits")
+	assert.Zero(t, rep.LimitedOver, "starts above the limit in force")
+	for _, p := range rep.LimitPeriods {
+		assert.LessOrEqual(t, p.MostAtStart, p.Limit, "running at a start from %v, under limit %d", p.From, p.Limit)
+	}
 	assert.Empty(t, rep.Broken())
 	for _, w := range rep.Warnings() {
 		t.Logf("warning: %s", w)

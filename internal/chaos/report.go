@@ -98,6 +98,14 @@ type Report struct {
 	// it must never exceed audit.LimitedConcurrency.
 	LimitedJobs int64
 	LimitedMax  int
+	// LimitChanges are the limited queue's limits the run set (SetQueueLimits, then
+	// ResetQueueLimits back to the declared ones), LimitPeriods the spans of the limit in
+	// force between them, each with the most executions running just after a start in it,
+	// and LimitedOver the starts that left more running than the limit in force: after a
+	// limit is set or lowered, no job may start until fewer than it are running.
+	LimitChanges []LimitChange
+	LimitPeriods []LimitPeriod
+	LimitedOver  int64
 
 	Crashes []string // worker processes that exited without being told to
 	Faults  []Fault
@@ -151,6 +159,9 @@ func (r *Report) Broken() []string {
 	check(int64(len(r.Crashes)), "worker crashes")
 	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
+	}
+	if r.LimitedOver > 0 && !r.lossy() {
+		out = append(out, fmt.Sprintf("%d starts of the limited queue's jobs above the limit in force", r.LimitedOver))
 	}
 	return out
 }
@@ -241,6 +252,14 @@ func (r *Report) Print(w io.Writer) {
 		limitedOK = "BROKEN"
 	}
 	row(fmt.Sprintf("limited queue (%d jobs): most running at once, limit %d", r.LimitedJobs, audit.LimitedConcurrency), r.LimitedMax, limitedOK)
+	row("  starts above the limit in force (as it changed)", r.LimitedOver, lossy0(r.LimitedOver))
+	for _, p := range r.LimitPeriods {
+		ok := "ok"
+		if p.MostAtStart > p.Limit {
+			ok = "BROKEN"
+		}
+		row(fmt.Sprintf("  from %s: limit %d, %d starts, most running at a start", fmtDur(p.From), p.Limit, p.Starts), p.MostAtStart, ok)
+	}
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
 	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole} {
 		var first, held []time.Duration

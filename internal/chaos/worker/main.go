@@ -57,6 +57,7 @@ func main() {
 		concurrency = flag.Int("concurrency", 32, "handlers running at once (QueueConfig.MaxWorkers)")
 		maxConns    = flag.Int("max-conns", 16, "pool size")
 		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
+		limitedWork = flag.Duration("limited-work", 40*time.Millisecond, "the limited queue's handlers sleep a random time in [0, limited-work]")
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 	)
 	flag.Parse()
@@ -77,7 +78,7 @@ func main() {
 		defer f.Close()
 		ends = f
 	}
-	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, ends); err != nil {
+	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, ends); err != nil {
 		logger.Error("chaos worker: failed", "err", err)
 		os.Exit(1)
 	}
@@ -85,7 +86,7 @@ func main() {
 }
 
 func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep time.Duration,
-	concurrency int, maxConns int32, maxWork time.Duration, ends *os.File,
+	concurrency int, maxConns int32, maxWork, limitedWork time.Duration, ends *os.File,
 ) error {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -102,7 +103,7 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	if err != nil {
 		return err
 	}
-	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork, ends: ends, logger: logger}
+	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork, ends: ends, logger: logger}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 			ID: id,
@@ -143,8 +144,11 @@ type handler struct {
 	id      string
 	pid     int
 	maxWork time.Duration
-	n       atomic.Int64
-	logger  *slog.Logger
+	// limitedWork bounds the work of the limited queue's jobs, longer so that they pile up
+	// against its limit as the run changes it.
+	limitedWork time.Duration
+	n           atomic.Int64
+	logger      *slog.Logger
 
 	endsMu sync.Mutex
 	ends   *os.File // nil: ends go to the table only
@@ -166,7 +170,12 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 		return fmt.Errorf("recording the start of execution %s: %w", execID, err)
 	}
 	// The work. A cancelled context (the job was reclaimed from this worker) cuts it short.
-	t := time.NewTimer(rand.N(h.maxWork + 1))
+	// The limited queue's jobs work longer, so that they pile up against its limit.
+	work := h.maxWork
+	if job.Queue == audit.LimitedQueue {
+		work = h.limitedWork
+	}
+	t := time.NewTimer(rand.N(work + 1))
 	select {
 	case <-t.C:
 	case <-ctx.Done():

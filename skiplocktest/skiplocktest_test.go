@@ -216,10 +216,10 @@ func TestAdvance_MakesScheduledRetriedAndSnoozedJobsComeDue(t *testing.T) {
 }
 
 type order struct {
-	OrderID int64             `json:"order_id"`
-	To      string            `json:"to"`
-	Urgent  bool              `json:"urgent"`
-	Lines   []string          `json:"lines"`
+	OrderID int64    `json:"order_id"`
+	To      string   `json:"to"`
+	Urgent  bool     `json:"urgent"`
+	Lines   []string `json:"lines"`
 	Address struct {
 		City string `json:"city"`
 		Zip  string `json:"zip"`

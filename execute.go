@@ -94,6 +94,7 @@ func (w *Worker) execute(d dispatched) JobResult {
 			w.held.abandon(key)
 			w.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
 				"job", row.ID, "attempt", row.Attempts, "timeout", timeout)
+			w.mw.stuck(d.ctx, row, timeout) // error handlers (middleware.go)
 		})
 		defer abandon.Stop()
 	}
@@ -106,7 +107,7 @@ func (w *Worker) execute(d dispatched) JobResult {
 	if !ok {
 		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
-		err, panicked = callHandler(ctx, h.run, row)
+		err, panicked = callHandler(ctx, w.mw.wrap(h.run, row.Kind), row) // middleware (middleware.go)
 	}
 	dur := time.Since(began)
 	// The last slot-holding job of the worker to return sends the successes waiting with
@@ -181,7 +182,7 @@ func (w *Worker) holdsSlot(queue string) bool {
 func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, row *JobRow) (err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n\n%s", r, debug.Stack())
+			err = &PanicError{Value: r, Stack: debug.Stack()} // "panic: <value>\n\n<stack>"
 			panicked = true
 		}
 	}()

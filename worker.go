@@ -59,6 +59,7 @@ type Worker struct {
 	periodic    *periodicRunner // nil without PeriodicJobs
 	checkSQL    string          // checkSchemaSQL, rendered
 	allHooks    []Hook          // the client's hooks, then cfg.Hooks
+	mw          middlewares     // Use, UseKind, HandleErrors (middleware.go)
 	handlerWG   sync.WaitGroup
 	slotJobs    atomic.Int64 // claimed jobs of queues with a concurrency limit whose handlers have not returned
 

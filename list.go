@@ -229,6 +229,7 @@ func filterDigest(p ListParams) []byte {
 	w(string(p.Status))
 	w(p.Queue)
 	w(p.Kind)
+	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p.Metadata))))
 	for _, k := range slices.Sorted(maps.Keys(p.Metadata)) {
 		w(k)
 		w(p.Metadata[k])

@@ -102,6 +102,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error returns "panic: <value>", a blank line and the stack.
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack) }
 
 // ErrorHandler is told of a worker's failures, for an error tracker or a pager: one

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ func TestReadme_QuickstartRunsWithoutWarning(t *testing.T) {
 	u.Path = "/" + db
 	dbURL := u.String()
 
-	var logs bytes.Buffer
+	var logs lockedBuffer // written by exec's copying goroutine while the test reads it
 	run := exec.CommandContext(ctx, bin)
 	run.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	run.Stdout, run.Stderr = &logs, &logs
@@ -136,4 +137,22 @@ func TestReadme_QuickstartRunsWithoutWarning(t *testing.T) {
 			t.Errorf("the quickstart logged: %s", l)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -84,7 +84,16 @@ func TestReadme_QuickstartRunsWithoutWarning(t *testing.T) {
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)")
+		// A connection of its own: admin is closed by then.
+		c, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("dropping database %s: %v", db, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("dropping database %s: %v", db, err)
+		}
 	})
 	u, err := url.Parse(base)
 	require.NoError(t, err)

@@ -8,10 +8,12 @@
 //
 //	go run ./internal/listbench                 # 1,000,008 succeeded resize jobs among 1,157,904, 3 runs
 //	go run ./internal/listbench -jobs 100000 -runs 1 -limit 1000
-//	go run ./internal/listbench -load=false     # reuse the schema of an earlier run
+//	go run ./internal/listbench -keep           # keep the loaded schema afterwards
+//	go run ./internal/listbench -load=false     # reuse the schema kept by an earlier run
 //
 // DATABASE_URL names the server (default: postgres on 127.0.0.1:5432). The schema
-// (-schema, default skiplock_listbench) is dropped and recreated when -load is set.
+// (-schema, default skiplock_listbench) is dropped and recreated when -load is set, and
+// dropped at the end unless -keep is.
 package main
 
 import (
@@ -52,6 +54,7 @@ func main() {
 		limit  = flag.Int("limit", skiplock.DefaultListLimit, "jobs per page")
 	)
 	only := flag.String("only", "", "run only the listings whose name contains this")
+	keep := flag.Bool("keep", false, "keep the schema at the end (for -load=false)")
 	flag.Parse()
 	ctx := context.Background()
 	url := os.Getenv("DATABASE_URL")
@@ -64,6 +67,13 @@ func main() {
 	}
 	defer pool.Close()
 	s := pgx.Identifier{*schema}.Sanitize()
+	if !*keep {
+		defer func() {
+			if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s+` CASCADE`); err != nil {
+				log.Print(err)
+			}
+		}()
+	}
 	total := (*jobs + 18) / 19 * 22
 	if *load {
 		start := time.Now()

@@ -34,6 +34,7 @@ vet:
 	cd bench && $(GO) vet ./...
 	cd ui/browsertest && $(GO) vet ./...
 	cd otel && $(GO) vet ./...
+	cd internal/pgtest/dockerpg && $(GO) vet ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -48,9 +49,11 @@ fuzz-short:
 demo: env
 	DATABASE_URL='$(DSN)' $(GO) run ./examples/quickstart
 
-## ui: run the demo, then serve the dashboard on its data at http://$(UI_LISTEN)/ (Ctrl-C stops it).
+## ui: run the demo in the schema skiplock_demo (kept), then serve the dashboard on its data
+## at http://$(UI_LISTEN)/ (Ctrl-C stops it). `make demo` alone uses a schema of its own per run.
 UI_LISTEN ?= 127.0.0.1:8080
-ui: demo
+ui: env
+	DATABASE_URL='$(DSN)' SKIPLOCK_DEMO_SCHEMA=skiplock_demo $(GO) run ./examples/quickstart
 	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)'
 
 ## db: make sure a Postgres answers and print its connection string.

@@ -1,5 +1,5 @@
-// This file holds the operator calls on a Client — Get, List, Stats, Cancel and Requeue —
-// with the statements they run.
+// This file holds the operator calls on a Client — Get, Stats, Cancel and Requeue — with
+// the statements they run. List is in list.go, Delete in delete.go.
 
 package skiplock
 
@@ -18,22 +18,26 @@ import (
 
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
 type adminSQL struct {
-	get, cancel, requeue, stats, list, cachedStats string
-	pause, resume, paused                          string // pause.go
-	listPeriodic                                   string // periodic.go
-	workers                                        string // fleet.go
+	get, cancel, requeue, stats, cachedStats string
+	list                                     [2]string // list.go: ascending, descending
+	del, deleteMany                          string    // delete.go
+	pause, resume, paused                    string    // pause.go
+	listPeriodic                             string    // periodic.go
+	workers                                  string    // fleet.go
 }
 
 func newAdminSQL(schema string) adminSQL {
 	return adminSQL{
-		get:     renderSQL(schema, getSQL),
-		cancel:  renderSQL(schema, cancelSQL),
-		requeue: renderSQL(schema, requeueSQL),
-		stats:   renderSQL(schema, statsSQL),
-		list:    renderSQL(schema, listSQL),
-		pause:   renderSQL(schema, pauseSQL),
-		resume:  renderSQL(schema, resumeSQL),
-		paused:  renderSQL(schema, pausedQueuesSQL),
+		get:        renderSQL(schema, getSQL),
+		cancel:     renderSQL(schema, cancelSQL),
+		requeue:    renderSQL(schema, requeueSQL),
+		stats:      renderSQL(schema, statsSQL),
+		list:       [2]string{renderSQL(schema, listSQL(false)), renderSQL(schema, listSQL(true))},
+		del:        renderSQL(schema, deleteSQL),
+		deleteMany: renderSQL(schema, deleteManySQL),
+		pause:      renderSQL(schema, pauseSQL),
+		resume:     renderSQL(schema, resumeSQL),
+		paused:     renderSQL(schema, pausedQueuesSQL),
 
 		listPeriodic: renderSQL(schema, listPeriodicSQL),
 		cachedStats:  renderSQL(schema, cachedStatsSQL),
@@ -367,33 +371,4 @@ func (c *Client) CachedStats(ctx context.Context, maxAge time.Duration) ([]Queue
 		return nil, time.Time{}, c.wrapErr("cached stats", err)
 	}
 	return out, at, nil
-}
-
-// ListParams selects jobs for [Client.List]. Empty fields match everything.
-type ListParams struct {
-	Status JobStatus
-	Queue  string
-	Kind   string
-	// Limit is the most jobs returned. Defaults to 100; zero or negative means the default.
-	Limit int
-}
-
-const listSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs
-WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
-ORDER BY id LIMIT $4`
-
-// List returns jobs from the jobs table that match p, oldest first.
-func (c *Client) List(ctx context.Context, p ListParams) ([]*JobRow, error) {
-	if p.Limit <= 0 {
-		p.Limit = 100
-	}
-	rows, err := c.pool.Query(ctx, c.admin.list, nullString(string(p.Status)), nullString(p.Queue), nullString(p.Kind), p.Limit)
-	if err != nil {
-		return nil, c.wrapErr("list", err)
-	}
-	jobs, err := collectJobs(rows)
-	if err != nil {
-		return nil, c.wrapErr("list", err)
-	}
-	return jobs, nil
 }

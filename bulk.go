@@ -148,7 +148,7 @@ func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerT
 		}
 	}
 	var total int64
-	if hasUnique {
+	if hasUnique || !canCopy(db) { // database/sql has no COPY (sqltx.go)
 		n, err := c.insertManyUnique(ctx, db, jobs, callerTx)
 		if err != nil {
 			return 0, err

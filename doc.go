@@ -41,7 +41,14 @@
 // [Snooze] puts a job back for later without using an attempt. A handler panic is
 // recovered and recorded, with its stack, as a failed attempt. A job whose kind has no
 // handler is a failed attempt too, retried with backoff, so a rolling deploy heals.
-// [Client.Requeue] brings dead and failed jobs back.
+// [Client.Requeue] brings dead and failed jobs back. [Client.ListPage] pages through the
+// jobs table and the archive by a keyset cursor, with filters; [Client.Delete] and
+// [Client.DeleteMany] remove queued and finished jobs, never a running one.
+//
+// [Use] and [UseKind] wrap handlers with middleware, in order (a transaction per job, a
+// tenant context); [HandleErrors] sees every failed attempt, a panic as a [PanicError]
+// with its stack, and every handler stuck past its timeout. [Client.EnqueueSQLTx]
+// enqueues inside a database/sql transaction on pgx's stdlib driver.
 //
 // # Job control
 //

@@ -71,6 +71,7 @@ type executorConfig struct {
 	leaseInterval   time.Duration // a handler past its timeout by this much is abandoned
 	shutdownTimeout time.Duration
 	logger          *slog.Logger
+	mw              *middlewares // Use, UseKind, HandleErrors (middleware.go)
 }
 
 // executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
@@ -180,7 +181,7 @@ func (e *executor) execute(d dispatched) JobResult {
 	if !ok {
 		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
-		err, panicked = callHandler(ctx, h.run, row)
+		err, panicked = callHandler(ctx, e.cfg.mw.wrap(h.run, row.Kind), row) // middleware (middleware.go)
 	}
 	policy := e.cfg.retryPolicy
 	if h.policy != nil {
@@ -198,6 +199,7 @@ func (e *executor) abandonAfter(d dispatched, timeout time.Duration) *time.Timer
 		e.held.abandon(d.key)
 		e.cfg.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
 			"job", d.row.ID, "attempt", d.row.Attempts, "timeout", timeout)
+		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
 	})
 }
 
@@ -205,7 +207,7 @@ func (e *executor) abandonAfter(d dispatched, timeout time.Duration) *time.Timer
 func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, row *JobRow) (err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n\n%s", r, debug.Stack())
+			err = &PanicError{Value: r, Stack: debug.Stack()} // "panic: <value>\n\n<stack>"
 			panicked = true
 		}
 	}()

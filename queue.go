@@ -132,7 +132,8 @@ type Client struct {
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
-// range is an error that matches [ErrInvalidConfig] and names the field.
+// range is an error that matches [ErrInvalidConfig] and names the field. NewClient does
+// no I/O: call [Client.CheckSchema] to learn at start-up that the schema is not migrated.
 func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("skiplock: NewClient: pool is nil")

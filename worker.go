@@ -50,6 +50,7 @@ type Worker struct {
 	listener    *listener
 	executor    *executor
 	periodic    *periodicRunner // nil without PeriodicJobs
+	mw          *middlewares    // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
 	poller      *poller
 	claims      *claimLoops
 	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
@@ -96,7 +97,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		tasks = append(tasks, sw.maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: renderSQL(client.schema, checkSchemaSQL)}
+		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}}
 	w.buildExecution(declared)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
@@ -144,11 +145,12 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 		}
 	}
 	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, w.logger)
-	hooks := append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...) // the client's, then the worker's
+	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
+	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
 	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.releaseJobs, w.starter.slots, hooks, w.logger)
 	w.executor = newExecutor(executorConfig{
 		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
-		leaseInterval: w.lease.interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger,
+		leaseInterval: w.lease.interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
 	}, w.starter, w.outcomes, w.queues)
 }
 

@@ -214,3 +214,49 @@ func TestAdvance_MakesScheduledRetriedAndSnoozedJobsComeDue(t *testing.T) {
 	assert.False(t, strings.Contains(fails(t, func(tb testing.TB) { skiplocktest.Advance(tb, pool, client, time.Second) }), "skiplocktest"))
 	assert.Contains(t, fails(t, func(tb testing.TB) { skiplocktest.Advance(tb, pool, client, -time.Second) }), "only moves forward")
 }
+
+type order struct {
+	OrderID int64    `json:"order_id"`
+	To      string   `json:"to"`
+	Urgent  bool     `json:"urgent"`
+	Lines   []string `json:"lines"`
+	Address struct {
+		City string `json:"city"`
+		Zip  string `json:"zip"`
+	} `json:"address"`
+}
+
+func (order) Kind() string { return "order" }
+
+func TestRequireEnqueued_SetFieldsOnlyComparesTheFieldsSetInWant(t *testing.T) {
+	t.Parallel()
+	pool, client := setup(t)
+	stored := order{OrderID: 7, To: "ada@example.com", Urgent: true, Lines: []string{"a"}}
+	stored.Address.City, stored.Address.Zip = "Paris", "75001"
+	_, err := client.Enqueue(t.Context(), stored, nil)
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), order{OrderID: 8}, nil)
+	require.NoError(t, err)
+	set := &skiplocktest.RequireOpts{SetFieldsOnly: true}
+
+	// By default the zero fields of want count, and the failure says how to leave them out.
+	msg := fails(t, func(tb testing.TB) { skiplocktest.RequireEnqueued(tb, pool, client, order{OrderID: 7}, nil) })
+	assert.Contains(t, msg, "SetFieldsOnly: true")
+	msg = fails(t, func(tb testing.TB) { skiplocktest.RequireEnqueued(tb, pool, client, order{OrderID: 9}, nil) })
+	assert.NotEmpty(t, msg)
+	assert.NotContains(t, msg, "SetFieldsOnly", "no hint when no job matches the set fields either")
+
+	job := skiplocktest.RequireEnqueued(t, pool, client, order{OrderID: 7}, set)
+	assert.Equal(t, "ada@example.com", job.Args.To)
+	var nested order
+	nested.Address.City = "Paris"
+	skiplocktest.RequireEnqueued(t, pool, client, nested, &skiplocktest.RequireOpts{SetFieldsOnly: true, Count: 1})
+	skiplocktest.RequireEnqueued(t, pool, client, order{Urgent: true, Lines: []string{"a"}}, set)
+	// A set field that differs still fails; all-zero want matches every job of the kind.
+	skiplocktest.RequireNotEnqueued(t, pool, client, order{OrderID: 7, To: "bob@example.com"}, set)
+	nested.Address.City = "Lyon"
+	skiplocktest.RequireNotEnqueued(t, pool, client, nested, set)
+	skiplocktest.RequireEnqueued(t, pool, client, order{}, &skiplocktest.RequireOpts{SetFieldsOnly: true, Count: 2})
+	// Without it, order 8 (all its other fields zero) matches only a want equal to it.
+	skiplocktest.RequireEnqueued(t, pool, client, order{OrderID: 8}, &skiplocktest.RequireOpts{Count: 1})
+}

@@ -127,7 +127,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	name, rest := rest[0], rest[1:]
 	if name == "migrate" {
 		if len(rest) == 0 {
-			return usagef("migrate", "migrate needs a subcommand: up, down or status")
+			return usagef("migrate", "migrate needs a subcommand: up, down, status or sql")
 		}
 		switch rest[0] {
 		case "-h", "-help", "--help":
@@ -139,7 +139,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	cmd := findCommand(name)
 	if cmd == nil {
 		if sub, ok := strings.CutPrefix(name, "migrate "); ok {
-			return usagef("migrate", "migrate: unknown subcommand %q: use up, down or status", sub)
+			return usagef("migrate", "migrate: unknown subcommand %q: use up, down, status or sql", sub)
 		}
 		return usagef("", "unknown command %q", name)
 	}

@@ -227,7 +227,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unexpected argument", []string{"stats", "now"}, `stats: unexpected argument "now"`},
 		{"bad timeout", []string{"--timeout", "soon", "stats"}, `invalid value "soon" for flag -timeout`},
 		{"zero timeout", []string{"--timeout", "0s", "stats"}, "--timeout must be positive"},
-		{"migrate without subcommand", []string{"migrate"}, "migrate needs a subcommand: up, down or status"},
+		{"migrate without subcommand", []string{"migrate"}, "migrate needs a subcommand: up, down, status or sql"},
 		{"migrate unknown subcommand", []string{"migrate", "sideways"}, `migrate: unknown subcommand "sideways"`},
 		{"migrate up negative target", []string{"migrate", "up", "--target", "-1"}, "--target must be 0 (latest) or a version"},
 		{"migrate down to 0 without --yes", []string{"migrate", "down"}, "drops skiplock's tables and every job in them: pass --yes"},

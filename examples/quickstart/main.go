@@ -5,17 +5,23 @@
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres go run ./examples/quickstart
 //
-// It works in its own schema, skiplock_demo, which it resets on every run.
+// It works in a schema of its own per run (skiplock_demo_ and 8 random hex digits),
+// dropped when it ends, so demos running at once on one database never meet. With
+// SKIPLOCK_DEMO_SCHEMA set it uses that schema instead, resets it first and keeps it
+// afterwards (make ui does so, to show the demo's jobs in the dashboard).
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -28,7 +34,8 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-const schema = "skiplock_demo"
+// schema is this run's schema (see the package comment).
+var schema string
 
 // SendConfirmation is the job: email the customer that their order is confirmed.
 type SendConfirmation struct {
@@ -78,7 +85,25 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("cannot reach Postgres at %s: %w (run `make db`, or set DATABASE_URL)", redact(url), err)
 	}
 
-	step("1. migrate", "schema %s (reset for this demo)", schema)
+	keep := os.Getenv("SKIPLOCK_DEMO_SCHEMA") != ""
+	if keep {
+		// The demo writes the name into its own SQL: only a plain lower-case name will do.
+		schema = os.Getenv("SKIPLOCK_DEMO_SCHEMA")
+		if !regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`).MatchString(schema) {
+			return fmt.Errorf("SKIPLOCK_DEMO_SCHEMA %q: use [a-z_][a-z0-9_], 1-48 characters", schema)
+		}
+	} else {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		schema = "skiplock_demo_" + hex.EncodeToString(b[:])
+		defer func() {
+			// Dropped even after an interrupt: ctx is done by then.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_, _ = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+		}()
+	}
+	step("1. migrate", "schema %s (this run's own; dropped at the end unless SKIPLOCK_DEMO_SCHEMA named it)", schema)
 	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
 		return err
 	}

@@ -9,15 +9,18 @@
 //     "test" if it exists, else "postgres". The probe gives up after about 2 seconds.
 //  3. A throwaway cluster started with [StartCluster] in a fresh directory under
 //     [os.TempDir], using initdb and pg_ctl found by [FindBin].
-//  4. A container from testcontainers-go's Postgres module, only when a Docker engine answers
-//     within about 2 seconds.
+//  4. A container from testcontainers-go's Postgres module, only when a Docker socket is
+//     there (DOCKER_HOST, /var/run/docker.sock, the rootless sockets) and the engine answers
+//     within about 2 seconds. It is started by dockerpg, a program in a nested module of
+//     its own (internal/pgtest/dockerpg, run with `go run`), so that testcontainers-go and
+//     the Docker client stay out of skiplock's go.mod and out of its users' go.sum.
 //
 // When all of them fail, the calling test fails with each reason and what to install or start.
 //
 // The throwaway cluster of step 3 and the container of step 4 live for the whole test process.
 // A small watchdog process, started next to the throwaway cluster, stops it and removes its
 // directory when the test process exits (however it exits, since it notices the closing of a
-// pipe); testcontainers' reaper removes the container the same way.
+// pipe); dockerpg removes the container the same way (and testcontainers' reaper after it).
 //
 // [Pool] and [Schema] build on [URL]. Every test takes its own schema, so tests run with
 // t.Parallel. [Cluster] is a throwaway cluster owned by its caller, which can restart and stop

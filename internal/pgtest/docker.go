@@ -1,83 +1,121 @@
 package pgtest
 
 import (
-	"context"
+	"bufio"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/moby/moby/client"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
 const (
-	// containerImage is the server image of step 4 of URL.
-	containerImage = "postgres:16-alpine"
-	// dockerProbeTimeout bounds asking whether a Docker engine answers.
-	dockerProbeTimeout = 2 * time.Second
-	// containerTimeout bounds pulling the image and starting the container.
-	containerTimeout = 5 * time.Minute
+	// containerTimeout bounds building dockerpg, pulling the image and starting the
+	// container.
+	containerTimeout = 6 * time.Minute
 )
 
-// startContainer starts a Postgres container for the rest of the test process (testcontainers'
-// reaper removes it after the process exits) and returns its URL. It fails fast, without
-// touching the container machinery, when no Docker engine answers.
+// startContainer starts a Postgres container for the rest of the test process and returns
+// its URL. The container is started by dockerpg, a program in a module of its own beside
+// this file (so that testcontainers-go stays out of skiplock's go.mod), run with `go run`
+// and left running with a pipe on its stdin that only this process holds: when this
+// process exits, however it exits, the pipe closes and dockerpg removes the container.
+// It fails fast, without building anything, when no Docker engine can be reached.
 func startContainer(tb testing.TB) (string, error) {
 	tb.Helper()
-	if err := dockerAnswers(context.Background()); err != nil {
-		return "", fmt.Errorf("no Docker engine answered (%v): start Docker, or set DOCKER_HOST", err)
+	if err := dockerReachable(); err != nil {
+		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	ctr, err := tcpostgres.Run(ctx, containerImage,
-		tcpostgres.WithDatabase("test"),
-		tcpostgres.WithUsername("postgres"),
-		tcpostgres.WithPassword("postgres"),
-		testcontainers.WithCmdArgs("-c", fmt.Sprintf("max_connections=%d", defaultMaxConnections)),
-		tcpostgres.BasicWaitStrategies(),
-	)
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot find pgtest's source directory")
+	}
+	dir := filepath.Join(filepath.Dir(file), "dockerpg")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("cannot find the dockerpg module: %w", err)
+	}
+	stdinR, stdinW, err := os.Pipe() // both ends close-on-exec: only dockerpg inherits stdinR
 	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr) // accepts nil
-		return "", fmt.Errorf("cannot start a %s container: %w", containerImage, err)
+		return "", err
 	}
-	url, err := ctr.ConnectionString(ctx, "sslmode=disable")
+	defer stdinR.Close()
+	outR, outW, err := os.Pipe()
 	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr)
-		return "", fmt.Errorf("cannot get the address of the %s container: %w", containerImage, err)
+		stdinW.Close()
+		return "", err
 	}
-	tb.Logf("pgtest: started a %s container (removed after the test process exits)", containerImage)
-	return url, nil
+	defer outR.Close()
+	// stderr goes to a file, not a Go writer: a writer would need a copying goroutine
+	// that lives as long as dockerpg.
+	errFile, err := os.CreateTemp("", "pgtest-dockerpg-*.log")
+	if err != nil {
+		stdinW.Close()
+		outW.Close()
+		return "", err
+	}
+	defer os.Remove(errFile.Name())
+	defer errFile.Close()
+	cmd := exec.Command("go", "run", ".", strconv.Itoa(defaultMaxConnections))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdin, cmd.Stdout = stdinR, outW
+	cmd.Stderr = errFile
+	if err := cmd.Start(); err != nil {
+		outW.Close()
+		stdinW.Close()
+		return "", fmt.Errorf("cannot run dockerpg (go run): %w", err)
+	}
+	outW.Close()
+	// dockerpg outlives this call by design, so nobody waits for it; its stdin's write end
+	// is kept for the life of the process.
+	_ = cmd.Process.Release()
+	watchdogPipes.Lock()
+	watchdogPipes.w = append(watchdogPipes.w, stdinW)
+	watchdogPipes.Unlock()
+
+	_ = outR.SetReadDeadline(time.Now().Add(containerTimeout))
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	line = strings.TrimSpace(line)
+	switch {
+	case strings.HasPrefix(line, "URL "):
+		tb.Logf("pgtest: started a postgres container with dockerpg (removed when the test process exits)")
+		return strings.TrimPrefix(line, "URL "), nil
+	case strings.HasPrefix(line, "ERROR "):
+		return "", errors.New(strings.TrimPrefix(line, "ERROR "))
+	default:
+		msg, _ := os.ReadFile(errFile.Name())
+		return "", fmt.Errorf("dockerpg gave no URL (%v): %s", err, strings.TrimSpace(string(msg[:min(len(msg), 4096)])))
+	}
 }
 
-// dockerAnswers pings the Docker engine testcontainers would use, giving up after
-// dockerProbeTimeout. The client runs in a goroutine so that neither a panic nor a call that
-// ignores its context can stall the tests; such a goroutine is left to finish on its own
-// (its result channel is buffered).
-func dockerAnswers(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, dockerProbeTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Errorf("the Docker client panicked: %v", r)
-			}
-		}()
-		cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer cli.Close()
-		_, err = cli.Ping(ctx, client.PingOptions{})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(dockerProbeTimeout + time.Second):
-		return errors.New("no answer within " + (dockerProbeTimeout + time.Second).String())
+// dockerReachable says whether a Docker engine may answer: DOCKER_HOST is set, or one of
+// the usual sockets exists. dockerpg asks the engine itself; this only spares building it
+// on machines without Docker.
+func dockerReachable() error {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return nil
 	}
+	socks := []string{"/var/run/docker.sock"}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		socks = append(socks, filepath.Join(d, "docker.sock"))
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		socks = append(socks, filepath.Join(h, ".docker", "run", "docker.sock"))
+	}
+	return anySocket(socks)
+}
+
+// anySocket returns nil when one of socks exists, else an error naming them all.
+func anySocket(socks []string) error {
+	for _, s := range socks {
+		if _, err := os.Stat(s); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("no Docker engine: DOCKER_HOST is unset and there is no socket at %s: start Docker, or set DOCKER_HOST", strings.Join(socks, ", "))
 }

@@ -1,0 +1,202 @@
+package main
+
+// This file holds `skiplock migrate sql`: skiplock's migrations as plain SQL files for a
+// migration tool of the user's (goose, golang-migrate, atlas), with the schema written
+// into every statement.
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/migrations"
+)
+
+// SQL formats of migrate sql.
+const (
+	formatPlain         = "plain"
+	formatGolangMigrate = "golang-migrate"
+	formatGoose         = "goose"
+	formatAtlas         = "atlas"
+)
+
+var sqlFormats = []string{formatPlain, formatGolangMigrate, formatGoose, formatAtlas}
+
+// schemaNameRE is what skiplock accepts as a schema name (skiplock.ErrInvalidSchema).
+var schemaNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+// sqlMigration is one migration with the schema written in.
+type sqlMigration struct {
+	version  int
+	name     string
+	up, down string
+}
+
+// qualifyRules put the schema before the object each kind of statement in the migration
+// files names. The files are written for search_path (Migrate sets it); these rules cover
+// every statement form they use, and renderMigrations refuses a statement no rule covers,
+// so a new form in a new migration fails the tests rather than printing SQL that would
+// land in the wrong schema. Index names are not qualified in CREATE INDEX (Postgres puts
+// an index in its table's schema) but are in DROP INDEX.
+var qualifyRules = []*regexp.Regexp{
+	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?[a-z_][a-z0-9_]*\s+ON\s+(?:ONLY\s+)?)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*DROP\s+(?:TABLE|INDEX)\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*INSERT\s+INTO\s+)([a-z_][a-z0-9_]*)\b`),
+}
+
+// statementStartRE finds lines that begin a statement a rule must have covered.
+var statementStartRE = regexp.MustCompile(`(?im)^[ \t]*(CREATE|ALTER|DROP|INSERT|UPDATE|DELETE|COMMENT|GRANT|REVOKE|DO|SELECT|WITH|TRUNCATE|SET|RESET|COPY|CALL|REFRESH|CLUSTER|VACUUM|ANALYZE|REINDEX|LOCK)\b`)
+
+// qualify writes ident (a sanitized schema) before the object of every statement of sql.
+func qualify(sql, ident, file string) (string, error) {
+	out := sql
+	for _, re := range qualifyRules {
+		var b strings.Builder
+		last := 0
+		for _, m := range re.FindAllStringSubmatchIndex(out, -1) {
+			b.WriteString(out[last:m[3]])
+			b.WriteString(ident + "." + out[m[4]:m[5]])
+			last = m[5]
+		}
+		b.WriteString(out[last:])
+		out = b.String()
+	}
+	// Every statement start must now name the schema on its line.
+	for _, m := range statementStartRE.FindAllStringIndex(out, -1) {
+		end := strings.IndexByte(out[m[0]:], '\n')
+		if end < 0 {
+			end = len(out) - m[0]
+		}
+		line := out[m[0] : m[0]+end]
+		if !strings.Contains(line, ident+".") {
+			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX and INSERT INTO", file, strings.TrimSpace(line))
+		}
+	}
+	return out, nil
+}
+
+// renderMigrations returns every embedded migration, ascending, with schema written in,
+// and the bookkeeping skiplock.Migrate keeps (schema_migrations), so that skiplock sees
+// the versions applied: Migrate then finds nothing to do, and workers and CheckSchema
+// accept the schema.
+func renderMigrations(schema string) ([]sqlMigration, error) {
+	if !schemaNameRE.MatchString(schema) {
+		return nil, fmt.Errorf("schema name %q is invalid: use [a-z_][a-z0-9_], 1-48 characters", schema)
+	}
+	ident := pgx.Identifier{schema}.Sanitize()
+	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
+	ups, err := fs.Glob(migrations.FS, "*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []sqlMigration
+	for _, upName := range ups {
+		num, rest, _ := strings.Cut(upName, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("migration file %s: no version", upName)
+		}
+		name := strings.TrimSuffix(rest, ".up.sql")
+		downName := strings.TrimSuffix(upName, ".up.sql") + ".down.sql"
+		m := sqlMigration{version: v, name: name}
+		for _, f := range []struct {
+			file string
+			dst  *string
+		}{{upName, &m.up}, {downName, &m.down}} {
+			b, err := fs.ReadFile(migrations.FS, f.file)
+			if err != nil {
+				return nil, err
+			}
+			if *f.dst, err = qualify(string(b), ident, f.file); err != nil {
+				return nil, err
+			}
+		}
+		// The name is a file name of ours ([a-z0-9_]): safe inside quotes.
+		m.up = strings.TrimRight(m.up, "\n") + fmt.Sprintf("\n\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", table, v, name)
+		m.down = strings.TrimRight(m.down, "\n") + fmt.Sprintf("\n\nDELETE FROM %s WHERE version = %d;\n", table, v)
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b sqlMigration) int { return a.version - b.version })
+	if len(out) > 0 {
+		// As Migrate does before the first migration: the schema and its bookkeeping table.
+		out[0].up = fmt.Sprintf(`-- The schema and the table where skiplock records its applied migrations.
+CREATE SCHEMA IF NOT EXISTS %s;
+CREATE TABLE IF NOT EXISTS %s (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+`, ident, table) + out[0].up
+	}
+	return out, nil
+}
+
+// sqlFile is one file migrate sql writes.
+type sqlFile struct{ name, body string }
+
+// migrationFiles lays the migrations out as format expects.
+func migrationFiles(ms []sqlMigration, format, schema string) []sqlFile {
+	header := func(m sqlMigration, dir string) string {
+		return fmt.Sprintf("-- skiplock migration %d (%s), %s, for schema %q.\n"+
+			"-- Generated by `skiplock migrate sql`; do not edit: regenerate with a newer skiplock.\n"+
+			"-- Every object is qualified with the schema here; comments below that speak of the\n"+
+			"-- search_path describe skiplock.Migrate, which runs the same files unqualified.\n\n", m.version, m.name, dir, schema)
+	}
+	var files []sqlFile
+	for _, m := range ms {
+		base := fmt.Sprintf("%03d_skiplock_%s", m.version, m.name)
+		switch format {
+		case formatGolangMigrate:
+			files = append(files, sqlFile{base + ".up.sql", header(m, "up") + m.up}, sqlFile{base + ".down.sql", header(m, "down") + m.down})
+		case formatGoose:
+			files = append(files, sqlFile{base + ".sql", header(m, "up and down") + "-- +goose Up\n" + m.up + "\n-- +goose Down\n" + m.down})
+		case formatAtlas:
+			files = append(files, sqlFile{base + ".sql", header(m, "up") + m.up})
+		default: // plain
+			files = append(files, sqlFile{base + ".up.sql", header(m, "up") + m.up})
+		}
+	}
+	return files
+}
+
+// cmdMigrateSQL prints (or writes to --out) skiplock's migrations as plain SQL.
+func cmdMigrateSQL(_ context.Context, a *app, o *options) error {
+	ms, err := renderMigrations(a.schema)
+	if err != nil {
+		return usagef("migrate sql", "migrate sql: %v", err)
+	}
+	files := migrationFiles(ms, o.sqlFormat, a.schema)
+	if o.out == "" {
+		for _, f := range files {
+			if _, err := fmt.Fprintf(a.stdout, "-- file: %s\n%s\n", f.name, f.body); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("migrate sql: %w", err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(o.out, f.name), []byte(f.body), 0o644); err != nil {
+			return fmt.Errorf("migrate sql: %w", err)
+		}
+	}
+	note := ""
+	if o.sqlFormat == formatAtlas {
+		note = "; run `atlas migrate hash` in it to update atlas.sum"
+	}
+	_, err = fmt.Fprintf(a.stdout, "wrote %d files for %s, schema %q, to %s%s\n", len(files), o.sqlFormat, a.schema, o.out, note)
+	return err
+}

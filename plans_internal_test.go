@@ -65,6 +65,8 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
 		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
+		{name: "failure", sql: failureSQL, args: []any{ids, fences, "w", `{}`}},
+		{name: "release", sql: releaseSQL, args: []any{ids, fences, "w"}},
 	}
 	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
 		for _, skip := range []bool{false, true} {
@@ -86,6 +88,9 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		}
 		require.NoError(t, rows.Err(), c.name)
 		text := c.name + ":\n" + strings.Join(plan, "\n")
+		if testing.Verbose() {
+			t.Log(text)
+		}
 		assert.NotContains(t, text, "Nested Loop Semi Join", text)
 		if !c.seqScan {
 			assert.NotContains(t, text, "Seq Scan on jobs ", text)

@@ -34,8 +34,9 @@ const (
 
 // completeSQL returns the statement that records successes in mode, matching the claimed
 // attempts (fenceSQL). With report, it also writes what the handlers reported: $4 holds
-// each job's output and $5 its latest progress (NULL where none), at its pair's place,
-// joined in with the pairs. Batches where no handler reported anything use the plain statement.
+// each job's output and $5 its latest progress (NULL where none), at its pair's place
+// (pairOutput, pairProgress). Batches where no handler reported anything use the plain
+// statement.
 //
 // With skipLocked, it passes over the rows another transaction has locked, instead of
 // waiting for it, and returns the ids it recorded (the completer writes the others with
@@ -50,26 +51,22 @@ const (
 // then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
 // nested-loop semi join over the whole table when its statistics said it was empty).
 func completeSQL(mode Completion, report, skipLocked bool) string {
-	pairs := fencePairs
-	output, progress := `output`, `progress`
-	if report {
-		pairs = `unnest($1::bigint[], $2::bigint[], $4::text[], $5::text[]) AS f (f_id, f_fence, f_output, f_progress)`
-		output = `f_output::jsonb`
-		progress = `coalesce(f_progress::jsonb, progress)`
-	}
 	where := fenceSQL
 	returning := ``
 	if skipLocked {
-		// The locked rows are matched to their pairs again outside: of two attempts of one
-		// job, only the pair with the row's token may record it.
-		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs, ` + fencePairs + ` WHERE ` + fenceSQL + `
-	FOR UPDATE OF jobs SKIP LOCKED)) AND ` + fenceSQL
+		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
+	FOR UPDATE SKIP LOCKED))`
 		returning = `
 RETURNING id`
 	}
+	output, progress := `output`, `progress`
+	if report {
+		output = pairOutput
+		progress = `coalesce(` + pairProgress + `, progress)`
+	}
 	switch mode {
 	case CompletionDelete:
-		return `DELETE FROM {s}.jobs USING ` + pairs + ` WHERE ` + where + returning
+		return `DELETE FROM {s}.jobs WHERE ` + where + returning
 	case CompletionKeep:
 		set := ``
 		if report {
@@ -77,13 +74,11 @@ RETURNING id`
 		}
 		return `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL,
 	lease_until = NULL` + set + `
-FROM ` + pairs + `
 WHERE ` + where + returning
 	default:
-		// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT
-		// (with the pairs' columns, which carry the outputs and progress).
+		// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
 		return `WITH done AS (
-	DELETE FROM {s}.jobs USING ` + pairs + ` WHERE ` + where + `
+	DELETE FROM {s}.jobs WHERE ` + where + `
 	RETURNING *
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,

@@ -159,10 +159,9 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 //     success statement finds them (by id = ANY($1), matched to their pairs), and a stale
 //     worker's failure changes nothing. The per-attempt values are looked up in $4 by the
 //     row's own id and token, so of two attempts of one job in a batch, the one the row
-//     still belongs to gives its verdict. They are not unnested beside the pairs: before
-//     id = ANY($1) was kept beside the join, a join with the unnested values let the
-//     planner, on a table without statistics, scan the table once per job (seconds for a
-//     batch of 200).
+//     still belongs to gives its verdict. They are not joined: a join with the unnested
+//     arrays let the planner, on a table without statistics, scan the table once per job
+//     (seconds for a batch of 200).
 //   - RETURNING says, per attempt, what was recorded; an attempt missing from it was
 //     stale.
 const failureSQL = `UPDATE {s}.jobs SET
@@ -180,7 +179,6 @@ const failureSQL = `UPDATE {s}.jobs SET
 		THEN NULL ELSE locked_by END,
 	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
 	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + appendHistory + `left(` + fMsg + `, 2048))) END
-FROM ` + fencePairs + `
 WHERE ` + fenceSQL + `
 RETURNING id, fence, status, run_at`
 

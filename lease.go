@@ -302,7 +302,7 @@ const heartbeatSQL = `WITH lockable AS (
 	WHERE id = ANY (ARRAY(SELECT id FROM lockable))
 	RETURNING id
 )
-SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + fenceSQL + ``
+SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + fenceSQL
 
 // errLeaseExpiring is the cancel cause of a job whose lease this worker could not renew in
 // time (its database connection is down or hanging): another worker may soon hold it.

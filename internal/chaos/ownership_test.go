@@ -11,8 +11,8 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -28,14 +28,17 @@ func runChaos(t *testing.T, timeout time.Duration, opts chaos.Options) chaos.Rep
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	opts.Dir = t.TempDir()
+	// A short directory: these tests' names would make the cluster's socket path too long
+	// under t.TempDir().
+	dir, err := os.MkdirTemp("", "chaos-own-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	opts.Dir = dir
 	keepLogsOnFailure(t, opts.Dir)
-	for _, d := range []string{opts.Dir, filepath.Dir(opts.Dir)} {
-		require.NoError(t, os.Chmod(d, 0o755))
-	}
+	require.NoError(t, os.Chmod(dir, 0o755))
 	rep, err := chaos.Run(ctx, opts, &testWriter{t: t})
-	if err != nil {
-		t.Logf("run: %v", err) // a broken promise is asserted below, figure by figure
+	if !errors.Is(err, chaos.ErrPromiseBroken) {
+		require.NoError(t, err, "the run could not be carried out")
 	}
 	return rep
 }

@@ -114,8 +114,9 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 
 	// setup starts a worker with two slots per job whose handler, for attempt 1, waits
 	// for release1 whatever its context says, and for attempt 2 waits for release2 or its
-	// context; it enqueues n jobs and returns them once each runs attempt 2.
-	setup := func(t *testing.T, n int, visibility, flush time.Duration) (b *bundle, log attemptLog, ids []int64, release1, release2 chan struct{}) {
+	// context; released, each returns nil, or with fail an error naming its attempt. It
+	// enqueues n jobs of maxAttempts and returns them once each runs attempt 2.
+	setup := func(t *testing.T, n int, visibility, flush time.Duration, fail bool, maxAttempts int) (b *bundle, log attemptLog, ids []int64, release1, release2 chan struct{}) {
 		b = setup(t)
 		log = newAttemptLog(t, b)
 		release1, release2 = make(chan struct{}), make(chan struct{})
@@ -129,13 +130,19 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 				return err
 			}
 			started <- job.Attempts
+			end := func() error {
+				if err := log.note(job.ID, job.Attempts, "w", "end"); err != nil || !fail {
+					return err
+				}
+				return fmt.Errorf("attempt %d failed", job.Attempts)
+			}
 			if job.Attempts == 1 {
 				<-release1
-				return log.note(job.ID, job.Attempts, "w", "end")
+				return end()
 			}
 			select {
 			case <-release2:
-				return log.note(job.ID, job.Attempts, "w", "end")
+				return end()
 			case <-ctx.Done():
 				_ = log.note(job.ID, job.Attempts, "w", fmt.Sprintf("cancelled: %v", context.Cause(ctx)))
 				return ctx.Err()
@@ -154,7 +161,7 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 			}
 		})
 		for range n {
-			job, err := b.client.Enqueue(b.ctx, twinArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
+			job, err := b.client.Enqueue(b.ctx, twinArgs{}, &skiplock.EnqueueOptions{MaxAttempts: maxAttempts})
 			require.NoError(t, err)
 			ids = append(ids, job.ID)
 		}
@@ -186,7 +193,7 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 		// Heartbeats every 500 ms. In each, the two pairs come in map order; with a token
 		// looked up by the id's place, every heartbeat that listed attempt 1 first failed
 		// to find attempt 2 and cancelled it as lost.
-		b, log, ids, release1, release2 := setup(t, 1, 1500*time.Millisecond, 0)
+		b, log, ids, release1, release2 := setup(t, 1, 1500*time.Millisecond, 0, false, 5)
 		id := ids[0]
 		var last time.Time
 		renewals := 0
@@ -227,7 +234,7 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 		// compared attempt 1's token only, matched nothing, and attempt 2's success was
 		// dropped. Eight jobs make that all but certain.
 		const n = 8
-		b, log, ids, release1, release2 := setup(t, n, time.Minute, 500*time.Millisecond)
+		b, log, ids, release1, release2 := setup(t, n, time.Minute, 500*time.Millisecond, false, 5)
 		close(release1)
 		for _, id := range ids {
 			eventually(t, 10*time.Second, func() bool { return log.has(t, id, 1, "end") }, "attempt 1 of job %d ended", id)
@@ -241,6 +248,32 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 2, j.Attempts)
 			assert.Equal(t, "w", j.LockedBy)
+		}
+	})
+
+	t.Run("ABatchWithBothFailuresRecordsTheLiveOnesVerdict", func(t *testing.T) {
+		t.Parallel()
+		// Both attempts of each job fail at once, so that failure batches hold both (a
+		// failure waits for others while one is being written). Keyed by id alone, the
+		// batch's per-job values kept one of the two, and the row could be given attempt
+		// 1's message, or its result read back as attempt 1's. Attempt 2 is the last: the
+		// job ends dead with attempt 2's error.
+		const n = 8
+		b, log, ids, release1, release2 := setup(t, n, time.Minute, 50*time.Millisecond, true, 2)
+		close(release1)
+		close(release2)
+		eventually(t, 15*time.Second, func() bool {
+			return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = ANY($1) AND status = 'dead'`, ids) == n
+		}, "every job dead after attempt 2's failure")
+		for _, id := range ids {
+			j, err := b.client.Get(b.ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, 2, j.Attempts)
+			assert.Equal(t, "attempt 2 failed", j.LastError, "events: %v", log.events(t, id))
+			require.NotEmpty(t, j.Errors)
+			last := j.Errors[len(j.Errors)-1]
+			assert.Equal(t, 2, last.Attempt)
+			assert.Equal(t, "attempt 2 failed", last.Error)
 		}
 	})
 }

@@ -70,7 +70,8 @@ bench: env
 bench-quick: env
 	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick -autovacuum off,on -systems skiplock,river,bare -workloads $(BENCH_QUICK_WORKLOADS)
 
-## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends).
+## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends, rolling
+## deploy, black hole, CPU starvation), then the recovery run (24 kill -9s at default leases).
 chaos:
 	$(GO) run ./internal/chaos/cmd/chaos
 

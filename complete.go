@@ -34,8 +34,9 @@ const (
 
 // completeSQL returns the statement that records successes in mode, matching the claimed
 // attempts (fenceSQL). With report, it also writes what the handlers reported: $4 holds
-// each job's output and $5 its latest progress (NULL where none), found by the job's place
-// in $1 like its fence. Batches where no handler reported anything use the plain statement.
+// each job's output and $5 its latest progress (NULL where none), at its pair's place
+// (pairOutput, pairProgress). Batches where no handler reported anything use the plain
+// statement.
 //
 // With skipLocked, it passes over the rows another transaction has locked, instead of
 // waiting for it, and returns the ids it recorded (the completer writes the others with
@@ -60,8 +61,8 @@ RETURNING id`
 	}
 	output, progress := `output`, `progress`
 	if report {
-		output = `(($4::text[])[array_position($1::bigint[], id)])::jsonb`
-		progress = `coalesce((($5::text[])[array_position($1::bigint[], id)])::jsonb, progress)`
+		output = pairOutput
+		progress = `coalesce(` + pairProgress + `, progress)`
 	}
 	switch mode {
 	case CompletionDelete:

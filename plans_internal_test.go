@@ -65,6 +65,8 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
 		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, enqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
+		{name: "failure", sql: failureSQL, args: []any{ids, fences, "w", `{}`}},
+		{name: "release", sql: releaseSQL, args: []any{ids, fences, "w"}},
 	}
 	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
 		for _, skip := range []bool{false, true} {
@@ -96,6 +98,50 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 				require.Less(t, i+1, len(plan), text)
 				assert.Contains(t, plan[i+1], "Index Cond", text)
 			}
+		}
+	}
+}
+
+// The fenced statements match their (id, fence) pairs with a hashed subplan, read once per
+// statement, in custom and in generic plans alike. As a join with unnest($1, $2), a
+// generic plan (pgx prepares its statements, and Postgres switches to a generic plan
+// after five runs) chose a nested loop that read every pair for every row: 35–55 ms for a
+// batch of 500 against 2–8 ms.
+func TestPlans_FencedStatementsProbeTheirPairsInAHashInGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, schema := claimSetup(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	ids, fences := []int64{5, 5, 19000}, []int64{1, 2, 1}
+	progress := []*string{nil, nil, nil}
+	cases := map[string]struct {
+		sql  string
+		args []any
+	}{
+		"heartbeat": {heartbeatSQL, []any{ids, fences, "w", time.Minute, progress}},
+		"failure":   {failureSQL, []any{ids, fences, "w", `{}`}},
+		"release":   {releaseSQL, []any{ids, fences, "w"}},
+		"success":   {completeSQL(CompletionArchive, true, false), []any{ids, fences, "w", progress, progress}},
+		"skipping":  {completeSQL(CompletionKeep, true, true), []any{ids, fences, "w", progress, progress}},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)
+		require.NoError(t, err)
+		for name, c := range cases {
+			rows, err := conn.Query(ctx, "EXPLAIN "+renderSQL(schema, c.sql), c.args...)
+			require.NoError(t, err, name)
+			var plan []string
+			for rows.Next() {
+				var line string
+				require.NoError(t, rows.Scan(&line))
+				plan = append(plan, line)
+			}
+			require.NoError(t, rows.Err(), name)
+			text := name + " (" + mode + "):\n" + strings.Join(plan, "\n")
+			assert.Contains(t, text, "hashed SubPlan", text)
+			assert.NotContains(t, text, "Nested Loop", text)
 		}
 	}
 }

@@ -141,7 +141,7 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 
 // failureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
 // ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each
-// id, [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
+// attempt, keyed "id:fence", [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
 // 'cancelled' or 'snooze'. In SET, columns are the row as claimed (attempts is the
 // attempt that failed).
 //
@@ -156,11 +156,14 @@ const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' 
 //   - Every verdict ends the lease (lease_until NULL).
 //   - Every verdict but snooze appends {attempt, at, error} to the error history.
 //   - The fence (fenceSQL) is the whole WHERE, so the rows are found exactly as the
-//     success statement finds them (by id = ANY($1)), and a stale worker's failure
-//     changes nothing. The per-job values are looked up by id in $4 rather than joined:
-//     a join with the unnested arrays let the planner, on a table without statistics,
-//     scan the table once per job (seconds for a batch of 200).
-//   - RETURNING says, per job, what was recorded; a job missing from it was stale.
+//     success statement finds them (by id = ANY($1), matched to their pairs), and a stale
+//     worker's failure changes nothing. The per-attempt values are looked up in $4 by the
+//     row's own id and token, so of two attempts of one job in a batch, the one the row
+//     still belongs to gives its verdict. They are not joined: a join with the unnested
+//     arrays let the planner, on a table without statistics, scan the table once per job
+//     (seconds for a batch of 200).
+//   - RETURNING says, per attempt, what was recorded; an attempt missing from it was
+//     stale.
 const failureSQL = `UPDATE {s}.jobs SET
 	status = CASE
 		WHEN ` + fVerdict + ` = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
@@ -177,13 +180,13 @@ const failureSQL = `UPDATE {s}.jobs SET
 	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
 	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + appendHistory + `left(` + fMsg + `, 2048))) END
 WHERE ` + fenceSQL + `
-RETURNING id, status, run_at`
+RETURNING id, fence, status, run_at`
 
-// The per-job values of failureSQL, looked up in $4 by the row's id.
+// The per-attempt values of failureSQL, looked up in $4 by the row's id and token.
 const (
-	fVerdict = `($4::jsonb -> id::text ->> 0)`
-	fDelay   = `($4::jsonb -> id::text ->> 1)::bigint`
-	fMsg     = `($4::jsonb -> id::text ->> 2)`
+	fVerdict = `($4::jsonb -> (id || ':' || fence) ->> 0)`
+	fDelay   = `($4::jsonb -> (id || ':' || fence) ->> 1)::bigint`
+	fMsg     = `($4::jsonb -> (id || ':' || fence) ->> 2)`
 )
 
 // The verdicts failureSQL knows.
@@ -351,7 +354,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	values := make(map[string][3]any, n)
 	for i, a := range batch {
 		ids[i], fences[i] = a.key.id, a.key.fence
-		values[strconv.FormatInt(a.key.id, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
+		values[strconv.FormatInt(a.key.id, 10)+":"+strconv.FormatInt(a.key.fence, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
 	}
 	perJob, err := json.Marshal(values)
 	if err != nil {
@@ -363,7 +366,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 		status string
 		runAt  time.Time
 	}
-	var got map[int64]recorded
+	var got map[jobKey]recorded
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
 	err = retryDB(ctx, func() error {
@@ -373,11 +376,11 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 			if err != nil {
 				return err
 			}
-			got = make(map[int64]recorded, n)
-			var id int64
+			got = make(map[jobKey]recorded, n)
+			var k jobKey
 			var r recorded
-			_, err = pgx.ForEachRow(rows, []any{&id, &r.status, &r.runAt}, func() error {
-				got[id] = r
+			_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence, &r.status, &r.runAt}, func() error {
+				got[k] = r
 				return nil
 			})
 			return err
@@ -387,7 +390,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 		return err
 	}
 	for _, a := range batch {
-		r, ok := got[a.key.id]
+		r, ok := got[a.key]
 		a.stale = !ok
 		a.status, a.runAt = JobStatus(r.status), r.runAt
 	}

@@ -251,12 +251,13 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		var first *time.Time
 		// After a failover, every completion stamped after the old primary's processes were
 		// all gone is the new primary's (now() is the transaction's start); the other
-		// workers keep completing jobs through a black hole, so count from its start.
+		// workers keep completing jobs through a black hole, and every worker through a
+		// starvation, so count from its start.
 		after := f.End
 		switch {
 		case f.Kind == FaultFailover && r.fo != nil:
 			after = r.fo.killed
-		case f.Kind == FaultBlackhole:
+		case f.Kind == FaultBlackhole || f.Kind == FaultStarve:
 			after = f.At
 		}
 		err := retryDB(ctx, func(ctx context.Context) error {
@@ -273,6 +274,11 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 			continue
 		}
 		f.Held = len(f.held)
+		if f.Kind == FaultKill {
+			if err := r.timeHeldRunning(ctx, f); err != nil {
+				return err
+			}
+		}
 		var (
 			n    int
 			last *time.Time
@@ -400,6 +406,9 @@ func (r *runner) checkJob(rep *Report, execs []*execution, final *jobRow, procs 
 				rep.Overlapping++
 				if a.cutByDie || b.cutByDie {
 					rep.OverlappingKilled++
+				}
+				if r.starvedDuring(b.start, a.end) {
+					rep.OverlappingStarved++
 				}
 				example("overlap", "job %d: %v and %v", a.job, a, b)
 			}

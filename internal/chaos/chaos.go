@@ -13,7 +13,14 @@
 //     different visibility timeout: a rolling deploy;
 //   - black-holes one worker's network path to the database once: each worker reaches
 //     Postgres through a loopback proxy of its own (package blackhole), which stops
-//     forwarding for a while, with no reset, then forwards again.
+//     forwarding for a while, with no reset, then forwards again;
+//   - starves the CPU once: StarveProcs busy processes (four per core by default) for
+//     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout.
+//
+// With [Options.DefaultLeases] (see [DefaultLeaseRecovery]) the workers run at the
+// library's default VisibilityTimeout and SweepInterval, the kills alternate between the
+// maintenance leader and a follower, and the report gives, per kill, the time until every
+// job the killed worker held ran again elsewhere ([Report.KillRecovery]).
 //
 // Each job's handler records its execution in chaos.executions (see package audit). When
 // every job has reached a final state (or the drain deadline passed), Run checks the
@@ -93,6 +100,28 @@ type Options struct {
 	// BlackholeFor is how long the black hole lasts. Defaults to twice the visibility
 	// timeout: the worker's leases end and its jobs are done elsewhere meanwhile.
 	BlackholeFor time.Duration
+	// NoStarve skips the CPU-starvation fault. Defaults to false: StarveProcs busy
+	// processes run for StarveFor, once, after the rolling deploy.
+	NoStarve bool
+	// StarveProcs is how many busy processes the starvation fault runs. Defaults to four
+	// per core (runtime.NumCPU).
+	StarveProcs int
+	// StarveFor is how long the starvation lasts. Defaults to twice the visibility timeout.
+	StarveFor time.Duration
+	// StallFor, when positive, also stops one busy worker outright (SIGSTOP) for that
+	// long at the start of the starvation, then continues it: a heartbeat that cannot run
+	// at all. Defaults to zero: none.
+	StallFor time.Duration
+	// DefaultLeases runs the workers at the library's default VisibilityTimeout and
+	// SweepInterval (VisibilityTimeout and SweepInterval then only set the harness's own
+	// defaults), and makes every other kill a kill of the maintenance leader. Defaults to
+	// false. See [DefaultLeaseRecovery].
+	DefaultLeases bool
+	// LivenessReclaim, when positive, makes the harness run the prototype of ownership by
+	// liveness every this long (liveness.go): it takes back the jobs of workers whose row
+	// in the workers table expired. Defaults to zero: off. Not with a black hole: the
+	// library does not yet cancel a cut-off worker's handlers before its row expires.
+	LivenessReclaim time.Duration
 	// FaultInterval is the time between two faults. Jobs are enqueued over the whole
 	// fault window, so they keep flowing while faults happen. Defaults to 1.5s.
 	FaultInterval time.Duration
@@ -144,15 +173,16 @@ type Options struct {
 }
 
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 4 kills, one Postgres
-// restart and one backend termination; the limited queue's jobs work up to 300ms, so that
-// its 300 jobs keep it at its limit. It takes well under two minutes.
+// restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
+// starvation and six changes of the limited queue's limits; the limited queue's jobs work
+// up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond}
+	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
 }
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
-		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole = -1, true, true, true, true
+		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
 		}
@@ -186,6 +216,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlackholeFor <= 0 {
 		o.BlackholeFor = 2 * o.VisibilityTimeout
+	}
+	if o.StarveProcs <= 0 {
+		o.StarveProcs = 4 * runtime.NumCPU()
+	}
+	if o.StarveFor <= 0 {
+		o.StarveFor = 2 * o.VisibilityTimeout
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 32
@@ -238,6 +274,7 @@ type runner struct {
 	rec     *recorder
 	rng     *rand.Rand
 	dir     string
+	bin     string          // the worker program
 	cluster *pgtest.Cluster // the primary: after a failover, the promoted standby
 	pool    *pgxpool.Pool
 	url     string // what the workers and the pool connect to
@@ -281,8 +318,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		r.rec.logf("chaos: failover with %s replication, %d workers, %d jobs, primary killed after %v; seed %d",
 			opts.Failover, opts.Workers, opts.Jobs, opts.Warmup, opts.Seed)
 	} else {
-		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker; seed %d",
-			opts.Workers, opts.Jobs, opts.Kills, one(opts.NoRestart), one(opts.NoTerminate), one(opts.NoDeploy), one(opts.NoBlackhole), opts.Seed)
+		leases := fmt.Sprintf("visibility timeout %s, sweep interval %s", opts.VisibilityTimeout, opts.SweepInterval)
+		if opts.DefaultLeases {
+			leases = "the library's default lease settings, kills alternating leader and follower"
+		}
+		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation; %s; seed %d",
+			opts.Workers, opts.Jobs, opts.Kills, one(opts.NoRestart), one(opts.NoTerminate), one(opts.NoDeploy), one(opts.NoBlackhole),
+			one(opts.NoStarve), leases, opts.Seed)
 	}
 
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -377,6 +419,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		}
 		r.rec.logf("built the worker program in %.1fs", time.Since(t).Seconds())
 	}
+	r.bin = bin
 	if r.opts.Failover != NoFailover {
 		if err := r.startPair(ctx); err != nil {
 			return rep, err
@@ -441,8 +484,12 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		u.RawQuery = q.Encode()
 		urls[slot] = u.String()
 	}
-	r.fleet = newFleet(bin, logDir, urls, r.opts.VisibilityTimeout, []string{
-		"-sweep-interval", r.opts.SweepInterval.String(),
+	vt, sweep := r.opts.VisibilityTimeout, r.opts.SweepInterval
+	if r.opts.DefaultLeases {
+		vt, sweep = 0, 0 // the worker passes zero on: WorkerConfig's defaults
+	}
+	r.fleet = newFleet(bin, logDir, urls, vt, []string{
+		"-sweep-interval", sweep.String(),
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
 		"-max-work", r.opts.MaxWork.String(),
 		"-limited-work", r.opts.LimitedWork.String(),
@@ -468,6 +515,10 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
 	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
 	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, r.limitTimes(start, len(plan))) }()
+	if r.opts.LivenessReclaim > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.livenessReclaim(runCtx) }()
+	}
 	defer func() { stopRun(); wg.Wait() }()
 
 	if err := r.inject(runCtx, plan, start); err != nil {
@@ -515,7 +566,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 }
 
 // faultPlan orders the faults: kills spread over the window, the restart at about 40% of
-// it, the rolling deploy at about 55%, the termination at about 70% and the black hole
+// it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
+// at about 85% (after the deploy: at its shorter visibility timeout) and the black hole
 // last (it lasts BlackholeFor, and the faults after it would wait for it).
 func (r *runner) faultPlan() []FaultKind {
 	if r.opts.Failover != NoFailover {
@@ -534,6 +586,7 @@ func (r *runner) faultPlan() []FaultKind {
 	add(r.opts.NoRestart, FaultRestart, 40)
 	add(r.opts.NoDeploy, FaultDeploy, 55)
 	add(r.opts.NoTerminate, FaultTerminate, 70)
+	add(r.opts.NoStarve, FaultStarve, 85)
 	add(r.opts.NoBlackhole, FaultBlackhole, 100)
 	n := r.opts.Kills + len(others)
 	plan := make([]FaultKind, n)
@@ -552,6 +605,7 @@ func (r *runner) faultPlan() []FaultKind {
 
 // inject runs the fault plan, fault i at start + Warmup + i*FaultInterval.
 func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) error {
+	kills := 0
 	for i, kind := range plan {
 		at := start.Add(r.opts.Warmup + time.Duration(i)*r.opts.FaultInterval)
 		if err := sleepUntil(ctx, at); err != nil {
@@ -561,7 +615,10 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 		var err error
 		switch kind {
 		case FaultKill:
-			err = r.kill(ctx, &f)
+			err = r.kill(ctx, &f, kills)
+			kills++
+		case FaultStarve:
+			err = r.starve(ctx, &f)
 		case FaultRestart:
 			err = r.restart(ctx, &f)
 		case FaultTerminate:
@@ -618,8 +675,13 @@ func (r *runner) pickVictim(ctx context.Context) int {
 	return r.rng.IntN(r.opts.Workers)
 }
 
-func (r *runner) kill(ctx context.Context, f *Fault) error {
+// kill kills a worker (kill number i of the run) and starts a new one in its slot.
+func (r *runner) kill(ctx context.Context, f *Fault, i int) error {
 	slot := r.pickVictim(ctx)
+	if r.opts.DefaultLeases {
+		slot = r.pickRecoveryVictim(ctx, i)
+	}
+	leader := r.currentLeader(ctx)
 	f.At = time.Now().Round(0)
 	p, dead, err := r.fleet.kill(ctx, slot)
 	if err != nil {
@@ -627,6 +689,7 @@ func (r *runner) kill(ctx context.Context, f *Fault) error {
 	}
 	f.End = dead
 	f.worker = p.id
+	f.Leader = p.id == leader
 	// Its lease on these is not over before VisibilityTimeout: nobody else can have them yet.
 	f.held, err = r.heldBy(ctx, p.id)
 	if err != nil {
@@ -636,8 +699,12 @@ func (r *runner) kill(ctx context.Context, f *Fault) error {
 	if err != nil {
 		return err
 	}
-	f.Detail = fmt.Sprintf("worker %s (pid %d) killed holding %d running jobs; started %s (pid %d)",
-		p.id, p.pid, len(f.held), np.id, np.pid)
+	role := "follower"
+	if f.Leader {
+		role = "leader"
+	}
+	f.Detail = fmt.Sprintf("worker %s (pid %d, %s) killed holding %d running jobs; started %s (pid %d)",
+		p.id, p.pid, role, len(f.held), np.id, np.pid)
 	return nil
 }
 

@@ -259,3 +259,10 @@ func (f *fleet) procs() []*proc {
 	defer f.mu.Unlock()
 	return append([]*proc(nil), f.all...)
 }
+
+// currentProc returns the current process of slot (nil when none).
+func (f *fleet) currentProc(slot int) *proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current[slot]
+}

@@ -21,3 +21,7 @@ func setDetachedAttr(*exec.Cmd) {}
 func pauseProcess(int) error {
 	return errors.New("chaos: pausing a process needs a unix system")
 }
+
+func resumeProcess(int) error {
+	return errors.New("chaos: resuming a process needs a unix system")
+}

@@ -21,3 +21,6 @@ func setDetachedAttr(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Set
 
 // pauseProcess stops pid with SIGSTOP; a later SIGKILL (or SIGCONT) ends the pause.
 func pauseProcess(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) }
+
+// resumeProcess continues pid after pauseProcess (SIGCONT).
+func resumeProcess(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }

@@ -12,6 +12,9 @@
 // it to the table: an end whose write cannot get through before the process exits (a
 // deploy's SIGKILL after its grace, a database still out of reach) is still known.
 //
+// With -spin, it runs no worker: it keeps one CPU busy until it is killed. The harness
+// starts several as the stressor of its CPU-starvation fault.
+//
 // It logs to stderr, stops gracefully on SIGTERM or SIGINT, and keeps trying to start
 // while the database is unreachable (a Worker's Run fails when it cannot reach the
 // database at start; a supervisor would restart it, and this loop is that supervisor).
@@ -59,8 +62,12 @@ func main() {
 		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
 		limitedWork = flag.Duration("limited-work", 40*time.Millisecond, "the limited queue's handlers sleep a random time in [0, limited-work]")
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
+		spinOnly    = flag.Bool("spin", false, "run no worker: keep one CPU busy until killed (the harness's CPU stressor)")
 	)
 	flag.Parse()
+	if *spinOnly {
+		spin()
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if *url == "" || *id == "" {
 		logger.Error("chaos worker: -url and -id are required")
@@ -237,5 +244,16 @@ func (h *handler) write(sql string, args ...any) error {
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// spin keeps one CPU busy forever. The counter is published now and then so that the
+// loop is not optimised away.
+func spin() {
+	var sink atomic.Uint64
+	for n := uint64(0); ; n++ {
+		if n&(1<<24-1) == 0 {
+			sink.Store(n)
+		}
 	}
 }

@@ -24,10 +24,19 @@
 //
 // # Safe by default
 //
+// The handler answers only to the loopback host names, the IP address a request reached,
+// and [Config].AllowedHosts: any other Host header gets 421 before anything else, and a
+// POST whose Origin names another host gets 403, so a web page on a domain re-pointed
+// to this machine (DNS rebinding) can neither read nor act. A token login starts a random
+// session kept in the handler's memory that ends after [Config].SessionIdle without use,
+// at [Config].SessionMaxAge, or at sign-out; wrong tokens and passwords are throttled per
+// client address and in all (429 with Retry-After). Cookies are HttpOnly, SameSite=Strict,
+// and Secure unless the request came straight from this machine over plain HTTP.
+//
 // Without [Config].Token or [Config].BasicAuth, the handler serves only requests that come
 // from a loopback address with no proxy header, unless [Config].ExternalAuth says a
 // middleware in front of it authenticates every request. Every action is a POST carrying
-// a CSRF token bound to a cookie; [Config].ReadOnly refuses them all and hides their
+// a CSRF token bound to a cookie the handler signs; [Config].ReadOnly refuses them all and hides their
 // buttons. Every value from the database goes through html/template, so a job whose args
 // hold <script> shows it as text, and a strict Content-Security-Policy allows only the
 // handler's own embedded script and stylesheet. Page sizes and filter values are bounded,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,8 @@ type pageData struct {
 	CSRF        string // the token action forms carry
 	ReadOnly    bool
 	HasPeriodic bool
-	SignedIn    bool
+	SignedIn    bool // auth is configured
+	Session     bool // the request came with a login session: show the sign-out button
 	Flash       string
 	Data        any
 }
@@ -54,7 +56,8 @@ func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, page, t
 	pd := pageData{
 		Title: title, Active: active, Prefix: h.prefix, CSRF: h.csrfToken(w, r),
 		ReadOnly: h.cfg.ReadOnly, HasPeriodic: h.cfg.Periodic != nil, SignedIn: h.cfg.Token != "" || h.cfg.BasicAuth != nil,
-		Flash: flashMessage(r), Data: data,
+		Session: h.sessionOK(r),
+		Flash:   flashMessage(r), Data: data,
 	}
 	var buf bytes.Buffer
 	if err := h.pages[page].ExecuteTemplate(&buf, tmpl, pd); err != nil {
@@ -130,11 +133,14 @@ func plural(n int, what string) string {
 }
 
 var funcs = template.FuncMap{
-	"ago":        ago,
-	"until":      until,
-	"stamp":      stamp,
-	"duration":   shortDuration,
-	"num":        thousands,
+	"ago":      ago,
+	"until":    until,
+	"stamp":    stamp,
+	"duration": shortDuration,
+	"num":      thousands,
+	// pathEscape escapes a name for one path segment: a queue called "../jobs/1/delete?"
+	// stays one segment of the URL it goes in.
+	"pathEscape": url.PathEscape,
 	"isZero":     func(t time.Time) bool { return t.IsZero() },
 	"scanWindow": func() int64 { return scanWindow },
 	// rows hands the shared job table its rows, the page (for links and the token) and

@@ -426,7 +426,7 @@ func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 
 	serve := func(remote string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/queues", nil)
-		req.RemoteAddr = remote
+		req.RemoteAddr, req.Host = remote, "127.0.0.1:8080" // a loopback name: the Host check passes
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -443,7 +443,7 @@ func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 		"a local proxy forwarding someone else's request")
 	assert.Equal(t, http.StatusForbidden, serve("127.0.0.1:40000", map[string]string{"Forwarded": "for=203.0.113.7"}).Code)
 
-	ext, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, Logger: quietLogger()})
+	ext, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, AllowedHosts: []string{"example.com"}, Logger: quietLogger()})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodGet, "/queues", nil)
 	req.RemoteAddr = "203.0.113.7:40000"
@@ -456,7 +456,8 @@ func TestAuth_TokenAndBasicAuth(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	const token = "s3cret-token"
-	h, err := ui.New(ui.Config{Client: b.client, Token: token, BasicAuth: &ui.BasicAuth{User: "ops", Password: "pw"}, Logger: quietLogger()})
+	h, err := ui.New(ui.Config{Client: b.client, Token: token, BasicAuth: &ui.BasicAuth{User: "ops", Password: "pw"},
+		AllowedHosts: []string{"example.com"}, Logger: quietLogger()})
 	require.NoError(t, err)
 	serve := func(req *http.Request) *httptest.ResponseRecorder {
 		req.RemoteAddr = "203.0.113.7:40000" // off loopback: auth is what lets it in

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -56,7 +57,7 @@ type queuesView struct {
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	stats, err := h.client.Stats(ctx)
+	stats, at, err := h.stats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &queuesView{At: time.Now()}
+	v := &queuesView{At: at}
 	if h.cfg.RefreshInterval > 0 {
 		v.Refresh, v.RefreshText = h.cfg.RefreshInterval.Milliseconds(), shortDuration(h.cfg.RefreshInterval)
 	}
@@ -133,6 +134,16 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	}
 	v.Plot = barPlot(tp.Total[:], tp.First)
 	return v, nil
+}
+
+// stats returns the queue counts and when they were taken: from the shared cache unless
+// StatsMaxAge is negative.
+func (h *Handler) stats(ctx context.Context) ([]skiplock.QueueStats, time.Time, error) {
+	if h.cfg.StatsMaxAge < 0 {
+		s, err := h.client.Stats(ctx)
+		return s, time.Now(), err
+	}
+	return h.client.CachedStats(ctx, h.cfg.StatsMaxAge)
 }
 
 func (h *Handler) queuesPage(w http.ResponseWriter, r *http.Request) {

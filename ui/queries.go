@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,19 +22,27 @@ type statements struct {
 	pageHot, pageArchive     string
 	endHot, endArchive       string
 	rowsHot, rowsArchive     string
-	stuck                    string
 	extras                   string
 	runNow                   string
 	deleteHot, deleteArchive string
 	deleteStuck              string
 	running                  string
+	// exact holds, by status and filter shape, the two listings of exactWindowSQL and
+	// exactIndexSQL.
+	exact map[exactKey][2]string
+}
+
+// exactKey picks one rendering of exactWindowSQL and exactIndexSQL.
+type exactKey struct {
+	status      string // a status of exactStatuses, or "stuck" for dead and failed
+	queue, kind bool   // whether the queue and the kind are filtered
 }
 
 func buildStatements(schema string) statements {
 	s := pgx.Identifier{schema}.Sanitize()
 	x := func(t string) string { return strings.ReplaceAll(t, "{s}", s) }
 	table := func(t, name string) string { return strings.ReplaceAll(x(t), "{t}", name) }
-	return statements{
+	out := statements{
 		nowMinute:     nowMinuteSQL,
 		finished:      x(finishedSQL),
 		pageHot:       table(pageSQL, "jobs"),
@@ -42,15 +51,83 @@ func buildStatements(schema string) statements {
 		endArchive:    table(windowEndSQL, "jobs_archive"),
 		rowsHot:       table(rowsSQL, "jobs"),
 		rowsArchive:   table(rowsSQL, "jobs_archive"),
-		stuck:         x(stuckSQL),
 		extras:        x(extrasSQL),
 		runNow:        x(runNowSQL),
 		deleteHot:     x(deleteHotSQL),
 		deleteArchive: x(deleteArchiveSQL),
 		deleteStuck:   x(deleteStuckSQL),
 		running:       x(runningSQL),
+		exact:         map[exactKey][2]string{},
 	}
+	for _, st := range append(slices.Clone(exactStatuses), "stuck") {
+		pred := "status = '" + string(st) + "'"
+		if st == "stuck" {
+			pred = "status IN ('dead', 'failed')"
+		}
+		for _, q := range []bool{false, true} {
+			for _, k := range []bool{false, true} {
+				// The filters are $4 and $5 in the window statement, $3 and $4 in the other.
+				where := func(n int) string {
+					w := pred
+					if q {
+						n++
+						w += " AND queue = $" + strconv.Itoa(n)
+					}
+					if k {
+						n++
+						w += " AND kind = $" + strconv.Itoa(n)
+					}
+					return w
+				}
+				out.exact[exactKey{string(st), q, k}] = [2]string{
+					strings.ReplaceAll(x(exactWindowSQL), "{where}", where(3)),
+					strings.ReplaceAll(x(exactIndexSQL), "{where}", where(2)),
+				}
+			}
+		}
+	}
+	return out
 }
+
+// exactStatuses are the statuses whose jobs a partial index of the jobs table holds:
+// queued (jobs_claim_idx, by queue), running (jobs_running_idx), dead and failed
+// (jobs_stuck_idx, by kind then queue). A list filtered by one of them reaches its rows
+// through that index, however few they are among a million other jobs. The status goes
+// into the statement as a literal from this fixed list (never from the request), because
+// a partial index serves only a query whose WHERE implies its predicate at plan time.
+var exactStatuses = []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusDead, skiplock.StatusFailed}
+
+// A list filtered by an indexed status takes one of two routes, both exact:
+//
+//   - exactWindowSQL walks the primary key backwards from the cursor $1 through at most
+//     $3 rows (exactWindow) and keeps the matches ({where}: the status predicate, then
+//     queue and kind as $4 and $5 when filtered; $3 and $4 in exactIndexSQL). When that fills the page, the page is
+//     right: it examined every id between the cursor and its last row. It is the fast
+//     route when matches are common among the newest jobs (a queue's backlog, the dead
+//     of a busy afternoon).
+//   - Otherwise exactIndexSQL finds the matches through the status's partial index and
+//     sorts them. "ORDER BY id + 0" keeps the planner off the primary key: with a LIMIT
+//     it would otherwise walk the whole table backwards hoping for matches its
+//     statistics promise (a queue with no dead job among 100,000 dead took 150-200 ms
+//     that way at a million jobs). Its cost grows with the matches below the cursor,
+//     which is what the window did not find among the newest rows.
+//
+// The statements run unprepared (QueryExecModeExec), so each is planned with its values.
+const exactWindowSQL = `SELECT ` + listColumns + ` FROM {s}.jobs WHERE id IN (
+	SELECT id FROM (
+		SELECT id, status, queue, kind FROM {s}.jobs WHERE id < $1 ORDER BY id DESC LIMIT $3
+	) w
+	WHERE {where}
+	ORDER BY id DESC
+	LIMIT $2)`
+
+const exactIndexSQL = `SELECT ` + listColumns + ` FROM {s}.jobs
+WHERE {where} AND id < $1
+ORDER BY id + 0 DESC
+LIMIT $2`
+
+// exactWindow is how many of the newest rows below the cursor exactWindowSQL examines.
+const exactWindow = 5000
 
 // pageSQL finds the ids of one list page in table {t}. It walks the primary key
 // backwards from the cursor through at most $2 rows (the inner LIMIT), and the outer
@@ -84,19 +161,6 @@ const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, cr
 
 // rowsSQL loads the list rows of the ids pageSQL found.
 const rowsSQL = `SELECT ` + listColumns + ` FROM {s}.{t} WHERE id = ANY($1)`
-
-// stuckSQL is the dead-and-failed listing. Its first condition is the predicate of the
-// partial index jobs_stuck_idx, so the scan touches only dead and failed rows (whose
-// index key, kind then queue, also serves the filters); the cursor and the order are on
-// the id.
-const stuckSQL = `SELECT ` + listColumns + ` FROM {s}.jobs
-WHERE status IN ('dead', 'failed')
-	AND ($2::text IS NULL OR status = $2)
-	AND ($3::text IS NULL OR queue = $3)
-	AND ($4::text IS NULL OR kind = $4)
-	AND id < $1
-ORDER BY id DESC
-LIMIT $5`
 
 // extrasSQL returns a job's row as JSON without the columns the job page shows by name,
 // and its raw error history (whose entries may carry more than skiplock.AttemptError
@@ -176,8 +240,8 @@ func statusInArchive(s skiplock.JobStatus) bool {
 // merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
-	if f.Status == skiplock.StatusDead || f.Status == skiplock.StatusFailed {
-		rows, err := h.listStuck(ctx, f)
+	if slices.Contains(exactStatuses, f.Status) {
+		rows, err := h.listExact(ctx, string(f.Status), f)
 		if err != nil {
 			return listPage{}, err
 		}
@@ -271,7 +335,35 @@ func compareDesc(a, b int64) int {
 
 // listStuck returns a page of dead and failed jobs (f.Status, when set, is one of them).
 func (h *Handler) listStuck(ctx context.Context, f listFilter) ([]listRow, error) {
-	rows, err := h.pool.Query(ctx, h.sql.stuck, cursor(f.Before), nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
+	if f.Status != "" {
+		return h.listExact(ctx, string(f.Status), f)
+	}
+	return h.listExact(ctx, "stuck", f)
+}
+
+// listExact returns a page of the jobs of status (one of exactStatuses, or "stuck")
+// matching f: first through exactWindowSQL, then, when that did not fill the page,
+// through exactIndexSQL. Every matching row is reached, whatever its age.
+func (h *Handler) listExact(ctx context.Context, status string, f listFilter) ([]listRow, error) {
+	sql := h.sql.exact[exactKey{status, f.Queue != "", f.Kind != ""}]
+	args := []any{pgx.QueryExecModeExec, cursor(f.Before), f.Limit, exactWindow}
+	if f.Queue != "" {
+		args = append(args, f.Queue)
+	}
+	if f.Kind != "" {
+		args = append(args, f.Kind)
+	}
+	rows, err := h.pool.Query(ctx, sql[0], args...)
+	if err != nil {
+		return nil, err
+	}
+	page, err := collectRows(rows, false)
+	if err != nil || len(page) == f.Limit {
+		return page, err
+	}
+	// The index statement has no $3: the filters move down one.
+	args = append(args[:3], args[4:]...)
+	rows, err = h.pool.Query(ctx, sql[1], args...)
 	if err != nil {
 		return nil, err
 	}

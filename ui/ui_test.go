@@ -33,7 +33,7 @@ func countCell(t *testing.T, body, queue, status string) int {
 
 func TestQueuesPage_ShowsTheCountsTheDatabaseHolds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, ui.Config{})
+	b := setup(t, ui.Config{StatsMaxAge: -1})
 	for range 3 {
 		b.insert(job{queue: "emails"})
 	}
@@ -84,6 +84,22 @@ func TestQueuesPage_ShowsTheCountsTheDatabaseHolds(t *testing.T) {
 		assert.Equal(t, http.StatusFound, r.code)
 		assert.Equal(t, "/queues", r.location)
 	})
+}
+
+func TestQueuesPage_CountsComeFromTheSharedCacheWithinStatsMaxAge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{StatsMaxAge: time.Hour})
+	b.insert(job{queue: "emails"})
+	r := b.get("/queues/live")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, 1, countCell(t, r.body, "emails", "queued"))
+	b.insert(job{queue: "emails"})
+	r = b.get("/queues/live")
+	assert.Equal(t, 1, countCell(t, r.body, "emails", "queued"), "within StatsMaxAge the cached counts are shown")
+	assert.Contains(t, r.body, "Counts as of")
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.stats_cache SET taken_at = now() - interval '2 hours'`))
+	require.NoError(t, err)
+	assert.Equal(t, 2, countCell(t, b.get("/queues/live").body, "emails", "queued"), "an older cache is recomputed")
 }
 
 func TestQueuesPage_EmptySchema(t *testing.T) {

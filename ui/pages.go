@@ -40,18 +40,20 @@ type statusCount struct {
 
 // queuesView is the data of the queues page and of its live fragment.
 type queuesView struct {
-	Queues      []queueRow
-	Totals      []statusCount
-	Stuck       int64 // dead + failed
-	LastHour    int64
-	Plot        plot
-	HasInfo     bool // a QueueSource is configured: show limits and paused state
-	CanControl  bool // and it can pause and resume
-	InfoErr     string
-	Hidden      int    // queues beyond maxQueuesShown
-	Refresh     int64  // milliseconds between live updates; 0 for none
-	RefreshText string // the same, for people
-	At          time.Time
+	Queues   []queueRow
+	Totals   []statusCount
+	Stuck    int64 // dead + failed
+	LastHour int64
+	// FailedLastHour counts the jobs that ended dead or failed in the last hour.
+	FailedLastHour int64
+	Plot           plot
+	HasInfo        bool // a QueueSource is configured: show limits and paused state
+	CanControl     bool // and it can pause and resume
+	InfoErr        string
+	Hidden         int    // queues beyond maxQueuesShown
+	Refresh        int64  // milliseconds between live updates; 0 for none
+	RefreshText    string // the same, for people
+	At             time.Time
 }
 
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
@@ -61,7 +63,11 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	if err != nil {
 		return nil, err
 	}
-	tp, err := h.throughput(ctx)
+	anyFailed := false
+	for _, s := range stats {
+		anyFailed = anyFailed || s.FinishedLastHour[skiplock.StatusDead]+s.FinishedLastHour[skiplock.StatusFailed] > 0
+	}
+	tp, err := h.throughput(ctx, anyFailed)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +138,10 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	for _, n := range tp.Total {
 		v.LastHour += n
 	}
-	v.Plot = barPlot(tp.Total[:], tp.First)
+	for _, n := range tp.Fails {
+		v.FailedLastHour += n
+	}
+	v.Plot = barPlot(tp.Total[:], tp.Fails[:], tp.First)
 	return v, nil
 }
 

@@ -19,6 +19,7 @@ import (
 // [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go through them instead.
 type statements struct {
 	nowMinute, finished      string
+	failures                 string
 	pageHot, pageArchive     string
 	endHot, endArchive       string
 	rowsHot, rowsArchive     string
@@ -45,6 +46,7 @@ func buildStatements(schema string) statements {
 	out := statements{
 		nowMinute:     nowMinuteSQL,
 		finished:      x(finishedSQL),
+		failures:      x(failuresSQL),
 		pageHot:       table(pageSQL, "jobs"),
 		pageArchive:   table(pageSQL, "jobs_archive"),
 		endHot:        table(windowEndSQL, "jobs"),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -452,11 +453,12 @@ func (h *Handler) deleteJob(w http.ResponseWriter, r *http.Request) {
 
 // deadView is the data of the dead and failed page.
 type deadView struct {
-	Filter   listFilter
-	Statuses []skiplock.JobStatus
-	Rows     []listRow
-	NextURL  string
-	FirstURL string
+	Filter    listFilter
+	BulkQuery template.URL // the filter, encoded, for the links to the bulk actions
+	Statuses  []skiplock.JobStatus
+	Rows      []listRow
+	NextURL   string
+	FirstURL  string
 }
 
 var stuckStatuses = []skiplock.JobStatus{skiplock.StatusDead, skiplock.StatusFailed}
@@ -474,7 +476,9 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows}
+	bq := filterQuery(f, 0)
+	bq.Del("limit")
+	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows, BulkQuery: template.URL(bq.Encode())}
 	if len(rows) == f.Limit {
 		v.NextURL = h.prefix + "/dead?" + filterQuery(f, rows[len(rows)-1].ID).Encode()
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -106,6 +106,7 @@ var flashes = map[string]string{
 	"paused":    "Paused the queue.",
 	"resumed":   "Resumed the queue.",
 	"unchanged": "Nothing to do: the job is not in a state this action applies to.",
+	"budget":    "The action stopped at its time limit before reaching every job: run it again for the rest.",
 }
 
 func flashMessage(r *http.Request) string {

@@ -281,6 +281,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /jobs/{id}/delete", h.deleteJob)
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
+	m.HandleFunc("GET /dead/bulk", h.bulkPage)
+	m.HandleFunc("POST /dead/bulk", h.bulkAction)
 	m.HandleFunc("GET /periodic", h.periodicPage)
 	m.HandleFunc("GET /workers", h.workersPage)
 	h.mux = m

@@ -18,8 +18,7 @@ type plot struct {
 	XLabelY        int // the baseline of the x labels
 	MidX, MidY     int // the centre, for the "no data" note
 	Bars           []bar
-	Fails          []bar  // the failures of each minute, drawn over the bars
-	FailLine       string // the failures as a polyline, on the same axis
+	Fails          []bar  // the failures of each minute, beside its bar
 	Clipped        []mark // minutes above the axis: drawn to the top, their count written
 	YTicks         []tick
 	XTicks         []tick
@@ -33,8 +32,9 @@ type bar struct {
 
 // mark labels a bar cut at the top of the axis with its real count.
 type mark struct {
-	X, Y  float64
-	Label string
+	X, Y   float64
+	Label  string
+	minute int
 }
 
 type tick struct {
@@ -87,28 +87,26 @@ func barPlot(series, fails []int64, first time.Time) plot {
 		return h
 	}
 	base := float64(p.Top + p.InnerH)
-	var line strings.Builder
 	for i, n := range series {
 		start := first.Add(time.Duration(i) * time.Minute)
 		span := start.Format("15:04") + "–" + start.Add(time.Minute).Format("15:04") + " UTC"
 		x := float64(p.Left) + float64(i)*slot
 		h := height(n)
-		p.Bars = append(p.Bars, bar{X: x + slot*0.14, W: slot * 0.72, Y: base - h, H: h,
+		// Succeeded on the left of the minute's slot, failed on the right.
+		p.Bars = append(p.Bars, bar{X: x + slot*0.1, W: slot * 0.5, Y: base - h, H: h,
 			Title: fmt.Sprintf("%s finished %s", plural(int(n), "job"), span)})
-		if n > top {
-			p.Clipped = append(p.Clipped, mark{X: x + slot/2, Y: float64(p.Top) - 2, Label: "▲" + thousands(n)})
+		for _, v := range []int64{n, fails[i]} {
+			// A cut minute is labelled, unless the one before was (their labels would overlap).
+			if v > top && (len(p.Clipped) == 0 || p.Clipped[len(p.Clipped)-1].minute < i-1) {
+				p.Clipped = append(p.Clipped, mark{X: x + slot/2, Y: float64(p.Top) - 2, Label: "▲" + thousands(v), minute: i})
+			}
 		}
-		fh := height(fails[i])
 		if fails[i] > 0 {
-			p.Fails = append(p.Fails, bar{X: x + slot*0.3, W: slot * 0.4, Y: base - fh, H: fh,
+			fh := height(fails[i])
+			p.Fails = append(p.Fails, bar{X: x + slot*0.6, W: slot * 0.3, Y: base - fh, H: fh,
 				Title: fmt.Sprintf("%s failed for good (dead or failed) %s", plural(int(fails[i]), "job"), span)})
 		}
-		if i > 0 {
-			line.WriteByte(' ')
-		}
-		line.WriteString(strconv.FormatFloat(x+slot/2, 'f', 1, 64) + "," + strconv.FormatFloat(base-fh, 'f', 1, 64))
 	}
-	p.FailLine = line.String()
 	for _, f := range []int64{0, top / 2, top} {
 		pos := base - float64(f)/float64(top)*float64(p.InnerH)
 		p.YTicks = append(p.YTicks, tick{Pos: pos, TextPos: pos + 4, Label: thousands(f)})

@@ -100,7 +100,7 @@ func fill(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			CASE WHEN status IN ('dead', 'failed') THEN jsonb_build_array(
 				jsonb_build_object('attempt', 1, 'at', now() - interval '3 hours', 'error', 'upstream timed out', 'worker', 'worker-a', 'duration_ms', 30000),
 				jsonb_build_object('attempt', 2, 'at', now() - interval '2 hours', 'error', 'upstream timed out', 'worker', 'worker-b', 'duration_ms', 30000)) END,
-			CASE WHEN status IN ('dead', 'failed') THEN now() - make_interval(secs => (1000000 - g) % 7200) END
+			CASE WHEN status IN ('dead', 'failed') THEN now() - make_interval(secs => (1000000 - g) * 0.37) END
 		FROM (
 			SELECT g,
 				CASE WHEN g IN (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000) THEN 'mailers'
@@ -127,7 +127,7 @@ func fill(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			SELECT now() - interval '1 hour' + make_interval(secs => g * (3600.0 / 60000)),
 				CASE WHEN g % 4 = 0 THEN 'mailers' ELSE 'default' END FROM generate_series(1, 60000) g
 			UNION ALL
-			SELECT now() - interval '20 minutes' + make_interval(secs => g * (60.0 / 10000)), 'reports'
+			SELECT date_trunc('minute', now()) - interval '20 minutes' + make_interval(secs => g * (55.0 / 10000)), 'reports'
 			FROM generate_series(1, 10000) g
 		) t ORDER BY f`); err != nil {
 		return err

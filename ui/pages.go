@@ -52,9 +52,30 @@ type queuesView struct {
 	CanControl     bool // and it can pause and resume
 	InfoErr        string
 	Hidden         int    // queues beyond maxQueuesShown
+	Sort           string // the column the queues are sorted by: "" (name) or a key of queueSorts
 	Refresh        int64  // milliseconds between live updates; 0 for none
 	RefreshText    string // the same, for people
 	At             time.Time
+}
+
+// queueSorts are the columns the queues table sorts by (?sort=), largest first; ties and
+// the default go by name.
+var queueSorts = map[string]func(queueRow) int64{
+	"queued":   func(q queueRow) int64 { return q.count(skiplock.StatusQueued) },
+	"running":  func(q queueRow) int64 { return q.count(skiplock.StatusRunning) },
+	"failed":   func(q queueRow) int64 { return q.count(skiplock.StatusFailed) },
+	"dead":     func(q queueRow) int64 { return q.count(skiplock.StatusDead) },
+	"oldest":   func(q queueRow) int64 { return int64(q.OldestDue) },
+	"lasthour": func(q queueRow) int64 { return q.LastHour },
+}
+
+func (q queueRow) count(st skiplock.JobStatus) int64 {
+	for _, c := range q.Counts {
+		if c.Status == string(st) {
+			return c.N
+		}
+	}
+	return 0
 }
 
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
@@ -127,7 +148,19 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 		}
 		v.Queues = append(v.Queues, *q)
 	}
-	slices.SortFunc(v.Queues, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
+	v.Sort = r.URL.Query().Get("sort")
+	by, ok := queueSorts[v.Sort]
+	if !ok {
+		v.Sort, by = "", nil
+	}
+	slices.SortFunc(v.Queues, func(a, b queueRow) int {
+		if by != nil {
+			if x, y := by(a), by(b); x != y {
+				return compareDesc(x, y) // the biggest backlog, the oldest due job first
+			}
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	if len(v.Queues) > maxQueuesShown {
 		v.Hidden = len(v.Queues) - maxQueuesShown
 		v.Queues = v.Queues[:maxQueuesShown]

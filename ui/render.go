@@ -144,9 +144,20 @@ var funcs = template.FuncMap{
 	"pathEscape": url.PathEscape,
 	"isZero":     func(t time.Time) bool { return t.IsZero() },
 	"scanWindow": func() int64 { return scanWindow },
+	// sortLink hands a sortable column header its page, key and label.
+	"sortLink": func(p pageData, key, label string) sortLink {
+		v, _ := p.Data.(*queuesView)
+		return sortLink{Page: p, Key: key, Label: label, On: v != nil && v.Sort == key}
+	},
 	// rows hands the shared job table its rows, the page (for links and the token) and
 	// whether to show selection boxes.
 	"rows": func(p pageData, rows []listRow, sel bool) tableData { return tableData{p, rows, sel} },
+}
+
+type sortLink struct {
+	Page       pageData
+	Key, Label string
+	On         bool
 }
 
 type tableData struct {

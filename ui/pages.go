@@ -346,6 +346,16 @@ type jobView struct {
 	CanCancel bool
 	CanDelete bool
 	Running   bool
+	Timeline  []event // the job's life, oldest first
+}
+
+// event is one line of a job's timeline.
+type event struct {
+	At     time.Time
+	What   string // "created", "attempt 2 failed", "running", ...
+	Worker string
+	Detail string // the error's first line, or what comes next
+	Class  string // st-<status> for the badge colour
 }
 
 type field struct {
@@ -396,6 +406,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Attempts = append(v.Attempts, a)
 	}
+	v.Timeline = timeline(job, extras.Errors)
 	if !h.cfg.ReadOnly {
 		switch job.Status {
 		case skiplock.StatusDead, skiplock.StatusFailed:
@@ -407,6 +418,37 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		v.CanDelete = !v.Running
 	}
 	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
+}
+
+// timeline lays a job's life out from its row and its error history: created, each
+// failed attempt (when it ended, on which worker, its error's first line; the history
+// keeps the last 10), and where it is now. The row keeps no start time per attempt, so
+// no attempt's duration is shown.
+func timeline(job *skiplock.JobRow, history []map[string]any) []event {
+	evs := []event{{At: job.CreatedAt, What: "created", Detail: "in queue " + job.Queue, Class: "st-queued"}}
+	for _, e := range history {
+		ev := event{What: "attempt " + jsonText(e["attempt"]) + " failed", Class: "st-failed"}
+		if at, err := time.Parse(time.RFC3339Nano, jsonText(e["at"])); err == nil {
+			ev.At = at
+		}
+		ev.Worker = jsonText(e["worker"])
+		ev.Detail, _, _ = strings.Cut(jsonText(e["error"]), "\n")
+		evs = append(evs, ev)
+	}
+	switch job.Status {
+	case skiplock.StatusRunning:
+		evs = append(evs, event{At: job.LockedAt, What: "attempt " + strconv.Itoa(job.Attempts) + " running",
+			Worker: job.LockedBy, Detail: "last heartbeat", Class: "st-running"})
+	case skiplock.StatusQueued:
+		what := "due"
+		if job.RunAt.After(time.Now()) {
+			what = "next attempt due"
+		}
+		evs = append(evs, event{At: job.RunAt, What: what, Detail: "waiting for a worker", Class: "st-queued"})
+	default:
+		evs = append(evs, event{At: job.FinishedAt, What: string(job.Status), Worker: job.LockedBy, Class: "st-" + string(job.Status)})
+	}
+	return evs
 }
 
 // retryJob requeues a dead or failed job (attempts reset), or makes a queued job that

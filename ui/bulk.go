@@ -75,6 +75,9 @@ func bulkFilter(q url.Values) (listFilter, string, exactKey, string) {
 	if msg != "" {
 		return f, "", exactKey{}, msg
 	}
+	if f.Search != "" {
+		return f, "", exactKey{}, "A bulk action takes a status, queue and kind filter, not a search."
+	}
 	action := q.Get("action")
 	if action != "requeue" && action != "delete" {
 		return f, "", exactKey{}, "Unknown action: use requeue or delete."

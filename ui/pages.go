@@ -304,8 +304,9 @@ func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f listFilter, msg 
 		f.Status = skiplock.JobStatus(s)
 	}
 	f.Queue, f.Kind = strings.TrimSpace(q.Get("queue")), strings.TrimSpace(q.Get("kind"))
-	if !validFilter(f.Queue) || !validFilter(f.Kind) {
-		return f, "A queue or kind filter is at most 255 bytes of text."
+	f.Search = strings.TrimSpace(q.Get("q"))
+	if !validFilter(f.Queue) || !validFilter(f.Kind) || !validFilter(f.Search) {
+		return f, "A queue, kind or search filter is at most 255 bytes of text."
 	}
 	return f, ""
 }
@@ -324,6 +325,9 @@ func filterQuery(f listFilter, before int64) url.Values {
 	}
 	if f.Kind != "" {
 		v.Set("kind", f.Kind)
+	}
+	if f.Search != "" {
+		v.Set("q", f.Search)
 	}
 	if f.Limit != DefaultPageSize {
 		v.Set("limit", strconv.Itoa(f.Limit))
@@ -544,6 +548,7 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, msg)
 		return
 	}
+	f.Search = "" // the dead page lists by status, queue and kind (its bulk actions take those)
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
 	rows, err := h.listStuck(ctx, f)

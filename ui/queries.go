@@ -21,6 +21,7 @@ type statements struct {
 	nowMinute, finished      string
 	failures                 string
 	pageHot, pageArchive     string
+	searchHot, searchArchive string
 	endHot, endArchive       string
 	rowsHot, rowsArchive     string
 	extras                   string
@@ -49,6 +50,8 @@ func buildStatements(schema string) statements {
 		failures:      x(failuresSQL),
 		pageHot:       table(pageSQL, "jobs"),
 		pageArchive:   table(pageSQL, "jobs_archive"),
+		searchHot:     table(searchSQL, "jobs"),
+		searchArchive: table(searchSQL, "jobs_archive"),
 		endHot:        table(windowEndSQL, "jobs"),
 		endArchive:    table(windowEndSQL, "jobs_archive"),
 		rowsHot:       table(rowsSQL, "jobs"),
@@ -156,6 +159,25 @@ const windowEndSQL = `SELECT count(*), coalesce(min(id), 0) FROM (
 	SELECT id FROM {s}.{t} WHERE id < $1 ORDER BY id DESC LIMIT $2
 ) w`
 
+// searchSQL is pageSQL that also keeps only the jobs whose args or metadata, as JSON
+// text, contain $7 (strpos: a plain substring, no pattern characters). Like every window
+// walk it examines at most $2 rows per table per page, so a search of a million jobs
+// costs what a rare filter does, and "Older" goes on from where it stopped. No index
+// serves a substring of the args; a search that must see every job is a query to run by
+// hand.
+const searchSQL = `SELECT id FROM (
+	SELECT id, status, queue, kind, payload, metadata FROM {s}.{t}
+	WHERE id < $1
+	ORDER BY id DESC
+	LIMIT $2
+) w
+WHERE ($3::text IS NULL OR status = $3)
+	AND ($4::text IS NULL OR queue = $4)
+	AND ($5::text IS NULL OR kind = $5)
+	AND (strpos(payload::text, $7) > 0 OR strpos(metadata::text, $7) > 0)
+ORDER BY id DESC
+LIMIT $6`
+
 // listColumns is what a list row shows: short prefixes of the args and the last error,
 // never a whole payload.
 const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
@@ -201,7 +223,8 @@ type listFilter struct {
 	Status skiplock.JobStatus
 	Queue  string
 	Kind   string
-	Before int64 // the keyset cursor: only ids below it; 0 means from the newest
+	Search string // a substring of the args or metadata JSON; searched in a bounded window
+	Before int64  // the keyset cursor: only ids below it; 0 means from the newest
 	Limit  int
 }
 
@@ -242,7 +265,7 @@ func statusInArchive(s skiplock.JobStatus) bool {
 // merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
-	if slices.Contains(exactStatuses, f.Status) {
+	if f.Search == "" && slices.Contains(exactStatuses, f.Status) {
 		rows, err := h.listExact(ctx, string(f.Status), f)
 		if err != nil {
 			return listPage{}, err
@@ -259,10 +282,15 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 	}
 	scan := func(pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
 		n := f.Limit
-		if f.Status != "" || f.Queue != "" || f.Kind != "" {
+		if f.Status != "" || f.Queue != "" || f.Kind != "" || f.Search != "" {
 			n = scanWindow
 		}
-		rows, err := h.pool.Query(ctx, pageSQL, cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
+		args := []any{cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit}
+		if f.Search != "" {
+			pageSQL = map[bool]string{false: h.sql.searchHot, true: h.sql.searchArchive}[archived]
+			args = append(args, f.Search)
+		}
+		rows, err := h.pool.Query(ctx, pageSQL, args...)
 		if err != nil {
 			return part{}, err
 		}

@@ -18,7 +18,7 @@ import (
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk", "audit"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -109,8 +109,10 @@ var flashes = map[string]string{
 	"budget":    "The action stopped at its time limit before reaching every job: run it again for the rest.",
 }
 
-func flashMessage(r *http.Request) string {
-	q := r.URL.Query()
+func flashMessage(r *http.Request) string { return flashText(r.URL.Query()) }
+
+// flashText is the message of the done codes of q.
+func flashText(q url.Values) string {
 	var parts []string
 	for _, code := range strings.Split(q.Get("done"), ",") {
 		f, ok := flashes[code]

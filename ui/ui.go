@@ -88,6 +88,11 @@ type Config struct {
 	// restart signs everyone out, and instances behind one load balancer do not share
 	// them (use the bearer header or basic auth there, or sticky sessions).
 	SessionMaxAge time.Duration
+	// Actor names who made a request, for the audit log (Audit page and log lines), such
+	// as the user your ExternalAuth middleware put in the request's context. Nil or an
+	// empty answer names the credential used instead ("basic auth user ops", "token
+	// session 1a2b3c4d", "local (loopback)").
+	Actor func(r *http.Request) string
 	// CSRFKey signs the CSRF tokens of action forms. Set the same key on every instance
 	// behind one load balancer so a form served by one is accepted by another. Empty means
 	// a random key per Handler (forms served before a restart must then be reloaded).
@@ -179,6 +184,7 @@ type Handler struct {
 	pages    map[string]*template.Template
 	csrfKey  []byte
 	sess     *sessions
+	audits   *auditLog
 	hosts    map[string]struct{} // AllowedHosts, normalised
 	anyHost  bool                // AllowedHosts holds "*"
 	crossOri *http.CrossOriginProtection
@@ -226,6 +232,7 @@ func New(cfg Config) (*Handler, error) {
 		finished: newFinishedCache(),
 		log:      cfg.Logger,
 		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
+		audits:   &auditLog{},
 		hosts:    map[string]struct{}{},
 	}
 	for _, name := range cfg.AllowedHosts {
@@ -285,6 +292,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /dead/bulk", h.bulkAction)
 	m.HandleFunc("GET /periodic", h.periodicPage)
 	m.HandleFunc("GET /workers", h.workersPage)
+	m.HandleFunc("GET /audit", h.auditPage)
 	h.mux = m
 }
 
@@ -345,6 +353,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
 			return
 		}
+	}
+	if r.Method == http.MethodPost {
+		h.serveAudited(w, r)
+		return
 	}
 	h.mux.ServeHTTP(w, r)
 }

@@ -658,6 +658,13 @@ func (h *Handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "periodic", "Periodic", "periodic", s)
 }
 
+// workersView is the data of the workers page.
+type workersView struct {
+	Workers []skiplock.WorkerInfo
+	Running []runningJob
+	More    bool // more running jobs than maxRunningShown
+}
+
 // workersPage lists the workers registered in the schema (Client.Workers): their queues,
 // whether each is alive, and which one leads the fleet's maintenance.
 func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
@@ -668,7 +675,16 @@ func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "workers", "Workers", "workers", ws)
+	running, err := h.runningNow(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := workersView{Workers: ws, Running: running}
+	if len(running) > maxRunningShown {
+		v.Running, v.More = running[:maxRunningShown], true
+	}
+	h.render(w, r, "workers", "Workers", "workers", v)
 }
 
 // jobID reads the {id} of the path, answering a bad one.

@@ -29,6 +29,7 @@ type statements struct {
 	deleteHot, deleteArchive string
 	deleteStuck              string
 	running                  string
+	runningNow               string
 	// exact holds, by status and filter shape, the two listings of exactWindowSQL and
 	// exactIndexSQL.
 	exact map[exactKey][2]string
@@ -62,6 +63,7 @@ func buildStatements(schema string) statements {
 		deleteArchive: x(deleteArchiveSQL),
 		deleteStuck:   x(deleteStuckSQL),
 		running:       x(runningSQL),
+		runningNow:    x(runningNowSQL),
 		exact:         map[exactKey][2]string{},
 	}
 	for _, st := range append(slices.Clone(exactStatuses), "stuck") {
@@ -217,6 +219,43 @@ const deleteStuckSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status IN ('
 
 // runningSQL says which of the ids are running (and so were not deleted).
 const runningSQL = `SELECT id FROM {s}.jobs WHERE id = ANY($1) AND status = 'running'`
+
+// runningNowSQL lists the running jobs by worker with their progress, for the workers
+// page. jobs_running_idx holds exactly them, so the read is as small as the fleet's
+// slots; $1 bounds it anyway.
+const runningNowSQL = `SELECT id, queue, kind, coalesce(locked_by, ''), locked_at,
+	(progress->>'value')::float8, coalesce(progress->>'message', '')
+FROM {s}.jobs WHERE status = 'running'
+ORDER BY locked_by, id
+LIMIT $1`
+
+// maxRunningShown bounds the running jobs the workers page lists.
+const maxRunningShown = 500
+
+// runningJob is one running job of the workers page.
+type runningJob struct {
+	ID              int64
+	Queue, Kind     string
+	Worker          string
+	Since           *time.Time // the last heartbeat
+	Progress        *float64
+	ProgressMessage string
+}
+
+func (h *Handler) runningNow(ctx context.Context) ([]runningJob, error) {
+	rows, err := h.pool.Query(ctx, h.sql.runningNow, maxRunningShown+1)
+	if err != nil {
+		return nil, err
+	}
+	var out []runningJob
+	var j runningJob
+	_, err = pgx.ForEachRow(rows, []any{&j.ID, &j.Queue, &j.Kind, &j.Worker, &j.Since, &j.Progress, &j.ProgressMessage}, func() error {
+		out = append(out, j)
+		j = runningJob{}
+		return nil
+	})
+	return out, err
+}
 
 // listFilter selects the jobs of a list page. Empty fields match everything.
 type listFilter struct {

@@ -673,6 +673,14 @@ func TestWorkersPage_ListsTheFleetAndItsLeader(t *testing.T) {
 	gone := rowOf(t, r.body, `<tr data-worker="host-b">`)
 	assert.Contains(t, gone, ">gone<")
 	assert.NotContains(t, gone, ">leader<")
+
+	assert.Contains(t, r.body, "No job is running")
+	id := b.insert(job{queue: "emails", kind: "export", status: "running"})
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET locked_by = 'host-a', progress = '{"value": 42.5, "message": "rows 425/1000"}' WHERE id = $1`), id)
+	require.NoError(t, err)
+	run := rowOf(t, b.get("/workers").body, `<tr data-running="`+strconv.FormatInt(id, 10)+`">`)
+	assert.Contains(t, run, "<code>host-a</code>")
+	assert.Contains(t, run, "<strong>42.5</strong> rows 425/1000", "the progress its handler reported")
 }
 
 // rowOf returns the table row of body that starts with open.

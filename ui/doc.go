@@ -9,16 +9,25 @@
 //
 // # Pages
 //
-//   - Queues (/queues): jobs by queue and status, the age of each queue's oldest due job,
-//     and the jobs finished per minute over the last hour (an SVG plot drawn on the server
-//     from jobs_archive). The table refreshes itself every [Config].RefreshInterval by
-//     fetching a server-rendered fragment; the page is never reloaded.
-//   - Jobs (/jobs): newest first, filtered by status, queue and kind, over the hot table and
-//     the archive together, paged with a keyset on the id; /jobs?id=N opens job N.
-//   - A job (/jobs/{id}): its args, any further columns of its row (metadata, progress,
-//     output), its attempt history with each error and stack, its timestamps, and the
-//     actions retry now, cancel and delete.
-//   - Dead and failed (/dead): select many jobs, requeue or delete them in one action.
+//   - Queues (/queues): jobs by queue and status, each count a link to its jobs, the age
+//     of each queue's oldest due job, and the jobs finished per minute over the last hour
+//     beside those that failed for good (an SVG plot drawn on the server; a lone spike
+//     does not set its axis). Sortable by backlog, dead count, oldest due. The table
+//     refreshes itself every [Config].RefreshInterval by fetching a server-rendered
+//     fragment; the counts come from [skiplock.Client.CachedStats].
+//   - Jobs (/jobs): newest first, filtered by status, queue and kind, or by a piece of
+//     the args or metadata (searched in a bounded window), over the hot table and the
+//     archive together, paged with a keyset on the id; /jobs?id=N opens job N. A status
+//     filter of queued, running, dead or failed reaches its rows through that status's
+//     partial index.
+//   - A job (/jobs/{id}): a timeline of its attempts and their workers, its args, any
+//     further columns of its row (metadata, progress, output), its attempt history with
+//     each error and stack, its timestamps, and the actions retry now, cancel and delete.
+//   - Dead and failed (/dead): select many jobs, or every job a filter matches (after a
+//     confirmation with the count; run in batches), and requeue or delete them.
+//   - Workers (/workers): the registered workers and the jobs running now with their
+//     progress.
+//   - Audit (/audit): the recent actions of this process, who did them and the outcome.
 //   - Periodic (/periodic): schedules with their last and next run, when a
 //     [PeriodicSource] is configured.
 //

@@ -97,17 +97,17 @@ func fill(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		OVERRIDING SYSTEM VALUE
 		SELECT 300000 + g, queue, kind, jsonb_build_object('n', g, 'customer', 'c-' || (g % 9973)), status,
 			CASE WHEN status IN ('dead', 'failed') THEN 3 WHEN status = 'running' THEN 1 ELSE 0 END, 3,
-			CASE WHEN status = 'queued' AND g % 97 = 0 THEN now() + interval '2 hours' ELSE now() - make_interval(secs => (1000000 - g) / 10.0) END,
-			now() - make_interval(secs => (1000000 - g) / 10.0),
+			CASE WHEN status = 'queued' AND g % 97 = 0 THEN now() + interval '2 hours' ELSE created END,
+			created,
 			CASE WHEN status = 'running' THEN now() END,
-			CASE WHEN status = 'running' THEN 'worker-' || g END,
+			CASE WHEN status = 'running' THEN 'worker-' || g WHEN status IN ('dead', 'failed') THEN 'worker-c' END,
 			CASE WHEN status IN ('dead', 'failed') THEN 'upstream timed out after 30s (call ' || g || ')' END,
 			CASE WHEN status IN ('dead', 'failed') THEN jsonb_build_array(
-				jsonb_build_object('attempt', 1, 'at', now() - interval '3 hours', 'error', 'upstream timed out', 'worker', 'worker-a', 'duration_ms', 30000),
-				jsonb_build_object('attempt', 2, 'at', now() - interval '2 hours', 'error', 'upstream timed out', 'worker', 'worker-b', 'duration_ms', 30000)) END,
-			CASE WHEN status IN ('dead', 'failed') THEN now() - make_interval(secs => (1000000 - g) * 0.37) END
+				jsonb_build_object('attempt', 1, 'at', created + interval '31 seconds', 'error', 'upstream timed out', 'worker', 'worker-a'),
+				jsonb_build_object('attempt', 2, 'at', created + interval '1 hour', 'error', 'upstream timed out', 'worker', 'worker-b')) END,
+			CASE WHEN status IN ('dead', 'failed') THEN created + interval '3 hours' END
 		FROM (
-			SELECT g,
+			SELECT g, now() - make_interval(secs => (1000000 - g) * 0.37) - interval '3 hours' AS created,
 				CASE WHEN g IN (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000) THEN 'mailers'
 					WHEN g % 10 = 7 THEN 'reports' WHEN g % 10 = 8 THEN 'webhooks' ELSE 'default' END AS queue,
 				CASE WHEN g IN (9000, 10000) THEN 'running'

@@ -170,6 +170,15 @@ func secureCookies(r *http.Request) bool {
 	return r.TLS != nil || !fromLoopback(r)
 }
 
+// forwardedHTTPS reports whether a proxy in front says the browser's connection is
+// HTTPS (X-Forwarded-Proto or Forwarded proto=https).
+func forwardedHTTPS(r *http.Request) bool {
+	if strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		return true
+	}
+	return strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
+}
+
 // csrfID returns the random id a valid CSRF cookie of r carries: the cookie is the id
 // and its HMAC under the handler's key, so a value the client chose is refused.
 func (h *Handler) csrfID(r *http.Request) (string, bool) {
@@ -241,6 +250,13 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.sess.failed(clientKey(r))
 		w.WriteHeader(http.StatusUnauthorized)
 		h.render(w, r, "login", "Sign in", "", map[string]any{"Failed": true})
+		return
+	}
+	if r.TLS == nil && !fromLoopback(r) && !forwardedHTTPS(r) {
+		// The session cookie is Secure here, so a browser on plain HTTP would drop it
+		// (and without Secure it would cross the network in clear).
+		h.refuse(w, r, http.StatusForbidden, "Signing in needs HTTPS when the browser is on another machine: "+
+			"serve the dashboard behind a TLS proxy, or use basic auth or the Authorization: Bearer header.")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{

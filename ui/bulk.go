@@ -21,8 +21,8 @@ const (
 	// bulkBatch is how many jobs one statement of a bulk action changes: each batch is its
 	// own short transaction, so a bulk action never holds a lock on 100,000 rows.
 	bulkBatch = 1000
-	// bulkBudget bounds the time one bulk request works; what it did not reach is left
-	// as it was, and the page says how many remain.
+	// bulkBudget bounds the time one bulk request works (or Config.QueryTimeout, when
+	// shorter); what it did not reach is left as it was, and the page says to run it again.
 	bulkBudget = 20 * time.Second
 )
 
@@ -121,7 +121,8 @@ func (h *Handler) bulkPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // bulkAction runs a confirmed bulk action in batches of bulkBatch, each its own
-// statement, for at most bulkBudget, and on no more jobs than the confirmation showed.
+// statement, for at most bulkBudget (or QueryTimeout), and on no more jobs than the
+// confirmation showed.
 func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		h.refuse(w, r, http.StatusBadRequest, "Bad form.")
@@ -138,7 +139,7 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pick, _ := bulkStatements(h.client.Schema(), key)
-	ctx, cancel := context.WithTimeout(r.Context(), bulkBudget)
+	ctx, cancel := context.WithTimeout(r.Context(), min(bulkBudget, h.cfg.QueryTimeout))
 	defer cancel()
 	var (
 		after          int64

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,15 @@ func TestDeadPage_BulkRequeueByFilterConfirmsTheCountAndRunsInBatches(t *testing
 		require.Equal(t, http.StatusSeeOther, r.code, r.body)
 		assert.Equal(t, 0, b.count(`SELECT count(*) FROM {s}.jobs WHERE queue = 'reports'`))
 	})
+}
+
+func TestDeadPage_BulkActionStopsAtItsTimeLimitAndSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{QueryTimeout: time.Nanosecond})
+	id := b.insert(job{status: "dead"})
+	r := b.act("/audit", "/dead/bulk", url.Values{"action": {"requeue"}, "count": {"1"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	assert.Contains(t, r.location, "budget")
+	assert.Contains(t, b.get("/audit").body, "stopped at its time limit")
+	assert.Equal(t, "dead", b.status(id))
 }

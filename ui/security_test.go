@@ -268,14 +268,24 @@ func TestSession_RandomExpiresAndEndsAtLogout(t *testing.T) {
 	assert.False(t, a.Secure, "plain HTTP from this machine: a Secure cookie would never come back")
 	assert.Equal(t, http.StatusOK, page(a))
 
-	t.Run("off loopback the cookie is Secure", func(t *testing.T) {
-		req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(url.Values{"csrf": {f.token}, "token": {token}}.Encode()))
-		req.Host = "jobs.example.com"
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.AddCookie(f.cookie)
-		rec := direct(h, req, "203.0.113.7:40000")
+	t.Run("off loopback the cookie is Secure, and plain HTTP cannot sign in", func(t *testing.T) {
+		login := func(proto string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(url.Values{"csrf": {f.token}, "token": {token}}.Encode()))
+			req.Host = "jobs.example.com"
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if proto != "" {
+				req.Header.Set("X-Forwarded-Proto", proto)
+			}
+			req.AddCookie(f.cookie)
+			return direct(h, req, "203.0.113.7:40000")
+		}
+		rec := login("https") // behind a TLS proxy
 		require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 		assert.True(t, sessionCookieOf(rec).Secure)
+		rec = login("")
+		assert.Equal(t, http.StatusForbidden, rec.Code)
+		assert.Contains(t, rec.Body.String(), "needs HTTPS")
+		assert.Nil(t, sessionCookieOf(rec), "no session travels in clear")
 	})
 
 	// Idle: a session unused for longer than SessionIdle ends.

@@ -238,8 +238,12 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request, pause bool
 	h.redirect(w, r, "/queues", url.Values{"done": {done}})
 }
 
+// link is a labelled URL.
+type link struct{ Label, URL string }
+
 // jobsView is the data of the jobs page.
 type jobsView struct {
+	Further  []link // per-status lists that look further for the jobs no index reaches
 	Filter   listFilter
 	Statuses []skiplock.JobStatus
 	Page     listPage
@@ -271,6 +275,13 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
+	if page.Unindexed > 0 {
+		for _, st := range page.Windowed {
+			g := f
+			g.Status, g.Before = st, 0
+			v.Further = append(v.Further, link{string(st), h.prefix + "/jobs?" + filterQuery(g, 0).Encode()})
+		}
+	}
 	if page.Next > 0 {
 		v.NextURL = h.prefix + "/jobs?" + filterQuery(f, page.Next).Encode()
 	}

@@ -217,6 +217,12 @@ type listPage struct {
 	// Partial says the page is short because the scan window ran out, not the jobs:
 	// following Next looks further.
 	Partial bool
+	// Unindexed, on a list of a queue or kind of any status, is the id below which its
+	// jobs of the Windowed statuses (which no index reaches for this filter: succeeded,
+	// cancelled, archived, and queued by kind alone) were not looked for on this page; 0
+	// when the page missed none of them.
+	Unindexed int64
+	Windowed  []skiplock.JobStatus // the statuses so looked for
 }
 
 // statusInArchive says whether jobs of status can be in the archive: workers archive
@@ -230,7 +236,7 @@ func statusInArchive(s skiplock.JobStatus) bool {
 // merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
-	if f.Search == "" && slices.Contains(exactStatuses, f.Status) {
+	if f.Search == "" && slices.Contains(exactStatuses, f.Status) && indexServes(string(f.Status), f) {
 		rows, err := h.listExact(ctx, string(f.Status), f)
 		if err != nil {
 			return listPage{}, err
@@ -242,15 +248,17 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		return p, nil
 	}
 	type part struct {
-		rows  []listRow
-		bound int64 // every match of the table with an id in [bound, Before) is in rows
+		rows   []listRow
+		bound  int64              // every match of the table with an id in [bound, Before) is in rows
+		window bool               // a window walk next to exact parts: its bound does not cut them
+		status skiplock.JobStatus // of a window part
 	}
-	scan := func(pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
+	scan := func(status skiplock.JobStatus, pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
 		n := f.Limit
-		if f.Status != "" || f.Queue != "" || f.Kind != "" || f.Search != "" {
+		if status != "" || f.Queue != "" || f.Kind != "" || f.Search != "" {
 			n = scanWindow
 		}
-		args := []any{cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit}
+		args := []any{cursor(f.Before), n, nullable(string(status)), nullable(f.Queue), nullable(f.Kind), f.Limit}
 		if f.Search != "" {
 			pageSQL = map[bool]string{false: h.sql.searchHot, true: h.sql.searchArchive}[archived]
 			args = append(args, f.Search)
@@ -288,22 +296,78 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		return p, nil
 	}
 	parts := []part{}
-	hot, err := scan(h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
-	if err != nil {
-		return listPage{}, err
-	}
-	parts = append(parts, hot)
-	if statusInArchive(f.Status) {
-		arch, err := scan(h.sql.pageArchive, h.sql.endArchive, h.sql.rowsArchive, true)
+	mixed := false // exact parts beside window parts
+	if f.Status == "" && f.Search == "" && (f.Queue != "" || f.Kind != "") {
+		// A queue or kind of any status: the indexed statuses exactly, so a small queue's
+		// jobs are on the first page however many newer jobs other queues have; succeeded
+		// and cancelled jobs of the hot table (no index holds them) through a window, and
+		// only when the stats count some (those of the last StatsMaxAge may be missed).
+		for _, st := range []string{string(skiplock.StatusQueued), string(skiplock.StatusRunning), "stuck"} {
+			if !indexServes(st, f) {
+				p, err := scan(skiplock.JobStatus(st), h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+				if err != nil {
+					return listPage{}, err
+				}
+				p.window, p.status = true, skiplock.JobStatus(st)
+				parts = append(parts, p)
+				continue
+			}
+			rows, err := h.listExact(ctx, st, f)
+			if err != nil {
+				return listPage{}, err
+			}
+			p := part{rows: rows}
+			if len(rows) == f.Limit {
+				p.bound = rows[len(rows)-1].ID
+			}
+			parts = append(parts, p)
+		}
+		finished, err := h.hotFinished(ctx, f.Queue)
 		if err != nil {
 			return listPage{}, err
 		}
+		for _, st := range []skiplock.JobStatus{skiplock.StatusSucceeded, skiplock.StatusCancelled} {
+			if finished[st] == 0 {
+				continue
+			}
+			p, err := scan(st, h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+			if err != nil {
+				return listPage{}, err
+			}
+			p.window, p.status = true, st
+			parts = append(parts, p)
+		}
+		mixed = true
+	} else {
+		hot, err := scan(f.Status, h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+		if err != nil {
+			return listPage{}, err
+		}
+		parts = append(parts, hot)
+	}
+	if statusInArchive(f.Status) {
+		arch, err := scan(f.Status, h.sql.pageArchive, h.sql.endArchive, h.sql.rowsArchive, true)
+		if err != nil {
+			return listPage{}, err
+		}
+		arch.window, arch.status = mixed, skiplock.StatusSucceeded
 		parts = append(parts, arch)
 	}
-	var bound int64
+	// The page holds the rows down to the highest bound: below it some part may have a
+	// match it did not return. Window parts beside exact ones do not set it (their jobs
+	// are looked for among the newest rows only, and the page says so).
+	var bound, windowBound int64
 	var all []listRow
+	var windowed []skiplock.JobStatus
 	for _, p := range parts {
-		bound = max(bound, p.bound)
+		if p.window {
+			windowBound = max(windowBound, p.bound)
+			if p.bound > 0 && !slices.Contains(windowed, p.status) {
+				windowed = append(windowed, p.status)
+			}
+		} else {
+			bound = max(bound, p.bound)
+		}
 		all = append(all, p.rows...)
 	}
 	slices.SortFunc(all, func(a, b listRow) int { return compareDesc(a.ID, b.ID) })
@@ -315,7 +379,39 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 	case bound > 0:
 		page.Next, page.Partial = bound, true
 	}
+	if windowBound > 0 && (page.Next == 0 || page.Next < windowBound) {
+		page.Unindexed, page.Windowed = windowBound, windowed
+	}
 	return page, nil
+}
+
+// indexServes says whether the partial index of status (one of exactStatuses, or
+// "stuck") reaches the jobs of filter f without reading a large part of it: running jobs
+// are few, jobs_stuck_idx is keyed by kind then queue, and jobs_claim_idx by queue only,
+// so a kind filter on queued jobs (or none, when few are queued) would read every queued
+// job. Those lists walk a bounded window instead.
+func indexServes(status string, f listFilter) bool {
+	if status == string(skiplock.StatusQueued) {
+		return f.Kind == ""
+	}
+	return true
+}
+
+// hotFinished counts, from the stats, the succeeded and cancelled jobs in the hot table
+// of queue ("" for every queue).
+func (h *Handler) hotFinished(ctx context.Context, queue string) (map[skiplock.JobStatus]int64, error) {
+	stats, _, err := h.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[skiplock.JobStatus]int64{}
+	for _, s := range stats {
+		if queue == "" || s.Queue == queue {
+			out[skiplock.StatusSucceeded] += s.Counts[skiplock.StatusSucceeded]
+			out[skiplock.StatusCancelled] += s.Counts[skiplock.StatusCancelled]
+		}
+	}
+	return out, nil
 }
 
 func compareDesc(a, b int64) int {

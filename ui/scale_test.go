@@ -37,6 +37,7 @@ func TestQueuesPage_EveryCountLinkReachesItsJobs(t *testing.T) {
 			CASE WHEN g % 10 = 0 THEN 3 ELSE 0 END, CASE WHEN g % 10 = 0 THEN now() END
 		FROM generate_series(1, 30000) g`))
 	require.NoError(t, err)
+	cancelled := b.insert(job{queue: "mailers", status: "cancelled"}) // newest: within any window
 	_, err = b.pool.Exec(b.ctx, b.q(`ANALYZE {s}.jobs`))
 	require.NoError(t, err)
 
@@ -63,6 +64,13 @@ func TestQueuesPage_EveryCountLinkReachesItsJobs(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 6, checked, "mailers' four links and default's empty running and failed ones were walked")
+
+	// The queue's own link (any status) lists all its jobs on the first page too.
+	got := listed(b.get("/jobs?queue=mailers").body)
+	want := b.ids(`SELECT id FROM {s}.jobs WHERE queue = 'mailers' ORDER BY id DESC`)
+	assert.Equal(t, want, got, "every mailers job, the cancelled one included")
+	assert.Contains(t, got, cancelled)
+	assert.Contains(t, r.body, `href="/jobs?queue=mailers"`)
 	assert.True(t, strings.Contains(r.body, `/jobs?queue=mailers&amp;status=running`))
 }
 

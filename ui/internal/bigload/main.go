@@ -183,6 +183,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, schema string, newHandler 
 		"/jobs?queue=mailers&status=queued", "/jobs?queue=mailers&status=running", "/jobs?queue=default&status=queued",
 		"/jobs?queue=reports&status=dead", "/jobs?queue=default&status=failed", "/jobs?queue=webhooks&status=failed", "/jobs?status=dead&before=350000",
 		"/dead", "/dead?queue=webhooks", "/dead?kind=invoice.render&queue=reports",
+		"/jobs?queue=mailers", "/jobs?status=succeeded&queue=reports", "/jobs?kind=nothing.matches", "/jobs?status=queued&kind=nothing.matches",
 		"/jobs?q=%22c-42%22", "/jobs?status=queued&q=%22c-42%22", "/queues?sort=dead",
 		fmt.Sprintf("/jobs/%d", someDead), "/workers", "/audit"}
 	var out []page

@@ -123,6 +123,18 @@ func TestBrowser_LargeTable(t *testing.T) {
 		reviewShot(t, bctx, "large-"+status)
 	}
 
+	// The queue's own link (any status) starts with its newest jobs of every status.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/queues"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="mailers"] td a`)),
+		chromedp.Click(chromedp.CSS(`tr[data-queue="mailers"] td a`)),
+		chromedp.WaitVisible(chromedp.CSS(`table.jobs`)),
+	))
+	got, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](listedIDs))
+	require.NoError(t, err)
+	assert.Equal(t, d.ids(`SELECT id FROM {s}.jobs WHERE queue = 'mailers' ORDER BY id DESC LIMIT 50`), got,
+		"the queue link lists the queue's newest jobs")
+
 	// 2. A 255-character kind is cut with an ellipsis; Status stays on screen.
 	for _, page := range []string{"/dead", "/jobs"} {
 		require.NoError(t, chromedp.Do(bctx,

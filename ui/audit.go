@@ -102,6 +102,7 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // serveAudited serves the action r and records it: who, what, on what, and the outcome
 // (the flash codes of its redirect, or the refusal's status).
 func (h *Handler) serveAudited(w http.ResponseWriter, r *http.Request) {
+	who := h.who(r) // before: sign out ends the session that names it
 	rec := &statusRecorder{ResponseWriter: w}
 	h.mux.ServeHTTP(rec, r)
 	action, target := describeAction(r)
@@ -114,9 +115,8 @@ func (h *Handler) serveAudited(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	who := h.who(r)
-	if action == "sign in" && rec.status != http.StatusSeeOther {
-		who = "—"
+	if action == "sign in" {
+		who = "—" // a sign-in names no one until it succeeds, and its session is in the answer
 	}
 	e := auditEntry{At: time.Now(), Who: who, From: r.RemoteAddr, Action: action, Target: target, Result: result}
 	h.audits.add(e)

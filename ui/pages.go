@@ -47,6 +47,7 @@ type queuesView struct {
 	LastHour int64
 	// FailedLastHour counts the jobs that ended dead or failed in the last hour.
 	FailedLastHour int64
+	FailRate       string // FailedLastHour over all the jobs that ended in the hour
 	Plot           plot
 	HasInfo        bool // a QueueSource is configured: show limits and paused state
 	CanControl     bool // and it can pause and resume
@@ -175,6 +176,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	for _, n := range tp.Fails {
 		v.FailedLastHour += n
 	}
+	v.FailRate = percent(v.FailedLastHour, v.FailedLastHour+v.LastHour)
 	v.Plot = barPlot(tp.Total[:], tp.Fails[:], tp.First)
 	return v, nil
 }

@@ -104,7 +104,7 @@ func barPlot(series, fails []int64, first time.Time) plot {
 		if fails[i] > 0 {
 			fh := height(fails[i])
 			p.Fails = append(p.Fails, bar{X: x + slot*0.6, W: slot * 0.3, Y: base - fh, H: fh,
-				Title: fmt.Sprintf("%s failed for good (dead or failed) %s", plural(int(fails[i]), "job"), span)})
+				Title: fmt.Sprintf("%s failed for good (dead or failed) %s: %s of the jobs that ended", plural(int(fails[i]), "job"), span, percent(fails[i], n+fails[i]))})
 		}
 	}
 	for _, f := range []int64{0, top / 2, top} {
@@ -122,6 +122,18 @@ func barPlot(series, fails []int64, first time.Time) plot {
 		p.XTicks = append(p.XTicks, t)
 	}
 	return p
+}
+
+// percent writes part/whole as a percentage for people: 0.4%, 12%.
+func percent(part, whole int64) string {
+	if whole == 0 {
+		return "0%"
+	}
+	p := float64(part) * 100 / float64(whole)
+	if p < 10 {
+		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
+	}
+	return strconv.FormatFloat(p, 'f', 0, 64) + "%"
 }
 
 // niceCeil rounds n up to 1, 2 or 5 times a power of ten (at least 2, so the middle tick

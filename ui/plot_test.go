@@ -42,4 +42,6 @@ func TestQueuesPage_PlotAxisSurvivesASpikeAndShowsFailures(t *testing.T) {
 	assert.Contains(t, r.body, `<rect class="fail"`, "failures are a second series")
 	assert.Contains(t, r.body, `data-total="failedhour">3<`)
 	assert.Contains(t, r.body, "3 jobs failed for good")
+	assert.Contains(t, r.body, "(0.0% of the jobs that ended)", "3 of 12,003")
+	assert.Contains(t, r.body, ": 7.0% of the jobs that ended", "the minute of the failures: 3 of 43")
 }

@@ -41,14 +41,13 @@ type session struct {
 // sessions keeps the login sessions of one Handler, by the SHA-256 of their cookie value
 // (so the map holds nothing a memory dump could replay).
 type sessions struct {
-	mu      sync.Mutex
-	byHash  map[string]*session
-	idle    time.Duration
-	maxAge  time.Duration
-	now     func() time.Time
-	fails   map[string]*failCount // by client address
-	global  failCount
-	limited int64 // refusals so far, for the log
+	mu     sync.Mutex
+	byHash map[string]*session
+	idle   time.Duration
+	maxAge time.Duration
+	now    func() time.Time
+	fails  map[string]*failCount // by client address
+	global failCount
 }
 
 type failCount struct {
@@ -138,38 +137,40 @@ func (s *sessions) throttled(client string) (bool, time.Duration) {
 	if now.Sub(s.global.start) < failWindow && s.global.n >= maxFailsGlobal {
 		wait = max(wait, failWindow-now.Sub(s.global.start))
 	}
-	if wait > 0 {
-		s.limited++
-	}
 	return wait > 0, wait
 }
 
-// failed counts a wrong credential from client.
+// failed counts a wrong credential from client. Past maxThrottled addresses within a
+// window, a new address is not remembered: the global count stops it instead, at once.
 func (s *sessions) failed(client string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	f := s.fails[client]
-	if f == nil {
-		if len(s.fails) >= maxThrottled {
-			for k, v := range s.fails {
-				if now.Sub(v.start) >= failWindow {
-					delete(s.fails, k)
-				}
-			}
-			if len(s.fails) >= maxThrottled {
-				s.global.n = maxFailsGlobal // too many addresses at once: stop all guessing
-			}
-		}
-		f = &failCount{}
-		s.fails[client] = f
-	}
-	for _, c := range []*failCount{f, &s.global} {
+	count := func(c *failCount) {
 		if now.Sub(c.start) >= failWindow {
 			c.n, c.start = 0, now
 		}
 		c.n++
 	}
+	f := s.fails[client]
+	if f == nil && len(s.fails) >= maxThrottled {
+		for k, v := range s.fails {
+			if now.Sub(v.start) >= failWindow {
+				delete(s.fails, k)
+			}
+		}
+	}
+	if f == nil && len(s.fails) >= maxThrottled {
+		count(&s.global)
+		s.global.n = max(s.global.n, maxFailsGlobal)
+		return
+	}
+	if f == nil {
+		f = &failCount{}
+		s.fails[client] = f
+	}
+	count(f)
+	count(&s.global)
 }
 
 // retryAfter is a Retry-After value: whole seconds, at least 1.

@@ -129,15 +129,15 @@ type retryPolicyArgs interface {
 	RetryPolicy() RetryPolicy
 }
 
-// appendHistory starts the expression that appends an entry to the error history,
-// keeping the latest 10 ("jsonb - 0" drops the oldest); the message expression and "))"
-// complete it. A history that is not a JSON array (written by hand, say) is started
+// appendHistory starts the expression that appends an entry to the error history (the
+// attempt, when it ended, the worker that ran it, the error), keeping the latest 10
+// ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
 // afresh rather than failing the statement: a broken history must never keep a job from
 // being retried or reclaimed.
 const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
 		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
 		ELSE errors END)
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'error', `
+	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'worker', locked_by, 'error', `
 
 // failureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
 // ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each

@@ -9,25 +9,43 @@
 //
 // # Pages
 //
-//   - Queues (/queues): jobs by queue and status, the age of each queue's oldest due job,
-//     and the jobs finished per minute over the last hour (an SVG plot drawn on the server
-//     from jobs_archive). The table refreshes itself every [Config].RefreshInterval by
-//     fetching a server-rendered fragment; the page is never reloaded.
-//   - Jobs (/jobs): newest first, filtered by status, queue and kind, over the hot table and
-//     the archive together, paged with a keyset on the id; /jobs?id=N opens job N.
-//   - A job (/jobs/{id}): its args, any further columns of its row (metadata, progress,
-//     output), its attempt history with each error and stack, its timestamps, and the
-//     actions retry now, cancel and delete.
-//   - Dead and failed (/dead): select many jobs, requeue or delete them in one action.
+//   - Queues (/queues): jobs by queue and status, each count a link to its jobs, the age
+//     of each queue's oldest due job, and the jobs finished per minute over the last hour
+//     beside those that failed for good (an SVG plot drawn on the server; a lone spike
+//     does not set its axis). Sortable by backlog, dead count, oldest due. The table
+//     refreshes itself every [Config].RefreshInterval by fetching a server-rendered
+//     fragment; the counts come from [skiplock.Client.CachedStats].
+//   - Jobs (/jobs): newest first, filtered by status, queue and kind, or by a piece of
+//     the args or metadata (searched in a bounded window), over the hot table and the
+//     archive together, paged with a keyset on the id; /jobs?id=N opens job N. A status
+//     filter of queued, running, dead or failed reaches its rows through that status's
+//     partial index.
+//   - A job (/jobs/{id}): a timeline of its attempts and their workers, its args, any
+//     further columns of its row (metadata, progress, output), its attempt history with
+//     each error and stack, its timestamps, and the actions retry now, cancel and delete.
+//   - Dead and failed (/dead): select many jobs, or every job a filter matches (after a
+//     confirmation with the count; run in batches), and requeue or delete them.
+//   - Workers (/workers): the registered workers and the jobs running now with their
+//     progress.
+//   - Audit (/audit): the recent actions of this process, who did them and the outcome.
 //   - Periodic (/periodic): schedules with their last and next run, when a
 //     [PeriodicSource] is configured.
 //
 // # Safe by default
 //
+// The handler answers only to the loopback host names, the IP address a request reached,
+// and [Config].AllowedHosts: any other Host header gets 421 before anything else, and a
+// POST whose Origin names another host gets 403, so a web page on a domain re-pointed
+// to this machine (DNS rebinding) can neither read nor act. A token login starts a random
+// session kept in the handler's memory that ends after [Config].SessionIdle without use,
+// at [Config].SessionMaxAge, or at sign-out; wrong tokens and passwords are throttled per
+// client address and in all (429 with Retry-After). Cookies are HttpOnly, SameSite=Strict,
+// and Secure unless the request came straight from this machine over plain HTTP.
+//
 // Without [Config].Token or [Config].BasicAuth, the handler serves only requests that come
 // from a loopback address with no proxy header, unless [Config].ExternalAuth says a
 // middleware in front of it authenticates every request. Every action is a POST carrying
-// a CSRF token bound to a cookie; [Config].ReadOnly refuses them all and hides their
+// a CSRF token bound to a cookie the handler signs; [Config].ReadOnly refuses them all and hides their
 // buttons. Every value from the database goes through html/template, so a job whose args
 // hold <script> shows it as text, and a strict Content-Security-Policy allows only the
 // handler's own embedded script and stylesheet. Page sizes and filter values are bounded,

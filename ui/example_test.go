@@ -22,7 +22,8 @@ func ExampleNew() {
 	h, err := ui.New(ui.Config{
 		Client:       client,
 		Prefix:       "/admin/jobs",
-		ExternalAuth: true, // requireAdmin authenticates every request
+		ExternalAuth: true,                          // requireAdmin authenticates every request
+		AllowedHosts: []string{"admin.example.com"}, // the host users reach it by
 	})
 	if err != nil {
 		log.Fatal(err)

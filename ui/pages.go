@@ -1,9 +1,11 @@
 package ui
 
+// This file holds the list pages (queues and their live fragment, jobs, dead and failed,
+// periodic, workers) and the queue and dead-page actions.
+
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
+	"context"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -39,32 +41,60 @@ type statusCount struct {
 
 // queuesView is the data of the queues page and of its live fragment.
 type queuesView struct {
-	Queues      []queueRow
-	Totals      []statusCount
-	Stuck       int64 // dead + failed
-	LastHour    int64
-	Plot        plot
-	HasInfo     bool // a QueueSource is configured: show limits and paused state
-	CanControl  bool // and it can pause and resume
-	InfoErr     string
-	Hidden      int    // queues beyond maxQueuesShown
-	Refresh     int64  // milliseconds between live updates; 0 for none
-	RefreshText string // the same, for people
-	At          time.Time
+	Queues   []queueRow
+	Totals   []statusCount
+	Stuck    int64 // dead + failed
+	LastHour int64
+	// FailedLastHour counts the jobs that ended dead or failed in the last hour.
+	FailedLastHour int64
+	FailRate       string // FailedLastHour over all the jobs that ended in the hour
+	Plot           plot
+	HasInfo        bool // a QueueSource is configured: show limits and paused state
+	CanControl     bool // and it can pause and resume
+	InfoErr        string
+	Hidden         int    // queues beyond maxQueuesShown
+	Sort           string // the column the queues are sorted by: "" (name) or a key of queueSorts
+	Refresh        int64  // milliseconds between live updates; 0 for none
+	RefreshText    string // the same, for people
+	At             time.Time
+}
+
+// queueSorts are the columns the queues table sorts by (?sort=), largest first; ties and
+// the default go by name.
+var queueSorts = map[string]func(queueRow) int64{
+	"queued":   func(q queueRow) int64 { return q.count(skiplock.StatusQueued) },
+	"running":  func(q queueRow) int64 { return q.count(skiplock.StatusRunning) },
+	"failed":   func(q queueRow) int64 { return q.count(skiplock.StatusFailed) },
+	"dead":     func(q queueRow) int64 { return q.count(skiplock.StatusDead) },
+	"oldest":   func(q queueRow) int64 { return int64(q.OldestDue) },
+	"lasthour": func(q queueRow) int64 { return q.LastHour },
+}
+
+func (q queueRow) count(st skiplock.JobStatus) int64 {
+	for _, c := range q.Counts {
+		if c.Status == string(st) {
+			return c.N
+		}
+	}
+	return 0
 }
 
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	stats, err := h.client.Stats(ctx)
+	stats, at, err := h.stats(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tp, err := h.throughput(ctx)
+	anyFailed := false
+	for _, s := range stats {
+		anyFailed = anyFailed || s.FinishedLastHour[skiplock.StatusDead]+s.FinishedLastHour[skiplock.StatusFailed] > 0
+	}
+	tp, err := h.throughput(ctx, anyFailed)
 	if err != nil {
 		return nil, err
 	}
-	v := &queuesView{At: time.Now()}
+	v := &queuesView{At: at}
 	if h.cfg.RefreshInterval > 0 {
 		v.Refresh, v.RefreshText = h.cfg.RefreshInterval.Milliseconds(), shortDuration(h.cfg.RefreshInterval)
 	}
@@ -119,7 +149,19 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 		}
 		v.Queues = append(v.Queues, *q)
 	}
-	slices.SortFunc(v.Queues, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
+	v.Sort = r.URL.Query().Get("sort")
+	by, ok := queueSorts[v.Sort]
+	if !ok {
+		v.Sort, by = "", nil
+	}
+	slices.SortFunc(v.Queues, func(a, b queueRow) int {
+		if by != nil {
+			if x, y := by(a), by(b); x != y {
+				return compareDesc(x, y) // the biggest backlog, the oldest due job first
+			}
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	if len(v.Queues) > maxQueuesShown {
 		v.Hidden = len(v.Queues) - maxQueuesShown
 		v.Queues = v.Queues[:maxQueuesShown]
@@ -131,8 +173,22 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	for _, n := range tp.Total {
 		v.LastHour += n
 	}
-	v.Plot = barPlot(tp.Total[:], tp.First)
+	for _, n := range tp.Fails {
+		v.FailedLastHour += n
+	}
+	v.FailRate = percent(v.FailedLastHour, v.FailedLastHour+v.LastHour)
+	v.Plot = barPlot(tp.Total[:], tp.Fails[:], tp.First)
 	return v, nil
+}
+
+// stats returns the queue counts and when they were taken: from the shared cache unless
+// StatsMaxAge is negative.
+func (h *Handler) stats(ctx context.Context) ([]skiplock.QueueStats, time.Time, error) {
+	if h.cfg.StatsMaxAge < 0 {
+		s, err := h.client.Stats(ctx)
+		return s, time.Now(), err
+	}
+	return h.client.CachedStats(ctx, h.cfg.StatsMaxAge)
 }
 
 func (h *Handler) queuesPage(w http.ResponseWriter, r *http.Request) {
@@ -184,8 +240,12 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request, pause bool
 	h.redirect(w, r, "/queues", url.Values{"done": {done}})
 }
 
+// link is a labelled URL.
+type link struct{ Label, URL string }
+
 // jobsView is the data of the jobs page.
 type jobsView struct {
+	Further  []link // per-status lists that look further for the jobs no index reaches
 	Filter   listFilter
 	Statuses []skiplock.JobStatus
 	Page     listPage
@@ -217,6 +277,13 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
+	if page.Unindexed > 0 {
+		for _, st := range page.Windowed {
+			g := f
+			g.Status, g.Before = st, 0
+			v.Further = append(v.Further, link{string(st), h.prefix + "/jobs?" + filterQuery(g, 0).Encode()})
+		}
+	}
 	if page.Next > 0 {
 		v.NextURL = h.prefix + "/jobs?" + filterQuery(f, page.Next).Encode()
 	}
@@ -250,8 +317,9 @@ func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f listFilter, msg 
 		f.Status = skiplock.JobStatus(s)
 	}
 	f.Queue, f.Kind = strings.TrimSpace(q.Get("queue")), strings.TrimSpace(q.Get("kind"))
-	if !validFilter(f.Queue) || !validFilter(f.Kind) {
-		return f, "A queue or kind filter is at most 255 bytes of text."
+	f.Search = strings.TrimSpace(q.Get("q"))
+	if !validFilter(f.Queue) || !validFilter(f.Kind) || !validFilter(f.Search) {
+		return f, "A queue, kind or search filter is at most 255 bytes of text."
 	}
 	return f, ""
 }
@@ -271,6 +339,9 @@ func filterQuery(f listFilter, before int64) url.Values {
 	if f.Kind != "" {
 		v.Set("kind", f.Kind)
 	}
+	if f.Search != "" {
+		v.Set("q", f.Search)
+	}
 	if f.Limit != DefaultPageSize {
 		v.Set("limit", strconv.Itoa(f.Limit))
 	}
@@ -280,163 +351,14 @@ func filterQuery(f listFilter, before int64) url.Values {
 	return v
 }
 
-// jobView is the data of the job page.
-type jobView struct {
-	Job       *skiplock.JobRow
-	Args      string
-	ArgsCut   bool
-	Other     []field
-	Attempts  []attempt
-	CanRetry  bool
-	RetryWhat string // "Requeue" or "Run now"
-	CanCancel bool
-	CanDelete bool
-	Running   bool
-}
-
-type field struct {
-	Name, Value string
-}
-
-type attempt struct {
-	Attempt string
-	At      string
-	Error   string
-	Other   []field
-}
-
-func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := h.queryCtx(r)
-	defer cancel()
-	job, err := h.client.Get(ctx, id)
-	if errors.Is(err, skiplock.ErrJobNotFound) {
-		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+": it never existed, was deleted, or left the archive after its retention.")
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	extras, err := h.jobExtras(ctx, id)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	v := &jobView{Job: job, Running: job.Status == skiplock.StatusRunning}
-	v.Args, v.ArgsCut = prettyJSON(job.Payload, maxShownPayload)
-	for _, k := range sortedKeys(extras.Other) {
-		s, _ := prettyJSON(extras.Other[k], maxShownPayload)
-		v.Other = append(v.Other, field{k, s})
-	}
-	for i := len(extras.Errors) - 1; i >= 0; i-- { // newest first
-		e := extras.Errors[i]
-		a := attempt{Attempt: jsonText(e["attempt"]), At: jsonText(e["at"]), Error: jsonText(e["error"])}
-		for _, k := range sortedKeys(e) {
-			if k != "attempt" && k != "at" && k != "error" {
-				a.Other = append(a.Other, field{k, jsonText(e[k])})
-			}
-		}
-		v.Attempts = append(v.Attempts, a)
-	}
-	if !h.cfg.ReadOnly {
-		switch job.Status {
-		case skiplock.StatusDead, skiplock.StatusFailed:
-			v.CanRetry, v.RetryWhat = true, "Retry now"
-		case skiplock.StatusQueued:
-			v.CanRetry, v.RetryWhat = job.RunAt.After(time.Now()), "Run now"
-		}
-		v.CanCancel = job.Status == skiplock.StatusQueued || job.Status == skiplock.StatusRunning
-		v.CanDelete = !v.Running
-	}
-	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
-}
-
-// retryJob requeues a dead or failed job (attempts reset), or makes a queued job that
-// waits for a later run_at due now.
-func (h *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := h.queryCtx(r)
-	defer cancel()
-	res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: []int64{id}})
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	done := url.Values{"done": {"requeued"}, "n_requeued": {"1"}}
-	if res.Requeued == 0 {
-		tag, err := h.pool.Exec(ctx, h.sql.runNow, id)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		done = url.Values{"done": {"runnow"}}
-		if tag.RowsAffected() == 0 {
-			done = url.Values{"done": {"unchanged"}}
-		}
-	}
-	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), done)
-}
-
-func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := h.queryCtx(r)
-	defer cancel()
-	job, err := h.client.Cancel(ctx, id)
-	if errors.Is(err, skiplock.ErrJobNotFound) {
-		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+".")
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	done := "cancelled"
-	if job.Status != skiplock.StatusCancelled {
-		done = "unchanged"
-	}
-	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {done}})
-}
-
-// deleteJob deletes a job that is not running, from the hot table or the archive.
-func (h *Handler) deleteJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := h.jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := h.queryCtx(r)
-	defer cancel()
-	res, err := h.deleteJobs(ctx, []int64{id})
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	switch {
-	case len(res.Running) > 0:
-		h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {"running"}})
-	case len(res.Deleted) == 0:
-		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+".")
-	default:
-		h.redirect(w, r, "/jobs", url.Values{"done": {"deleted"}, "n_deleted": {"1"}})
-	}
-}
-
 // deadView is the data of the dead and failed page.
 type deadView struct {
-	Filter   listFilter
-	Statuses []skiplock.JobStatus
-	Rows     []listRow
-	NextURL  string
-	FirstURL string
+	Filter    listFilter
+	BulkQuery template.URL // the filter, encoded, for the links to the bulk actions
+	Statuses  []skiplock.JobStatus
+	Rows      []listRow
+	NextURL   string
+	FirstURL  string
 }
 
 var stuckStatuses = []skiplock.JobStatus{skiplock.StatusDead, skiplock.StatusFailed}
@@ -447,6 +369,7 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, msg)
 		return
 	}
+	f.Search = "" // the dead page lists by status, queue and kind (its bulk actions take those)
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
 	rows, err := h.listStuck(ctx, f)
@@ -454,7 +377,9 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows}
+	bq := filterQuery(f, 0)
+	bq.Del("limit")
+	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows, BulkQuery: template.URL(bq.Encode())}
 	if len(rows) == f.Limit {
 		v.NextURL = h.prefix + "/dead?" + filterQuery(f, rows[len(rows)-1].ID).Encode()
 	}
@@ -554,6 +479,13 @@ func (h *Handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "periodic", "Periodic", "periodic", s)
 }
 
+// workersView is the data of the workers page.
+type workersView struct {
+	Workers []skiplock.WorkerInfo
+	Running []runningJob
+	More    bool // more running jobs than maxRunningShown
+}
+
 // workersPage lists the workers registered in the schema (Client.Workers): their queues,
 // whether each is alive, and which one leads the fleet's maintenance.
 func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
@@ -564,17 +496,16 @@ func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "workers", "Workers", "workers", ws)
-}
-
-// jobID reads the {id} of the path, answering a bad one.
-func (h *Handler) jobID(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		h.refuse(w, r, http.StatusBadRequest, "A job id is a positive number.")
-		return 0, false
+	running, err := h.runningNow(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
-	return id, true
+	v := workersView{Workers: ws, Running: running}
+	if len(running) > maxRunningShown {
+		v.Running, v.More = running[:maxRunningShown], true
+	}
+	h.render(w, r, "workers", "Workers", "workers", v)
 }
 
 // redirect sends the browser to path under the prefix after an action (303: the next
@@ -585,45 +516,4 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, path string, 
 		u += "?" + q.Encode()
 	}
 	http.Redirect(w, r, u, http.StatusSeeOther)
-}
-
-// prettyJSON indents raw JSON, cut at limit bytes.
-func prettyJSON(raw []byte, limit int) (string, bool) {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		buf.Reset()
-		buf.Write(raw)
-	}
-	s := buf.String()
-	if len(s) > limit {
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		return s[:cut], true
-	}
-	return s, false
-}
-
-// jsonText shows a decoded JSON value: strings as they are, the rest as JSON.
-func jsonText(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ type plot struct {
 	XLabelY        int // the baseline of the x labels
 	MidX, MidY     int // the centre, for the "no data" note
 	Bars           []bar
+	Fails          []bar  // the failures of each minute, beside its bar
+	Clipped        []mark // minutes above the axis: drawn to the top, their count written
 	YTicks         []tick
 	XTicks         []tick
 	Empty          bool
@@ -25,6 +28,13 @@ type plot struct {
 type bar struct {
 	X, Y, W, H float64
 	Title      string
+}
+
+// mark labels a bar cut at the top of the axis with its real count.
+type mark struct {
+	X, Y   float64
+	Label  string
+	minute int
 }
 
 type tick struct {
@@ -40,33 +50,65 @@ const (
 	plotLeft, plotRight, plotTop, plotBt = 48, 10, 12, 24
 )
 
+// spikeFactor is how far above the ordinary minutes (spikePercentile of them) a minute
+// must be for the axis to ignore it: one 10,000-job minute must not flatten an hour of
+// 200-job minutes into a line. Such a minute is drawn to the top and labelled.
+const (
+	spikeFactor     = 3
+	spikePercentile = 0.9
+)
+
 // barPlot lays out one bar per minute of series (oldest first, starting at first; the
-// last one is the current minute) on a y axis rounded up to a readable maximum.
-func barPlot(series []int64, first time.Time) plot {
+// last one is the current minute) and the failures of each minute (fails, same length)
+// as a second series, on a y axis rounded up to a readable maximum that a lone spike
+// does not set.
+func barPlot(series, fails []int64, first time.Time) plot {
 	p := plot{W: plotW, H: plotH, Left: plotLeft, Top: plotTop,
 		InnerW: plotW - plotLeft - plotRight, InnerH: plotH - plotTop - plotBt,
 		YLabelX: plotLeft - 6, XLabelY: plotH - 6, MidX: plotW / 2, MidY: plotH / 2}
 	var peak int64
-	for _, n := range series {
-		peak = max(peak, n)
+	all := make([]int64, 0, 2*len(series))
+	for i, n := range series {
+		peak = max(peak, n, fails[i])
+		all = append(all, n, fails[i])
 	}
 	p.Empty = peak == 0
 	top := niceCeil(peak)
+	slices.Sort(all)
+	if usual := all[int(float64(len(all)-1)*spikePercentile)]; usual > 0 && peak > spikeFactor*usual {
+		top = niceCeil(usual * 2)
+	}
 	slot := float64(p.InnerW) / float64(len(series))
-	for i, n := range series {
-		h := float64(n) / float64(top) * float64(p.InnerH)
+	height := func(n int64) float64 {
+		h := min(float64(n)/float64(top), 1) * float64(p.InnerH)
 		if n > 0 && h < 1 {
 			h = 1 // a minute with any job shows
 		}
+		return h
+	}
+	base := float64(p.Top + p.InnerH)
+	for i, n := range series {
 		start := first.Add(time.Duration(i) * time.Minute)
-		p.Bars = append(p.Bars, bar{
-			X: float64(p.Left) + float64(i)*slot + slot*0.14, W: slot * 0.72,
-			Y: float64(p.Top+p.InnerH) - h, H: h,
-			Title: fmt.Sprintf("%s finished %s–%s UTC", plural(int(n), "job"), start.Format("15:04"), start.Add(time.Minute).Format("15:04")),
-		})
+		span := start.Format("15:04") + "–" + start.Add(time.Minute).Format("15:04") + " UTC"
+		x := float64(p.Left) + float64(i)*slot
+		h := height(n)
+		// Succeeded on the left of the minute's slot, failed on the right.
+		p.Bars = append(p.Bars, bar{X: x + slot*0.1, W: slot * 0.5, Y: base - h, H: h,
+			Title: fmt.Sprintf("%s finished %s", plural(int(n), "job"), span)})
+		for _, v := range []int64{n, fails[i]} {
+			// A cut minute is labelled, unless the one before was (their labels would overlap).
+			if v > top && (len(p.Clipped) == 0 || p.Clipped[len(p.Clipped)-1].minute < i-1) {
+				p.Clipped = append(p.Clipped, mark{X: x + slot/2, Y: float64(p.Top) - 2, Label: "▲" + thousands(v), minute: i})
+			}
+		}
+		if fails[i] > 0 {
+			fh := height(fails[i])
+			p.Fails = append(p.Fails, bar{X: x + slot*0.6, W: slot * 0.3, Y: base - fh, H: fh,
+				Title: fmt.Sprintf("%s failed for good (dead or failed) %s: %s of the jobs that ended", plural(int(fails[i]), "job"), span, percent(fails[i], n+fails[i]))})
+		}
 	}
 	for _, f := range []int64{0, top / 2, top} {
-		pos := float64(p.Top+p.InnerH) - float64(f)/float64(top)*float64(p.InnerH)
+		pos := base - float64(f)/float64(top)*float64(p.InnerH)
 		p.YTicks = append(p.YTicks, tick{Pos: pos, TextPos: pos + 4, Label: thousands(f)})
 	}
 	for _, m := range []int{60, 45, 30, 15, 0} {
@@ -80,6 +122,18 @@ func barPlot(series []int64, first time.Time) plot {
 		p.XTicks = append(p.XTicks, t)
 	}
 	return p
+}
+
+// percent writes part/whole as a percentage for people: 0.4%, 12%.
+func percent(part, whole int64) string {
+	if whole == 0 {
+		return "0%"
+	}
+	p := float64(part) * 100 / float64(whole)
+	if p < 10 {
+		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
+	}
+	return strconv.FormatFloat(p, 'f', 0, 64) + "%"
 }
 
 // niceCeil rounds n up to 1, 2 or 5 times a power of ten (at least 2, so the middle tick

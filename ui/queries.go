@@ -1,10 +1,14 @@
 package ui
 
+// This file holds the dashboard's own SQL (schema rendered in) and the windowed lists: the
+// jobs page over the hot table and the archive, merged by id, a bounded walk per table.
+
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,38 +22,81 @@ import (
 // [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go through them instead.
 type statements struct {
 	nowMinute, finished      string
+	failures                 string
 	pageHot, pageArchive     string
+	searchHot, searchArchive string
 	endHot, endArchive       string
 	rowsHot, rowsArchive     string
-	stuck                    string
 	extras                   string
 	runNow                   string
 	deleteHot, deleteArchive string
 	deleteStuck              string
 	running                  string
+	runningNow               string
+	// exact holds, by status and filter shape, the two listings of exactWindowSQL and
+	// exactIndexSQL.
+	exact map[exactKey][2]string
+}
+
+// exactKey picks one rendering of exactWindowSQL and exactIndexSQL.
+type exactKey struct {
+	status      string // a status of exactStatuses, or "stuck" for dead and failed
+	queue, kind bool   // whether the queue and the kind are filtered
 }
 
 func buildStatements(schema string) statements {
 	s := pgx.Identifier{schema}.Sanitize()
 	x := func(t string) string { return strings.ReplaceAll(t, "{s}", s) }
 	table := func(t, name string) string { return strings.ReplaceAll(x(t), "{t}", name) }
-	return statements{
+	out := statements{
 		nowMinute:     nowMinuteSQL,
 		finished:      x(finishedSQL),
+		failures:      x(failuresSQL),
 		pageHot:       table(pageSQL, "jobs"),
 		pageArchive:   table(pageSQL, "jobs_archive"),
+		searchHot:     table(searchSQL, "jobs"),
+		searchArchive: table(searchSQL, "jobs_archive"),
 		endHot:        table(windowEndSQL, "jobs"),
 		endArchive:    table(windowEndSQL, "jobs_archive"),
 		rowsHot:       table(rowsSQL, "jobs"),
 		rowsArchive:   table(rowsSQL, "jobs_archive"),
-		stuck:         x(stuckSQL),
 		extras:        x(extrasSQL),
 		runNow:        x(runNowSQL),
 		deleteHot:     x(deleteHotSQL),
 		deleteArchive: x(deleteArchiveSQL),
 		deleteStuck:   x(deleteStuckSQL),
 		running:       x(runningSQL),
+		runningNow:    x(runningNowSQL),
+		exact:         map[exactKey][2]string{},
 	}
+	for _, st := range append(slices.Clone(exactStatuses), "stuck") {
+		pred := "status = '" + string(st) + "'"
+		if st == "stuck" {
+			pred = "status IN ('dead', 'failed')"
+		}
+		for _, q := range []bool{false, true} {
+			for _, k := range []bool{false, true} {
+				// The filters are $4 and $5 in the window statement, $3 and $4 in the other.
+				where := func(n int) string {
+					w := pred
+					if q {
+						n++
+						w += " AND queue = $" + strconv.Itoa(n)
+					}
+					if k {
+						n++
+						w += " AND kind = $" + strconv.Itoa(n)
+					}
+					return w
+				}
+				out.exact[exactKey{string(st), q, k}] = [2]string{
+					strings.ReplaceAll(x(exactWindowSQL), "{where}", where(3)),
+					strings.ReplaceAll(x(exactIndexSQL), "{where}", where(2)),
+				}
+			}
+		}
+	}
+	return out
 }
 
 // pageSQL finds the ids of one list page in table {t}. It walks the primary key
@@ -77,6 +124,25 @@ const windowEndSQL = `SELECT count(*), coalesce(min(id), 0) FROM (
 	SELECT id FROM {s}.{t} WHERE id < $1 ORDER BY id DESC LIMIT $2
 ) w`
 
+// searchSQL is pageSQL that also keeps only the jobs whose args or metadata, as JSON
+// text, contain $7 (strpos: a plain substring, no pattern characters). Like every window
+// walk it examines at most $2 rows per table per page, so a search of a million jobs
+// costs what a rare filter does, and "Older" goes on from where it stopped. No index
+// serves a substring of the args; a search that must see every job is a query to run by
+// hand.
+const searchSQL = `SELECT id FROM (
+	SELECT id, status, queue, kind, payload, metadata FROM {s}.{t}
+	WHERE id < $1
+	ORDER BY id DESC
+	LIMIT $2
+) w
+WHERE ($3::text IS NULL OR status = $3)
+	AND ($4::text IS NULL OR queue = $4)
+	AND ($5::text IS NULL OR kind = $5)
+	AND (strpos(payload::text, $7) > 0 OR strpos(metadata::text, $7) > 0)
+ORDER BY id DESC
+LIMIT $6`
+
 // listColumns is what a list row shows: short prefixes of the args and the last error,
 // never a whole payload.
 const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
@@ -84,19 +150,6 @@ const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, cr
 
 // rowsSQL loads the list rows of the ids pageSQL found.
 const rowsSQL = `SELECT ` + listColumns + ` FROM {s}.{t} WHERE id = ANY($1)`
-
-// stuckSQL is the dead-and-failed listing. Its first condition is the predicate of the
-// partial index jobs_stuck_idx, so the scan touches only dead and failed rows (whose
-// index key, kind then queue, also serves the filters); the cursor and the order are on
-// the id.
-const stuckSQL = `SELECT ` + listColumns + ` FROM {s}.jobs
-WHERE status IN ('dead', 'failed')
-	AND ($2::text IS NULL OR status = $2)
-	AND ($3::text IS NULL OR queue = $3)
-	AND ($4::text IS NULL OR kind = $4)
-	AND id < $1
-ORDER BY id DESC
-LIMIT $5`
 
 // extrasSQL returns a job's row as JSON without the columns the job page shows by name,
 // and its raw error history (whose entries may carry more than skiplock.AttemptError
@@ -135,7 +188,8 @@ type listFilter struct {
 	Status skiplock.JobStatus
 	Queue  string
 	Kind   string
-	Before int64 // the keyset cursor: only ids below it; 0 means from the newest
+	Search string // a substring of the args or metadata JSON; searched in a bounded window
+	Before int64  // the keyset cursor: only ids below it; 0 means from the newest
 	Limit  int
 }
 
@@ -163,6 +217,12 @@ type listPage struct {
 	// Partial says the page is short because the scan window ran out, not the jobs:
 	// following Next looks further.
 	Partial bool
+	// Unindexed, on a list of a queue or kind of any status, is the id below which its
+	// jobs of the Windowed statuses (which no index reaches for this filter: succeeded,
+	// cancelled, archived, and queued by kind alone) were not looked for on this page; 0
+	// when the page missed none of them.
+	Unindexed int64
+	Windowed  []skiplock.JobStatus // the statuses so looked for
 }
 
 // statusInArchive says whether jobs of status can be in the archive: workers archive
@@ -176,8 +236,8 @@ func statusInArchive(s skiplock.JobStatus) bool {
 // merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) {
-	if f.Status == skiplock.StatusDead || f.Status == skiplock.StatusFailed {
-		rows, err := h.listStuck(ctx, f)
+	if f.Search == "" && slices.Contains(exactStatuses, f.Status) && indexServes(string(f.Status), f) {
+		rows, err := h.listExact(ctx, string(f.Status), f)
 		if err != nil {
 			return listPage{}, err
 		}
@@ -188,15 +248,22 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		return p, nil
 	}
 	type part struct {
-		rows  []listRow
-		bound int64 // every match of the table with an id in [bound, Before) is in rows
+		rows   []listRow
+		bound  int64              // every match of the table with an id in [bound, Before) is in rows
+		window bool               // a window walk next to exact parts: its bound does not cut them
+		status skiplock.JobStatus // of a window part
 	}
-	scan := func(pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
+	scan := func(status skiplock.JobStatus, pageSQL, endSQL, rowsSQL string, archived bool) (part, error) {
 		n := f.Limit
-		if f.Status != "" || f.Queue != "" || f.Kind != "" {
+		if status != "" || f.Queue != "" || f.Kind != "" || f.Search != "" {
 			n = scanWindow
 		}
-		rows, err := h.pool.Query(ctx, pageSQL, cursor(f.Before), n, nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
+		args := []any{cursor(f.Before), n, nullable(string(status)), nullable(f.Queue), nullable(f.Kind), f.Limit}
+		if f.Search != "" {
+			pageSQL = map[bool]string{false: h.sql.searchHot, true: h.sql.searchArchive}[archived]
+			args = append(args, f.Search)
+		}
+		rows, err := h.pool.Query(ctx, pageSQL, args...)
 		if err != nil {
 			return part{}, err
 		}
@@ -229,22 +296,78 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 		return p, nil
 	}
 	parts := []part{}
-	hot, err := scan(h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
-	if err != nil {
-		return listPage{}, err
-	}
-	parts = append(parts, hot)
-	if statusInArchive(f.Status) {
-		arch, err := scan(h.sql.pageArchive, h.sql.endArchive, h.sql.rowsArchive, true)
+	mixed := false // exact parts beside window parts
+	if f.Status == "" && f.Search == "" && (f.Queue != "" || f.Kind != "") {
+		// A queue or kind of any status: the indexed statuses exactly, so a small queue's
+		// jobs are on the first page however many newer jobs other queues have; succeeded
+		// and cancelled jobs of the hot table (no index holds them) through a window, and
+		// only when the stats count some (those of the last StatsMaxAge may be missed).
+		for _, st := range []string{string(skiplock.StatusQueued), string(skiplock.StatusRunning), "stuck"} {
+			if !indexServes(st, f) {
+				p, err := scan(skiplock.JobStatus(st), h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+				if err != nil {
+					return listPage{}, err
+				}
+				p.window, p.status = true, skiplock.JobStatus(st)
+				parts = append(parts, p)
+				continue
+			}
+			rows, err := h.listExact(ctx, st, f)
+			if err != nil {
+				return listPage{}, err
+			}
+			p := part{rows: rows}
+			if len(rows) == f.Limit {
+				p.bound = rows[len(rows)-1].ID
+			}
+			parts = append(parts, p)
+		}
+		finished, err := h.hotFinished(ctx, f.Queue)
 		if err != nil {
 			return listPage{}, err
 		}
+		for _, st := range []skiplock.JobStatus{skiplock.StatusSucceeded, skiplock.StatusCancelled} {
+			if finished[st] == 0 {
+				continue
+			}
+			p, err := scan(st, h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+			if err != nil {
+				return listPage{}, err
+			}
+			p.window, p.status = true, st
+			parts = append(parts, p)
+		}
+		mixed = true
+	} else {
+		hot, err := scan(f.Status, h.sql.pageHot, h.sql.endHot, h.sql.rowsHot, false)
+		if err != nil {
+			return listPage{}, err
+		}
+		parts = append(parts, hot)
+	}
+	if statusInArchive(f.Status) {
+		arch, err := scan(f.Status, h.sql.pageArchive, h.sql.endArchive, h.sql.rowsArchive, true)
+		if err != nil {
+			return listPage{}, err
+		}
+		arch.window, arch.status = mixed, skiplock.StatusSucceeded
 		parts = append(parts, arch)
 	}
-	var bound int64
+	// The page holds the rows down to the highest bound: below it some part may have a
+	// match it did not return. Window parts beside exact ones do not set it (their jobs
+	// are looked for among the newest rows only, and the page says so).
+	var bound, windowBound int64
 	var all []listRow
+	var windowed []skiplock.JobStatus
 	for _, p := range parts {
-		bound = max(bound, p.bound)
+		if p.window {
+			windowBound = max(windowBound, p.bound)
+			if p.bound > 0 && !slices.Contains(windowed, p.status) {
+				windowed = append(windowed, p.status)
+			}
+		} else {
+			bound = max(bound, p.bound)
+		}
 		all = append(all, p.rows...)
 	}
 	slices.SortFunc(all, func(a, b listRow) int { return compareDesc(a.ID, b.ID) })
@@ -256,7 +379,39 @@ func (h *Handler) listJobs(ctx context.Context, f listFilter) (listPage, error) 
 	case bound > 0:
 		page.Next, page.Partial = bound, true
 	}
+	if windowBound > 0 && (page.Next == 0 || page.Next < windowBound) {
+		page.Unindexed, page.Windowed = windowBound, windowed
+	}
 	return page, nil
+}
+
+// indexServes says whether the partial index of status (one of exactStatuses, or
+// "stuck") reaches the jobs of filter f without reading a large part of it: running jobs
+// are few, jobs_stuck_idx is keyed by kind then queue, and jobs_claim_idx by queue only,
+// so a kind filter on queued jobs (or none, when few are queued) would read every queued
+// job. Those lists walk a bounded window instead.
+func indexServes(status string, f listFilter) bool {
+	if status == string(skiplock.StatusQueued) {
+		return f.Kind == ""
+	}
+	return true
+}
+
+// hotFinished counts, from the stats, the succeeded and cancelled jobs in the hot table
+// of queue ("" for every queue).
+func (h *Handler) hotFinished(ctx context.Context, queue string) (map[skiplock.JobStatus]int64, error) {
+	stats, _, err := h.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[skiplock.JobStatus]int64{}
+	for _, s := range stats {
+		if queue == "" || s.Queue == queue {
+			out[skiplock.StatusSucceeded] += s.Counts[skiplock.StatusSucceeded]
+			out[skiplock.StatusCancelled] += s.Counts[skiplock.StatusCancelled]
+		}
+	}
+	return out, nil
 }
 
 func compareDesc(a, b int64) int {
@@ -271,11 +426,10 @@ func compareDesc(a, b int64) int {
 
 // listStuck returns a page of dead and failed jobs (f.Status, when set, is one of them).
 func (h *Handler) listStuck(ctx context.Context, f listFilter) ([]listRow, error) {
-	rows, err := h.pool.Query(ctx, h.sql.stuck, cursor(f.Before), nullable(string(f.Status)), nullable(f.Queue), nullable(f.Kind), f.Limit)
-	if err != nil {
-		return nil, err
+	if f.Status != "" {
+		return h.listExact(ctx, string(f.Status), f)
 	}
-	return collectRows(rows, false)
+	return h.listExact(ctx, "stuck", f)
 }
 
 // cursor turns "from the newest" into an id above every job.

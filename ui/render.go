@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ import (
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk", "audit"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -39,7 +40,8 @@ type pageData struct {
 	CSRF        string // the token action forms carry
 	ReadOnly    bool
 	HasPeriodic bool
-	SignedIn    bool
+	SignedIn    bool // auth is configured
+	Session     bool // the request came with a login session: show the sign-out button
 	Flash       string
 	Data        any
 }
@@ -54,7 +56,8 @@ func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, page, t
 	pd := pageData{
 		Title: title, Active: active, Prefix: h.prefix, CSRF: h.csrfToken(w, r),
 		ReadOnly: h.cfg.ReadOnly, HasPeriodic: h.cfg.Periodic != nil, SignedIn: h.cfg.Token != "" || h.cfg.BasicAuth != nil,
-		Flash: flashMessage(r), Data: data,
+		Session: h.sessionOK(r),
+		Flash:   flashMessage(r), Data: data,
 	}
 	var buf bytes.Buffer
 	if err := h.pages[page].ExecuteTemplate(&buf, tmpl, pd); err != nil {
@@ -103,10 +106,13 @@ var flashes = map[string]string{
 	"paused":    "Paused the queue.",
 	"resumed":   "Resumed the queue.",
 	"unchanged": "Nothing to do: the job is not in a state this action applies to.",
+	"budget":    "The action stopped at its time limit before reaching every job: run it again for the rest.",
 }
 
-func flashMessage(r *http.Request) string {
-	q := r.URL.Query()
+func flashMessage(r *http.Request) string { return flashText(r.URL.Query()) }
+
+// flashText is the message of the done codes of q.
+func flashText(q url.Values) string {
 	var parts []string
 	for _, code := range strings.Split(q.Get("done"), ",") {
 		f, ok := flashes[code]
@@ -130,16 +136,30 @@ func plural(n int, what string) string {
 }
 
 var funcs = template.FuncMap{
-	"ago":        ago,
-	"until":      until,
-	"stamp":      stamp,
-	"duration":   shortDuration,
-	"num":        thousands,
+	"ago":      ago,
+	"until":    until,
+	"stamp":    stamp,
+	"duration": shortDuration,
+	"num":      thousands,
+	// pathEscape escapes a name for one path segment: a queue called "../jobs/1/delete?"
+	// stays one segment of the URL it goes in.
+	"pathEscape": url.PathEscape,
 	"isZero":     func(t time.Time) bool { return t.IsZero() },
 	"scanWindow": func() int64 { return scanWindow },
+	// sortLink hands a sortable column header its page, key and label.
+	"sortLink": func(p pageData, key, label string) sortLink {
+		v, _ := p.Data.(*queuesView)
+		return sortLink{Page: p, Key: key, Label: label, On: v != nil && v.Sort == key}
+	},
 	// rows hands the shared job table its rows, the page (for links and the token) and
 	// whether to show selection boxes.
 	"rows": func(p pageData, rows []listRow, sel bool) tableData { return tableData{p, rows, sel} },
+}
+
+type sortLink struct {
+	Page       pageData
+	Key, Label string
+	On         bool
 }
 
 type tableData struct {

@@ -32,6 +32,8 @@ const (
 	MaxPageSize = 200
 	// MaxActionIDs is the most jobs one requeue or delete action takes.
 	MaxActionIDs = MaxPageSize
+	// DefaultStatsMaxAge is how old the queue counts may be when Config.StatsMaxAge is 0.
+	DefaultStatsMaxAge = 5 * time.Second
 	// scanWindow is the most rows of one table a filtered list page examines: a filter
 	// that matches little cannot make a page walk a million-row archive.
 	scanWindow = 20_000
@@ -69,6 +71,28 @@ type Config struct {
 	// neither is set, only requests from a loopback address without proxy headers are
 	// served; others get 403. Defaults to false.
 	ExternalAuth bool
+	// AllowedHosts are the host names (without port) the handler answers to besides the
+	// loopback names (localhost, 127.0.0.1, [::1]) and the IP address a request reached.
+	// A request whose Host header names any other host gets 421 before anything else,
+	// and a POST whose Origin does gets 403: a web page on a domain that re-points to
+	// this machine (DNS rebinding) can then neither read the dashboard nor act through
+	// it. Set the names users reach the dashboard by, such as "jobs.internal.example".
+	// "*" accepts every host: use it only when a proxy in front checks the Host header.
+	// Defaults to none.
+	AllowedHosts []string
+	// SessionIdle ends a login session (Token) after this long without a request.
+	// Defaults to DefaultSessionIdle (1h).
+	SessionIdle time.Duration
+	// SessionMaxAge ends a login session this long after the login, however busy.
+	// Defaults to DefaultSessionMaxAge (12h). Sessions live in the Handler's memory: a
+	// restart signs everyone out, and instances behind one load balancer do not share
+	// them (use the bearer header or basic auth there, or sticky sessions).
+	SessionMaxAge time.Duration
+	// Actor names who made a request, for the audit log (Audit page and log lines), such
+	// as the user your ExternalAuth middleware put in the request's context. Nil or an
+	// empty answer names the credential used instead ("basic auth user ops", "token
+	// session 1a2b3c4d", "local (loopback)").
+	Actor func(r *http.Request) string
 	// CSRFKey signs the CSRF tokens of action forms. Set the same key on every instance
 	// behind one load balancer so a form served by one is accepted by another. Empty means
 	// a random key per Handler (forms served before a restart must then be reloaded).
@@ -76,6 +100,13 @@ type Config struct {
 	// RefreshInterval is how often the queues page fetches fresh numbers. Defaults to 2s;
 	// negative turns live updates off.
 	RefreshInterval time.Duration
+	// StatsMaxAge is how old the queue counts of the queues page and its live fragment
+	// may be. They come from [skiplock.Client.CachedStats], which one request in all
+	// processes recomputes per StatsMaxAge (it reads the whole jobs table: about 0.25 s
+	// at a million jobs); the others read the cached row. Defaults to
+	// DefaultStatsMaxAge (5s); negative reads them afresh at every request
+	// ([skiplock.Client.Stats]).
+	StatsMaxAge time.Duration
 	// QueryTimeout bounds the database work of one request. Defaults to 10s.
 	QueryTimeout time.Duration
 	// Queues, when set, adds each queue's paused state and running limit to the queues
@@ -152,7 +183,10 @@ type Handler struct {
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 	csrfKey  []byte
-	sessKey  []byte // the value of the login cookie, derived from Token
+	sess     *sessions
+	audits   *auditLog
+	hosts    map[string]struct{} // AllowedHosts, normalised
+	anyHost  bool                // AllowedHosts holds "*"
 	crossOri *http.CrossOriginProtection
 	finished *finishedCache
 	log      *slog.Logger
@@ -172,11 +206,20 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.RefreshInterval == 0 {
 		cfg.RefreshInterval = 2 * time.Second
 	}
+	if cfg.StatsMaxAge == 0 {
+		cfg.StatsMaxAge = DefaultStatsMaxAge
+	}
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.SessionMaxAge <= 0 {
+		cfg.SessionMaxAge = DefaultSessionMaxAge
 	}
 	h := &Handler{
 		cfg:      cfg,
@@ -188,13 +231,24 @@ func New(cfg Config) (*Handler, error) {
 		crossOri: http.NewCrossOriginProtection(),
 		finished: newFinishedCache(),
 		log:      cfg.Logger,
+		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
+		audits:   &auditLog{},
+		hosts:    map[string]struct{}{},
+	}
+	for _, name := range cfg.AllowedHosts {
+		if name == anyHost {
+			h.anyHost = true
+			continue
+		}
+		n := hostName(name)
+		if n == "" || n != strings.TrimSuffix(strings.ToLower(strings.TrimSpace(name)), ".") {
+			return nil, fmt.Errorf("%w: AllowedHosts: %q is not a host name without a port (such as jobs.example.com)", ErrInvalidConfig, name)
+		}
+		h.hosts[n] = struct{}{}
 	}
 	if len(h.csrfKey) == 0 {
 		h.csrfKey = make([]byte, 32)
 		_, _ = rand.Read(h.csrfKey) // never fails
-	}
-	if cfg.Token != "" {
-		h.sessKey = []byte(mac([]byte(cfg.Token), "skiplock-ui-session"))
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -210,12 +264,19 @@ func New(cfg Config) (*Handler, error) {
 func (h *Handler) routes() {
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
+	m.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(noListing(http.FileServerFS(static)))))
+	m.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		b, _ := staticFS.ReadFile("static/favicon.svg")
+		_, _ = w.Write(b)
+	})
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.prefix+"/queues", http.StatusFound)
 	})
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
+	m.HandleFunc("POST /logout", h.logout)
 	m.HandleFunc("GET /queues", h.queuesPage)
 	m.HandleFunc("GET /queues/live", h.queuesLive)
 	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue)
@@ -227,8 +288,11 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /jobs/{id}/delete", h.deleteJob)
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
+	m.HandleFunc("GET /dead/bulk", h.bulkPage)
+	m.HandleFunc("POST /dead/bulk", h.bulkAction)
 	m.HandleFunc("GET /periodic", h.periodicPage)
 	m.HandleFunc("GET /workers", h.workersPage)
+	m.HandleFunc("GET /audit", h.auditPage)
 	h.mux = m
 }
 
@@ -245,6 +309,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	setSecurityHeaders(w.Header())
+	if !h.checkHost(w, r) {
+		return
+	}
 	path := r.URL.Path
 	if h.prefix != "" {
 		rest, ok := strings.CutPrefix(path, h.prefix)
@@ -260,17 +327,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		*r2 = *r
 		u := *r.URL
 		u.Path, u.RawPath = rest, ""
+		// Keep the escaping of the rest (a queue name's %2F stays inside its segment).
+		if raw, ok := strings.CutPrefix(r.URL.EscapedPath(), h.prefix); ok && raw != rest {
+			u.RawPath = raw
+		}
 		r2.URL = &u
 		r = r2
 	}
-	if !strings.HasPrefix(r.URL.Path, "/static/") && r.URL.Path != "/login" {
+	if !strings.HasPrefix(r.URL.Path, "/static/") && r.URL.Path != "/login" && r.URL.Path != "/favicon.ico" {
 		if !h.authorize(w, r) {
 			return
 		}
 	}
 	if r.Method == http.MethodPost {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		if err := h.crossOri.Check(r); err != nil {
+		if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
 			h.refuse(w, r, http.StatusForbidden, "Refused: a cross-origin request cannot act on jobs.")
 			return
 		}
@@ -278,10 +349,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuse(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or out of date. Reload the page and try again.")
 			return
 		}
-		if h.cfg.ReadOnly && r.URL.Path != "/login" {
+		if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
 			h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
 			return
 		}
+	}
+	if r.Method == http.MethodPost {
+		h.serveAudited(w, r)
+		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
@@ -293,6 +368,21 @@ func setSecurityHeaders(hd http.Header) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
+}
+
+// noListing answers 404 for a directory of the embedded files instead of listing it.
+func noListing(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		if f, err := fs.Stat(staticFS, "static/"+r.URL.Path); err != nil || f.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func cacheStatic(next http.Handler) http.Handler {

@@ -33,7 +33,7 @@ func countCell(t *testing.T, body, queue, status string) int {
 
 func TestQueuesPage_ShowsTheCountsTheDatabaseHolds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, ui.Config{})
+	b := setup(t, ui.Config{StatsMaxAge: -1})
 	for range 3 {
 		b.insert(job{queue: "emails"})
 	}
@@ -84,6 +84,22 @@ func TestQueuesPage_ShowsTheCountsTheDatabaseHolds(t *testing.T) {
 		assert.Equal(t, http.StatusFound, r.code)
 		assert.Equal(t, "/queues", r.location)
 	})
+}
+
+func TestQueuesPage_CountsComeFromTheSharedCacheWithinStatsMaxAge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{StatsMaxAge: time.Hour})
+	b.insert(job{queue: "emails"})
+	r := b.get("/queues/live")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, 1, countCell(t, r.body, "emails", "queued"))
+	b.insert(job{queue: "emails"})
+	r = b.get("/queues/live")
+	assert.Equal(t, 1, countCell(t, r.body, "emails", "queued"), "within StatsMaxAge the cached counts are shown")
+	assert.Contains(t, r.body, "Counts as of")
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.stats_cache SET taken_at = now() - interval '2 hours'`))
+	require.NoError(t, err)
+	assert.Equal(t, 2, countCell(t, b.get("/queues/live").body, "emails", "queued"), "an older cache is recomputed")
 }
 
 func TestQueuesPage_EmptySchema(t *testing.T) {
@@ -201,11 +217,19 @@ func TestJobsPage_ARareFilterScansABoundedWindowPerPage(t *testing.T) {
 		FROM generate_series(1, 25000) g`), rare)
 	require.NoError(t, err)
 
+	// Any status: the indexed statuses are read exactly; the archive only within the
+	// window, and the page says so and links the lists that look further.
 	r := b.get("/jobs?kind=rare")
 	require.Equal(t, http.StatusOK, r.code)
 	assert.Empty(t, listed(r.body), "the first window holds no rare job")
+	assert.Contains(t, r.body, "were looked for among the newest")
+	assert.Contains(t, r.body, `href="/jobs?kind=rare&amp;status=succeeded"`)
+
+	r = b.get("/jobs?kind=rare&status=succeeded")
+	require.Equal(t, http.StatusOK, r.code)
+	assert.Empty(t, listed(r.body), "the first window holds no rare job")
 	assert.Contains(t, r.body, "without filling the page")
-	ids, pages := b.walk("/jobs?kind=rare")
+	ids, pages := b.walk("/jobs?kind=rare&status=succeeded")
 	assert.Equal(t, []int64{rare}, ids)
 	assert.Equal(t, 2, pages)
 }
@@ -426,7 +450,7 @@ func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 
 	serve := func(remote string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/queues", nil)
-		req.RemoteAddr = remote
+		req.RemoteAddr, req.Host = remote, "127.0.0.1:8080" // a loopback name: the Host check passes
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -443,7 +467,7 @@ func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 		"a local proxy forwarding someone else's request")
 	assert.Equal(t, http.StatusForbidden, serve("127.0.0.1:40000", map[string]string{"Forwarded": "for=203.0.113.7"}).Code)
 
-	ext, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, Logger: quietLogger()})
+	ext, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, AllowedHosts: []string{"example.com"}, Logger: quietLogger()})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodGet, "/queues", nil)
 	req.RemoteAddr = "203.0.113.7:40000"
@@ -456,7 +480,8 @@ func TestAuth_TokenAndBasicAuth(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	const token = "s3cret-token"
-	h, err := ui.New(ui.Config{Client: b.client, Token: token, BasicAuth: &ui.BasicAuth{User: "ops", Password: "pw"}, Logger: quietLogger()})
+	h, err := ui.New(ui.Config{Client: b.client, Token: token, BasicAuth: &ui.BasicAuth{User: "ops", Password: "pw"},
+		AllowedHosts: []string{"example.com"}, Logger: quietLogger()})
 	require.NoError(t, err)
 	serve := func(req *http.Request) *httptest.ResponseRecorder {
 		req.RemoteAddr = "203.0.113.7:40000" // off loopback: auth is what lets it in
@@ -656,6 +681,14 @@ func TestWorkersPage_ListsTheFleetAndItsLeader(t *testing.T) {
 	gone := rowOf(t, r.body, `<tr data-worker="host-b">`)
 	assert.Contains(t, gone, ">gone<")
 	assert.NotContains(t, gone, ">leader<")
+
+	assert.Contains(t, r.body, "No job is running")
+	id := b.insert(job{queue: "emails", kind: "export", status: "running"})
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET locked_by = 'host-a', progress = '{"value": 42.5, "message": "rows 425/1000"}' WHERE id = $1`), id)
+	require.NoError(t, err)
+	run := rowOf(t, b.get("/workers").body, `<tr data-running="`+strconv.FormatInt(id, 10)+`">`)
+	assert.Contains(t, run, "<code>host-a</code>")
+	assert.Contains(t, run, "<strong>42.5</strong> rows 425/1000", "the progress its handler reported")
 }
 
 // rowOf returns the table row of body that starts with open.

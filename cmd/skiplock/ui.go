@@ -20,6 +20,7 @@ type uiOptions struct {
 	readOnly  bool
 	token     string
 	basicAuth string
+	hosts     string
 }
 
 const (
@@ -33,17 +34,21 @@ const (
 func uiCommand() *command {
 	return &command{
 		name:    "ui",
-		args:    "[--listen ADDR] [--read-only] [--token T | --basic-auth USER:PASS]",
+		args:    "[--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS]",
 		summary: "serve the operator dashboard (default http://" + defaultListen + "/)",
 		help: "Serves the dashboard: queues with live counts and a throughput plot, jobs, dead and\n" +
 			"failed jobs, and the actions retry, cancel, delete and requeue. It runs until\n" +
 			"interrupted; --timeout bounds each request's database work instead of the command.\n" +
 			"It listens on loopback by default and refuses any other address unless --token or\n" +
 			"--basic-auth is set. The token and the credentials may come from $SKIPLOCK_UI_TOKEN\n" +
-			"and $SKIPLOCK_UI_BASIC_AUTH instead, which keeps them out of the process list.",
+			"and $SKIPLOCK_UI_BASIC_AUTH instead, which keeps them out of the process list.\n" +
+			"It answers only to the loopback names (localhost, 127.0.0.1, [::1]), the IP address\n" +
+			"a request reached, and the names given by --allowed-host: a request for any other\n" +
+			"Host gets 421, so a web page on a domain re-pointed to this machine cannot use it.",
 		serve: true,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.StringVar(&o.ui.listen, "listen", defaultListen, "listen on `ADDR`, host:port")
+			fs.StringVar(&o.ui.hosts, "allowed-host", "", "also answer to these host `NAMES` (comma-separated, no ports), such as jobs.example.com")
 			fs.BoolVar(&o.ui.readOnly, "read-only", false, "refuse every action and hide its buttons")
 			fs.StringVar(&o.ui.token, "token", "", "require this `token` (bearer header or the /login page); defaults to $SKIPLOCK_UI_TOKEN")
 			fs.StringVar(&o.ui.basicAuth, "basic-auth", "", "require HTTP basic auth as `user:password`; defaults to $SKIPLOCK_UI_BASIC_AUTH")
@@ -79,6 +84,13 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 			opt.listen, defaultListen)
 	}
 
+	var hosts []string
+	for _, name := range strings.Split(opt.hosts, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			hosts = append(hosts, name)
+		}
+	}
+
 	client, pool, err := a.connect(ctx, "ui")
 	if err != nil {
 		return err
@@ -92,6 +104,7 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 		ReadOnly:     opt.readOnly,
 		Token:        opt.token,
 		BasicAuth:    basic,
+		AllowedHosts: hosts,
 		QueryTimeout: a.timeout,
 		Logger:       slog.New(slog.NewTextHandler(a.stderr, nil)),
 	})

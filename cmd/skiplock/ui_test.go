@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,17 @@ func TestUI_ServesUntilInterrupted(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Contains(t, string(body), `<tr data-queue="mail">`)
+
+	// DNS rebinding: the same server reached under another site's name answers nothing.
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/queues", nil)
+	require.NoError(t, err)
+	req.Host = "evil.example" + addr[strings.LastIndex(addr, ":"):]
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
+	assert.NotContains(t, string(body), "mail")
 
 	cancel()
 	select {

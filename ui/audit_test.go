@@ -1,0 +1,93 @@
+package ui_test
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/ui"
+)
+
+// lockedBuffer is a log sink the handler and the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func TestAudit_RecordsWhoDidWhatAndTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var logs lockedBuffer
+	qs := &queues{paused: map[string]bool{}}
+	b.serve(ui.Config{Queues: qs, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Actor: func(r *http.Request) string { return r.Header.Get("X-Test-User") }})
+	dead := b.insert(job{status: "dead"})
+	other := b.insert(job{status: "failed"})
+	b.insert(job{queue: "emails"})
+
+	r := b.act("/jobs/"+strconv.FormatInt(dead, 10), "/jobs/"+strconv.FormatInt(dead, 10)+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	r = b.act("/queues", "/queues/emails/pause", nil)
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	r = b.act("/dead", "/dead/bulk", url.Values{"action": {"requeue"}, "status": {"failed"}, "count": {"1"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	assert.Equal(t, "queued", b.status(other))
+	r = b.act("/queues", "/jobs/999999/cancel", nil)
+	require.Equal(t, http.StatusNotFound, r.code)
+
+	// An Actor names the user.
+	form := url.Values{"csrf": {b.csrf("/dead")}, "action": {"delete"}, "id": {"424242"}}
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/dead", bytes.NewBufferString(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("X-Test-User", "alice@example.com")
+	require.Equal(t, http.StatusSeeOther, b.do(req).code)
+
+	page := b.get("/audit")
+	require.Equal(t, http.StatusOK, page.code, page.body)
+	want := []struct{ action, has string }{
+		{"retry", "job " + strconv.FormatInt(dead, 10)},
+		{"retry", "Requeued 1 job."},
+		{"pause", "queue emails"},
+		{"requeue all matching", "status=failed (confirmed 1)"},
+		{"requeue all matching", "Requeued 1 job."},
+		{"cancel", "Not Found"},
+		{"delete selected", "alice@example.com"},
+		{"delete selected", "jobs 424242"},
+	}
+	for _, w := range want {
+		assert.Contains(t, rowOf(t, page.body, `<tr data-audit="`+w.action+`">`)+findRows(page.body, w.action), w.has, w.action)
+	}
+	assert.Contains(t, page.body, "local (loopback)", "without an Actor answer, the credential used")
+	assert.Contains(t, logs.String(), `msg="skiplock ui: action"`)
+	assert.Contains(t, logs.String(), `action=pause target="queue emails"`)
+}
+
+// findRows returns every audit row of action, for a match among several.
+func findRows(body, action string) string {
+	out := ""
+	for rest := body; ; {
+		i := bytes.Index([]byte(rest), []byte(`<tr data-audit="`+action+`">`))
+		if i < 0 {
+			return out
+		}
+		j := bytes.Index([]byte(rest[i:]), []byte("</tr>"))
+		out += rest[i : i+j]
+		rest = rest[i+j:]
+	}
+}

@@ -151,43 +151,9 @@ const (
 // or an error. Queues with due jobs are woken like Enqueue's: through the throttle,
 // except the queues of EnqueueMany calls, which are always notified.
 func (c *Client) writeBatch(reqs []*enqueueRequest) {
-	n := 0
-	for _, r := range reqs {
-		n += len(r.jobs)
-	}
-	var (
-		queue = make([]string, 0, n)
-		kind  = make([]string, 0, n)
-		pay   = make([]string, 0, n)
-		prio  = make([]int16, 0, n)
-		maxA  = make([]int32, 0, n)
-		runAt = make([]*time.Time, 0, n)
-		tmo   = make([]*int64, 0, n)
-		meta  = make([]string, 0, n)
-		part  = make([]*string, 0, n)
-		due   = map[string]bool{} // queues with due jobs -> a call of EnqueueMany has some
-	)
-	for _, r := range reqs {
-		for i := range r.jobs {
-			j := &r.jobs[i]
-			queue, kind, pay = append(queue, j.queue), append(kind, j.kind), append(pay, string(j.payload))
-			prio, maxA, runAt = append(prio, j.priority), append(maxA, j.maxAttempts), append(runAt, j.runAt)
-			tmo, meta = append(tmo, j.timeoutMs), append(meta, j.metadataText())
-			part = append(part, j.partitionKey)
-			if j.dueNow() {
-				due[j.queue] = due[j.queue] || r.many
-			}
-		}
-	}
-	var notify, trailing []string
-	for q, forced := range due {
-		if forced || c.notify.throttle.takeNow(q) {
-			notify = append(notify, q)
-		} else {
-			trailing = append(trailing, q)
-		}
-	}
-	q, args := c.sql.coalesced, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, newBatchKey()}
+	n, args, due := batchColumns(reqs)
+	notify, trailing := c.notifyPlan(due)
+	q := c.sql.coalesced
 	if len(notify) > 0 {
 		q, args = c.sql.coalescedNotify, append(args, c.notify.channel, notify)
 	}
@@ -214,10 +180,6 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		// Cannot happen (the statement inserts every row or fails), but a caller must
 		// never get another caller's row.
 		err = fmt.Errorf("skiplock: enqueue: the batch statement returned %d rows for %d jobs; they were committed", len(got), n)
-		for _, r := range reqs {
-			r.err = err
-		}
-		return
 	}
 	if err != nil {
 		for _, r := range reqs {
@@ -232,6 +194,54 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 	for _, r := range reqs {
 		r.rows, got = got[:len(r.jobs):len(r.jobs)], got[len(r.jobs):]
 	}
+}
+
+// batchColumns lays the jobs of reqs out as the coalesced statement's column arrays, in
+// the callers' order, with a new batch key last; due maps each queue with jobs due now to
+// whether a call of EnqueueMany has some (its notification is never throttled).
+func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]bool) {
+	for _, r := range reqs {
+		n += len(r.jobs)
+	}
+	var (
+		queue = make([]string, 0, n)
+		kind  = make([]string, 0, n)
+		pay   = make([]string, 0, n)
+		prio  = make([]int16, 0, n)
+		maxA  = make([]int32, 0, n)
+		runAt = make([]*time.Time, 0, n)
+		tmo   = make([]*int64, 0, n)
+		meta  = make([]string, 0, n)
+		part  = make([]*string, 0, n)
+	)
+	due = map[string]bool{}
+	for _, r := range reqs {
+		for i := range r.jobs {
+			j := &r.jobs[i]
+			queue, kind, pay = append(queue, j.queue), append(kind, j.kind), append(pay, string(j.payload))
+			prio, maxA, runAt = append(prio, j.priority), append(maxA, j.maxAttempts), append(runAt, j.runAt)
+			tmo, meta = append(tmo, j.timeoutMs), append(meta, j.metadataText())
+			part = append(part, j.partitionKey)
+			if j.dueNow() {
+				due[j.queue] = due[j.queue] || r.many
+			}
+		}
+	}
+	return n, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, newBatchKey()}, due
+}
+
+// notifyPlan splits the queues with due jobs into those the batch notifies now (a call
+// of EnqueueMany, or the queue's throttle allows it) and those left to the throttle's
+// trailing notification once the batch committed.
+func (c *Client) notifyPlan(due map[string]bool) (notify, trailing []string) {
+	for q, forced := range due {
+		if forced || c.notify.throttle.takeNow(q) {
+			notify = append(notify, q)
+		} else {
+			trailing = append(trailing, q)
+		}
+	}
+	return notify, trailing
 }
 
 // sendBatch runs the coalesced statement q (args ends with the batch's key) until it has

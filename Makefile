@@ -12,6 +12,10 @@ FUZZTIME ?=
 FUZZ_ENQUEUE ?= 5000x
 FUZZ_DECODE ?= 300x
 
+## ENGINE_FILES: the engine's files, none of which may use another that uses it back
+## (README, "Architecture"); `make vet` checks it.
+ENGINE_FILES ?= claim,claimloop,flow,flowclaim,flowwatch,execute,outcome,complete,retry,lease,hook,progress,middleware
+
 .PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos chaos-failover env env-test ui
 
 ## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
@@ -31,6 +35,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) run ./internal/tools/filedeps -files $(ENGINE_FILES)
 	cd bench && $(GO) vet ./...
 	cd ui/browsertest && $(GO) vet ./...
 	cd otel && $(GO) vet ./...

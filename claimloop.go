@@ -167,7 +167,7 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint
 	q.plainMu.RLock()
 	if f := q.flow.Load(); f != nil {
 		q.plainMu.RUnlock()
-		if err := f.adopt(ctx, q); err != nil {
+		if err := f.adopt(ctx, q.name, &q.plainMu); err != nil {
 			return nil, claimHint{}, err
 		}
 		return f.claimer.claim(ctx, q.name, f.limits, n, q.cfg.workerID)

@@ -480,26 +480,26 @@ type flowQueue struct {
 const adoptRunningSQL = `UPDATE {s}.jobs SET limited = true
 WHERE queue = $1 AND status = 'running' AND limited IS NOT TRUE`
 
-// adopt runs adoptRunningSQL for q before the first limited claim of this path, once the
+// adopt runs adoptRunningSQL for queue before the first limited claim of this path, once the
 // plain claims of this worker that were in flight when the path changed have ended (their
 // jobs must be marked too). The limited claims of the queue wait for it. It is a no-op on
 // a path that replaced another limited one: the running jobs were adopted then, and since
 // only limited claims took jobs.
-func (f *flowQueue) adopt(ctx context.Context, q *queueRunner) error {
+func (f *flowQueue) adopt(ctx context.Context, queue string, plain *sync.RWMutex) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.adopted {
 		return nil
 	}
-	// The plain claims hold plainMu (read) from the moment they find no limited path to
+	// The plain claims hold plain (the queue runner's plainMu, read) from the moment they find no limited path to
 	// the end of their statement; q.flow was set before this path could be claimed with.
-	q.plainMu.Lock()
-	q.plainMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
+	plain.Lock()
+	plain.Unlock() //nolint:staticcheck // empty on purpose: a barrier
 	// Under the queue's claim lock: the limited claims in flight (of other workers) end
 	// first, and those that follow see the jobs marked.
 	b := &pgx.Batch{}
-	b.Queue(f.claimer.lock, f.claimer.schema+"."+q.name)
-	b.Queue(f.claimer.adopt, q.name)
+	b.Queue(f.claimer.lock, f.claimer.schema+"."+queue)
+	b.Queue(f.claimer.adopt, queue)
 	if err := f.claimer.pool.SendBatch(ctx, b).Close(); err != nil {
 		return f.claimer.wrapErr("claim: adopting the running jobs", err)
 	}

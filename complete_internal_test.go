@@ -45,7 +45,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 
 			var mu sync.Mutex
 			var written []jobKey
-			comp := newCompleter(pool, schema, mode, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
+			comp := newCompleter(pool, schema, func(string, string) Completion { return mode }, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
 				nil, batchListeners{written: func(k []jobKey) {
 					mu.Lock()
 					written = append(written, k...)
@@ -76,7 +76,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			require.NoError(t, err)
 
 			for _, k := range keys {
-				require.True(t, comp.add(k, nil, false, false))
+				require.True(t, comp.add(k, &JobRow{}, nil, false, false))
 			}
 			require.Eventually(t, func() bool { return recorded(keys[0].id) && recorded(keys[2].id) }, 10*time.Second, 10*time.Millisecond,
 				"the successes of unlocked rows are written without waiting for the lock")

@@ -109,7 +109,10 @@
 // a queue's claim loop to one of its runners, and its handler's result goes, in one call,
 // to the outcome recorder, which decides whether it is written as a success, as a
 // failure, put back (cut off by shutdown) or dropped (no longer held). README,
-// "Architecture", walks a job through the files in that order.
+// "Architecture", walks a job through the files in that order. The queues are a set the
+// running parts read: [Worker.AddQueue] starts a queue's claim loops within the claim
+// loops' part and its runners within the executor, [Worker.RemoveQueue] stops them, and
+// Run's shutdown stops and waits for those of every queue, whenever it was added.
 //
 // # Flow control
 //

@@ -219,9 +219,9 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 // SetMaxWorkers changes how many jobs of queue this worker runs at once; n = 0 means
 // [DefaultMaxWorkers], and n must be at most 100000. Raised, the queue claims more at
 // once, at its next claim; lowered, no running handler is cut off: the queue claims no
-// more until fewer than n of its jobs run. It takes effect before and during Run; a queue
-// the worker does not work is an error that matches [ErrUnknownQueue]. Safe to call from
-// any goroutine.
+// more until fewer than n of its jobs run. It takes effect before and during Run; after
+// Run returned it is [ErrWorkerStopped], and a queue the worker does not work is an error
+// that matches [ErrUnknownQueue]. Safe to call from any goroutine.
 func (w *Worker) SetMaxWorkers(queue string, n int) error {
 	if n < 0 || n > maxQueueWorkers {
 		return &configError{field: "SetMaxWorkers(" + strconv.Quote(queue) + ")", value: fmt.Sprint(n),

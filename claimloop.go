@@ -68,7 +68,7 @@ type dispatched struct {
 type queueRunner struct {
 	cfg    claimLoopConfig
 	name   string
-	max    int64
+	max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
 	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
 	paused atomic.Bool  // the queue is paused: claim nothing (pause.go)
@@ -88,10 +88,20 @@ type queueRunner struct {
 	// started. A slotted queue's loop woken by signals that all came before a claim
 	// started does not claim: that claim saw what they announced.
 	wakeSeq, claimSeq atomic.Uint64
+
+	// loops are the queue's claim loops, started by claimLoops; the Worker stops them
+	// alone when it removes the queue at run time (queueset.go).
+	loops lifecycle.Goroutines
+	// runners counts the queue's runners started (execute.go), under executor.mu; they
+	// end once jobs is closed (closeJobs) and their job is done. ran waits for them.
+	runners   int64
+	ran       sync.WaitGroup
+	closeOnce sync.Once
 }
 
 func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunner {
-	q := &queueRunner{cfg: cfg, name: name, max: int64(maxWorkers), jobs: make(chan dispatched, maxWorkers)}
+	q := &queueRunner{cfg: cfg, name: name, jobs: make(chan dispatched, maxWorkers)}
+	q.max.Store(int64(maxWorkers))
 	for range fetchersPerQueue {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
 	}
@@ -141,7 +151,7 @@ func (q *queueRunner) finished() {
 func (q *queueRunner) reserve(limit int64) int64 {
 	for {
 		cur := q.active.Load()
-		n := min(q.max-cur, limit)
+		n := min(q.max.Load()-cur, limit)
 		if n <= 0 {
 			return 0
 		}
@@ -158,7 +168,7 @@ func (q *queueRunner) claimSize() int64 {
 	if f := q.flow.Load(); f != nil && f.limits.slotted() {
 		return int64(f.limits.Concurrency)
 	}
-	return q.max
+	return q.max.Load()
 }
 
 // claim takes up to n jobs: through the limited path when the queue has limits, else
@@ -265,11 +275,12 @@ func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration
 // slots, it first lets a few more handlers finish (FetchCooldown), so that the next claim
 // is a batch, not a trickle.
 func (q *queueRunner) awaitSlots(ctx context.Context) bool {
-	free := q.max - q.active.Load()
+	max := q.max.Load()
+	free := max - q.active.Load()
 	if free <= 0 {
 		return false
 	}
-	if free < (q.max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
+	if free < (max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
 		sleepCtx(ctx, q.cfg.fetchCooldown)
 	}
 	return true
@@ -380,23 +391,40 @@ func (t *tokenTimer) stop() {
 	}
 }
 
+// closeJobs closes the channel to the queue's runners, once its claim loops have
+// stopped: each runner ends once its current job is done.
+func (q *queueRunner) closeJobs() { q.closeOnce.Do(func() { close(q.jobs) }) }
+
 // claimLoops is the Service of all the claim loops of a worker's queues. They end with
-// Run's context: a worker shutting down claims nothing more.
+// Run's context: a worker shutting down claims nothing more. Each queue's loops are a
+// group of their own (queueRunner.loops), so that a queue added or removed at run time
+// starts or stops alone; Stop stops every group, those of queues added at run time too.
 type claimLoops struct {
-	queues map[string]*queueRunner
-	g      lifecycle.Goroutines
+	queues *queueSet
+	ctx    context.Context // Start's; nil before Start
 }
 
 // Start starts fetchersPerQueue loops per queue.
 func (c *claimLoops) Start(ctx context.Context) error {
-	ctx = c.g.Begin(ctx, lifecycle.UntilCancel)
-	for _, q := range c.queues {
-		for _, wake := range q.wakes {
-			c.g.Go(func() { q.run(ctx, wake) })
-		}
+	c.ctx = ctx
+	for _, q := range c.queues.all() {
+		c.start(q)
 	}
 	return nil
 }
 
+// start starts the claim loops of q, whose goroutines end with Start's context (or when
+// q is removed).
+func (c *claimLoops) start(q *queueRunner) {
+	ctx := q.loops.Begin(c.ctx, lifecycle.UntilCancel)
+	for _, wake := range q.wakes {
+		q.loops.Go(func() { q.run(ctx, wake) })
+	}
+}
+
 // Stop waits for the loops; the claims in flight finish first.
-func (c *claimLoops) Stop() { c.g.Stop() }
+func (c *claimLoops) Stop() {
+	for _, q := range c.queues.all() {
+		q.loops.Stop()
+	}
+}

@@ -17,14 +17,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Completion says what happens to a job row when its handler succeeds.
+// Completion says what happens to a job row when its handler succeeds. The zero value
+// means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
+// ([QueueConfig].Completion) or a kind's ([KindConfig].Completion), the one of the level
+// above (kind, then queue, then worker).
 type Completion int
 
 // The completion modes.
 const (
 	// CompletionArchive moves the row to jobs_archive with status succeeded: the hot table
 	// stays small and the history stays queryable until the archive retention deletes it.
-	CompletionArchive Completion = iota
+	CompletionArchive Completion = iota + 1
 	// CompletionDelete deletes the row: the least work per job, no history.
 	CompletionDelete
 	// CompletionKeep keeps the row in the jobs table with status succeeded; the sweeper
@@ -124,13 +127,26 @@ func (c *completer) retryAfter(batch []completion) time.Duration {
 	return min(max(waited, c.flushEvery), 100*time.Millisecond)
 }
 
-// completer batches successes into one statement per flush.
-type completer struct {
-	pool      *pgxpool.Pool
-	sql       string // completeSQL of the worker's mode, rendered
-	sqlReport string // the same, writing outputs and progress; "" when the mode keeps none
+// completeStmts are the statements of one completion mode, rendered (completeSQL).
+type completeStmts struct {
+	sql       string // plain
+	sqlReport string // writing outputs and progress; "" when the mode keeps none
 	// sqlSkip and sqlReportSkip are sql and sqlReport passing over locked rows.
 	sqlSkip, sqlReportSkip string
+}
+
+// completionModes are the modes a success is recorded with, in the order a flush writes
+// their groups.
+var completionModes = [...]Completion{CompletionArchive, CompletionDelete, CompletionKeep}
+
+// completer batches successes into one statement per flush and completion mode: a batch
+// whose jobs have different modes (per queue or per kind) is written with one statement
+// per mode present, at most len(completionModes), whatever its size.
+type completer struct {
+	pool  *pgxpool.Pool
+	stmts map[Completion]completeStmts
+	// modeOf says how a job's success is recorded (its kind's, queue's or worker's mode).
+	modeOf func(queue, kind string) Completion
 	// skipUntil: until then (Unix ns), batches pass over locked rows (see slowSuccessBatch).
 	skipUntil  atomic.Int64
 	workerID   string
@@ -172,19 +188,23 @@ type batchListeners struct {
 	freed func(n int)
 }
 
-// newCompleter records successes in mode, at most batchSize per statement, a success
-// waiting at most flushEvery for others; each statement takes a turn of gate.
-func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID string, batchSize int, flushEvery time.Duration,
+// newCompleter records successes in the mode modeOf gives each job's queue and kind, at
+// most batchSize per statement, a success waiting at most flushEvery for others; each
+// statement takes a turn of gate.
+func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
 	gate *stmtGate, done batchListeners, logger *slog.Logger) *completer {
 	c := &completer{
-		pool: pool, sql: renderSQL(schema, completeSQL(mode, false, false)),
-		sqlSkip: renderSQL(schema, completeSQL(mode, false, true)), workerID: workerID,
+		pool: pool, stmts: map[Completion]completeStmts{}, modeOf: modeOf, workerID: workerID,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
 		ch: make(chan completion, 4096), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	if mode != CompletionDelete {
-		c.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
-		c.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
+	for _, mode := range completionModes {
+		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
+		if mode != CompletionDelete {
+			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
+			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
+		}
+		c.stmts[mode] = st
 	}
 	// Slot-holding successes wait for locks: their slots are free only once written.
 	c.urgent = &groupCommit[completion]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, hold: true,
@@ -195,6 +215,7 @@ func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID s
 // completion is one success to record, with what its handler reported (nil: nothing).
 type completion struct {
 	key              jobKey
+	mode             Completion // how it is recorded (completer.modeOf)
 	progress, output *string
 	skipped          time.Time // when a batch first passed over its locked row
 }
@@ -205,8 +226,9 @@ type completion struct {
 // loops, which keep reading until stop. urgent: the job holds a slot of a concurrency
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
 // goes now.
-func (c *completer) add(k jobKey, st *jobState, urgent, last bool) bool {
+func (c *completer) add(k jobKey, row *JobRow, st *jobState, urgent, last bool) bool {
 	p, o := st.reported()
+	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -214,13 +236,13 @@ func (c *completer) add(k jobKey, st *jobState, urgent, last bool) bool {
 	}
 	switch {
 	case urgent && last:
-		c.urgent.postLast(completion{key: k, progress: p, output: o}, 1)
+		c.urgent.postLast(cp, 1)
 		return true
 	case urgent:
-		c.urgent.post(completion{key: k, progress: p, output: o}, 1)
+		c.urgent.post(cp, 1)
 		return true
 	}
-	c.ch <- completion{key: k, progress: p, output: o}
+	c.ch <- cp
 	return true
 }
 
@@ -318,14 +340,37 @@ func (c *completer) flushNow() {
 	}
 }
 
-// flush writes batch and returns what it carries over to the next batch. While the
-// completer passes over locked rows (skipping), and with carry, that is the successes
-// whose rows were locked (see completeSQL), for up to skipLockedFor; the others, and all
-// of them otherwise, are written with the statement that waits for locks.
+// flush writes batch, one group per completion mode (at most len(completionModes)
+// statements), and returns what it carries over to the next batch (flushMode).
 func (c *completer) flush(batch []completion, carry bool) []completion {
 	if len(batch) == 0 {
 		return batch
 	}
+	first := batch[0].mode
+	if !slices.ContainsFunc(batch, func(k completion) bool { return k.mode != first }) {
+		return c.flushMode(batch, carry) // the common case: one mode, no copy
+	}
+	var carried []completion
+	for _, mode := range completionModes {
+		var group []completion
+		for _, k := range batch {
+			if k.mode == mode {
+				group = append(group, k)
+			}
+		}
+		if len(group) > 0 {
+			carried = append(carried, c.flushMode(group, carry)...)
+		}
+	}
+	return append(batch[:0], carried...)
+}
+
+// flushMode writes batch, whose successes share one completion mode, and returns what it
+// carries over to the next batch. While the completer passes over locked rows
+// (skipping), and with carry, that is the successes whose rows were locked (see
+// completeSQL), for up to skipLockedFor; the others, and all of them otherwise, are
+// written with the statement that waits for locks.
+func (c *completer) flushMode(batch []completion, carry bool) []completion {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
 	sort.Slice(batch, func(i, j int) bool { return batch[i].key.id < batch[j].key.id })
 	var wait, carried []completion
@@ -355,8 +400,10 @@ func (c *completer) flush(batch []completion, carry bool) []completion {
 	return append(batch[:0], carried...)
 }
 
-// args returns the statement for batch (skipping locked rows or not) and its arguments.
+// args returns the statement for batch, whose successes share one mode (skipping locked
+// rows or not), and its arguments.
 func (c *completer) args(batch []completion, skip bool) (string, []any) {
+	st := c.stmts[batch[0].mode]
 	ids := make([]int64, len(batch))
 	fences := make([]int64, len(batch))
 	report := false
@@ -364,18 +411,18 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 		ids[i], fences[i] = k.key.id, k.key.fence
 		report = report || k.output != nil || k.progress != nil
 	}
-	q, args := c.sql, []any{ids, fences, c.workerID}
+	q, args := st.sql, []any{ids, fences, c.workerID}
 	if skip {
-		q = c.sqlSkip
+		q = st.sqlSkip
 	}
-	if report && c.sqlReport != "" {
+	if report && st.sqlReport != "" {
 		outputs, progress := make([]*string, len(batch)), make([]*string, len(batch))
 		for i, k := range batch {
 			outputs[i], progress[i] = k.output, k.progress
 		}
-		q, args = c.sqlReport, append(args, outputs, progress)
+		q, args = st.sqlReport, append(args, outputs, progress)
 		if skip {
-			q = c.sqlReportSkip
+			q = st.sqlReportSkip
 		}
 	}
 	return q, args

@@ -6,14 +6,19 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // TestCompleter_PassesOverLockedRowsAndWritesThemLater: while the completer passes over
@@ -45,7 +50,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 
 			var mu sync.Mutex
 			var written []jobKey
-			comp := newCompleter(pool, schema, mode, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
+			comp := newCompleter(pool, schema, func(string, string) Completion { return mode }, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
 				nil, batchListeners{written: func(k []jobKey) {
 					mu.Lock()
 					written = append(written, k...)
@@ -76,7 +81,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			require.NoError(t, err)
 
 			for _, k := range keys {
-				require.True(t, comp.add(k, nil, false, false))
+				require.True(t, comp.add(k, &JobRow{}, nil, false, false))
 			}
 			require.Eventually(t, func() bool { return recorded(keys[0].id) && recorded(keys[2].id) }, 10*time.Second, 10*time.Millisecond,
 				"the successes of unlocked rows are written without waiting for the lock")
@@ -93,4 +98,69 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			assert.False(t, recorded(keys[3].id), "the stale success changed nothing")
 		})
 	}
+}
+
+// statementCounter counts the statements sent through a pool.
+type statementCounter struct{ n atomic.Int64 }
+
+func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (s *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestCompleter_MixedModesCostOneStatementPerMode: a batch of 300 successes whose jobs
+// are recorded in three modes (per queue) is written with three statements, one per mode,
+// not one per job; each job ends as its mode says.
+func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	modes := map[string]Completion{"a": CompletionArchive, "d": CompletionDelete, "k": CompletionKeep}
+	var keys []jobKey
+	for q := range modes {
+		for range 100 {
+			_, err := c.Enqueue(ctx, fenceArgs{}, &EnqueueOptions{Queue: q})
+			require.NoError(t, err)
+		}
+		jobs, err := newClaimer(c, time.Minute).claim(ctx, q, 100, "w")
+		require.NoError(t, err)
+		require.Len(t, jobs, 100)
+		for _, j := range jobs {
+			keys = append(keys, jobKey{j.row.ID, j.fence})
+		}
+	}
+	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	queueOf := map[int64]string{}
+	rows, err := pool.Query(ctx, `SELECT id, queue FROM `+pgx.Identifier{schema, "jobs"}.Sanitize())
+	require.NoError(t, err)
+	var id int64
+	var q string
+	_, err = pgx.ForEachRow(rows, []any{&id, &q}, func() error { queueOf[id] = q; return nil })
+	require.NoError(t, err)
+
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	counter := &statementCounter{}
+	cfg.ConnConfig.Tracer = counter
+	cpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer cpool.Close()
+	comp := newCompleter(cpool, schema, func(queue, _ string) Completion { return modes[queue] }, "w",
+		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, k := range keys {
+		require.True(t, comp.add(k, &JobRow{Queue: queueOf[k.id]}, nil, false, false))
+	}
+	comp.flushNow()
+	assert.EqualValues(t, 3, counter.n.Load(), "statements for one batch of 300 successes in 3 modes")
+
+	count := func(table, where string) (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, table}.Sanitize()+` WHERE `+where).Scan(&n))
+		return n
+	}
+	assert.Equal(t, 100, count("jobs_archive", `queue = 'a' AND status = 'succeeded'`))
+	assert.Equal(t, 100, count("jobs", `queue = 'k' AND status = 'succeeded'`))
+	assert.Zero(t, count("jobs", `queue IN ('a', 'd')`))
+	assert.Zero(t, count("jobs_archive", `queue IN ('d', 'k')`))
 }

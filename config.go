@@ -59,6 +59,29 @@ type QueueConfig struct {
 	// claim path. Limits set at run time with [Client.SetQueueLimits] replace them. Every
 	// worker of a limited queue should declare the same limits.
 	Limits QueueLimits
+	// Completion says what happens to this queue's succeeded jobs (archive, delete, keep).
+	// Defaults to [WorkerConfig].Completion; a kind's [KindConfig].Completion overrides it.
+	Completion Completion
+	// Retention is how long this queue's finished jobs (archived, or kept succeeded and
+	// cancelled ones) are kept before the sweeper deletes them. Defaults to
+	// [WorkerConfig].ArchiveRetention; zero means the default, negative is an error; a
+	// kind's [KindConfig].Retention overrides it. The sweeper of the worker that leads the
+	// fleet's maintenance applies its own configuration: declare the same retention in
+	// every worker of the queue.
+	Retention time.Duration
+}
+
+// KindConfig sets how the succeeded jobs of one kind are recorded and how long its
+// finished jobs are kept, over its queue's and the worker's settings (see
+// [WorkerConfig].Kinds). The zero value changes nothing.
+type KindConfig struct {
+	// Completion says what happens to the kind's succeeded jobs. Defaults to the queue's
+	// ([QueueConfig].Completion), else the worker's ([WorkerConfig].Completion).
+	Completion Completion
+	// Retention is how long the kind's finished jobs are kept. Defaults to the queue's
+	// ([QueueConfig].Retention), else [WorkerConfig].ArchiveRetention; zero means the
+	// default, negative is an error.
+	Retention time.Duration
 }
 
 // WorkerConfig configures a [Worker]. The zero value works: it runs the "default" queue.
@@ -119,8 +142,17 @@ type WorkerConfig struct {
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
 	// the default.
 	ArchiveRetention time.Duration
-	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive.
+	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive; a
+	// queue's [QueueConfig].Completion or a kind's [KindConfig].Completion overrides it.
 	Completion Completion
+	// Kinds sets, per job kind, how its succeeded jobs are recorded and how long its
+	// finished jobs are kept, over the settings of its queue and of the worker: e.g.
+	// {"resize": {Completion: CompletionDelete}} leaves no history of that kind, while
+	// the others are archived. A kind needs no handler here to be listed. Defaults to
+	// none; a key that is not a valid kind is an error. Declare the same retentions in
+	// every worker: the sweeper of the one that leads the fleet's maintenance applies its
+	// own.
+	Kinds map[string]KindConfig
 	// CompleteBatchSize is the most successes, and the most failures, recorded by one
 	// statement. Defaults to
 	// [DefaultCompleteBatchSize] (500); zero or negative means the default; more than
@@ -199,6 +231,9 @@ func (cfg WorkerConfig) withDefaults(logger *slog.Logger) WorkerConfig {
 	}
 	if cfg.ArchiveRetention <= 0 {
 		cfg.ArchiveRetention = DefaultArchiveRetention
+	}
+	if cfg.Completion == 0 {
+		cfg.Completion = CompletionArchive
 	}
 	if cfg.FleetStatements == 0 {
 		cfg.FleetStatements = DefaultFleetStatements
@@ -295,9 +330,17 @@ func (cfg *WorkerConfig) validate() error {
 		if validQueue(name) != nil {
 			return &configError{field: "the queue name (a WorkerConfig.Queues key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
 		}
-		field := "WorkerConfig.Queues[" + strconv.Quote(name) + "]"
-		if q.MaxWorkers < 0 || q.MaxWorkers > maxQueueWorkers {
-			return &configError{field: field + ".MaxWorkers", value: fmt.Sprint(q.MaxWorkers), fix: fmt.Sprintf("use 1 to %d, or 0 for the default (%d)", maxQueueWorkers, DefaultMaxWorkers)}
+		if err := q.validate("WorkerConfig.Queues[" + strconv.Quote(name) + "]"); err != nil {
+			return err
+		}
+	}
+	for kind, k := range cfg.Kinds {
+		field := "WorkerConfig.Kinds[" + strconv.Quote(truncate(kind, 70)) + "]"
+		if kind == "" || len(kind) > MaxKindLength {
+			return &configError{field: "the kind (a WorkerConfig.Kinds key)", value: strconv.Quote(truncate(kind, 70)), fix: fmt.Sprintf("use 1 to %d bytes", MaxKindLength), also: ErrInvalidKind}
+		}
+		if err := checkRetention(field, k.Completion, k.Retention, "the queue's or worker's"); err != nil {
+			return err
 		}
 	}
 	if len(cfg.ID) > maxWorkerIDLength || !validText(cfg.ID) {
@@ -316,8 +359,8 @@ func (cfg *WorkerConfig) validate() error {
 	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
 		return err
 	}
-	if cfg.Completion < CompletionArchive || cfg.Completion > CompletionKeep {
-		return &configError{field: "WorkerConfig.Completion", value: fmt.Sprint(int(cfg.Completion)), fix: "use CompletionArchive, CompletionDelete or CompletionKeep"}
+	if err := checkRetention("WorkerConfig", cfg.Completion, 0, ""); err != nil {
+		return err
 	}
 	if cfg.FleetStatements > maxQueueWorkers {
 		return &configError{field: "WorkerConfig.FleetStatements", value: fmt.Sprint(cfg.FleetStatements), fix: fmt.Sprintf("use at most %d, 0 for the default (%d), or a negative value for no bound", maxQueueWorkers, DefaultFleetStatements)}
@@ -339,10 +382,49 @@ func (cfg *WorkerConfig) validate() error {
 	return nil
 }
 
+// validate checks a queue's configuration; field names it in messages.
+func (q QueueConfig) validate(field string) error {
+	if q.MaxWorkers < 0 || q.MaxWorkers > maxQueueWorkers {
+		return &configError{field: field + ".MaxWorkers", value: fmt.Sprint(q.MaxWorkers), fix: fmt.Sprintf("use 1 to %d, or 0 for the default (%d)", maxQueueWorkers, DefaultMaxWorkers)}
+	}
+	return checkRetention(field, q.Completion, q.Retention, "the worker's")
+}
+
+// checkRetention refuses an unknown completion mode and a negative retention; field
+// names the struct that holds them, zeroMeans what their zero value means.
+func checkRetention(field string, c Completion, retention time.Duration, zeroMeans string) error {
+	if c < 0 || c > CompletionKeep {
+		return &configError{field: field + ".Completion", value: fmt.Sprint(int(c)), fix: "use CompletionArchive, CompletionDelete or CompletionKeep, or 0 for the default"}
+	}
+	if retention < 0 {
+		return &configError{field: field + ".Retention", value: retention.String(), fix: "use a positive duration, or 0 for " + zeroMeans}
+	}
+	return nil
+}
+
 // validate checks the fields of a Sweeper's configuration that have invalid values.
 func (cfg *SweeperConfig) validate() error {
 	if err := checkInterval("SweeperConfig.Interval", cfg.Interval, "the default"); err != nil {
 		return err
 	}
-	return checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default")
+	if err := checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
+		return err
+	}
+	for name, d := range cfg.QueueRetention {
+		if validQueue(name) != nil {
+			return &configError{field: "the queue name (a SweeperConfig.QueueRetention key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
+		}
+		if d <= 0 {
+			return &configError{field: "SweeperConfig.QueueRetention[" + strconv.Quote(name) + "]", value: d.String(), fix: "use a positive duration, or leave the queue out"}
+		}
+	}
+	for kind, d := range cfg.KindRetention {
+		if kind == "" || len(kind) > MaxKindLength {
+			return &configError{field: "the kind (a SweeperConfig.KindRetention key)", value: strconv.Quote(truncate(kind, 70)), fix: fmt.Sprintf("use 1 to %d bytes", MaxKindLength), also: ErrInvalidKind}
+		}
+		if d <= 0 {
+			return &configError{field: "SweeperConfig.KindRetention[" + strconv.Quote(truncate(kind, 70)) + "]", value: d.String(), fix: "use a positive duration, or leave the kind out"}
+		}
+	}
+	return nil
 }

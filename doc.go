@@ -31,7 +31,9 @@
 // A job is queued, then running while a worker holds it, then one of:
 //
 //   - succeeded: the handler returned nil. By default the row moves to jobs_archive
-//     (see [Completion]);
+//     (see [Completion]; per queue [QueueConfig].Completion, per kind [KindConfig]), and
+//     the sweeper deletes it after the retention (ArchiveRetention, per queue or kind
+//     Retention);
 //   - queued again with a later run_at: the handler failed and attempts remain; the delay
 //     comes from the [RetryPolicy] (jittered exponential backoff by default);
 //   - dead: the handler failed and the attempts are used up;
@@ -57,7 +59,9 @@
 // [Client.PauseQueue] stops every worker claiming from a queue until
 // [Client.ResumeQueue]. [WorkerConfig].PeriodicJobs enqueues jobs on a [Schedule] ([Every],
 // or a cron expression from the cron sub-package), each occurrence exactly once across
-// workers, with the schedule's state kept in the database.
+// workers, with the schedule's state kept in the database. [Worker.AddQueue],
+// [Worker.RemoveQueue] and [Worker.SetMaxWorkers] change a running worker's queues
+// without a restart.
 //
 // # Guarantees
 //
@@ -109,7 +113,10 @@
 // a queue's claim loop to one of its runners, and its handler's result goes, in one call,
 // to the outcome recorder, which decides whether it is written as a success, as a
 // failure, put back (cut off by shutdown) or dropped (no longer held). README,
-// "Architecture", walks a job through the files in that order.
+// "Architecture", walks a job through the files in that order. The queues are a set the
+// running parts read: [Worker.AddQueue] starts a queue's claim loops within the claim
+// loops' part and its runners within the executor, [Worker.RemoveQueue] stops them, and
+// Run's shutdown stops and waits for those of every queue, whenever it was added.
 //
 // # Flow control
 //

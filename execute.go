@@ -82,11 +82,12 @@ type executor struct {
 	starter  *jobStarter
 	outcomes *outcomeRecorder
 	held     *heldJobs
-	queues   map[string]*queueRunner
+	queues   *queueSet
 	runners  sync.WaitGroup
+	mu       sync.Mutex // guards queueRunner.runners
 }
 
-func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues map[string]*queueRunner) *executor {
+func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues *queueSet) *executor {
 	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues}
 }
 
@@ -94,12 +95,22 @@ func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecor
 // shutdown deadline — and starts MaxWorkers runners per queue.
 func (e *executor) Start(ctx context.Context) error {
 	e.starter.base, e.starter.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	for _, q := range e.queues {
-		for range q.max {
-			e.runners.Go(func() { e.runner(q) })
-		}
+	for _, q := range e.queues.all() {
+		e.grow(q)
 	}
 	return nil
+}
+
+// grow starts runners for q until it has one per slot (MaxWorkers, which may have been
+// raised at run time). Lowered, MaxWorkers leaves the extra runners idle: the queue
+// claims no more than its slots, so they only wait.
+func (e *executor) grow(q *queueRunner) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ; q.runners < q.max.Load(); q.runners++ {
+		q.ran.Add(1)
+		e.runners.Go(func() { defer q.ran.Done(); e.runner(q) })
+	}
 }
 
 // Stop drains the runners, once the claim loops have stopped: it waits up to
@@ -108,8 +119,8 @@ func (e *executor) Start(ctx context.Context) error {
 // puts back the jobs cut off whose handlers returned. Runners whose handlers ignore
 // their context are left running.
 func (e *executor) Stop() {
-	for _, q := range e.queues {
-		close(q.jobs) // runners exit once their current job is done
+	for _, q := range e.queues.all() {
+		q.closeJobs() // runners exit once their current job is done
 	}
 	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.count())
 	wg := &e.starter.handlerWG

@@ -9,6 +9,7 @@ package skiplock
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
@@ -23,22 +24,58 @@ const flowRefreshInterval = time.Minute
 // flowWatch keeps a worker's queues on the right claim path: the limited one with the
 // effective limits (set at run time, else declared), or the plain one.
 type flowWatch struct {
-	client   *Client
-	claimer  *flowClaimer
+	client  *Client
+	claimer *flowClaimer
+	queues  *queueSet
+	logger  *slog.Logger
+	// mu is held by each refresh and by the queues' changes at run time (add, remove):
+	// one at a time puts queues on their paths, from declared.
+	mu       sync.Mutex
 	declared map[string]QueueLimits
-	queues   map[string]*queueRunner
-	logger   *slog.Logger
 	wake     chan struct{} // a control message said limits changed; capacity 1
 	loop     *lifecycle.Loop
 }
 
-func newFlowWatch(c *Client, queues map[string]*queueRunner, declared map[string]QueueLimits, visibility time.Duration, logger *slog.Logger) *flowWatch {
+func newFlowWatch(c *Client, queues *queueSet, declared map[string]QueueLimits, visibility time.Duration, logger *slog.Logger) *flowWatch {
 	fw := &flowWatch{client: c, claimer: newFlowClaimer(c, visibility), declared: declared, queues: queues,
 		logger: logger, wake: make(chan struct{}, 1)}
-	for name, q := range queues {
-		fw.apply(name, q, declared[name])
+	for _, q := range queues.all() {
+		fw.apply(q.name, q, declared[q.name])
 	}
 	return fw
+}
+
+// declare sets the declared limits of q, a queue added before Run.
+func (fw *flowWatch) declare(name string, q *queueRunner, l QueueLimits) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	fw.declared[name] = l
+	fw.apply(name, q, l)
+}
+
+// add puts q, a queue added while the worker runs, on the path of its limits (set at
+// run time, else declared, l), before it claims.
+func (fw *flowWatch) add(ctx context.Context, q *queueRunner, l QueueLimits) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	set, err := fw.client.QueueLimitsSet(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fw.applyQueue(ctx, q, set, l); err != nil {
+		return err
+	}
+	fw.declared[q.name] = l
+	return nil
+}
+
+// remove forgets the declared limits of a removed queue.
+func (fw *flowWatch) remove(name string) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	delete(fw.declared, name)
 }
 
 // apply puts queue q on the path its limits l call for.
@@ -49,7 +86,7 @@ func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 		}
 		return
 	}
-	// Only the refresh goroutine (and the constructor, before it) swaps q.flow.
+	// Only a holder of fw.mu (and the constructor, before Run) swaps q.flow.
 	prev := q.flow.Load()
 	adopted := false
 	if prev != nil {
@@ -73,19 +110,30 @@ func (fw *flowWatch) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for name, q := range fw.queues {
-		l, ok := set[name]
-		if !ok {
-			l = fw.declared[name]
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for _, q := range fw.queues.all() {
+		if err := fw.applyQueue(ctx, q, set, fw.declared[q.name]); err != nil {
+			return err
 		}
-		if l.slotted() {
-			// Before the queue claims through them: a missing slot is a slot not taken.
-			if _, err := fw.client.pool.Exec(ctx, fw.claimer.ensure, name, int32(l.Concurrency)); err != nil {
-				return fw.client.wrapErr("creating queue slots", err)
-			}
-		}
-		fw.apply(name, q, l)
 	}
+	return nil
+}
+
+// applyQueue puts q on the path of its limits set at run time (set), else declared.
+// fw.mu is held.
+func (fw *flowWatch) applyQueue(ctx context.Context, q *queueRunner, set map[string]QueueLimits, declared QueueLimits) error {
+	l, ok := set[q.name]
+	if !ok {
+		l = declared
+	}
+	if l.slotted() {
+		// Before the queue claims through them: a missing slot is a slot not taken.
+		if _, err := fw.client.pool.Exec(ctx, fw.claimer.ensure, q.name, int32(l.Concurrency)); err != nil {
+			return fw.client.wrapErr("creating queue slots", err)
+		}
+	}
+	fw.apply(q.name, q, l)
 	return nil
 }
 
@@ -94,7 +142,7 @@ func (fw *flowWatch) refresh(ctx context.Context) error {
 // claim was cut by its limit claims again now. (The runner's own wake-up, when a handler
 // returns, comes before the job's outcome is recorded, while it still counts as running.)
 func (fw *flowWatch) slotsFreed(n int) {
-	for _, q := range fw.queues {
+	for _, q := range fw.queues.all() {
 		if q.flow.Load() != nil && (q.more.Load() || q.slotWait.Load()) {
 			q.slotsFreed(n)
 		}
@@ -114,7 +162,7 @@ func (fw *flowWatch) notify(msg controlMsg) {
 	if msg.Op != controlLimits {
 		return
 	}
-	if _, ok := fw.queues[msg.Queue]; !ok {
+	if fw.queues.get(msg.Queue) == nil {
 		return
 	}
 	select {

@@ -127,9 +127,9 @@ type elector struct {
 	resign string // resignSQL, rendered
 
 	// A worker registers in the workers table with each statement (newWorkerElector):
-	// queues are those it serves; fleet is told, after each statement, how many live
+	// queues returns those it serves (they change at run time); fleet is told, after each statement, how many live
 	// processes serve them (this one included).
-	queues     []string
+	queues     func() []string
 	fleet      func(n int)
 	electFleet string // fleetElectSQL, rendered
 	leave      string // leaveSQL, rendered
@@ -158,7 +158,7 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 // with each statement, and fleet is told the number of processes serving them.
 // campaign: it also campaigns for the lead in the same statement; otherwise it only
 // registers, at a follower's pace.
-func newWorkerElector(c *Client, id string, queues []string, campaign bool, fleet func(n int), logger *slog.Logger) *elector {
+func newWorkerElector(c *Client, id string, queues func() []string, campaign bool, fleet func(n int), logger *slog.Logger) *elector {
 	e := newElector(c, id, maintenanceRole, logger)
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
 	e.electFleet = renderSQL(c.schema, fleetElectSQL)
@@ -255,7 +255,7 @@ func (e *elector) try(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
 	if e.registerOnly {
 		var others int
-		err := e.pool.QueryRow(cctx, e.registerSQL, e.id, e.queues, workerTTL, pruneWorkersAfter).Scan(&others)
+		err := e.pool.QueryRow(cctx, e.registerSQL, e.id, e.queues(), workerTTL, pruneWorkersAfter).Scan(&others)
 		cancel()
 		if err == nil {
 			e.fleet(others + 1)
@@ -268,7 +268,7 @@ func (e *elector) try(ctx context.Context) {
 	if e.queues != nil {
 		var leads bool
 		var others int
-		err = e.pool.QueryRow(cctx, e.electFleet, e.role, e.id, leaderTTL, e.queues, workerTTL, pruneWorkersAfter).Scan(&leads, &others)
+		err = e.pool.QueryRow(cctx, e.electFleet, e.role, e.id, leaderTTL, e.queues(), workerTTL, pruneWorkersAfter).Scan(&leads, &others)
 		if err == nil {
 			e.fleet(others + 1)
 			if !leads {

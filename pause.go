@@ -93,14 +93,14 @@ func (c *Client) pausedQueues(ctx context.Context, db interface {
 type pauseWatcher struct {
 	client *Client
 	pool   *pgxpool.Pool
-	queues map[string]*queueRunner
+	queues *queueSet
 	logger *slog.Logger
 	// gen counts the control messages applied. A table read that a message overtook
 	// (the read started before it) is dropped: it may predate the message.
 	gen atomic.Uint64
 }
 
-func newPauseWatcher(c *Client, queues map[string]*queueRunner, logger *slog.Logger) *pauseWatcher {
+func newPauseWatcher(c *Client, queues *queueSet, logger *slog.Logger) *pauseWatcher {
 	return &pauseWatcher{client: c, pool: c.pool, queues: queues, logger: logger}
 }
 
@@ -117,10 +117,23 @@ func (p *pauseWatcher) load(ctx context.Context) error {
 	if p.gen.Load() != gen {
 		return nil
 	}
-	for name, q := range p.queues {
-		_, ok := paused[name]
+	for _, q := range p.queues.all() {
+		_, ok := paused[q.name]
 		p.set(q, ok)
 	}
+	return nil
+}
+
+// loadQueue reads whether q, a queue added at run time, is paused, before it claims.
+func (p *pauseWatcher) loadQueue(ctx context.Context, q *queueRunner) error {
+	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	paused, err := p.client.pausedQueues(cctx, p.pool)
+	cancel()
+	if err != nil {
+		return p.client.wrapErr("read paused queues", err)
+	}
+	_, ok := paused[q.name]
+	q.paused.Store(ok)
 	return nil
 }
 
@@ -136,8 +149,8 @@ func (p *pauseWatcher) set(q *queueRunner, paused bool) {
 
 // control applies a pause or resume message.
 func (p *pauseWatcher) control(msg controlMsg) {
-	q, ok := p.queues[msg.Queue]
-	if !ok || msg.Op != controlPause && msg.Op != controlResume {
+	q := p.queues.get(msg.Queue)
+	if q == nil || msg.Op != controlPause && msg.Op != controlResume {
 		return
 	}
 	p.gen.Add(1)

@@ -63,7 +63,12 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 	cases := []statement{
 		{name: "heartbeat", sql: heartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
 		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
-		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, enqueueKeyRetention}, seqScan: true},
+		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, time.Time{}, nil, nil,
+			[]string{"q"}, []string{"k2"}, enqueueKeyRetention}, seqScan: true},
+		{name: "archive purge of a queue", sql: purgeArchiveSQL, args: []any{time.Hour, 1000, time.Now().Add(-2 * time.Hour), "q", nil,
+			[]string{}, []string{"k2"}, enqueueKeyRetention}, seqScan: true},
+		{name: "archive purge of a kind", sql: purgeArchiveSQL, args: []any{time.Hour, 1000, time.Time{}, nil, "k2",
+			[]string{}, []string{}, enqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
 		{name: "failure", sql: failureSQL, args: []any{ids, fences, "w", `{}`}},
 		{name: "release", sql: releaseSQL, args: []any{ids, fences, "w"}},

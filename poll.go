@@ -72,23 +72,18 @@ type poller struct {
 	pool     *pgxpool.Pool
 	sql      string // pollSQL, rendered
 	interval time.Duration
-	names    []string
-	queues   map[string]*queueRunner
+	queues   *queueSet     // read at each poll: queues are added and removed at run time
 	pause    *pauseWatcher // nil: paused flags are not kept
 	logger   *slog.Logger
 	kicks    chan struct{}
 	wrapErr  func(op string, err error) error
 }
 
-func newPoller(c *Client, interval time.Duration, queues map[string]*queueRunner, pause *pauseWatcher, logger *slog.Logger) *poller {
-	p := &poller{
+func newPoller(c *Client, interval time.Duration, queues *queueSet, pause *pauseWatcher, logger *slog.Logger) *poller {
+	return &poller{
 		pool: c.pool, sql: renderSQL(c.schema, pollSQL), interval: interval,
 		queues: queues, pause: pause, logger: logger, kicks: make(chan struct{}, 1), wrapErr: c.wrapErr,
 	}
-	for name := range queues {
-		p.names = append(p.names, name)
-	}
-	return p
 }
 
 // kick makes the poller poll now; kicks coalesce.
@@ -129,10 +124,13 @@ func (p *poller) run(ctx context.Context) {
 // woken anyway: a queue with no free slot cannot claim, and one whose last claim filled
 // its batch is woken by each finished job.
 func (p *poller) poll(ctx context.Context) error {
-	candidates := make([]string, 0, len(p.names))
-	for _, name := range p.names {
-		if q := p.queues[name]; q.active.Load() < q.max && !q.more.Load() {
-			candidates = append(candidates, name)
+	queues := p.queues.all()
+	names := make([]string, len(queues))
+	candidates := make([]string, 0, len(queues))
+	for i, q := range queues {
+		names[i] = q.name
+		if q.active.Load() < q.max.Load() && !q.more.Load() {
+			candidates = append(candidates, q.name)
 		}
 	}
 	var gen uint64
@@ -141,7 +139,7 @@ func (p *poller) poll(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	rows, err := p.pool.Query(cctx, p.sql, p.names, candidates)
+	rows, err := p.pool.Query(cctx, p.sql, names, candidates)
 	if err != nil {
 		return p.wrapErr("poll", err)
 	}
@@ -153,7 +151,7 @@ func (p *poller) poll(ctx context.Context) error {
 	)
 	_, err = pgx.ForEachRow(rows, []any{&name, &paused, &due}, func() error {
 		pausedNow[name] = paused
-		if q := p.queues[name]; q != nil && due {
+		if q := p.queues.get(name); q != nil && due {
 			dueNow = append(dueNow, q)
 		}
 		return nil
@@ -163,8 +161,8 @@ func (p *poller) poll(ctx context.Context) error {
 	}
 	// A control message applied while the statement ran is newer than what it read.
 	if p.pause != nil && p.pause.gen.Load() == gen {
-		for name, q := range p.queues {
-			p.pause.set(q, pausedNow[name])
+		for _, q := range queues {
+			p.pause.set(q, pausedNow[q.name])
 		}
 	}
 	for _, q := range dueNow {

@@ -12,9 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -36,7 +34,13 @@ type Worker struct {
 	handlers map[string]handler
 	started  atomic.Bool
 
-	queues   map[string]*queueRunner
+	queues  *queueSet
+	loops   claimLoopConfig // what a queue's claim loops need, for queues added later
+	sweeper *Sweeper        // the embedded sweeper; nil when SweepInterval is negative
+	// qmu serializes the run-time queue changes (queueset.go) with Run's start and stop;
+	// qstate says which of them they meet.
+	qmu      sync.Mutex
+	qstate   queueState
 	checkSQL string // checkSchemaSQL, rendered
 	// The parts, each built with the collaborators it needs (NewWorker), started and
 	// stopped by Run in the order of services.
@@ -86,10 +90,13 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	logger := cfg.Logger.With("worker", cfg.ID)
 	var tasks []func(ctx context.Context)
+	var sw *Sweeper
 	if cfg.SweepInterval > 0 {
-		sw, err := NewSweeper(client, SweeperConfig{
+		queueKeep, kindKeep := retentionRules(cfg)
+		var err error
+		sw, err = NewSweeper(client, SweeperConfig{
 			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
-			ArchiveRetention: cfg.ArchiveRetention, Logger: logger,
+			ArchiveRetention: cfg.ArchiveRetention, QueueRetention: queueKeep, KindRetention: kindKeep, Logger: logger,
 		})
 		if err != nil {
 			return nil, err
@@ -97,12 +104,12 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		tasks = append(tasks, sw.maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}}
+		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw}
 	w.buildExecution(declared)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
-	w.elector = newWorkerElector(client, w.id, slices.Sorted(maps.Keys(w.queues)), len(tasks) > 0, w.gate.setFleet, logger)
+	w.elector = newWorkerElector(client, w.id, w.queues.names, len(tasks) > 0, w.gate.setFleet, logger)
 	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
 	if err := w.buildListener(); err != nil {
 		return nil, err
@@ -120,27 +127,30 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 	held := newHeldJobs()
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.logger)
 	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes}
-	loops := claimLoopConfig{
+	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
+	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
+	// a queue added at run time finds its tokens there.
+	w.loops = claimLoopConfig{
 		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
-		logger: w.logger, conns: make(chan struct{}, claimConns(len(cfg.Queues))), gate: w.gate,
+		logger: w.logger, conns: make(chan struct{}, maxClaimConns), gate: w.gate,
 		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
 		release: w.lease.releaseJobs,
 	}
-	w.queues = map[string]*queueRunner{}
+	w.queues = newQueueSet()
 	for name, q := range cfg.Queues {
-		w.queues[name] = newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), loops)
+		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
 	}
 	w.claims = &claimLoops{queues: w.queues}
 	w.pause = newPauseWatcher(c, w.queues, w.logger)
 	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
 	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed}
-	w.completer = newCompleter(c.pool, c.schema, cfg.Completion, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, w.logger)
+	w.completer = newCompleter(c.pool, c.schema, w.modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, w.logger)
 	// A job retried or snoozed without delay is due again once its failure is written:
 	// claim it now rather than at the next poll (nothing notifies a retry).
 	queues := w.queues
 	dueAgain := func(queue string) {
-		if q, ok := queues[queue]; ok {
+		if q := queues.get(queue); q != nil {
 			q.signal()
 		}
 	}
@@ -165,7 +175,7 @@ func (w *Worker) buildListener() error {
 		pool: w.client.pool, listenURL: w.cfg.ListenURL, workerID: w.id,
 		channel: w.client.notify.channel, control: w.client.notify.control, logger: w.logger,
 		onNotify: func(queue string) {
-			if q, ok := queues[queue]; ok {
+			if q := queues.get(queue); q != nil {
 				q.signal()
 			}
 		},
@@ -301,11 +311,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.checkConns()
 	var parts lifecycle.Group
+	w.qmu.Lock() // queues added or removed meanwhile wait, then meet the running parts
 	if err := parts.Start(ctx, w.services()...); err != nil {
+		w.qstate = queuesStopped
+		w.qmu.Unlock()
 		return err
 	}
-	w.logger.Info("skiplock: worker started", "queues", len(w.queues), "version", moduleVersion())
+	w.qstate = queuesRunning
+	w.qmu.Unlock()
+	w.logger.Info("skiplock: worker started", "queues", w.queues.len(), "version", moduleVersion())
 	<-ctx.Done()
+	w.qmu.Lock() // a queue change in progress ends first; later ones are refused
+	w.qstate = queuesStopped
+	w.qmu.Unlock()
 	parts.Stop()
 	w.outcomes.stop()
 	w.logger.Info("skiplock: worker stopped")
@@ -320,7 +338,7 @@ const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader, {s}.workers LIMIT 0`
 // flight at once, and what each is for. Handlers' statements (and the failures they
 // record) come on top.
 func (w *Worker) connsNeeded() (int, string) {
-	claims := claimConns(len(w.queues))
+	claims := claimConns(w.queues.len())
 	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
 	if len(w.leaderTasks.tasks) > 0 {

@@ -35,7 +35,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if err != nil || len(jobs) == 0 {
 		return nil, JobResult{}, err
 	}
-	q := w.queues[queue]
+	q := w.queues.get(queue)
 	d := w.starter.startIn(ctx, jobs[0], q != nil && q.holdsSlot())
 	res := w.executor.execute(d)
 	d.cancel(nil)

@@ -1,0 +1,278 @@
+// This file holds a worker's set of queues (queueSet), which the parts of a running
+// worker read, and the changes to it at run time: Worker.AddQueue, RemoveQueue and
+// SetMaxWorkers. A queue added at run time joins the parts already running — its claim
+// loops join the claim loops' Service, its runners the executor's — so Run's shutdown
+// stops and waits for them like any other; a removed queue's goroutines end before
+// RemoveQueue returns, or, if its ctx ends first, at the latest with Run.
+
+package skiplock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrUnknownQueue is returned by [Worker.RemoveQueue] and [Worker.SetMaxWorkers] for a
+// queue the worker does not work.
+var ErrUnknownQueue = errors.New("skiplock: the worker does not work this queue")
+
+// ErrQueueExists is returned by [Worker.AddQueue] for a queue the worker already works.
+var ErrQueueExists = errors.New("skiplock: the worker already works this queue")
+
+// ErrWorkerStopped is returned by the run-time queue changes once Run has returned.
+var ErrWorkerStopped = errors.New("skiplock: the worker has stopped")
+
+// queueSet is a worker's queues by name, read by its running parts (claim loops,
+// executor, poller, pause and flow watchers, listener) while AddQueue and RemoveQueue
+// change it.
+type queueSet struct {
+	mu sync.RWMutex
+	m  map[string]*queueRunner
+	// modes is each queue's completion mode ([QueueConfig].Completion), kept after the
+	// queue is removed: the jobs it was running are recorded as it said.
+	modes map[string]Completion
+}
+
+func newQueueSet() *queueSet {
+	return &queueSet{m: map[string]*queueRunner{}, modes: map[string]Completion{}}
+}
+
+// get returns the queue named name, or nil.
+func (s *queueSet) get(name string) *queueRunner {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[name]
+}
+
+// all returns the queues, in name order.
+func (s *queueSet) all() []*queueRunner {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*queueRunner, 0, len(s.m))
+	for _, q := range s.m {
+		out = append(out, q)
+	}
+	slices.SortFunc(out, func(a, b *queueRunner) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
+
+// names returns the queues' names, sorted.
+func (s *queueSet) names() []string {
+	qs := s.all()
+	out := make([]string, len(qs))
+	for i, q := range qs {
+		out[i] = q.name
+	}
+	return out
+}
+
+// len returns how many queues the set holds.
+func (s *queueSet) len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.m)
+}
+
+// put adds q with its completion mode.
+func (s *queueSet) put(q *queueRunner, mode Completion) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[q.name] = q
+	s.modes[q.name] = mode
+}
+
+// drop removes the queue named name and returns it, or nil.
+func (s *queueSet) drop(name string) *queueRunner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.m[name]
+	delete(s.m, name)
+	return q
+}
+
+// mode returns the completion mode set for queue (0: none).
+func (s *queueSet) mode(queue string) Completion {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.modes[queue]
+}
+
+// queueState says where a Worker is in its life, for the run-time queue changes.
+type queueState int
+
+const (
+	queuesBeforeRun queueState = iota // changes only edit the configuration
+	queuesRunning                     // changes start and stop the queues' parts
+	queuesStopped                     // Run is shutting down or returned: changes are refused
+)
+
+// AddQueue makes the worker work one more queue, as if it had been in
+// [WorkerConfig].Queues from the start: before Run, it joins the queues Run starts;
+// while Run runs, its claim loops and MaxWorkers runners start at once, it claims what is
+// due, and from its next registration (within seconds) the fleet counts this worker
+// among those serving it. Its Limits apply as NewWorker's would; its Completion and
+// Retention, for its jobs, from now on (Retention in the embedded sweeper, if this worker
+// runs one). A queue the worker already works is an error that matches [ErrQueueExists];
+// an invalid name or configuration, one that matches [ErrInvalidConfig]. After Run
+// returned it is [ErrWorkerStopped]. It is safe to call from any goroutine, a handler's
+// included; ctx bounds the start-up statements (the queue's paused flag, its slots under
+// a concurrency limit).
+func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) error {
+	if validQueue(name) != nil {
+		return &configError{field: "AddQueue: the queue name", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
+	}
+	field := "AddQueue(" + strconv.Quote(name) + ")"
+	if err := cfg.validate(field); err != nil {
+		return err
+	}
+	limits, err := cfg.Limits.check(name)
+	if err != nil {
+		return fmt.Errorf("%w: %s.Limits: %w", ErrInvalidConfig, field, err)
+	}
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	if w.qstate == queuesStopped {
+		return ErrWorkerStopped
+	}
+	if w.queues.get(name) != nil {
+		return fmt.Errorf("%w: %q", ErrQueueExists, name)
+	}
+	q := newQueueRunner(name, cmp.Or(cfg.MaxWorkers, DefaultMaxWorkers), w.loops)
+	if w.qstate == queuesRunning {
+		// Its paused flag and limits are known before its first claim, as at Run's start.
+		if err := w.pause.loadQueue(ctx, q); err != nil {
+			return err
+		}
+		if err := w.flow.add(ctx, q, limits); err != nil {
+			return err
+		}
+	} else {
+		w.flow.declare(name, q, limits)
+	}
+	w.queues.put(q, cfg.Completion)
+	if w.sweeper != nil {
+		w.sweeper.setQueueRetention(name, cfg.Retention)
+	}
+	if w.qstate == queuesRunning {
+		w.executor.grow(q)
+		w.claims.start(q)
+		q.signal()
+		w.poller.kick()
+	}
+	w.logger.Info("skiplock: queue added", "queue", name, "max_workers", q.max.Load())
+	return nil
+}
+
+// RemoveQueue makes the worker stop working queue: it claims no more of its jobs from
+// now on (a claim in flight finishes, and its jobs run), and the jobs it is running finish
+// and are recorded as usual. RemoveQueue waits for them, until ctx ends: it then returns
+// ctx's error, and they still finish and are recorded (Run's shutdown waits for them as
+// for any other). Other workers of the queue are not affected, nor are its jobs in the
+// database. A queue the worker does not work is an error that matches
+// [ErrUnknownQueue]; after Run returned it is [ErrWorkerStopped]. Removing the last
+// queue leaves a worker that claims nothing until a queue is added. Safe to call from
+// any goroutine, but not from a handler of the same queue: it would wait for itself
+// until ctx ends.
+func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
+	w.qmu.Lock()
+	if w.qstate == queuesStopped {
+		w.qmu.Unlock()
+		return ErrWorkerStopped
+	}
+	q := w.queues.drop(queue)
+	if q == nil {
+		w.qmu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	w.flow.remove(queue)
+	if w.sweeper != nil {
+		w.sweeper.setQueueRetention(queue, 0)
+	}
+	running := w.qstate == queuesRunning
+	if running {
+		// No claim loop hands the runners a job any more once they stopped; then the
+		// runners end as their jobs do.
+		q.loops.Stop()
+		q.closeJobs()
+	}
+	w.qmu.Unlock()
+	w.logger.Info("skiplock: queue removed", "queue", queue)
+	if !running {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { q.ran.Wait(); close(done) }() // ends when the runners do, whoever waits
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetMaxWorkers changes how many jobs of queue this worker runs at once; n = 0 means
+// [DefaultMaxWorkers], and n must be at most 100000. Raised, the queue claims more at
+// once, at its next claim; lowered, no running handler is cut off: the queue claims no
+// more until fewer than n of its jobs run. It takes effect before and during Run; after
+// Run returned it is [ErrWorkerStopped], and a queue the worker does not work is an error
+// that matches [ErrUnknownQueue]. Safe to call from any goroutine.
+func (w *Worker) SetMaxWorkers(queue string, n int) error {
+	if n < 0 || n > maxQueueWorkers {
+		return &configError{field: "SetMaxWorkers(" + strconv.Quote(queue) + ")", value: fmt.Sprint(n),
+			fix: fmt.Sprintf("use 1 to %d, or 0 for the default (%d)", maxQueueWorkers, DefaultMaxWorkers)}
+	}
+	n = cmp.Or(n, DefaultMaxWorkers)
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	if w.qstate == queuesStopped {
+		return ErrWorkerStopped
+	}
+	q := w.queues.get(queue)
+	if q == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	old := q.max.Swap(int64(n))
+	if w.qstate == queuesRunning && int64(n) > old {
+		w.executor.grow(q)
+		q.signal() // the new slots claim now
+	}
+	if old != int64(n) {
+		w.logger.Info("skiplock: queue's max workers changed", "queue", queue, "from", old, "to", n)
+	}
+	return nil
+}
+
+// modeOf returns how a success of a job of queue and kind is recorded: its kind's mode,
+// else its queue's, else the worker's.
+func (w *Worker) modeOf(queue, kind string) Completion {
+	if k := w.cfg.Kinds[kind].Completion; k != 0 {
+		return k
+	}
+	if m := w.queues.mode(queue); m != 0 {
+		return m
+	}
+	return w.cfg.Completion
+}
+
+// retentionRules returns the per-queue and per-kind retentions of cfg, for the embedded
+// sweeper.
+func retentionRules(cfg WorkerConfig) (queues, kinds map[string]time.Duration) {
+	queues, kinds = map[string]time.Duration{}, map[string]time.Duration{}
+	for name, q := range cfg.Queues {
+		if q.Retention > 0 {
+			queues[name] = q.Retention
+		}
+	}
+	for kind, k := range cfg.Kinds {
+		if k.Retention > 0 {
+			kinds[kind] = k.Retention
+		}
+	}
+	return queues, kinds
+}

@@ -1,0 +1,166 @@
+package skiplock_test
+
+// Tests of completion and retention per queue and per kind (QueueConfig.Completion and
+// Retention, WorkerConfig.Kinds, SweeperConfig.QueueRetention and KindRetention).
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// TestWorker_CompletionPerKindAndQueue: one worker, one run, its success batches mixing
+// jobs of three modes: a kind set to delete leaves no row anywhere (even in a queue that
+// keeps), a queue set to keep keeps its other jobs in the jobs table, and the rest are
+// archived as the worker's default says.
+func TestWorker_CompletionPerKindAndQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 40
+	for i := range n {
+		for _, q := range []string{"default", "kept"} {
+			_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, &skiplock.EnqueueOptions{Queue: q})
+			require.NoError(t, err)
+			_, err = b.client.Enqueue(b.ctx, emailArgs{OrderID: int64(i)}, &skiplock.EnqueueOptions{Queue: q})
+			require.NoError(t, err)
+		}
+	}
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {}, "kept": {Completion: skiplock.CompletionKeep}},
+		Kinds:  map[string]skiplock.KindConfig{"send_email": {Completion: skiplock.CompletionDelete}},
+		// A long flush interval: the jobs of all modes share batches.
+		CompleteFlushInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[emailArgs]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status IN ('queued', 'running')`) == 0
+	}, "all jobs done")
+
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'send_email'`), "deleted kind left rows in jobs")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'send_email'`), "deleted kind left rows in the archive")
+	assert.Equal(t, n, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'noop' AND queue = 'default' AND status = 'succeeded'`))
+	assert.Equal(t, n, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'noop' AND queue = 'kept' AND status = 'succeeded'`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'kept'`), "the kept queue archived")
+}
+
+// archiveJobs enqueues and runs jobs of each (queue, kind) given, archiving them, then
+// sets their finished_at back by age.
+func archiveJobs(t *testing.T, b *bundle, jobs map[string]int, age time.Duration) {
+	t.Helper()
+	for q, count := range jobs {
+		for i := range count {
+			_, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, &skiplock.EnqueueOptions{Queue: q})
+			require.NoError(t, err)
+		}
+	}
+	// The archive gets its rows the way a worker writes them, then they age.
+	_, err := b.pool.Exec(b.ctx, b.q(`WITH done AS (DELETE FROM {s}.jobs RETURNING *)
+		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at)
+		SELECT id, queue, kind, payload, 'succeeded', priority, run_at, 1, max_attempts, created_at, now() - $1::interval FROM done`), age)
+	require.NoError(t, err)
+}
+
+// TestSweeper_RetentionPerQueueAndKind: a queue kept 1 h is purged while another is kept
+// the default 7 days; a kind's retention overrides its queue's.
+func TestSweeper_RetentionPerQueueAndKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	archiveJobs(t, b, map[string]int{"short": 30, "long": 20}, 2*time.Hour)
+	_, err := b.client.Enqueue(b.ctx, emailArgs{}, &skiplock.EnqueueOptions{Queue: "short"})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`WITH done AS (DELETE FROM {s}.jobs RETURNING *)
+		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at)
+		SELECT id, queue, kind, payload, 'succeeded', priority, run_at, 1, max_attempts, created_at, now() - interval '2 hours' FROM done`))
+	require.NoError(t, err)
+
+	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{
+		QueueRetention: map[string]time.Duration{"short": time.Hour},
+		KindRetention:  map[string]time.Duration{"send_email": 3 * time.Hour},
+		BatchSize:      7, // several batches per rule
+		Logger:         testLogger(),
+	})
+	require.NoError(t, err)
+	res, err := sw.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 30, res.Purged)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'short' AND kind = 'noop'`), "the 1 h queue was not purged")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE kind = 'send_email'`), "the kind kept 3 h was purged by its queue's 1 h")
+	assert.Equal(t, 20, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'long'`), "the queue kept 7 days was purged")
+
+	// Eight days old, the default's jobs go too; the kind kept 3 h goes at 4 h.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs_archive SET finished_at = now() - interval '8 days' WHERE queue = 'long'`))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs_archive SET finished_at = now() - interval '4 hours' WHERE kind = 'send_email'`))
+	require.NoError(t, err)
+	// A new sweeper (a new leader) walks the archive from its beginning; the first one
+	// starts from where it ended, and walks it whole again within purgeRescanEvery.
+	sw2, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{
+		QueueRetention: map[string]time.Duration{"short": time.Hour},
+		KindRetention:  map[string]time.Duration{"send_email": 3 * time.Hour},
+		Logger:         testLogger(),
+	})
+	require.NoError(t, err)
+	res, err = sw2.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 21, res.Purged)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive`))
+}
+
+// TestWorker_QueueRetentionInEmbeddedSweeper: QueueConfig.Retention reaches the worker's
+// own sweeper, for a queue kept (CompletionKeep) in the jobs table as for an archived one.
+func TestWorker_QueueRetentionInEmbeddedSweeper(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	archiveJobs(t, b, map[string]int{"short": 5, "long": 5}, 2*time.Hour)
+	for range 3 {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: "short"})
+		require.NoError(t, err)
+	}
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{
+			"short": {Retention: time.Hour, Completion: skiplock.CompletionKeep},
+			"long":  {},
+		},
+		SweepInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'short'`) == 0
+	}, "the 1 h queue's archive purged")
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'short' AND status = 'succeeded'`) == 3
+	}, "the kept jobs succeeded")
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET finished_at = now() - interval '2 hours' WHERE queue = 'short'`))
+	require.NoError(t, err)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'short'`) == 0
+	}, "the kept jobs past 1 h purged")
+	assert.Equal(t, 5, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'long'`), "the 7-day queue was purged")
+}
+
+func TestConfig_RetentionOutOfRangeIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for name, cfg := range map[string]skiplock.WorkerConfig{
+		"queue completion": {Queues: map[string]skiplock.QueueConfig{"q": {Completion: 9}}},
+		"queue retention":  {Queues: map[string]skiplock.QueueConfig{"q": {Retention: -time.Hour}}},
+		"kind completion":  {Kinds: map[string]skiplock.KindConfig{"k": {Completion: -1}}},
+		"kind retention":   {Kinds: map[string]skiplock.KindConfig{"k": {Retention: -1}}},
+		"empty kind":       {Kinds: map[string]skiplock.KindConfig{"": {}}},
+	} {
+		_, err := skiplock.NewWorker(b.client, cfg)
+		require.ErrorIs(t, err, skiplock.ErrInvalidConfig, name)
+	}
+	_, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{QueueRetention: map[string]time.Duration{"q": 0}})
+	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+	_, err = skiplock.NewSweeper(b.client, skiplock.SweeperConfig{KindRetention: map[string]time.Duration{"": time.Hour}})
+	require.ErrorIs(t, err, skiplock.ErrInvalidKind)
+}

@@ -153,6 +153,9 @@ type completer struct {
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *stmtGate
+	// flows settles the workflow tasks of a batch in the batch's transaction
+	// (workflowsettle.go); nil: none.
+	flows *workflowSettler
 
 	ch      chan completion
 	quit    chan struct{}
@@ -196,6 +199,7 @@ func newCompleter(pool *pgxpool.Pool, schema string, mode Completion, workerID s
 type completion struct {
 	key              jobKey
 	progress, output *string
+	task             bool      // a workflow task: its batch settles it (workflowsettle.go)
 	skipped          time.Time // when a batch first passed over its locked row
 }
 
@@ -206,6 +210,11 @@ type completion struct {
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
 // goes now.
 func (c *completer) add(k jobKey, st *jobState, urgent, last bool) bool {
+	return c.addJob(k, st, urgent, last, false)
+}
+
+// addJob is add, told whether the job is a workflow task.
+func (c *completer) addJob(k jobKey, st *jobState, urgent, last, task bool) bool {
 	p, o := st.reported()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -214,13 +223,13 @@ func (c *completer) add(k jobKey, st *jobState, urgent, last bool) bool {
 	}
 	switch {
 	case urgent && last:
-		c.urgent.postLast(completion{key: k, progress: p, output: o}, 1)
+		c.urgent.postLast(completion{key: k, progress: p, output: o, task: task}, 1)
 		return true
 	case urgent:
-		c.urgent.post(completion{key: k, progress: p, output: o}, 1)
+		c.urgent.post(completion{key: k, progress: p, output: o, task: task}, 1)
 		return true
 	}
-	c.ch <- completion{key: k, progress: p, output: o}
+	c.ch <- completion{key: k, progress: p, output: o, task: task}
 	return true
 }
 
@@ -399,17 +408,19 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := retryDB(ctx, func() error {
 		return c.gate.do(ctx, func() error {
-			recorded = make(map[int64]bool, len(batch))
-			rows, err := c.pool.Query(ctx, q, args...)
-			if err != nil {
+			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+				recorded = make(map[int64]bool, len(batch))
+				rows, err := db.Query(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				var id int64
+				_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+					recorded[id] = true
+					return nil
+				})
 				return err
-			}
-			var id int64
-			_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-				recorded[id] = true
-				return nil
 			})
-			return err
 		})
 	})
 	if err != nil {
@@ -446,9 +457,11 @@ func (c *completer) write(batch []completion) {
 	err := retryDB(ctx, func() error {
 		return c.gate.do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
-			tag, err := c.pool.Exec(ctx, q, args...)
-			n = tag.RowsAffected()
-			return err
+			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+				tag, err := db.Exec(ctx, q, args...)
+				n = tag.RowsAffected()
+				return err
+			})
 		})
 	})
 	if err == nil && time.Since(began) > slowSuccessBatch {
@@ -481,4 +494,15 @@ func (c *completer) finish(batch []completion, ok bool) {
 		}
 		c.done.written(keys)
 	}
+}
+
+// taskIDs returns the ids of the workflow tasks in batch (nil when none).
+func taskIDs(batch []completion) []int64 {
+	var ids []int64
+	for _, k := range batch {
+		if k.task {
+			ids = append(ids, k.key.id)
+		}
+	}
+	return ids
 }

@@ -135,7 +135,7 @@ func (r *outcomeRecorder) releaseCutOff() {
 // and its lease renewed; the batch that writes it removes it.
 func (r *outcomeRecorder) success(k jobKey, a attemptResult, lastSlot bool) JobResult {
 	r.held.recorded(k)
-	if !r.completer.add(k, stateOf(a.ctx), a.slot, lastSlot) {
+	if !r.completer.addJob(k, stateOf(a.ctx), a.slot, lastSlot, isTask(a.row)) {
 		r.held.remove(k)
 		r.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 			"job", a.row.ID, "attempt", a.row.Attempts)

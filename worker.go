@@ -145,6 +145,9 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 		}
 	}
 	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, w.logger)
+	// Outcome batches that hold workflow tasks settle them in their own transaction.
+	w.completer.flows = newWorkflowSettler(c.schema)
+	w.failures.flows = w.completer.flows
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
 	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.releaseJobs, w.starter.slots, hooks, w.logger)

@@ -1,0 +1,3 @@
+DROP TABLE workflow_edges;
+DROP TABLE workflow_tasks;
+DROP TABLE workflows;

@@ -384,3 +384,44 @@ func TestBatch_CallbackOnceWithCountsAcrossWorkers(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT counts FROM {s}.cb_audit`)).Scan(&counts))
 	assert.Equal(t, skiplock.BatchCounts{Succeeded: 900, Failed: 100}, counts)
 }
+
+// A task that ends outside a worker's outcome batch — cancelled by id, or dead when the
+// sweeper takes it back with no attempts left — settles its dependents in the same
+// transaction.
+func TestWorkflow_CancelOrReclaimSettlesDependents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enqueue := func(policy skiplock.OnFailure) *skiplock.WorkflowInfo {
+		info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "x", OnFailure: policy, Tasks: []skiplock.WorkflowTask{
+			{Name: "a", Args: stepArgs{}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
+			{Name: "b", Args: stepArgs{}, DependsOn: []string{"a"}},
+		}})
+		require.NoError(t, err)
+		return info
+	}
+
+	cancelled := enqueue(skiplock.CancelDependents)
+	row, err := b.client.Cancel(b.ctx, cancelled.Task("a").JobID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusCancelled, row.Status)
+
+	// A worker claimed a's last attempt and died: its lease has ended.
+	reclaimed := enqueue(skiplock.RunDependents)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', attempts = 1, locked_by = 'gone',
+		locked_at = now() - interval '2 seconds', lease_until = now() - interval '1 second' WHERE id = $1`),
+		reclaimed.Task("a").JobID)
+	require.NoError(t, err)
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, res.Dead)
+
+	got, err := b.client.GetWorkflow(b.ctx, cancelled.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"a": "cancelled", "b": "cancelled"}, states(got))
+	got, err = b.client.GetWorkflow(b.ctx, reclaimed.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"a": "dead", "b": "released"}, states(got))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued'`, got.Task("b").JobID))
+}

@@ -128,7 +128,13 @@ func (s *workflowSettler) run(ctx context.Context, pool *pgxpool.Pool, tasks []i
 		if err := write(tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.sql, tasks, s.channel)
-		return err
+		return s.settle(ctx, tx, tasks)
 	})
+}
+
+// settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
+// written; ids that are not workflow tasks, or not finished, settle nothing.
+func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) error {
+	_, err := tx.Exec(ctx, s.sql, ids, s.channel)
+	return err
 }

@@ -126,3 +126,51 @@ func ExampleClient_EnqueueBatch() {
 	// Output:
 	// {Succeeded:9 Failed:1 Dead:0 Cancelled:0}
 }
+
+// AccountEvent is a job of the sequence example: one event of one account, to apply in
+// order.
+type AccountEvent struct {
+	Account string `json:"account"`
+	Seq     int    `json:"seq"`
+}
+
+func (AccountEvent) Kind() string { return "account_event" }
+
+// Apply each account's events one at a time, in the order they were enqueued, even with
+// many runners: an event starts only once the previous one of its account has finished.
+func ExampleClient_EnqueueSequence() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 10}},
+	})
+	var (
+		mu      sync.Mutex
+		applied []int
+		done    sync.WaitGroup
+	)
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[AccountEvent]) error {
+		mu.Lock()
+		applied = append(applied, job.Args.Seq)
+		mu.Unlock()
+		done.Done()
+		return nil
+	})
+	for i := 1; i <= 5; i++ {
+		done.Add(1)
+		_, _ = client.EnqueueSequence(ctx, "account-7", AccountEvent{Account: "account-7", Seq: i}, nil)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+	done.Wait()
+	stop()
+	<-stopped
+	fmt.Println(applied)
+	// Output:
+	// [1 2 3 4 5]
+}

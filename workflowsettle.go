@@ -105,15 +105,25 @@ ins AS (
 SELECT (SELECT count(*) FROM cx), count(n.*)
 FROM (SELECT DISTINCT queue FROM ins) q CROSS JOIN LATERAL pg_notify($2, q.queue) AS n`
 
+// lockSequencesSQL locks the sequence rows of the tasks whose jobs are in $1, in key
+// order, before settleSQL runs as a statement of its own: its snapshot, taken after the
+// lock, sees every job an enqueue that held the row has chained behind them (an
+// enqueue, in turn, reads its tail's state only once it holds the row; sequence.go).
+// Tasks of plain workflows have no sequence row: it locks nothing.
+const lockSequencesSQL = `SELECT 1 FROM {s}.sequences
+WHERE workflow_id = ANY (ARRAY(SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])))
+ORDER BY key FOR UPDATE`
+
 // workflowSettler runs settleSQL for outcome batches that hold workflow tasks. A nil
 // settler settles nothing (batches run as they would without workflows).
 type workflowSettler struct {
 	sql     string // settleSQL, rendered
+	lockSQL string // lockSequencesSQL, rendered
 	channel string // the wake-up channel of the schema
 }
 
 func newWorkflowSettler(schema string) *workflowSettler {
-	return &workflowSettler{sql: renderSQL(schema, settleSQL), channel: schema + "_jobs"}
+	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL), channel: schema + "_jobs"}
 }
 
 // run runs write on pool. When tasks (job ids of workflow tasks in the batch write
@@ -135,6 +145,9 @@ func (s *workflowSettler) run(ctx context.Context, pool *pgxpool.Pool, tasks []i
 // settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
 // written; ids that are not workflow tasks, or not finished, settle nothing.
 func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) error {
+	if _, err := tx.Exec(ctx, s.lockSQL, ids); err != nil {
+		return err
+	}
 	_, err := tx.Exec(ctx, s.sql, ids, s.channel)
 	return err
 }

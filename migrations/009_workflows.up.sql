@@ -21,7 +21,7 @@ CREATE TABLE workflows (
 -- The n_* columns count the outcomes of the dependencies settled so far (a batch's
 -- callback gets them). The other columns are the job as it will be inserted.
 CREATE TABLE workflow_tasks (
-    workflow_id   bigint      NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
+    workflow_id   bigint      NOT NULL,
     name          text        NOT NULL,
     job_id        bigint      NOT NULL,
     state         text        NOT NULL,
@@ -55,5 +55,18 @@ CREATE TABLE workflow_edges (
     child       text   NOT NULL,
     PRIMARY KEY (workflow_id, parent, child)
 );
--- No foreign keys here: the enqueue checks every name before it writes (a check per edge
--- would cost a batch of 1,000 jobs 2,000 lookups), and rows go with their workflow.
+-- No foreign keys in these tables: one statement writes a workflow's rows together after
+-- the enqueue checked every name (a check per edge would cost a batch of 1,000 jobs 2,000
+-- lookups), and the rows of a workflow are deleted together by workflow_id.
+
+-- One row per sequence key (Client.EnqueueSequence): the workflow that holds the key's
+-- jobs as a chain, and its last task. Enqueues of a key lock this row, and so does the
+-- settling of the key's tasks before it reads the chain, so a job enqueued behind a
+-- task that is finishing is either seen by the settle or sees the settled task.
+CREATE TABLE sequences (
+    key         text   PRIMARY KEY,
+    workflow_id bigint,
+    tail        text,
+    CONSTRAINT sequences_key_check CHECK (char_length(key) BETWEEN 1 AND 255)
+);
+CREATE INDEX sequences_workflow_idx ON sequences (workflow_id);

@@ -502,3 +502,47 @@ func TestSequence_RunsInOrderAndHoldsThroughRetries(t *testing.T) {
 	}
 	assert.Equal(t, 10, b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE key = 'customer-2'`))
 }
+
+// 200 five-task workflows on 4 workers: every task runs once, only after each of its
+// dependencies finished, and none is left waiting.
+func TestWorkflow_ManyWorkflowsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.wf_audit (
+		job_id bigint, task text, deps jsonb,
+		started timestamptz NOT NULL, finished timestamptz NOT NULL)`))
+	require.NoError(t, err)
+	const workflows, workers = 200, 4
+	ids := make([]int64, workflows)
+	for i := range ids {
+		info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "five", Tasks: []skiplock.WorkflowTask{
+			{Name: "a", Args: stepArgs{}},
+			{Name: "b", Args: stepArgs{}, DependsOn: []string{"a"}},
+			{Name: "c", Args: stepArgs{}, DependsOn: []string{"a"}},
+			{Name: "d", Args: stepArgs{}, DependsOn: []string{"b", "c"}},
+			{Name: "e", Args: stepArgs{}, DependsOn: []string{"a", "d"}},
+		}})
+		require.NoError(t, err)
+		ids[i] = info.ID
+	}
+	for i := range workers {
+		w := newWorker(t, b, skiplock.WorkerConfig{ID: "w" + strconv.Itoa(i), PollInterval: 50 * time.Millisecond,
+			SweepInterval: -1, Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 8}}})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[stepArgs]) error {
+			_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.wf_audit VALUES ($1, $2, '{}', clock_timestamp(), clock_timestamp())`),
+				job.ID, job.Metadata["skiplock_workflow"]+"/"+job.Metadata["skiplock_task"])
+			return err
+		}))
+		runWorker(t, w)
+	}
+	eventually(t, 90*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workflow_tasks WHERE state <> 'succeeded'`) == 0
+	}, "workflows left unfinished")
+	assert.Equal(t, workflows*5, b.count(t, `SELECT count(DISTINCT task) FROM {s}.wf_audit`))
+	assert.Equal(t, workflows*5, b.count(t, `SELECT count(*) FROM {s}.wf_audit`), "a task ran twice")
+	// No task started before one of its dependencies had finished.
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.workflow_edges e
+		JOIN {s}.wf_audit p ON p.task = e.workflow_id || '/' || e.parent
+		JOIN {s}.wf_audit c ON c.task = e.workflow_id || '/' || e.child
+		WHERE c.started < p.finished`))
+}

@@ -174,3 +174,56 @@ func ExampleClient_EnqueueSequence() {
 	// Output:
 	// [1 2 3 4 5]
 }
+
+// PageView is a job of the batch-handler example.
+type PageView struct {
+	Page string `json:"page"`
+}
+
+func (PageView) Kind() string { return "page_view" }
+
+// Handle up to 100 jobs in one call, with a result per job: here, one INSERT could store
+// every view of the call.
+func ExampleHandleBatch() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 100}},
+	})
+	var (
+		mu    sync.Mutex
+		saved int
+		done  sync.WaitGroup
+	)
+	_ = skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{MaxJobs: 100},
+		func(ctx context.Context, jobs []*skiplock.Job[PageView]) []error {
+			errs := make([]error, len(jobs))
+			mu.Lock()
+			saved += len(jobs) // the place for one multi-row INSERT
+			mu.Unlock()
+			for range jobs {
+				done.Done()
+			}
+			return errs
+		})
+	views := make([]skiplock.EnqueueParams, 300)
+	for i := range views {
+		views[i] = skiplock.EnqueueParams{Args: PageView{Page: "/"}}
+	}
+	done.Add(len(views))
+	_, _ = client.EnqueueMany(ctx, views)
+
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+	done.Wait()
+	stop()
+	<-stopped
+	fmt.Println("saved:", saved)
+	// Output:
+	// saved: 300
+}

@@ -29,15 +29,16 @@ RETURNING workflow_id, tail`
 UPDATE {s}.sequences SET workflow_id = (SELECT id FROM w) WHERE key = $1::text RETURNING workflow_id`
 	// seqTailSQL reads the state of the key's last job, under the key's lock.
 	seqTailSQL = `SELECT state FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name = $2`
-	// seqInsertSQL adds the job as the chain's new tail: a task named by its job id,
-	// waiting behind $2 (the old tail) when $3 is 1, else inserted as a job at once.
+	// seqInsertSQL adds the job as the chain's new tail: a task named by its place in the
+	// sequence (1, 2, …: the old tail's number plus one, under the key's lock), waiting
+	// behind $2 (the old tail) when $3 is 1, else inserted as a job at once.
 	seqInsertSQL = `WITH t AS (
-	INSERT INTO {s}.workflow_tasks (workflow_id, name, job_id, state, waiting, queue, kind, payload,
+	INSERT INTO {s}.workflow_tasks (workflow_id, name, state, waiting, queue, kind, payload,
 		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT $1::bigint, n.id::text, n.id, CASE WHEN $3::int = 0 THEN 'released' ELSE 'waiting' END, $3::int,
+	SELECT $1::bigint, n.name, CASE WHEN $3::int = 0 THEN 'released' ELSE 'waiting' END, $3::int,
 		$4, $5, $6::jsonb, $7, $8, $9, $10,
-		$11::jsonb || jsonb_build_object('` + metaWorkflow + `', $1::bigint::text, '` + metaTask + `', n.id::text), $12
-	FROM (SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) AS id) n
+		$11::jsonb || jsonb_build_object('` + metaWorkflow + `', $1::bigint::text, '` + metaTask + `', n.name), $12
+	FROM (SELECT coalesce(($2::text)::bigint + 1, 1)::text AS name) n
 	RETURNING *
 ),
 e AS (
@@ -45,16 +46,16 @@ e AS (
 	SELECT $1::bigint, $2::text, t.name FROM t WHERE $3::int = 1
 ),
 j AS (
-	INSERT INTO {s}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	OVERRIDING SYSTEM VALUE
-	SELECT job_id, queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
 		metadata, partition_key
 	FROM t WHERE state = 'released'
+	RETURNING id
 ),
 s AS (
 	UPDATE {s}.sequences SET tail = (SELECT name FROM t) WHERE workflow_id = $1::bigint
 )
-SELECT name, job_id, state FROM t`
+SELECT t.name, coalesce((SELECT id FROM j), 0), t.state FROM t`
 )
 
 // EnqueueSequence enqueues args as the next job of the sequence key, in a transaction of
@@ -76,8 +77,8 @@ func (c *Client) EnqueueSequence(ctx context.Context, key string, args JobArgs, 
 // the sequence key (1-255 bytes): it starts only once the job enqueued before it with the
 // same key has finished — succeeded, or failed, dead or cancelled for good; while that
 // one waits for a retry, the sequence holds. Jobs of one key therefore run one at a time,
-// in the order their enqueues committed. It returns the task (JobID is the job's id,
-// State "released" if it may run now, "waiting" if it waits for the previous job).
+// in the order their enqueues committed. It returns the task: State "released" if it may
+// run now (JobID is its job's id), "waiting" if it waits for the previous job (JobID 0).
 //
 // Enqueues of one key wait for each other: the key is locked until tx ends, and so is the
 // recording of the outcome of the key's last job. No error of this call aborts tx.
@@ -150,8 +151,9 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 	if waiting == 1 {
 		info.DependsOn = []string{*tail}
 	}
-	if info.State == "released" && j.dueNow() {
-		if err := c.notify.queues(ctx, tx, []string{j.queue}); err != nil {
+	if info.JobID != 0 {
+		ins := insertedJobs{ids: []int64{info.JobID}, workflows: []int64{*wf}, names: []string{info.Name}, queues: []string{j.queue}}
+		if err := mapJobs(ctx, tx, c.schema, &ins, j.dueNow()); err != nil {
 			return nil, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,7 +82,7 @@ type WorkflowInfo struct {
 // WorkflowTaskInfo is one task of a [WorkflowInfo].
 type WorkflowTaskInfo struct {
 	Name      string
-	JobID     int64    // reserved at enqueue; the job row exists once the task is released
+	JobID     int64    // the task's job; 0 until the task is released
 	DependsOn []string // in name order
 	// State is "waiting" (its dependencies have not all settled; no job yet),
 	// "released" (its job is queued or running), or how its job ended as the workflow
@@ -266,17 +267,17 @@ func findCycle(tasks []WorkflowTask, index map[string]int) []string {
 	return nil
 }
 
-// enqueueWorkflowSQL writes a workflow in one statement: its row, its tasks (each with a
-// job id taken from the jobs identity sequence now), its edges, and the jobs of the tasks
-// that wait for nothing. The tasks' metadata names their workflow and task, which is how
+// enqueueWorkflowSQL writes a workflow in one statement: its row, its tasks, its edges,
+// and the jobs of the tasks that wait for nothing (whose ids mapJobsSQL then writes into
+// their tasks). The tasks' metadata names their workflow and task, which is how
 // a worker knows a job is a task (isTask) and how a task finds its dependencies.
 const enqueueWorkflowSQL = `WITH wf AS (
 	INSERT INTO {s}.workflows (name, on_failure) VALUES ($1, $2) RETURNING id, created_at
 ),
 t AS (
-	INSERT INTO {s}.workflow_tasks (workflow_id, name, job_id, state, waiting, queue, kind, payload,
+	INSERT INTO {s}.workflow_tasks (workflow_id, name, state, waiting, queue, kind, payload,
 		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT wf.id, u.name, nextval(pg_get_serial_sequence('{s}.jobs', 'id')),
+	SELECT wf.id, u.name,
 		CASE WHEN u.waiting = 0 THEN 'released' ELSE 'waiting' END, u.waiting, u.queue, u.kind,
 		u.payload::jsonb, u.priority, u.run_at, u.max_attempts, u.timeout_ms,
 		u.metadata::jsonb || jsonb_build_object('` + metaWorkflow + `', wf.id::text, '` + metaTask + `', u.name),
@@ -284,7 +285,7 @@ t AS (
 	FROM wf, unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::smallint[],
 		$9::timestamptz[], $10::int[], $11::bigint[], $12::text[], $13::text[])
 		AS u(name, waiting, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	RETURNING workflow_id, name, job_id, state, queue, kind, payload, priority, run_at, max_attempts,
+	RETURNING workflow_id, name, state, queue, kind, payload, priority, run_at, max_attempts,
 		timeout_ms, metadata, partition_key
 ),
 e AS (
@@ -292,13 +293,14 @@ e AS (
 	SELECT wf.id, x.parent, x.child FROM wf, unnest($14::text[], $15::text[]) AS x(parent, child)
 ),
 j AS (
-	INSERT INTO {s}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	OVERRIDING SYSTEM VALUE
-	SELECT job_id, queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
 		metadata, partition_key
 	FROM t WHERE state = 'released'
+	RETURNING id, metadata ->> '` + metaTask + `' AS task, queue
 )
-SELECT wf.id, wf.created_at, t.name, t.job_id, t.state FROM wf, t ORDER BY t.name`
+SELECT wf.id, wf.created_at, t.name, coalesce(j.id, 0), t.state, coalesce(j.queue, '')
+FROM wf CROSS JOIN t LEFT JOIN j ON j.task = t.name ORDER BY t.name`
 
 // writeWorkflow writes p through db, inside a savepoint so that an error leaves the
 // caller's transaction usable.
@@ -331,11 +333,24 @@ func (c *Client) insertWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (
 	}
 	info := &WorkflowInfo{Name: p.name, OnFailure: p.policy}
 	var t WorkflowTaskInfo
-	_, err = pgx.ForEachRow(rows, []any{&info.ID, &info.CreatedAt, &t.Name, &t.JobID, &t.State}, func() error {
+	var queue string
+	var ins insertedJobs
+	seen := map[string]bool{}
+	_, err = pgx.ForEachRow(rows, []any{&info.ID, &info.CreatedAt, &t.Name, &t.JobID, &t.State, &queue}, func() error {
 		info.Tasks = append(info.Tasks, t)
+		if t.JobID != 0 {
+			ins.ids, ins.workflows, ins.names = append(ins.ids, t.JobID), append(ins.workflows, info.ID), append(ins.names, t.Name)
+			if !seen[queue] && slices.Contains(p.dueQueues, queue) {
+				seen[queue] = true
+				ins.queues = append(ins.queues, queue)
+			}
+		}
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := mapJobs(ctx, db, c.schema, &ins, true); err != nil {
 		return nil, err
 	}
 	deps := map[string][]string{}
@@ -345,16 +360,11 @@ func (c *Client) insertWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (
 	for i := range info.Tasks {
 		info.Tasks[i].DependsOn = deps[info.Tasks[i].Name]
 	}
-	if len(p.dueQueues) > 0 {
-		if err := c.notify.queues(ctx, db, p.dueQueues); err != nil {
-			return nil, err
-		}
-	}
 	return info, nil
 }
 
 // getWorkflowSQL reads a workflow's tasks with their dependencies.
-const getWorkflowSQL = `SELECT w.name, w.on_failure, w.created_at, t.name, t.job_id, t.state,
+const getWorkflowSQL = `SELECT w.name, w.on_failure, w.created_at, t.name, coalesce(t.job_id, 0), t.state,
 	coalesce((SELECT array_agg(e.parent ORDER BY e.parent) FROM {s}.workflow_edges e
 		WHERE e.workflow_id = t.workflow_id AND e.child = t.name), '{}')
 FROM {s}.workflows w JOIN {s}.workflow_tasks t ON t.workflow_id = w.id
@@ -447,9 +457,7 @@ cand AS (
 			ON p.workflow_id = e.workflow_id AND p.name = e.parent
 			WHERE e.workflow_id = t.workflow_id AND e.child = t.name AND p.state <> 'succeeded') AS waiting
 	FROM {s}.workflow_tasks t
-	WHERE t.workflow_id = $1 AND t.state = 'cancelled'
-		AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.id = t.job_id)
-		AND NOT EXISTS (SELECT 1 FROM {s}.jobs_archive a WHERE a.id = t.job_id)
+	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
 ),
 back AS (
 	UPDATE {s}.workflow_tasks t SET waiting = c.waiting,
@@ -459,14 +467,15 @@ back AS (
 	RETURNING t.*
 ),
 ins AS (
-	INSERT INTO {s}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	OVERRIDING SYSTEM VALUE
-	SELECT job_id, queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
 	FROM back WHERE state = 'released'
-	RETURNING queue
+	RETURNING ` + insertedTaskColumns + `
 )
 SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
-	ARRAY(SELECT queue FROM ins UNION SELECT queue FROM req)`
+	ARRAY(SELECT queue FROM req),
+	coalesce((SELECT array_agg(id) FROM ins), '{}'), coalesce((SELECT array_agg(workflow_id) FROM ins), '{}'),
+	coalesce((SELECT array_agg(name) FROM ins), '{}'), coalesce((SELECT array_agg(DISTINCT queue) FROM ins), '{}')`
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
@@ -475,7 +484,12 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var queues []string
-		if err := tx.QueryRow(ctx, renderSQL(c.schema, retryWorkflowSQL), id).Scan(&n, &queues); err != nil {
+		var ins insertedJobs
+		if err := tx.QueryRow(ctx, renderSQL(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
+			&ins.ids, &ins.workflows, &ins.names, &ins.queues); err != nil {
+			return err
+		}
+		if err := mapJobs(ctx, tx, c.schema, &ins, true); err != nil {
 			return err
 		}
 		if len(queues) == 0 {

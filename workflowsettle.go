@@ -29,7 +29,7 @@ func isTask(row *JobRow) bool {
 }
 
 // settleSQL settles the tasks whose jobs are in $1 (ids of one outcome batch), in the
-// transaction that wrote the batch, after its statement. $2 is the wake-up channel.
+// transaction that wrote the batch, after its statement.
 //
 //   - st/fin: a task still released whose job left running — gone from jobs (archived or
 //     deleted by its success) or in a final status — takes that outcome as its state. A
@@ -43,8 +43,8 @@ func isTask(row *JobRow) bool {
 //     serialize on the child's row, and READ COMMITTED recomputes from the newer version,
 //     so exactly one takes it to 0 and releases it. A child in down is left to cx (one
 //     statement must not update a row twice).
-//   - ins: released children become jobs, with the ids reserved at enqueue; a batch's
-//     callback gets the counts. The final SELECT wakes each queue once, at commit.
+//   - ins: released children become jobs; a batch's callback gets the counts. It returns
+//     them for mapJobsSQL, which writes their ids into their tasks and wakes their queues.
 const settleSQL = `WITH RECURSIVE st AS (
 	SELECT t.workflow_id, t.name, coalesce(j.status, 'succeeded') AS status
 	FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
@@ -91,19 +91,69 @@ dec AS (
 	RETURNING t.*
 ),
 ins AS (
-	INSERT INTO {s}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	OVERRIDING SYSTEM VALUE
-	SELECT job_id, queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
 		CASE WHEN metadata ? '` + metaBatch + `' THEN metadata || jsonb_build_object(
 			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
 			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
 		ELSE metadata END,
 		partition_key
 	FROM dec WHERE state = 'released'
-	RETURNING queue
+	RETURNING ` + insertedTaskColumns + `
 )
-SELECT (SELECT count(*) FROM cx), count(n.*)
-FROM (SELECT DISTINCT queue FROM ins) q CROSS JOIN LATERAL pg_notify($2, q.queue) AS n`
+SELECT * FROM ins`
+
+// insertedTaskColumns are what a statement that inserts the jobs of released tasks
+// returns of each: the job's id, its task, its queue (for mapJobsSQL).
+const insertedTaskColumns = `id, (metadata ->> '` + metaWorkflow + `')::bigint AS workflow_id,
+	metadata ->> '` + metaTask + `' AS name, queue`
+
+// mapJobsSQL writes the ids of the jobs just inserted for released tasks ($1) into their
+// task rows ($2 workflow, $3 name), and wakes the queues $5 (on channel $4) at commit. A
+// statement of its own, after the one that inserted the jobs: that one may not update the
+// rows it updated already, and the ids are known only once the jobs are inserted.
+const mapJobsSQL = `WITH m AS (
+	UPDATE {s}.workflow_tasks t SET job_id = x.id
+	FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS x(id, workflow_id, name)
+	WHERE t.workflow_id = x.workflow_id AND t.name = x.name
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM m), count(n.*) FROM unnest($5::text[]) AS q CROSS JOIN LATERAL pg_notify($4, q) AS n`
+
+// insertedJobs are the jobs a statement inserted for released tasks.
+type insertedJobs struct {
+	ids, workflows []int64
+	names, queues  []string
+}
+
+// scan reads rows of insertedTaskColumns.
+func (j *insertedJobs) scan(rows pgx.Rows) error {
+	var id, wf int64
+	var name, queue string
+	seen := map[string]bool{}
+	_, err := pgx.ForEachRow(rows, []any{&id, &wf, &name, &queue}, func() error {
+		j.ids, j.workflows, j.names = append(j.ids, id), append(j.workflows, wf), append(j.names, name)
+		if !seen[queue] {
+			seen[queue] = true
+			j.queues = append(j.queues, queue)
+		}
+		return nil
+	})
+	return err
+}
+
+// mapJobs runs mapJobsSQL for j through db; nothing when j is empty.
+func mapJobs(ctx context.Context, db DBTX, schema string, j *insertedJobs, wake bool) error {
+	if len(j.ids) == 0 {
+		return nil
+	}
+	queues := j.queues
+	if !wake {
+		queues = nil
+	}
+	_, err := db.Exec(ctx, renderSQL(schema, mapJobsSQL), j.ids, j.workflows, j.names, schema+"_jobs", queues)
+	return err
+}
 
 // lockSequencesSQL locks the sequence rows of the tasks whose jobs are in $1, in key
 // order, before settleSQL runs as a statement of its own: its snapshot, taken after the
@@ -119,11 +169,11 @@ ORDER BY key FOR UPDATE`
 type workflowSettler struct {
 	sql     string // settleSQL, rendered
 	lockSQL string // lockSequencesSQL, rendered
-	channel string // the wake-up channel of the schema
+	schema  string
 }
 
 func newWorkflowSettler(schema string) *workflowSettler {
-	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL), channel: schema + "_jobs"}
+	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL), schema: schema}
 }
 
 // run runs write on pool. When tasks (job ids of workflow tasks in the batch write
@@ -148,6 +198,13 @@ func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) erro
 	if _, err := tx.Exec(ctx, s.lockSQL, ids); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, s.sql, ids, s.channel)
-	return err
+	rows, err := tx.Query(ctx, s.sql, ids)
+	if err != nil {
+		return err
+	}
+	var ins insertedJobs
+	if err := ins.scan(rows); err != nil {
+		return err
+	}
+	return mapJobs(ctx, tx, s.schema, &ins, true)
 }

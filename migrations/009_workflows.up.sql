@@ -15,15 +15,17 @@ CREATE TABLE workflows (
     CONSTRAINT workflows_name_check CHECK (char_length(name) BETWEEN 1 AND 255)
 );
 
--- One row per task. job_id is taken from the jobs identity sequence at enqueue; the job
--- row is inserted with it when the task is released (waiting reaches 0). state: waiting,
+-- One row per task. job_id is the id of its job, written by the transaction that inserts
+-- the job when the task is released (waiting reaches 0); NULL until then. (Reserving ids
+-- at enqueue would need a grant on the jobs identity sequence, which the app role does
+-- not have; see README, "Least privilege".) state: waiting,
 -- released (its job is in jobs), then its outcome: succeeded, failed, dead, cancelled.
 -- The n_* columns count the outcomes of the dependencies settled so far (a batch's
 -- callback gets them). The other columns are the job as it will be inserted.
 CREATE TABLE workflow_tasks (
     workflow_id   bigint      NOT NULL,
     name          text        NOT NULL,
-    job_id        bigint      NOT NULL,
+    job_id        bigint,
     state         text        NOT NULL,
     waiting       integer     NOT NULL,
     n_succeeded   integer     NOT NULL DEFAULT 0,

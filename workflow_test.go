@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -547,4 +548,51 @@ func TestWorkflow_ManyWorkflowsAcrossWorkers(t *testing.T) {
 		JOIN {s}.wf_audit p ON p.task = e.workflow_id || '/' || e.parent
 		JOIN {s}.wf_audit c ON c.task = e.workflow_id || '/' || e.child
 		WHERE c.started < p.finished`))
+}
+
+type flakyStep struct{}
+
+func (flakyStep) Kind() string { return "flaky_step" }
+
+// RetryWorkflow runs a failed task again and reopens the dependents its failure
+// cancelled; a batch with OnlyOnSuccess cancels its callback when a job fails.
+func TestWorkflow_RetryFailedTaskAndOnlyOnSuccessBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	var callbacks atomic.Int64
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[flakyStep]) error {
+		if !healed.Load() && job.Metadata["skiplock_task"] != "b" {
+			return skiplock.Permanent(errors.New("not yet"))
+		}
+		return nil
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[batchDone]) error {
+		callbacks.Add(1)
+		return nil
+	}))
+	runWorker(t, w)
+
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "r", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: flakyStep{}},
+		{Name: "b", Args: flakyStep{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	batch, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "all or nothing", OnlyOnSuccess: true,
+		Jobs: []skiplock.EnqueueParams{{Args: flakyStep{}}, {Args: flakyStep{}}}, Callback: batchDone{}})
+	require.NoError(t, err)
+
+	got := waitSettled(t, b, wf.ID)
+	assert.Equal(t, map[string]string{"a": "failed", "b": "cancelled"}, states(got))
+	gotBatch := waitSettled(t, b, batch.ID)
+	assert.Equal(t, map[string]string{"job-0": "failed", "job-1": "failed", "callback": "cancelled"}, states(gotBatch))
+
+	healed.Store(true)
+	n, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "a requeued, b waiting again")
+	got = waitSettled(t, b, wf.ID)
+	assert.Equal(t, map[string]string{"a": "succeeded", "b": "succeeded"}, states(got))
+	assert.Zero(t, callbacks.Load(), "the OnlyOnSuccess callback never ran")
 }

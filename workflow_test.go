@@ -520,3 +520,48 @@ func TestWorkflow_RetryFailedTaskAndOnlyOnSuccessBatch(t *testing.T) {
 	assert.Equal(t, map[string]string{"a": "succeeded", "b": "succeeded"}, states(got))
 	assert.Zero(t, callbacks.Load(), "the OnlyOnSuccess callback never ran")
 }
+
+// The batch's last completions are killed mid-transaction (their backend terminated while
+// they wait on the callback's row): the callback still runs exactly once, with every job
+// counted once.
+func TestBatch_CallbackOnceWhenTheLastCompletionIsKilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var callbacks atomic.Int64
+	var counts atomic.Value
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[batchArgs]) error { return nil }))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[batchDone]) error {
+		c, _ := skiplock.BatchCountsOf(job.JobRow)
+		counts.Store(c)
+		callbacks.Add(1)
+		return nil
+	}))
+	info, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "killed", Callback: batchDone{},
+		Jobs: []skiplock.EnqueueParams{{Args: batchArgs{N: 1}}, {Args: batchArgs{N: 2}}, {Args: batchArgs{N: 3}}}})
+	require.NoError(t, err)
+
+	lock, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(b.ctx) }()
+	_, err = lock.Exec(b.ctx, b.q(`SELECT 1 FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name = 'callback' FOR UPDATE`), info.ID)
+	require.NoError(t, err)
+	runWorker(t, w)
+	var pid int
+	eventually(t, 30*time.Second, func() bool {
+		err := b.pool.QueryRow(b.ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%workflow_tasks%' AND datname = current_database()
+				AND query LIKE '%`+b.schema+`%' LIMIT 1`).Scan(&pid)
+		return err == nil
+	}, "no completion waited on the callback's row")
+	var killed bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	require.True(t, killed)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'batch_done'`), "no callback before the commit")
+	require.NoError(t, lock.Rollback(b.ctx))
+
+	got := waitSettled(t, b, info.ID)
+	assert.Equal(t, "succeeded", got.Task("callback").State)
+	assert.Equal(t, int64(1), callbacks.Load())
+	assert.Equal(t, skiplock.BatchCounts{Succeeded: 3}, counts.Load())
+}

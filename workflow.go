@@ -71,16 +71,16 @@ type Workflow struct {
 
 // WorkflowInfo describes a workflow and the state of each of its tasks.
 type WorkflowInfo struct {
-	ID        int64
-	Name      string
-	OnFailure OnFailure
-	CreatedAt time.Time
+	ID        int64              // the workflow's id, for GetWorkflow, CancelWorkflow, RetryWorkflow
+	Name      string             // as enqueued
+	OnFailure OnFailure          // as enqueued
+	CreatedAt time.Time          // the enqueue's transaction time, by the database clock
 	Tasks     []WorkflowTaskInfo // in name order
 }
 
 // WorkflowTaskInfo is one task of a [WorkflowInfo].
 type WorkflowTaskInfo struct {
-	Name      string
+	Name      string   // the task's name (a sequence's tasks are numbered 1, 2, …)
 	JobID     int64    // the task's job; 0 until the task is released
 	DependsOn []string // in name order
 	// State is "waiting" (its dependencies have not all settled; no job yet),

@@ -80,7 +80,16 @@ RETURNING ` + jobColumns
 // already in a final state is returned unchanged. It returns [ErrJobNotFound] when there
 // is no such job.
 func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
-	row, err := scanJob(c.pool.QueryRow(ctx, c.admin.cancel, id))
+	var row *JobRow
+	// A workflow task's dependents are settled in the cancel's transaction
+	// (workflowsettle.go), as a worker settles them with an outcome.
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		if row, err = scanJob(tx.QueryRow(ctx, c.admin.cancel, id)); err != nil || !isTask(row) {
+			return err
+		}
+		return newWorkflowSettler(c.schema).settle(ctx, tx, []int64{id})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c.Get(ctx, id)
 	}

@@ -169,6 +169,9 @@ type completer struct {
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *stmtGate
+	// flows settles the workflow tasks of a batch in the batch's transaction
+	// (workflowsettle.go); nil: none.
+	flows *workflowSettler
 
 	ch      chan completion
 	quit    chan struct{}
@@ -192,9 +195,9 @@ type batchListeners struct {
 // most batchSize per statement, a success waiting at most flushEvery for others; each
 // statement takes a turn of gate.
 func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
-	gate *stmtGate, done batchListeners, logger *slog.Logger) *completer {
+	gate *stmtGate, done batchListeners, flows *workflowSettler, logger *slog.Logger) *completer {
 	c := &completer{
-		pool: pool, stmts: map[Completion]completeStmts{}, modeOf: modeOf, workerID: workerID,
+		pool: pool, stmts: map[Completion]completeStmts{}, modeOf: modeOf, workerID: workerID, flows: flows,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
 		ch: make(chan completion, 4096), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -217,6 +220,7 @@ type completion struct {
 	key              jobKey
 	mode             Completion // how it is recorded (completer.modeOf)
 	progress, output *string
+	task             bool      // a workflow task: its batch settles it (workflowsettle.go)
 	skipped          time.Time // when a batch first passed over its locked row
 }
 
@@ -225,10 +229,11 @@ type completion struct {
 // and the caller must say so. A send that finds the channel full waits for the batching
 // loops, which keep reading until stop. urgent: the job holds a slot of a concurrency
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
-// goes now.
+// goes now. A workflow task's success also settles its dependents (workflow*.go), in the
+// same transaction.
 func (c *completer) add(k jobKey, row *JobRow, st *jobState, urgent, last bool) bool {
 	p, o := st.reported()
-	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o}
+	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: isTask(row)}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -446,17 +451,19 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := retryDB(ctx, func() error {
 		return c.gate.do(ctx, func() error {
-			recorded = make(map[int64]bool, len(batch))
-			rows, err := c.pool.Query(ctx, q, args...)
-			if err != nil {
+			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+				recorded = make(map[int64]bool, len(batch))
+				rows, err := db.Query(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				var id int64
+				_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+					recorded[id] = true
+					return nil
+				})
 				return err
-			}
-			var id int64
-			_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-				recorded[id] = true
-				return nil
 			})
-			return err
 		})
 	})
 	if err != nil {
@@ -493,9 +500,11 @@ func (c *completer) write(batch []completion) {
 	err := retryDB(ctx, func() error {
 		return c.gate.do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
-			tag, err := c.pool.Exec(ctx, q, args...)
-			n = tag.RowsAffected()
-			return err
+			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+				tag, err := db.Exec(ctx, q, args...)
+				n = tag.RowsAffected()
+				return err
+			})
 		})
 	})
 	if err == nil && time.Since(began) > slowSuccessBatch {
@@ -528,4 +537,15 @@ func (c *completer) finish(batch []completion, ok bool) {
 		}
 		c.done.written(keys)
 	}
+}
+
+// taskIDs returns the ids of the workflow tasks in batch (nil when none).
+func taskIDs(batch []completion) []int64 {
+	var ids []int64
+	for _, k := range batch {
+		if k.task {
+			ids = append(ids, k.key.id)
+		}
+	}
+	return ids
 }

@@ -55,7 +55,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 					mu.Lock()
 					written = append(written, k...)
 					mu.Unlock()
-				}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			comp.skipFor()
 			require.NoError(t, comp.Start(ctx))
 			defer comp.Stop()
@@ -148,7 +148,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 	require.NoError(t, err)
 	defer cpool.Close()
 	comp := newCompleter(cpool, schema, func(queue, _ string) Completion { return modes[queue] }, "w",
-		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, k := range keys {
 		require.True(t, comp.add(k, &JobRow{Queue: queueOf[k.id]}, nil, false, false))
 	}

@@ -125,4 +125,13 @@
 // job starts per period, and round-robin sharing across keys. The limits are kept exactly
 // by the database at READ COMMITTED; [Client.SetQueueLimits] changes them on every worker
 // at run time. A queue without limits claims exactly as if the feature did not exist.
+//
+// # Workflows, batches and sequences
+//
+// [Client.EnqueueWorkflow] enqueues a DAG of tasks: a task becomes a job when every task
+// it depends on has succeeded, inserted by the transaction that records the last of
+// those successes ([OnFailure] says what a failed dependency does). [Client.EnqueueBatch]
+// enqueues jobs with a callback that runs once, when all have finished, with the counts
+// by outcome ([BatchCountsOf]). [Client.EnqueueSequence] runs the jobs of one key in
+// order, one at a time.
 package skiplock

@@ -39,7 +39,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	job, err := c.Enqueue(ctx, fenceArgs{}, nil)
 	require.NoError(t, err)
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
@@ -92,7 +92,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, logger)
+	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, nil, logger)
 	held := newHeldJobs()
 
 	first := claimOne(t, cl, "w")

@@ -300,3 +300,30 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 		return purged > 0
 	}, "a sweep as the app role deletes archived jobs")
 }
+
+// Workflows and sequences work as the app role with the README's grants: enqueue (which
+// reserves job ids), release in the completion's transaction, inspection.
+func TestPrivilege_WorkflowRunsAsAppRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, ownerPool, appPool := setupPrivileges(t)
+	require.NoError(t, skiplock.Migrate(ctx, ownerPool, skiplock.MigrateConfig{Schema: r.schema}))
+	client, err := skiplock.NewClient(appPool, skiplock.Config{Schema: r.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	wf, err := client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "priv", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: privOK{}},
+		{Name: "b", Args: privOK{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	_, err = client.EnqueueSequence(ctx, "k", privOK{}, nil)
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[privOK]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		info, err := client.GetWorkflow(ctx, wf.ID)
+		require.NoError(t, err)
+		return info.Task("b").State == "succeeded"
+	}, "the workflow did not finish as the app role")
+}

@@ -230,13 +230,16 @@ type failureRecorder struct {
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *stmtGate
+	// flows settles the workflow tasks of a batch in the batch's transaction
+	// (workflowsettle.go); nil: none.
+	flows *workflowSettler
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
 // most flushEvery for others when a batch is already being written. Each statement takes
 // a turn of gate; done and dueAgain (either may be nil) are told what each batch did.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
-	gate *stmtGate, done batchListeners, dueAgain func(queue string), logger *slog.Logger) *failureRecorder {
+	gate *stmtGate, done batchListeners, dueAgain func(queue string), flows *workflowSettler, logger *slog.Logger) *failureRecorder {
 	if done.written == nil {
 		done.written = func([]jobKey) {}
 	}
@@ -247,7 +250,7 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 		dueAgain = func(string) {}
 	}
 	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL),
-		gate: gate, done: done, dueAgain: dueAgain}
+		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
 }
@@ -367,23 +370,31 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 		runAt  time.Time
 	}
 	var got map[jobKey]recorded
+	var tasks []int64
+	for _, a := range batch {
+		if isTask(a.row) {
+			tasks = append(tasks, a.key.id)
+		}
+	}
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
 	err = retryDB(ctx, func() error {
 		return f.gate.do(ctx, func() error {
-			// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-			rows, err := f.pool.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
-			if err != nil {
+			return f.flows.run(ctx, f.pool, tasks, func(db DBTX) error {
+				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
+				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
+				if err != nil {
+					return err
+				}
+				got = make(map[jobKey]recorded, n)
+				var k jobKey
+				var r recorded
+				_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence, &r.status, &r.runAt}, func() error {
+					got[k] = r
+					return nil
+				})
 				return err
-			}
-			got = make(map[jobKey]recorded, n)
-			var k jobKey
-			var r recorded
-			_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence, &r.status, &r.runAt}, func() error {
-				got[k] = r
-				return nil
 			})
-			return err
 		})
 	})
 	if err != nil {

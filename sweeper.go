@@ -303,7 +303,7 @@ UPDATE {s}.jobs SET
 	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
 WHERE id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING id, status, queue`
+RETURNING id, status, queue, metadata ? '` + metaWorkflow + `'`
 
 // purgeArchiveSQL deletes one batch of one retention rule's finished jobs past their
 // retention $1, from the archive and (kept or cancelled jobs) from the hot table. Each
@@ -392,6 +392,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	defer cancel()
 	err := pgx.BeginFunc(tctx, c.pool, func(tx pgx.Tx) error {
 		ctx := tctx
+		var dead []int64 // reclaimed workflow tasks that went dead
 		if err := setSweepLimits(ctx, tx); err != nil {
 			return err
 		}
@@ -411,13 +412,17 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			var (
 				id            int64
 				status, queue string
+				task          bool // a workflow task (workflowsettle.go)
 				n             int
 			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &status, &queue}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&id, &status, &queue, &task}, func() error {
 				n++
 				res.Reclaimed = append(res.Reclaimed, id)
 				if status == string(StatusDead) {
 					res.Dead++
+					if task {
+						dead = append(dead, id)
+					}
 				} else {
 					res.Requeued++
 					queues[queue] = true
@@ -428,9 +433,15 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 				return err
 			}
 			if n < s.cfg.BatchSize {
-				return nil
+				break
 			}
 		}
+		if len(dead) == 0 {
+			return nil
+		}
+		// The dependents of workflow tasks that died here are settled (cancelled, or
+		// released under RunDependents) in the same transaction (workflowsettle.go).
+		return newWorkflowSettler(c.schema).settle(ctx, tx, dead)
 	})
 	if err != nil {
 		return SweepResult{}, c.wrapErr("sweep", err)

@@ -145,7 +145,9 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
 	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed}
-	w.completer = newCompleter(c.pool, c.schema, w.modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, w.logger)
+	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
+	flows := newWorkflowSettler(c.schema)
+	w.completer = newCompleter(c.pool, c.schema, w.modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
 	// A job retried or snoozed without delay is due again once its failure is written:
 	// claim it now rather than at the next poll (nothing notifies a retry).
 	queues := w.queues
@@ -154,7 +156,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 			q.signal()
 		}
 	}
-	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, w.logger)
+	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
 	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.releaseJobs, w.starter.slots, hooks, w.logger)

@@ -1,0 +1,193 @@
+// This file holds the calls that inspect and steer workflows after their enqueue:
+// GetWorkflow, CancelWorkflow, RetryWorkflow, and DependencyOutputs, which a task calls
+// to read what its dependencies recorded.
+
+package skiplock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// getWorkflowSQL reads a workflow's tasks with their dependencies.
+const getWorkflowSQL = `SELECT w.name, w.on_failure, w.created_at, t.name, coalesce(t.job_id, 0), t.state,
+	coalesce((SELECT array_agg(e.parent ORDER BY e.parent) FROM {s}.workflow_edges e
+		WHERE e.workflow_id = t.workflow_id AND e.child = t.name), '{}')
+FROM {s}.workflows w JOIN {s}.workflow_tasks t ON t.workflow_id = w.id
+WHERE w.id = $1 ORDER BY t.name`
+
+// GetWorkflow returns the workflow id with the state of each task, or an error that
+// matches [ErrWorkflowNotFound].
+func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
+	rows, err := c.pool.Query(ctx, renderSQL(c.schema, getWorkflowSQL), id)
+	if err != nil {
+		return nil, c.wrapErr("get workflow", err)
+	}
+	info := &WorkflowInfo{ID: id}
+	var policy string
+	var t WorkflowTaskInfo
+	_, err = pgx.ForEachRow(rows, []any{&info.Name, &policy, &info.CreatedAt, &t.Name, &t.JobID, &t.State, &t.DependsOn}, func() error {
+		info.Tasks = append(info.Tasks, t)
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("get workflow", err)
+	}
+	if len(info.Tasks) == 0 {
+		return nil, fmt.Errorf("%w: id %d", ErrWorkflowNotFound, id)
+	}
+	if policy == "run" {
+		info.OnFailure = RunDependents
+	}
+	for i := range info.Tasks {
+		if len(info.Tasks[i].DependsOn) == 0 {
+			info.Tasks[i].DependsOn = nil
+		}
+	}
+	return info, nil
+}
+
+// cancelWorkflowSQL cancels what has not started: waiting tasks, and the queued jobs of
+// released ones (with their tasks, so that nothing settles them again). A running job
+// finishes (or is cancelled by Client.Cancel); its dependents are already cancelled.
+const cancelWorkflowSQL = `WITH w AS (
+	UPDATE {s}.workflow_tasks SET state = 'cancelled'
+	WHERE workflow_id = $1 AND state = 'waiting'
+	RETURNING 1
+),
+j AS (
+	UPDATE {s}.jobs SET status = 'cancelled', finished_at = now()
+	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks WHERE workflow_id = $1 AND state = 'released'))
+		AND status = 'queued'
+	RETURNING id
+),
+r AS (
+	UPDATE {s}.workflow_tasks SET state = 'cancelled'
+	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM j)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
+
+// CancelWorkflow cancels every task of workflow id that has not started: tasks still
+// waiting for dependencies, and queued jobs. Running tasks finish; their dependents are
+// cancelled with the rest. It returns how many tasks it cancelled.
+func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
+	var n int
+	if err := c.pool.QueryRow(ctx, renderSQL(c.schema, cancelWorkflowSQL), id).Scan(&n); err != nil {
+		return 0, c.wrapErr("cancel workflow", err)
+	}
+	return n, nil
+}
+
+// retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
+//   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
+//     their attempts reset, and their tasks to released;
+//   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
+//     while waiting) wait again for their dependencies that have not succeeded; those
+//     with none left are inserted as jobs (ins).
+const retryWorkflowSQL = `WITH req AS (
+	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
+		locked_by = NULL, locked_at = NULL, lease_until = NULL
+	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks
+			WHERE workflow_id = $1 AND state IN ('failed', 'dead', 'cancelled')))
+		AND status IN ('failed', 'dead', 'cancelled')
+	RETURNING id, queue
+),
+rel AS (
+	UPDATE {s}.workflow_tasks SET state = 'released'
+	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
+	RETURNING name
+),
+cand AS (
+	SELECT t.name, (SELECT count(*) FROM {s}.workflow_edges e JOIN {s}.workflow_tasks p
+			ON p.workflow_id = e.workflow_id AND p.name = e.parent
+			WHERE e.workflow_id = t.workflow_id AND e.child = t.name AND p.state <> 'succeeded') AS waiting
+	FROM {s}.workflow_tasks t
+	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
+),
+back AS (
+	UPDATE {s}.workflow_tasks t SET waiting = c.waiting,
+		state = CASE WHEN c.waiting = 0 THEN 'released' ELSE 'waiting' END,
+		n_succeeded = 0, n_failed = 0, n_dead = 0, n_cancelled = 0
+	FROM cand c WHERE t.workflow_id = $1 AND t.name = c.name
+	RETURNING t.*
+),
+ins AS (
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
+	FROM back WHERE state = 'released'
+	RETURNING ` + insertedTaskColumns + `
+)
+SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
+	ARRAY(SELECT queue FROM req),
+	coalesce((SELECT array_agg(id) FROM ins), '{}'), coalesce((SELECT array_agg(workflow_id) FROM ins), '{}'),
+	coalesce((SELECT array_agg(name) FROM ins), '{}'), coalesce((SELECT array_agg(DISTINCT queue) FROM ins), '{}')`
+
+// RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
+// back to the queue with their attempts reset, and tasks cancelled before they ran wait
+// again for their dependencies. It returns how many tasks it put back.
+func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var queues []string
+		var ins insertedJobs
+		if err := tx.QueryRow(ctx, renderSQL(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
+			&ins.ids, &ins.workflows, &ins.names, &ins.queues); err != nil {
+			return err
+		}
+		if err := mapJobs(ctx, tx, c.schema, &ins, true); err != nil {
+			return err
+		}
+		if len(queues) == 0 {
+			return nil
+		}
+		return c.notify.queues(ctx, tx, queues)
+	})
+	if err != nil {
+		return 0, c.wrapErr("retry workflow", err)
+	}
+	return n, nil
+}
+
+// dependencyOutputsSQL reads the outputs of a task's dependencies, from the hot table or
+// the archive.
+const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output)
+FROM {s}.workflow_edges e
+JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
+LEFT JOIN {s}.jobs j ON j.id = p.job_id
+LEFT JOIN {s}.jobs_archive a ON a.id = p.job_id
+WHERE e.workflow_id = $1 AND e.child = $2`
+
+// DependencyOutputs returns, for the workflow task whose job is row, the output each of
+// its dependencies recorded with [SetOutput], by task name (a dependency that recorded
+// none, or whose row is gone under CompletionDelete, maps to nil). A job that is not a
+// workflow task has no dependencies: the map is empty.
+func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	wf, err := strconv.ParseInt(row.Metadata[metaWorkflow], 10, 64)
+	if err != nil {
+		return out, nil
+	}
+	rows, err := c.pool.Query(ctx, renderSQL(c.schema, dependencyOutputsSQL), wf, row.Metadata[metaTask])
+	if err != nil {
+		return nil, c.wrapErr("dependency outputs", err)
+	}
+	var name string
+	var o []byte
+	_, err = pgx.ForEachRow(rows, []any{&name, &o}, func() error {
+		if o != nil {
+			out[name] = json.RawMessage(append([]byte(nil), o...))
+		} else {
+			out[name] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("dependency outputs", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,210 @@
+// This file holds the workflow settler: the collaborator the completer and the failure
+// recorder call, inside the transaction that records a batch of outcomes, when the batch
+// holds workflow tasks. Its one statement settles the finished tasks, releases the
+// dependents whose last dependency this was (inserting their jobs), and cancels the
+// dependents of failed tasks. See docs/workflows.md.
+
+package skiplock
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Metadata keys that mark a job as a workflow task; a batch's callback also gets the
+// outcome counts of the batch (see [BatchCountsOf]).
+const (
+	metaWorkflow = "skiplock_workflow"
+	metaTask     = "skiplock_task"
+	metaBatch    = "skiplock_batch" // "callback" on a batch's callback task
+)
+
+// isTask reports whether row is a workflow task. It is a hint only: a plain job that
+// carries the key costs its batch a transaction, and the settle statement finds no task.
+func isTask(row *JobRow) bool {
+	_, ok := row.Metadata[metaWorkflow]
+	return ok
+}
+
+// settleSQL settles the tasks whose jobs are in $1 (ids of one outcome batch), in the
+// transaction that wrote the batch, after its statement.
+//
+//   - st/fin: a task still released whose job left running — gone from jobs (archived or
+//     deleted by its success) or in a final status — takes that outcome as its state. A
+//     stale attempt finds its row running (or queued for a retry) and settles nothing, and
+//     a task settles once: only released rows match.
+//   - ok: outcomes that satisfy a dependency (a success; anything in an on_failure = 'run'
+//     workflow). down: every waiting descendant of a task that did not succeed in an
+//     on_failure = 'cancel' workflow (recursive over workflow_edges); cx cancels them.
+//   - dec: each child's waiting drops by its parents settled here, grouped: one row update
+//     per child whatever the batch's size. Two batches that settle two parents of one child
+//     serialize on the child's row, and READ COMMITTED recomputes from the newer version,
+//     so exactly one takes it to 0 and releases it. A child in down is left to cx (one
+//     statement must not update a row twice).
+//   - ins: released children become jobs; a batch's callback gets the counts. It returns
+//     them for mapJobsSQL, which writes their ids into their tasks and wakes their queues.
+const settleSQL = `WITH RECURSIVE st AS (
+	SELECT t.workflow_id, t.name, coalesce(j.status, 'succeeded') AS status
+	FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
+	WHERE t.job_id = ANY ($1::bigint[]) AND t.state = 'released'
+),
+fin AS (
+	UPDATE {s}.workflow_tasks t SET state = st.status
+	FROM st, {s}.workflows w
+	WHERE t.workflow_id = st.workflow_id AND t.name = st.name AND t.state = 'released'
+		AND st.status IN ('succeeded', 'failed', 'dead', 'cancelled') AND w.id = t.workflow_id
+	RETURNING t.workflow_id, t.name, t.state, w.on_failure
+),
+ok AS (
+	SELECT workflow_id, name, state FROM fin WHERE state = 'succeeded' OR on_failure = 'run'
+),
+down (workflow_id, name) AS (
+	SELECT e.workflow_id, e.child FROM {s}.workflow_edges e
+	JOIN fin f ON e.workflow_id = f.workflow_id AND e.parent = f.name
+	WHERE f.state <> 'succeeded' AND f.on_failure = 'cancel'
+	UNION
+	SELECT e.workflow_id, e.child FROM {s}.workflow_edges e
+	JOIN down d ON e.workflow_id = d.workflow_id AND e.parent = d.name
+),
+cx AS (
+	UPDATE {s}.workflow_tasks t SET state = 'cancelled'
+	FROM (SELECT DISTINCT workflow_id, name FROM down) d
+	WHERE t.workflow_id = d.workflow_id AND t.name = d.name AND t.state = 'waiting'
+	RETURNING 1
+),
+dec AS (
+	UPDATE {s}.workflow_tasks t SET waiting = t.waiting - c.n,
+		state = CASE WHEN t.waiting - c.n <= 0 THEN 'released' ELSE 'waiting' END,
+		n_succeeded = t.n_succeeded + c.ns, n_failed = t.n_failed + c.nf,
+		n_dead = t.n_dead + c.nd, n_cancelled = t.n_cancelled + c.nc
+	FROM (SELECT e.workflow_id, e.child, count(*) AS n,
+			count(*) FILTER (WHERE o.state = 'succeeded') AS ns,
+			count(*) FILTER (WHERE o.state = 'failed') AS nf,
+			count(*) FILTER (WHERE o.state = 'dead') AS nd,
+			count(*) FILTER (WHERE o.state = 'cancelled') AS nc
+		FROM {s}.workflow_edges e JOIN ok o ON e.workflow_id = o.workflow_id AND e.parent = o.name
+		GROUP BY e.workflow_id, e.child) c
+	WHERE t.workflow_id = c.workflow_id AND t.name = c.child AND t.state = 'waiting'
+		AND NOT EXISTS (SELECT 1 FROM down d WHERE d.workflow_id = t.workflow_id AND d.name = t.name)
+	RETURNING t.*
+),
+ins AS (
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
+	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
+		CASE WHEN metadata ? '` + metaBatch + `' THEN metadata || jsonb_build_object(
+			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
+			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
+		ELSE metadata END,
+		partition_key
+	FROM dec WHERE state = 'released'
+	RETURNING ` + insertedTaskColumns + `
+)
+SELECT * FROM ins`
+
+// insertedTaskColumns are what a statement that inserts the jobs of released tasks
+// returns of each: the job's id, its task, its queue (for mapJobsSQL).
+const insertedTaskColumns = `id, (metadata ->> '` + metaWorkflow + `')::bigint AS workflow_id,
+	metadata ->> '` + metaTask + `' AS name, queue`
+
+// mapJobsSQL writes the ids of the jobs just inserted for released tasks ($1) into their
+// task rows ($2 workflow, $3 name), and wakes the queues $5 (on channel $4) at commit. A
+// statement of its own, after the one that inserted the jobs: that one may not update the
+// rows it updated already, and the ids are known only once the jobs are inserted.
+const mapJobsSQL = `WITH m AS (
+	UPDATE {s}.workflow_tasks t SET job_id = x.id
+	FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS x(id, workflow_id, name)
+	WHERE t.workflow_id = x.workflow_id AND t.name = x.name
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM m), count(n.*) FROM unnest($5::text[]) AS q CROSS JOIN LATERAL pg_notify($4, q) AS n`
+
+// insertedJobs are the jobs a statement inserted for released tasks.
+type insertedJobs struct {
+	ids, workflows []int64
+	names, queues  []string
+}
+
+// scan reads rows of insertedTaskColumns.
+func (j *insertedJobs) scan(rows pgx.Rows) error {
+	var id, wf int64
+	var name, queue string
+	seen := map[string]bool{}
+	_, err := pgx.ForEachRow(rows, []any{&id, &wf, &name, &queue}, func() error {
+		j.ids, j.workflows, j.names = append(j.ids, id), append(j.workflows, wf), append(j.names, name)
+		if !seen[queue] {
+			seen[queue] = true
+			j.queues = append(j.queues, queue)
+		}
+		return nil
+	})
+	return err
+}
+
+// mapJobs runs mapJobsSQL for j through db; nothing when j is empty.
+func mapJobs(ctx context.Context, db DBTX, schema string, j *insertedJobs, wake bool) error {
+	if len(j.ids) == 0 {
+		return nil
+	}
+	queues := j.queues
+	if !wake {
+		queues = nil
+	}
+	_, err := db.Exec(ctx, renderSQL(schema, mapJobsSQL), j.ids, j.workflows, j.names, schema+"_jobs", queues)
+	return err
+}
+
+// lockSequencesSQL locks the sequence rows of the tasks whose jobs are in $1, in key
+// order, before settleSQL runs as a statement of its own: its snapshot, taken after the
+// lock, sees every job an enqueue that held the row has chained behind them (an
+// enqueue, in turn, reads its tail's state only once it holds the row; sequence.go).
+// Tasks of plain workflows have no sequence row: it locks nothing.
+const lockSequencesSQL = `SELECT 1 FROM {s}.sequences
+WHERE workflow_id = ANY (ARRAY(SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])))
+ORDER BY key FOR UPDATE`
+
+// workflowSettler runs settleSQL for outcome batches that hold workflow tasks. A nil
+// settler settles nothing (batches run as they would without workflows).
+type workflowSettler struct {
+	sql     string // settleSQL, rendered
+	lockSQL string // lockSequencesSQL, rendered
+	schema  string
+}
+
+func newWorkflowSettler(schema string) *workflowSettler {
+	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL), schema: schema}
+}
+
+// run runs write on pool. When tasks (job ids of workflow tasks in the batch write
+// records) is empty, write runs alone, exactly as without workflows; otherwise write
+// and the settle statement share one transaction, so a dependency is released exactly
+// when the outcome that satisfies it commits, and not at all if it does not.
+func (s *workflowSettler) run(ctx context.Context, pool *pgxpool.Pool, tasks []int64, write func(db DBTX) error) error {
+	if s == nil || len(tasks) == 0 {
+		return write(pool)
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := write(tx); err != nil {
+			return err
+		}
+		return s.settle(ctx, tx, tasks)
+	})
+}
+
+// settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
+// written; ids that are not workflow tasks, or not finished, settle nothing.
+func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) error {
+	if _, err := tx.Exec(ctx, s.lockSQL, ids); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, s.sql, ids)
+	if err != nil {
+		return err
+	}
+	var ins insertedJobs
+	if err := ins.scan(rows); err != nil {
+		return err
+	}
+	return mapJobs(ctx, tx, s.schema, &ins, true)
+}

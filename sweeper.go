@@ -50,12 +50,15 @@ type SweeperConfig struct {
 
 // SweepResult counts what one sweep did.
 type SweepResult struct {
-	Skipped   bool  // another sweeper held the lock: this one did nothing
-	Requeued  int64 // expired jobs put back in the queue
-	Dead      int64 // expired jobs that had no attempts left
-	Purged    int64 // finished jobs deleted past retention
-	Vacuumed  bool  // the jobs table had many dead rows and was vacuumed and analyzed
-	Reclaimed []int64
+	Skipped  bool  // another sweeper held the lock: this one did nothing
+	Requeued int64 // expired jobs put back in the queue
+	Dead     int64 // expired jobs that had no attempts left
+	Purged   int64 // finished jobs deleted past retention
+	// PurgedWorkflows counts the workflows deleted (with their tasks and edges) because
+	// every task had ended and their jobs finished past ArchiveRetention.
+	PurgedWorkflows int64
+	Vacuumed        bool // the jobs table had many dead rows and was vacuumed and analyzed
+	Reclaimed       []int64
 }
 
 // Sweeper takes back running jobs whose worker stopped heartbeating (it crashed, was
@@ -96,6 +99,7 @@ const DefaultSweepBatchSize = 1000
 // sweepSQL holds the sweeper's statements, rendered for the client's schema.
 type sweepSQL struct {
 	reclaim, purgeArchive string
+	purgeWorkflows        string // workflowretention.go
 }
 
 // NewSweeper returns a Sweeper for client. A field out of range is an error that
@@ -123,8 +127,9 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 		cfg.Logger = client.logger
 	}
 	s := &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
-		reclaim:      renderSQL(client.schema, reclaimSQL),
-		purgeArchive: renderSQL(client.schema, purgeArchiveSQL),
+		reclaim:        renderSQL(client.schema, reclaimSQL),
+		purgeArchive:   renderSQL(client.schema, purgeArchiveSQL),
+		purgeWorkflows: renderSQL(client.schema, purgeWorkflowsSQL),
 	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d
@@ -475,6 +480,11 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 				break
 			}
 		}
+	}
+	n, err := s.purgeWorkflows(ctx)
+	res.PurgedWorkflows = n
+	if err != nil {
+		return res, c.wrapErr("sweep: purge workflows", err)
 	}
 	return res, nil
 }

@@ -146,6 +146,8 @@ func describeAction(r *http.Request) (action, target string) {
 		return "sign out", ""
 	case len(parts) == 3 && parts[0] == "jobs":
 		return parts[2], "job " + parts[1]
+	case len(parts) == 3 && parts[0] == "workflows":
+		return parts[2] + " workflow", "workflow " + parts[1]
 	case len(parts) == 3 && parts[0] == "queues":
 		return parts[2], "queue " + r.PathValue("queue")
 	case p == "/dead":

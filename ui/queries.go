@@ -33,6 +33,7 @@ type statements struct {
 	deleteStuck              string
 	running                  string
 	runningNow               string
+	workflowList             string
 	// exact holds, by status and filter shape, the two listings of exactWindowSQL and
 	// exactIndexSQL.
 	exact map[exactKey][2]string
@@ -67,6 +68,7 @@ func buildStatements(schema string) statements {
 		deleteStuck:   x(deleteStuckSQL),
 		running:       x(runningSQL),
 		runningNow:    x(runningNowSQL),
+		workflowList:  x(workflowListSQL),
 		exact:         map[exactKey][2]string{},
 	}
 	for _, st := range append(slices.Clone(exactStatuses), "stuck") {

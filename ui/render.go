@@ -18,7 +18,7 @@ import (
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk", "audit"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk", "audit", "workflows", "workflow"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -106,7 +106,11 @@ var flashes = map[string]string{
 	"paused":    "Paused the queue.",
 	"resumed":   "Resumed the queue.",
 	"unchanged": "Nothing to do: the job is not in a state this action applies to.",
-	"budget":    "The action stopped at its time limit before reaching every job: run it again for the rest.",
+	// The workflow actions count tasks (flashText says "task" for a wf code).
+	"wfcancelled": "Cancelled %s: the workflow's tasks that had not started.",
+	"wfretried":   "Put %s back: the workflow's failed, dead and cancelled tasks.",
+	"wfunchanged": "Nothing to do: no task of the workflow is in a state this action applies to.",
+	"budget":      "The action stopped at its time limit before reaching every job: run it again for the rest.",
 }
 
 func flashMessage(r *http.Request) string { return flashText(r.URL.Query()) }
@@ -121,7 +125,11 @@ func flashText(q url.Values) string {
 		}
 		if strings.Contains(f, "%s") {
 			n, _ := strconv.Atoi(q.Get("n_" + code))
-			f = fmt.Sprintf(f, plural(n, "job"))
+			what := "job"
+			if strings.HasPrefix(code, "wf") {
+				what = "task"
+			}
+			f = fmt.Sprintf(f, plural(n, what))
 		}
 		parts = append(parts, f)
 	}

@@ -46,6 +46,12 @@ func main() {
 	os.Exit(code)
 }
 
+// commandGroups names the commands that take a subcommand, with the subcommands' names.
+var commandGroups = map[string]string{
+	"migrate":  "up, down, status or sql",
+	"workflow": "show, cancel or retry",
+}
+
 // run executes the command line args (without the program name), writing results to
 // stdout and messages to stderr, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -125,21 +131,21 @@ func (a *app) main(ctx context.Context, args []string) error {
 		return errUsageShown
 	}
 	name, rest := rest[0], rest[1:]
-	if name == "migrate" {
+	if subs, ok := commandGroups[name]; ok {
 		if len(rest) == 0 {
-			return usagef("migrate", "migrate needs a subcommand: up, down, status or sql")
+			return usagef(name, "%s needs a subcommand: %s", name, subs)
 		}
 		switch rest[0] {
 		case "-h", "-help", "--help":
-			a.printGroupUsage(a.stdout, "migrate")
+			a.printGroupUsage(a.stdout, name)
 			return errHelpShown
 		}
-		name, rest = "migrate "+rest[0], rest[1:]
+		name, rest = name+" "+rest[0], rest[1:]
 	}
 	cmd := findCommand(name)
 	if cmd == nil {
-		if sub, ok := strings.CutPrefix(name, "migrate "); ok {
-			return usagef("migrate", "migrate: unknown subcommand %q: use up, down, status or sql", sub)
+		if group, sub, ok := strings.Cut(name, " "); ok && commandGroups[group] != "" {
+			return usagef(group, "%s: unknown subcommand %q: use %s", group, sub, commandGroups[group])
 		}
 		return usagef("", "unknown command %q", name)
 	}
@@ -336,7 +342,7 @@ func cmdHelp(_ context.Context, a *app, o *options) error {
 	switch {
 	case name == "":
 		a.printUsage(a.stdout)
-	case name == "migrate":
+	case commandGroups[name] != "":
 		a.printGroupUsage(a.stdout, name)
 	default:
 		cmd := findCommand(name)

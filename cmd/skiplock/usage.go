@@ -47,7 +47,7 @@ type options struct {
 // commands lists every command in the order the usage shows them. It is a function, not
 // a variable, because help looks commands up.
 func commands() []*command {
-	return []*command{
+	cs := []*command{
 		{
 			name:    "migrate up",
 			args:    "[--target N]",
@@ -259,6 +259,9 @@ func commands() []*command {
 			run:     cmdHelp,
 		},
 	}
+	// The workflow group goes before limits, after the job commands.
+	at := slices.IndexFunc(cs, func(c *command) bool { return c.name == "limits" })
+	return slices.Insert(cs, at, workflowCommands()...)
 }
 
 // findCommand returns the command called name, or nil.

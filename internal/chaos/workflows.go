@@ -199,25 +199,6 @@ func (r *runner) checkFlows(ctx context.Context, fr *FlowReport, jobs []flowJob,
 	example func(kind, format string, args ...any),
 ) error {
 	fr.Workflows, fr.Batches = fr.flowsEnqueued.Load(), fr.batchEnqueued.Load()
-	type key struct {
-		flow, batch int
-		task        string
-	}
-	byTask := map[key][]*flowJob{}
-	for i := range jobs {
-		j := &jobs[i]
-		k := key{j.flow, j.batch, j.task}
-		if j.kind == audit.CallbackKind {
-			k.task = "callback"
-		}
-		byTask[k] = append(byTask[k], j)
-		if j.status == "succeeded" {
-			fr.TaskJobs++
-		} else {
-			fr.NotSucceeded++
-			example("workflow job not succeeded", "job %d (%+v) is %s after %d attempts", j.id, k, j.status, j.attempts)
-		}
-	}
 	stuck := map[string]bool{}
 	waiting := map[string]bool{}
 	err := retryDB(ctx, func(ctx context.Context) error {
@@ -240,6 +221,59 @@ func (r *runner) checkFlows(ctx context.Context, fr *FlowReport, jobs []flowJob,
 		return fmt.Errorf("chaos: reading the workflow tasks: %w", err)
 	}
 	fr.Stuck = int64(len(stuck))
+	// Callbacks: the counts each execution read.
+	read := map[int64][]callbackCounts{}
+	err = retryDB(ctx, func(ctx context.Context) error {
+		clear(read)
+		rows, err := r.pool.Query(ctx, callbacksSQL)
+		if err != nil {
+			return err
+		}
+		var id int64
+		var b int
+		var c callbackCounts
+		_, err = pgx.ForEachRow(rows, []any{&id, &b, &c.S, &c.F, &c.D, &c.C}, func() error {
+			read[id] = append(read[id], c)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: reading the callbacks: %w", err)
+	}
+	judgeFlows(fr, r.opts.BatchJobs, jobs, execs, waiting, read, example)
+	return nil
+}
+
+// callbackCounts are the counts one callback execution read.
+type callbackCounts struct{ S, F, D, C int }
+
+// judgeFlows checks the phase's jobs against the executions (sorted by job, then start,
+// their ends known), the tasks still waiting (by "workflow/task") and the counts each
+// callback execution read (by callback job), and counts what it finds in fr, whose
+// Workflows and Batches say which workflows and batches were enqueued.
+func judgeFlows(fr *FlowReport, batchJobs int, jobs []flowJob, execs []*execution, waiting map[string]bool,
+	read map[int64][]callbackCounts, example func(kind, format string, args ...any),
+) {
+	type key struct {
+		flow, batch int
+		task        string
+	}
+	byTask := map[key][]*flowJob{}
+	for i := range jobs {
+		j := &jobs[i]
+		k := key{j.flow, j.batch, j.task}
+		if j.kind == audit.CallbackKind {
+			k.task = "callback"
+		}
+		byTask[k] = append(byTask[k], j)
+		if j.status == "succeeded" {
+			fr.TaskJobs++
+		} else {
+			fr.NotSucceeded++
+			example("workflow job not succeeded", "job %d (%+v) is %s after %d attempts", j.id, k, j.status, j.attempts)
+		}
+	}
 	// Every task has one job, unless it is still waiting (counted as stuck).
 	one := func(k key, name string) *flowJob {
 		switch js := byTask[k]; {
@@ -295,31 +329,11 @@ func (r *runner) checkFlows(ctx context.Context, fr *FlowReport, jobs []flowJob,
 			after(name, tasks[task], ds)
 		}
 	}
-	// Callbacks: the counts each execution read.
-	type counts struct{ s, f, d, c int }
-	read := map[int64][]counts{}
-	err = retryDB(ctx, func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, callbacksSQL)
-		if err != nil {
-			return err
-		}
-		var id int64
-		var b int
-		var c counts
-		_, err = pgx.ForEachRow(rows, []any{&id, &b, &c.s, &c.f, &c.d, &c.c}, func() error {
-			read[id] = append(read[id], c)
-			return nil
-		})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: reading the callbacks: %w", err)
-	}
-	want := counts{s: r.opts.BatchJobs}
+	want := callbackCounts{S: batchJobs}
 	for n := 1; n <= int(fr.Batches); n++ {
 		name := batchName(n)
 		var deps []*flowJob
-		for j := range r.opts.BatchJobs {
+		for j := range batchJobs {
 			deps = append(deps, one(key{batch: n, task: "job-" + strconv.Itoa(j)}, name))
 		}
 		cbs := byTask[key{batch: n, task: "callback"}]
@@ -341,5 +355,4 @@ func (r *runner) checkFlows(ctx context.Context, fr *FlowReport, jobs []flowJob,
 			example("batch callback", "%s: callback job %d read counts %+v, want %+v", name, cb.id, got, want)
 		}
 	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,9 +67,10 @@ const wfActiveSQL = `SELECT (SELECT count(*) FROM skiplock.jobs WHERE status IN 
 	+ (SELECT count(*) FROM skiplock.workflow_tasks WHERE state IN ('waiting', 'released'))`
 
 type wfBench struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-	cl   *skiplock.Client
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	cl      *skiplock.Client
+	handled atomic.Int64 // jobs the current drain's handlers have finished
 }
 
 func (b *wfBench) reset() error {
@@ -120,9 +122,13 @@ func (b *wfBench) enqueueFlows(n int) error {
 	return nil
 }
 
-// drain runs a worker with the handlers register adds until the database says the drain
-// is done, and returns jobs per second over n jobs.
+// drain runs a worker with the handlers register adds until they have handled n jobs
+// (counted in b.handled, cheap to watch) and then the database says the drain is done (its
+// completions recorded, no task waiting), and returns jobs per second over n jobs. The
+// database is asked only once the handlers are through, so that the watching does not
+// load the server during the drain.
 func (b *wfBench) drain(n int, register func(w *skiplock.Worker) error) (float64, error) {
+	b.handled.Store(0)
 	w, err := skiplock.NewWorker(b.cl, skiplock.WorkerConfig{Logger: quietLogger()})
 	if err != nil {
 		return 0, err
@@ -135,7 +141,10 @@ func (b *wfBench) drain(n int, register func(w *skiplock.Worker) error) (float64
 	start := time.Now()
 	go func() { done <- w.Run(ctx) }()
 	var elapsed time.Duration
-	err = pollUntil(b.ctx, maxRun, 5*time.Millisecond, func() (bool, error) {
+	err = pollUntil(b.ctx, maxRun, 2*time.Millisecond, func() (bool, error) {
+		if b.handled.Load() < int64(n) {
+			return false, nil
+		}
 		var active int64
 		if err := b.pool.QueryRow(b.ctx, wfActiveSQL).Scan(&active); err != nil {
 			return false, err
@@ -160,8 +169,8 @@ func (b *wfBench) drain(n int, register func(w *skiplock.Worker) error) (float64
 	return float64(n) / elapsed.Seconds(), nil
 }
 
-func noopHandler(w *skiplock.Worker) error {
-	return skiplock.Handle(w, func(context.Context, *skiplock.Job[WfArgs]) error { return nil })
+func (b *wfBench) noopHandler(w *skiplock.Worker) error {
+	return skiplock.Handle(w, func(context.Context, *skiplock.Job[WfArgs]) error { b.handled.Add(1); return nil })
 }
 
 func runWorkflows(ctx context.Context, o options) error {
@@ -213,7 +222,7 @@ func runWorkflows(ctx context.Context, o options) error {
 		if err := b.enqueuePlain(jobs, func(i int) skiplock.JobArgs { return WfArgs{T: i} }); err != nil {
 			return err
 		}
-		p, err := b.drain(jobs, noopHandler)
+		p, err := b.drain(jobs, b.noopHandler)
 		if err != nil {
 			return fmt.Errorf("plain drain: %w", err)
 		}
@@ -225,7 +234,7 @@ func runWorkflows(ctx context.Context, o options) error {
 			return err
 		}
 		enq := time.Since(t)
-		f, err := b.drain(jobs, noopHandler)
+		f, err := b.drain(jobs, b.noopHandler)
 		if err != nil {
 			return fmt.Errorf("workflow drain: %w", err)
 		}
@@ -239,6 +248,7 @@ func runWorkflows(ctx context.Context, o options) error {
 	rowHandler := func(w *skiplock.Worker) error {
 		return skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[RowArgs]) error {
 			_, err := pool.Exec(ctx, `INSERT INTO public.wf_rows (n) VALUES ($1)`, job.Args.N)
+			b.handled.Add(1)
 			return err
 		})
 	}
@@ -249,6 +259,7 @@ func runWorkflows(ctx context.Context, o options) error {
 				ns[i] = int32(j.Args.N)
 			}
 			_, err := pool.Exec(ctx, `INSERT INTO public.wf_rows (n) SELECT unnest($1::int[])`, ns)
+			b.handled.Add(int64(len(jobs)))
 			errs := make([]error, len(jobs))
 			for i := range errs {
 				errs[i] = err

@@ -36,6 +36,7 @@ type options struct {
 	passes     []string // autovacuum of each pass: "" (the server as it is), "off", "on"
 	ownCluster bool
 	flow       bool
+	workflows  bool
 }
 
 func main() {
@@ -88,6 +89,7 @@ func run() error {
 	flag.StringVar(&passes, "autovacuum", "", `passes by autovacuum setting, e.g. "off,on": "off" runs on -dsn (which must have autovacuum off), "on" on a throwaway cluster the bench starts (pgtest.StartCluster) with autovacuum on; empty: one pass on -dsn as it is`)
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run every -autovacuum pass on the throwaway cluster, setting autovacuum there with ALTER SYSTEM")
 	flag.BoolVar(&o.flow, "flow", false, "run skiplock's flow-control workloads instead (worker processes of their own; writes results/flow.md)")
+	flag.BoolVar(&o.workflows, "workflows", false, "run skiplock's workflow workloads instead (workflows against independent jobs, HandleBatch against Handle; writes results/workflows.md)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
 	flag.IntVar(&skiplockWorkers, "skiplock-workers", 0, "skiplock's MaxWorkers on the default queue (0: its default, 100)")
@@ -133,6 +135,9 @@ func run() error {
 	defer stop()
 	if o.flow {
 		return runFlow(ctx, o)
+	}
+	if o.workflows {
+		return runWorkflows(ctx, o)
 	}
 
 	sizes := fullSizes

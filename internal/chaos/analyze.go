@@ -19,9 +19,10 @@ import (
 const maxExamples = 5
 
 // jobRowsSQL lists every job row, hot or archived, with the seq the harness gave it.
-const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs_archive
+// The workflow phase's jobs are read apart (workflows.go).
+const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs_archive WHERE kind = 'chaos'
 UNION ALL
-SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs`
+SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs WHERE kind = 'chaos'`
 
 const executionsSQL = `SELECT exec_id, job_id, attempt, worker_id, started_at, ended_at, aborted
 FROM chaos.executions ORDER BY job_id, started_at`
@@ -132,6 +133,16 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		}
 	}
 
+	flowJobs, err := r.readFlowJobs(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range flowJobs {
+		if flowJobs[i].status == "succeeded" {
+			succeeded[flowJobs[i].id] = &flowJobs[i].jobRow
+		}
+	}
+
 	// Executions.
 	var execs []*execution
 	err = retryDB(ctx, func(ctx context.Context) error {
@@ -218,6 +229,12 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		}
 		r.checkJob(rep, execs[lo:hi], succeeded[execs[lo].job], procs, example)
 		lo = hi
+	}
+	if r.flows != nil {
+		if err := r.checkFlows(ctx, r.flows, flowJobs, execs, example); err != nil {
+			return err
+		}
+		rep.Flows = r.flows
 	}
 	limited := map[int64]bool{}
 	for i := range jobs {

@@ -22,6 +22,11 @@
 // maintenance leader and a follower, and the report gives, per kill, the time until every
 // job the killed worker held ran again elsewhere ([Report.KillRecovery]).
 //
+// Beside the jobs, Run enqueues Workflows five-task workflows and Batches batches with a
+// callback over the fault window, and checks that every task ran only after its
+// dependencies had succeeded, every callback was enqueued once with the right counts and
+// no workflow is stuck (workflows.go, [FlowReport]).
+//
 // Each job's handler records its execution in chaos.executions (see package audit). When
 // every job has reached a final state (or the drain deadline passed), Run checks the
 // jobs and the executions and returns a [Report]: nothing lost, nothing stuck, no two
@@ -163,6 +168,11 @@ type Options struct {
 	// Warmup after the start the primary is killed and the standby promoted; enqueues go
 	// on for FaultInterval after that. See [FailoverOptions]. Defaults to NoFailover.
 	Failover Replication
+	// Workflows is the number of five-task workflows (audit.FlowTasks: a diamond with a
+	// tail) enqueued over the fault window beside the jobs, Batches the number of batches
+	// of BatchJobs jobs with a callback; see [FlowReport]. They default to 1,000, 20 and
+	// 50; negative means none. A failover run has none.
+	Workflows, Batches, BatchJobs int
 	// StandbyLag is, in a failover run, how long the primary's WAL sender is paused
 	// (SIGSTOP) right before the kill, so that the standby is that far behind when the
 	// primary dies, as over a slow or congested network: on loopback it is otherwise well
@@ -172,17 +182,19 @@ type Options struct {
 	StandbyLag time.Duration
 }
 
-// Quick returns the reduced-size run: 3 workers, 3,000 jobs, 4 kills, one Postgres
+// Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
+// 25 jobs, 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
 // starvation and six changes of the limited queue's limits; the limited queue's jobs work
 // up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
+	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
 }
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
 		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
+		o.Workflows, o.Batches = -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
 		}
@@ -199,6 +211,9 @@ func (o Options) withDefaults() Options {
 	case o.Kills < 0:
 		o.Kills = 0
 	}
+	o.Workflows = orDefault(o.Workflows, 1000)
+	o.Batches = orDefault(o.Batches, 20)
+	o.BatchJobs = max(1, orDefault(o.BatchJobs, 50))
 	if o.FaultInterval <= 0 {
 		o.FaultInterval = 1500 * time.Millisecond
 	}
@@ -244,6 +259,17 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// orDefault is n, def when n is zero, and zero when n is negative.
+func orDefault(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return 0
+	}
+	return n
+}
+
 // Limits of the harness's own waiting.
 const (
 	// dbRetryTimeout bounds how long the harness retries one of its queries while the
@@ -282,6 +308,7 @@ type runner struct {
 	fleet   *fleet
 	proxies []*blackhole.Proxy // by worker slot
 	enq     *enqueuer
+	flows   *FlowReport // the workflow phase's counts, filled by runFlows and analyze
 	faults  []Fault
 
 	stopWatchdog func()
@@ -449,8 +476,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := skiplock.Migrate(ctx, r.pool); err != nil {
 		return rep, err
 	}
-	if _, err := r.pool.Exec(ctx, audit.CreateSQL); err != nil {
-		return rep, fmt.Errorf("chaos: creating the audit table: %w", err)
+	if _, err := r.pool.Exec(ctx, audit.CreateSQL+audit.CreateFlowSQL); err != nil {
+		return rep, fmt.Errorf("chaos: creating the audit tables: %w", err)
 	}
 	if r.client, err = skiplock.NewClient(r.pool, skiplock.Config{}); err != nil {
 		return rep, err
@@ -510,9 +537,11 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var drained atomic.Bool
-	enqErr, limErr := make(chan error, 1), make(chan error, 1)
-	wg.Add(3)
+	enqErr, limErr, flowErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	r.flows = &FlowReport{}
+	wg.Add(4)
 	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
+	go func() { defer wg.Done(); flowErr <- r.runFlows(runCtx, start, window, r.flows) }()
 	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
 	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, r.limitTimes(start, len(plan))) }()
 	if r.opts.LivenessReclaim > 0 {
@@ -528,6 +557,9 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	if err := <-limErr; err != nil {
+		return rep, err
+	}
+	if err := <-flowErr; err != nil {
 		return rep, err
 	}
 	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (while their number falls: at most %v without progress, %v in all)",

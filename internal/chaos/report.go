@@ -66,6 +66,9 @@ type Report struct {
 	Wall    time.Duration // wall time of the run, from the build of the worker to the report
 	Dir     string        // the run's directory (removed after a successful run unless Keep)
 
+	// Flows is what the workflow phase found (nil in a run that had none).
+	Flows *FlowReport
+
 	// Jobs.
 	Enqueued      int64 // jobs whose enqueue committed
 	Succeeded     int64 // enqueued jobs in the archive as succeeded
@@ -169,6 +172,9 @@ func (r *Report) Broken() []string {
 	check(r.Duplicated, "jobs enqueued twice")
 	check(r.Unexpected, "jobs from enqueues that had failed")
 	check(int64(len(r.Crashes)), "worker crashes")
+	if r.Flows != nil {
+		out = append(out, r.Flows.broken()...)
+	}
 	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
 	}
@@ -246,6 +252,15 @@ func (r *Report) Print(w io.Writer) {
 	row("jobs dead / failed or cancelled", fmt.Sprintf("%d / %d", r.Dead, r.Failed), must0(r.Dead+r.Failed))
 	row("jobs enqueued twice / from failed enqueues", fmt.Sprintf("%d / %d", r.Duplicated, r.Unexpected), must0(r.Duplicated+r.Unexpected))
 	row("enqueue calls that failed (resolved)", r.EnqueueErrors, "")
+	if f := r.Flows; f != nil {
+		row("workflows (five tasks) / batches enqueued", fmt.Sprintf("%d / %d", f.Workflows, f.Batches), "")
+		row("  their jobs succeeded (tasks, batch jobs, callbacks)", f.TaskJobs, "")
+		row("  tasks run before a dependency succeeded", f.OutOfOrder, must0(f.OutOfOrder))
+		row("  workflows or batches stuck (a task not final)", f.Stuck, must0(f.Stuck))
+		row("  tasks lost / with two jobs / not succeeded", fmt.Sprintf("%d / %d / %d", f.Lost, f.Duplicated, f.NotSucceeded), must0(f.Lost+f.Duplicated+f.NotSucceeded))
+		row("  callbacks not enqueued once with exact counts", f.CallbacksBad, must0(f.CallbacksBad))
+		row("  callback executions (a kill may re-run one)", f.CallbackRuns, "")
+	}
 	row("executions (handler runs that did work)", r.Executions, "")
 	row("  cut off by a kill (no end recorded)", r.UnfinishedKilled, "")
 	endLost := warn0(r.UnfinishedOther)

@@ -124,3 +124,53 @@ func ReadEnds(r io.Reader) (map[string]time.Time, error) {
 		ends[id] = at
 	}
 }
+
+// FlowKind is the job kind of [FlowArgs]: a task of one of the run's workflows, or a job
+// of one of its batches.
+const FlowKind = "chaos_flow"
+
+// FlowArgs is the payload of a workflow task or a batch job. Flow numbers the run's
+// workflows from 1 (0 for a batch job); Batch numbers its batches from 1 (0 for a
+// workflow task); Task is the task's name within its workflow or batch. Its handler
+// records each execution in chaos.executions, with seq -1, like a chaos job's.
+type FlowArgs struct {
+	Flow  int    `json:"flow,omitempty"`
+	Batch int    `json:"batch_no,omitempty"`
+	Task  string `json:"task"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (FlowArgs) Kind() string { return FlowKind }
+
+// CallbackKind is the job kind of [CallbackArgs].
+const CallbackKind = "chaos_callback"
+
+// CallbackArgs is the payload of a batch's callback job. Its handler records each
+// execution in chaos.executions (seq -1) and the counts it was given in chaos.callbacks.
+type CallbackArgs struct {
+	Batch int `json:"batch_no"`
+}
+
+// Kind implements skiplock.JobArgs.
+func (CallbackArgs) Kind() string { return CallbackKind }
+
+// FlowTasks are the five tasks of every workflow of a run, a diamond with a tail:
+// b and c depend on a, d on b and c, e on d. Each key's dependencies are its value.
+var FlowTasks = map[string][]string{"a": nil, "b": {"a"}, "c": {"a"}, "d": {"b", "c"}, "e": {"d"}}
+
+// CreateFlowSQL creates the callbacks table: one row per execution of a batch callback,
+// with the counts by outcome it read from its job (skiplock.BatchCountsOf).
+const CreateFlowSQL = `CREATE TABLE chaos.callbacks (
+	exec_id   text    PRIMARY KEY,
+	job_id    bigint  NOT NULL,
+	batch_no  integer NOT NULL,
+	succeeded integer NOT NULL,
+	failed    integer NOT NULL,
+	dead      integer NOT NULL,
+	cancelled integer NOT NULL
+);`
+
+// CallbackSQL records the counts a callback execution read. Parameters: exec_id, job_id,
+// batch_no, succeeded, failed, dead, cancelled. Idempotent, for retries.
+const CallbackSQL = `INSERT INTO chaos.callbacks (exec_id, job_id, batch_no, succeeded, failed, dead, cancelled)
+VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (exec_id) DO NOTHING`

@@ -7,6 +7,9 @@
 // jobs, that leaves one row per execution in chaos.executions: the row is inserted before
 // a short random amount of work (a sleep) and its end time is written after it, so the
 // harness can see executions that overlap, that ran twice, or that were cut off by a kill.
+// Workflow tasks and batch jobs ([audit.FlowArgs]) and batch callbacks ([audit.CallbackArgs])
+// are recorded the same way; a callback also writes the counts it was given to
+// chaos.callbacks.
 //
 // With -ends, it also appends each execution's end to a file of its own before it writes
 // it to the table: an end whose write cannot get through before the process exits (a
@@ -131,6 +134,12 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 		if err := skiplock.Handle(w, h.run); err != nil {
 			return err
 		}
+		if err := skiplock.Handle(w, h.runFlow); err != nil {
+			return err
+		}
+		if err := skiplock.Handle(w, h.runCallback); err != nil {
+			return err
+		}
 		err = w.Run(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
@@ -162,9 +171,39 @@ type handler struct {
 }
 
 func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error {
+	_, err := h.execute(ctx, job.JobRow, job.Args.Seq)
+	return err
+}
+
+// runFlow runs a workflow task or a batch job: an execution recorded like a chaos job's,
+// with seq -1 (the harness knows the job by its id and payload).
+func (h *handler) runFlow(ctx context.Context, job *skiplock.Job[audit.FlowArgs]) error {
+	_, err := h.execute(ctx, job.JobRow, -1)
+	return err
+}
+
+// runCallback runs a batch's callback: an execution recorded like a chaos job's, and the
+// counts its job carries in chaos.callbacks, written before the handler returns (so before
+// its success is recorded).
+func (h *handler) runCallback(ctx context.Context, job *skiplock.Job[audit.CallbackArgs]) error {
+	execID, err := h.execute(ctx, job.JobRow, -1)
+	if err != nil {
+		return err
+	}
+	counts, ok := skiplock.BatchCountsOf(job.JobRow)
+	if !ok {
+		return fmt.Errorf("job %d is not a batch callback", job.ID)
+	}
+	return h.write(audit.CallbackSQL, execID, job.ID, job.Args.Batch,
+		counts.Succeeded, counts.Failed, counts.Dead, counts.Cancelled)
+}
+
+// execute records one execution of job in chaos.executions around its work, and returns
+// the execution's id.
+func (h *handler) execute(ctx context.Context, job *skiplock.JobRow, seq int64) (string, error) {
 	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
 	start := time.Now()
-	args := []any{execID, job.ID, job.Args.Seq, job.Attempts, h.id, h.pid, start}
+	args := []any{execID, job.ID, seq, job.Attempts, h.id, h.pid, start}
 	_, err := h.pool.Exec(ctx, audit.StartSQL, args...)
 	if err != nil {
 		// The insert may have committed before the connection broke, or may reach the
@@ -174,7 +213,7 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 		if merr := h.write(audit.AbortSQL, args...); merr != nil {
 			err = errors.Join(err, fmt.Errorf("marking the execution aborted: %w", merr))
 		}
-		return fmt.Errorf("recording the start of execution %s: %w", execID, err)
+		return execID, fmt.Errorf("recording the start of execution %s: %w", execID, err)
 	}
 	// The work. A cancelled context (the job was reclaimed from this worker) cuts it short.
 	// The limited queue's jobs work longer, so that they pile up against its limit.
@@ -191,12 +230,12 @@ func (h *handler) run(ctx context.Context, job *skiplock.Job[audit.Args]) error 
 	end := time.Now()
 	h.noteEnd(execID, end)
 	if err := h.write(audit.EndSQL, execID, end); err != nil {
-		return fmt.Errorf("recording the end of execution %s: %w", execID, err)
+		return execID, fmt.Errorf("recording the end of execution %s: %w", execID, err)
 	}
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return execID, context.Cause(ctx)
 	}
-	return nil
+	return execID, nil
 }
 
 // noteEnd appends the end of an execution's work to the ends file, if there is one. One

@@ -79,9 +79,14 @@ func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, releas
 // hooks, and returns what it told them.
 func (r *outcomeRecorder) record(k jobKey, a attemptResult) JobResult {
 	lastSlot := a.slot && r.slots.give()
+	cause := context.Cause(a.ctx)
+	if a.err == nil && errors.Is(cause, ErrJobTimeout) {
+		// Past its timeout the attempt has failed, whatever the handler says: it may have
+		// stopped half-way when its context ended and returned nil anyway.
+		a.err = fmt.Errorf("%w after %s: the handler returned nil past its timeout", ErrJobTimeout, a.timeout)
+	}
 	row, err := a.row, a.err
 	res := JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: a.duration, Panicked: a.panicked}
-	cause := context.Cause(a.ctx)
 	switch {
 	case r.stopped.Load():
 		r.held.remove(k)

@@ -102,10 +102,10 @@ type WorkerConfig struct {
 	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
 	// counts as failed, retried by the retry policy. A kind overrides it with a method
 	// Timeout() time.Duration on its args type (negative: no timeout for the kind), a job
-	// with [EnqueueOptions].Timeout. A
-	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
-	// after the timeout, so its lease ends and the job is retried elsewhere with the
-	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
+	// with [EnqueueOptions].Timeout. A handler that returns after its timeout, nil
+	// included, has failed. A handler that ignores the cancellation keeps its job, its
+	// lease renewed, until it returns (no other worker runs it meanwhile); it is logged
+	// every heartbeat interval and counted by [Worker.Overrunning]. Defaults to [DefaultJobTimeout] (1m); zero means the default,
 	// negative means no timeout; a positive value under 1ms is an error.
 	JobTimeout time.Duration
 	// SweepInterval is how often this worker's embedded [Sweeper] runs when this worker

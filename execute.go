@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,7 +69,7 @@ type executorConfig struct {
 	hooks           []Hook
 	jobTimeout      time.Duration
 	retryPolicy     RetryPolicy
-	leaseInterval   time.Duration // a handler past its timeout by this much is abandoned
+	leaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
 	shutdownTimeout time.Duration
 	logger          *slog.Logger
 	mw              *middlewares // Use, UseKind, HandleErrors (middleware.go)
@@ -84,6 +85,8 @@ type executor struct {
 	held     *heldJobs
 	queues   map[string]*queueRunner
 	runners  sync.WaitGroup
+	// overrunning counts the handlers running past their timeout (overrun).
+	overrunning atomic.Int64
 }
 
 func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues map[string]*queueRunner) *executor {
@@ -170,7 +173,7 @@ func (e *executor) execute(d dispatched) JobResult {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
 		defer cancel()
-		defer e.abandonAfter(d, timeout).Stop()
+		defer e.watchOverrun(d, timeout).stop()
 	}
 	for _, hk := range e.cfg.hooks {
 		ctx = hk.JobStarted(ctx, row)
@@ -191,16 +194,65 @@ func (e *executor) execute(d dispatched) JobResult {
 		duration: time.Since(began), timeout: timeout, policy: policy, slot: d.slot})
 }
 
-// abandonAfter stops renewing the lease of a handler that ignores its timeout, a grace
-// period after it: its lease runs out and the job is retried elsewhere, this attempt
-// counted.
-func (e *executor) abandonAfter(d dispatched, timeout time.Duration) *time.Timer {
-	return time.AfterFunc(timeout+e.cfg.leaseInterval, func() {
-		e.held.abandon(d.key)
-		e.cfg.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
-			"job", d.row.ID, "attempt", d.row.Attempts, "timeout", timeout)
-		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
-	})
+// overrun watches one attempt's handler past its timeout. Its job is not taken from it:
+// the lease is renewed until the handler returns, and the attempt is then recorded as a
+// timed-out failure (outcome.go). Meanwhile the handler is reported overrunning: a
+// warning per lease interval, the error handlers' HandleStuck once, and a count
+// (Worker.Overrunning).
+type overrun struct {
+	e       *executor
+	mu      sync.Mutex
+	t       *time.Timer
+	counted bool // counted in executor.overrunning
+	done    bool // the handler returned
+}
+
+// watchOverrun reports d's handler overrunning from its timeout plus one lease interval
+// on, until stop.
+func (e *executor) watchOverrun(d dispatched, timeout time.Duration) *overrun {
+	o := &overrun{e: e}
+	every := max(e.cfg.leaseInterval, time.Millisecond)
+	began := time.Now()
+	var fire func()
+	fire = func() {
+		o.mu.Lock()
+		first := !o.done && !o.counted
+		if first {
+			o.counted = true
+			e.overrunning.Add(1)
+		}
+		done := o.done
+		o.mu.Unlock()
+		if done {
+			return
+		}
+		e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
+			"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
+			"over_by", time.Since(began)-timeout)
+		if first {
+			e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
+		}
+		o.mu.Lock()
+		if !o.done {
+			o.t = time.AfterFunc(every, fire)
+		}
+		o.mu.Unlock()
+	}
+	o.mu.Lock()
+	o.t = time.AfterFunc(timeout+every, fire)
+	o.mu.Unlock()
+	return o
+}
+
+// stop ends the watch: the handler returned.
+func (o *overrun) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
+	o.t.Stop()
+	if o.counted {
+		o.e.overrunning.Add(-1)
+	}
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

@@ -82,9 +82,6 @@ type heldJob struct {
 	// heartbeat that renewed it) started, by the worker's clock: the lease lasts at least
 	// the visibility timeout from then.
 	renewed time.Time
-	// abandoned: the handler overran its timeout and the grace after it; the lease is no
-	// longer renewed, so the job is taken back when it ends.
-	abandoned bool
 	// expiring: the watchdog cancelled the handler, its lease about to end.
 	expiring bool
 	// recording: the handler returned and its outcome waits in a batch to be written.
@@ -185,15 +182,6 @@ func (h *heldJobs) cancelID(id int64, cause error) bool {
 	return len(cancels) > 0
 }
 
-// abandon stops renewing the lease of k: its handler overran its timeout.
-func (h *heldJobs) abandon(k jobKey) {
-	h.mu.Lock()
-	if j, ok := h.m[k]; ok {
-		j.abandoned = true
-	}
-	h.mu.Unlock()
-}
-
 // count is how many held attempts still run their handlers.
 func (h *heldJobs) count() int {
 	h.mu.Lock()
@@ -207,16 +195,15 @@ func (h *heldJobs) count() int {
 	return n
 }
 
-// renewable lists the held attempts whose lease is renewed, by ascending id: batched
+// renewable lists the held attempts, whose leases are renewed, by ascending id: batched
 // statements lock rows in the order given, and one order everywhere means they cannot
-// deadlock.
+// deadlock. Every held attempt is renewed until its outcome is written: a handler that
+// overruns its timeout, or ignores a shutdown, keeps its job while the worker lives.
 func (h *heldJobs) renewable() (ids, fences []int64) {
 	h.mu.Lock()
 	keys := make([]jobKey, 0, len(h.m))
-	for k, j := range h.m {
-		if !j.abandoned {
-			keys = append(keys, k)
-		}
+	for k := range h.m {
+		keys = append(keys, k)
 	}
 	h.mu.Unlock()
 	return sortedKeys(keys)

@@ -15,7 +15,6 @@ package skiplock_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,60 +24,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 )
-
-type deafArgs struct{}
-
-func (deafArgs) Kind() string { return "deaf" }
-
-// ownershipPair starts worker "a", whose handler, in a job's first attempt, ignores its
-// context until stuck is closed (later attempts succeed at once), and returns it
-// unstarted with the log; worker "b" is started by startB, with a
-// sweeper every 100 ms and a poll every 50 ms, ready to take any job whose lease ended.
-func ownershipPair(t *testing.T, b *bundle, log attemptLog, cfgA skiplock.WorkerConfig, stuck <-chan struct{}, started chan<- int64) (a *skiplock.Worker, startB func()) {
-	t.Helper()
-	cfgA.ID, cfgA.Logger = "a", testLogger()
-	a = newWorker(t, b, cfgA)
-	require.NoError(t, skiplock.Handle(a, func(ctx context.Context, job *skiplock.Job[deafArgs]) error {
-		if err := log.note(job.ID, job.Attempts, "a", "start"); err != nil {
-			return err
-		}
-		if job.Attempts > 1 { // a later attempt, once the first is recorded: quick
-			return log.note(job.ID, job.Attempts, "a", "end")
-		}
-		started <- job.ID
-		<-stuck // deaf to ctx: blocked in a call that does not watch it
-		if err := log.note(job.ID, job.Attempts, "a", "end"); err != nil {
-			return err
-		}
-		return errors.New("returned late")
-	}))
-	startB = func() {
-		w := newWorker(t, b, skiplock.WorkerConfig{ID: "b", VisibilityTimeout: time.Second,
-			SweepInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, JobTimeout: -1,
-			Completion: skiplock.CompletionKeep, Logger: testLogger()})
-		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[deafArgs]) error {
-			if err := log.note(job.ID, job.Attempts, "b", "start"); err != nil {
-				return err
-			}
-			return log.note(job.ID, job.Attempts, "b", "end")
-		}))
-		runWorker(t, w)
-	}
-	return a, startB
-}
-
-// noTwinFor checks, for the whole window, that no worker (b, or a itself in a free slot)
-// starts job id again: a's handler still runs its first attempt.
-func noTwinFor(t *testing.T, b *bundle, log attemptLog, id int64, window time.Duration) {
-	t.Helper()
-	end := time.Now().Add(window)
-	for time.Now().Before(end) {
-		n := b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE job_id = $1 AND event = 'start'
-			AND NOT (worker = 'a' AND attempt = 1)`, id)
-		require.Zero(t, n, "job %d started again while a's handler still ran it (attempt/event: %v)", id, log.events(t, id))
-		time.Sleep(20 * time.Millisecond) // polling the audit table
-	}
-}
 
 // Point 1: Run must not return, and the job's lease must keep being renewed, while a
 // handler that ignores cancellation still runs. On the code before the ownership work,
@@ -127,53 +72,4 @@ func TestOwnership_ShutdownNeverHandsARunningJobToAnotherWorker(t *testing.T) {
 	// The job goes on: whatever a's late return recorded, no attempt ran twice.
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM (SELECT attempt FROM {s}.attempt_log
 		WHERE job_id = $1 AND event = 'start' GROUP BY attempt HAVING count(*) > 1) d`, job.ID), "an attempt ran twice: %v", log.events(t, job.ID))
-}
-
-// Point 2: a handler that ignores its timeout keeps its job: its lease is renewed until it
-// returns, and the attempt is then recorded as a timed-out failure. On the code before the
-// ownership work, the lease was no longer renewed from JobTimeout + VisibilityTimeout/3 on,
-// and worker b ran the job while the first copy still ran.
-func TestOwnership_HandlerIgnoringItsTimeoutGetsNoTwin(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	log := newAttemptLog(t, b)
-	stuck, started := make(chan struct{}), make(chan int64, 2)
-	a, startB := ownershipPair(t, b, log, skiplock.WorkerConfig{JobTimeout: time.Second,
-		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: -1, Completion: skiplock.CompletionKeep}, stuck, started)
-	job, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
-	require.NoError(t, err)
-	stopA := runWorker(t, a)
-	t.Cleanup(func() {
-		select {
-		case <-stuck:
-		default:
-			close(stuck)
-		}
-		stopA()
-	})
-	<-started
-	startB()
-	// The timeout, then four leases of a's.
-	noTwinFor(t, b, log, job.ID, time.Second+4*1500*time.Millisecond)
-	j, err := b.client.Get(b.ctx, job.ID)
-	require.NoError(t, err)
-	assert.Equal(t, skiplock.StatusRunning, j.Status)
-	assert.Equal(t, "a", j.LockedBy)
-	close(stuck)
-	// Recorded as a timed-out failure when it returned, and retried afterwards.
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d retried and succeeded", job.ID)
-	j, err = b.client.Get(b.ctx, job.ID)
-	require.NoError(t, err)
-	require.NotEmpty(t, j.Errors)
-	assert.Contains(t, j.Errors[0].Error, skiplock.ErrJobTimeout.Error())
-	var overlap int
-	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT count(*) FROM {s}.attempt_log s
-		WHERE s.job_id = $1 AND s.event = 'start' AND s.attempt > 1
-			AND s.at < (SELECT at FROM {s}.attempt_log WHERE job_id = $1 AND attempt = 1 AND event = 'end')`),
-		job.ID).Scan(&overlap))
-	assert.Zero(t, overlap, "attempt 2 started before attempt 1 ended: %v", log.events(t, job.ID))
 }

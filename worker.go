@@ -213,6 +213,12 @@ func (w *Worker) services() []lifecycle.Service {
 	return append(s, lifecycle.NewLoop(w.poller.run, lifecycle.UntilCancel), w.claims)
 }
 
+// Overrunning returns how many of the worker's handlers are running past their job
+// timeout now: their contexts were cancelled and they have not returned. Their jobs stay
+// with this worker, their leases renewed, until they return; each is logged once per
+// lease interval and reported once to the error handlers' HandleStuck (HandleErrors).
+func (w *Worker) Overrunning() int { return int(w.executor.overrunning.Load()) }
+
 // ID returns the worker's id, as recorded in locked_by.
 func (w *Worker) ID() string { return w.id }
 

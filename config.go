@@ -81,10 +81,10 @@ type WorkerConfig struct {
 	// [DefaultFetchCooldown] (1ms); zero means the default, negative means never wait.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run waits for running handlers after its context is
-	// cancelled, before cancelling their contexts. Handlers that then return within
-	// min(ShutdownTimeout, 5s) have their jobs put back in the queue (or their results
-	// recorded); the jobs of handlers still running after that are left to their lease,
-	// which is no longer renewed (see [Worker.Run]). Defaults to [DefaultShutdownTimeout]
+	// cancelled, before cancelling their contexts. Handlers that then return have their
+	// jobs put back in the queue (or their results recorded); Run waits for every
+	// handler, their leases renewed, logging every ShutdownTimeout which jobs hold it up
+	// (see [Worker.Run]; [Worker.StopAndCancel] gives up waiting). Defaults to [DefaultShutdownTimeout]
 	// (10s); zero or negative means the default.
 	ShutdownTimeout time.Duration
 	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim

@@ -55,7 +55,7 @@ func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dis
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := withJobState(jobCtx, s.maxBytes)
 	key := jobKey{cj.row.ID, cj.fence}
-	s.held.add(key, cancel, cj.leased, st)
+	s.held.add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {
 		s.slots.take()
@@ -87,10 +87,17 @@ type executor struct {
 	runners  sync.WaitGroup
 	// overrunning counts the handlers running past their timeout (overrun).
 	overrunning atomic.Int64
+	// The shutdown: hard is closed by a hard stop (cancel the handlers at once), giveUp
+	// when the caller stops waiting for them; done once every handler has returned.
+	hard, giveUp         chan struct{}
+	hardOnce, giveUpOnce sync.Once
+	doneOnce             sync.Once
+	done                 chan struct{}
 }
 
 func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues map[string]*queueRunner) *executor {
-	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues}
+	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues,
+		hard: make(chan struct{}), giveUp: make(chan struct{})}
 }
 
 // Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
@@ -108,33 +115,75 @@ func (e *executor) Start(ctx context.Context) error {
 // Stop drains the runners, once the claim loops have stopped: it waits up to
 // ShutdownTimeout for running handlers, cancels the contexts of those still running
 // (cause errShutdown) and waits up to min(ShutdownTimeout, shutdownGrace) more, then
-// puts back the jobs cut off whose handlers returned. Runners whose handlers ignore
-// their context are left running.
+// puts back the jobs cut off whose handlers returned. Then it keeps waiting for the
+// handlers still running, their leases renewed (the lease stops after the executor),
+// logging every ShutdownTimeout which jobs hold it up, and putting back each job cut
+// off as its handler returns — until every handler has returned, or until giveUp
+// (Worker.StopAndCancel gave up waiting). A hard stop (Worker.StopAndCancel) cancels
+// the handlers at once instead of after ShutdownTimeout.
 func (e *executor) Stop() {
 	for _, q := range e.queues {
 		close(q.jobs) // runners exit once their current job is done
 	}
 	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.count())
-	wg := &e.starter.handlerWG
-	allReturned := waitTimeout(wg, e.cfg.shutdownTimeout)
-	if !allReturned {
+	done := e.handlersDone()
+	if !e.waitFor(done, e.cfg.shutdownTimeout, e.hard) {
 		e.starter.cancel(errShutdown)
 		// Handlers that honour their context return now; give them a moment.
-		allReturned = waitTimeout(wg, min(e.cfg.shutdownTimeout, shutdownGrace))
+		e.waitFor(done, min(e.cfg.shutdownTimeout, shutdownGrace), e.giveUp)
 	}
 	e.outcomes.releaseCutOff()
-	if !allReturned {
-		e.cfg.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
-			"running", e.held.count())
-		return
+	t := time.NewTicker(e.cfg.shutdownTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			e.starter.cancel(errShutdown)
+			e.runners.Wait()
+			return
+		case <-e.giveUp:
+			e.cfg.logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
+				"running", e.held.running())
+			return
+		case <-t.C:
+			e.cfg.logger.Warn("skiplock: shutdown waits for handlers that ignore their cancelled context; their jobs stay with this worker, leases renewed, until they return (Worker.StopAndCancel gives up)",
+				"running", e.held.running())
+		}
 	}
-	e.starter.cancel(errShutdown)
-	e.runners.Wait()
 }
 
 // shutdownGrace bounds how long Run waits for handlers to return after it cancelled their
-// contexts.
+// contexts before it puts back the jobs of those that returned.
 const shutdownGrace = 5 * time.Second
+
+// handlersDone returns a channel closed once every started handler has returned. Its
+// goroutine ends then.
+func (e *executor) handlersDone() <-chan struct{} {
+	e.doneOnce.Do(func() {
+		e.done = make(chan struct{})
+		go func() { e.starter.handlerWG.Wait(); close(e.done) }()
+	})
+	return e.done
+}
+
+// waitFor waits until done is closed (true), d passes or early is closed (false).
+func (e *executor) waitFor(done <-chan struct{}, d time.Duration, early <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-early:
+	}
+	return false
+}
+
+// hardStop makes Stop cancel the handlers at once rather than after ShutdownTimeout.
+func (e *executor) hardStop() { e.hardOnce.Do(func() { close(e.hard) }) }
+
+// abandon makes Stop return without waiting for the handlers still running.
+func (e *executor) abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 
 // runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
 // a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
@@ -264,18 +313,4 @@ func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, 
 		}
 	}()
 	return run(ctx, row), false
-}
-
-// waitTimeout waits for wg for at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }

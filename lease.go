@@ -91,6 +91,9 @@ type heldJob struct {
 	recording bool
 	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
 	state *jobState
+	// row and began name the attempt in the log of a shutdown waiting for it.
+	row   *JobRow
+	began time.Time
 }
 
 // heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
@@ -101,11 +104,40 @@ type heldJobs struct {
 
 func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
 
-// add registers the attempt k, whose lease was written by a statement started at renewed.
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState) {
+// add registers the attempt k of row, whose lease was written by a statement started at
+// renewed.
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
 	h.mu.Lock()
-	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st}
+	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
+}
+
+// runningJob names one attempt whose handler still runs, for the log of a shutdown
+// waiting for it.
+type runningJob struct {
+	ID      int64  `json:"id"`
+	Kind    string `json:"kind"`
+	Attempt int    `json:"attempt"`
+	For     string `json:"running_for"`
+}
+
+// running lists the held attempts whose handlers have not returned, by id.
+func (h *heldJobs) running() []runningJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []runningJob
+	for k, j := range h.m {
+		if j.recording {
+			continue
+		}
+		r := runningJob{ID: k.id, For: time.Since(j.began).Round(time.Millisecond).String()}
+		if j.row != nil {
+			r.Kind, r.Attempt = j.row.Kind, j.row.Attempts
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
 }
 
 // progress returns the latest progress each attempt's handler recorded, in the order of

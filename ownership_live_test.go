@@ -1,12 +1,13 @@
 // This file holds the tests of ownership by liveness (issue 30, docs/ownership.md) that
-// pass: a handler that overruns its timeout keeps its job, and one that returns after it
-// has failed.
+// pass: a shutdown waits for every handler, a handler that overruns its timeout keeps
+// its job, and one that returns after it has failed.
 
 package skiplock_test
 
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +69,56 @@ func noTwinFor(t *testing.T, b *bundle, log attemptLog, id int64, window time.Du
 		require.Zero(t, n, "job %d started again while a's handler still ran it (attempt/event: %v)", id, log.events(t, id))
 		time.Sleep(20 * time.Millisecond) // polling the audit table
 	}
+}
+
+// Point 1: Run must not return, and the job's lease must keep being renewed, while a
+// handler that ignores cancellation still runs. On the code before the ownership work,
+// Run returned after ShutdownTimeout and min(ShutdownTimeout, 5s), the lease ended, and
+// worker b ran the same job while a's handler still ran.
+func TestOwnership_ShutdownNeverHandsARunningJobToAnotherWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	stuck, started := make(chan struct{}), make(chan int64, 1)
+	a, startB := ownershipPair(t, b, log, skiplock.WorkerConfig{ShutdownTimeout: 300 * time.Millisecond,
+		VisibilityTimeout: time.Second, SweepInterval: -1, JobTimeout: -1, Completion: skiplock.CompletionKeep}, stuck, started)
+	job, err := b.client.Enqueue(b.ctx, deafArgs{}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	var returned atomic.Int64
+	go func() { runErr = a.Run(ctx); returned.Store(time.Now().UnixNano()); close(done) }()
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		cancel()
+		<-done
+	})
+	<-started
+	startB()
+	cancel()
+	// Five leases of a's and fifty sweeps of b's.
+	noTwinFor(t, b, log, job.ID, 5*time.Second)
+	assert.Zero(t, returned.Load(), "Run returned while a handler still ran")
+	close(stuck)
+	select {
+	case <-done:
+		require.NoError(t, runErr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the last handler returned")
+	}
+	var ended time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT at FROM {s}.attempt_log WHERE job_id = $1 AND worker = 'a' AND event = 'end'`),
+		job.ID).Scan(&ended))
+	assert.False(t, time.Unix(0, returned.Load()).Before(ended.Add(-50*time.Millisecond)),
+		"Run returned before the handler did")
+	// The job goes on: whatever a's late return recorded, no attempt ran twice.
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM (SELECT attempt FROM {s}.attempt_log
+		WHERE job_id = $1 AND event = 'start' GROUP BY attempt HAVING count(*) > 1) d`, job.ID), "an attempt ran twice: %v", log.events(t, job.ID))
 }
 
 // Point 2: a handler that ignores its timeout keeps its job: its lease is renewed until it

@@ -32,9 +32,12 @@ type Worker struct {
 	id     string
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	handlers map[string]handler
-	started  atomic.Bool
+	mu        sync.Mutex
+	handlers  map[string]handler
+	started   atomic.Bool
+	cancelRun context.CancelFunc // ends Run's context: set by Run (under mu), used by StopAndCancel
+	runDone   chan struct{}      // closed when Run returns
+	runErr    error              // ErrHandlersStillRunning, or nil: set before runDone is closed
 
 	queues   map[string]*queueRunner
 	checkSQL string // checkSchemaSQL, rendered
@@ -97,7 +100,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		tasks = append(tasks, sw.maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}}
+		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}, runDone: make(chan struct{})}
 	w.buildExecution(declared)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
@@ -278,15 +281,16 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 //     up to min(ShutdownTimeout, 5s) more; the jobs of those that return with an error are
 //     put back in the queue at once, due now, without using up an attempt (a nil return
 //     is recorded as a success);
-//  3. handlers still running then ignore their context: their jobs are not put back (they
-//     still run) and their leases are no longer renewed, so the sweeper takes them back
-//     when the leases end, counting the attempt. Such a handler's result, when it comes,
-//     is logged and not recorded.
+//  3. it keeps waiting for the handlers that ignore their context: their jobs stay with
+//     this worker, their leases renewed, so no other worker runs them beside them; every
+//     ShutdownTimeout it logs which jobs hold it up (id, kind, attempt, running for). As
+//     each returns, its job is put back (an error) or its success recorded.
 //
-// Run returns nil after a graceful shutdown, or an error if it cannot start (schema not
-// migrated, already run). When it returns, none of its goroutines is left, except those
-// running or waiting for the handlers of step 3, which end when those handlers return. A
-// Worker runs once.
+// Run returns nil once every handler has returned and its outcome is recorded, or an
+// error if it cannot start (schema not migrated, already run). A caller that cannot wait
+// that long (a deploy with a kill deadline) calls [Worker.StopAndCancel]: Run then
+// returns [ErrHandlersStillRunning] if it gave up on handlers still running, and the
+// process must exit. When Run returns nil, none of its goroutines is left.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
 // retried; they do not stop Run, and at start each start-up statement is retried for up to
@@ -298,6 +302,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrWorkerStarted
 	}
+	defer close(w.runDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.cancelRun = cancel
 	w.mu.Unlock()
 	if err := retryAtStart(ctx, func(ctx context.Context) error {
 		_, err := w.client.pool.Exec(ctx, w.checkSQL)
@@ -314,9 +322,51 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	parts.Stop()
 	w.outcomes.stop()
+	if n := w.held().count(); n > 0 {
+		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
+		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
+		return w.runErr
+	}
 	w.logger.Info("skiplock: worker stopped")
 	return nil
 }
+
+// ErrHandlersStillRunning is returned by [Worker.StopAndCancel] and [Worker.Run] when the
+// worker stopped without waiting for handlers that ignore their cancelled context. Their
+// goroutines still run and their jobs will run elsewhere once this worker's lease ends
+// (at once, if the worker could delete its row): the process must exit now, or their
+// effects may happen twice.
+var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with handlers still running; the process must exit")
+
+// StopAndCancel is the harder stop, for a caller that cannot wait for Run's graceful
+// shutdown (a deploy with a kill deadline): it stops claiming, cancels every handler's
+// context at once (cause: shutdown) and waits for the handlers until ctx ends, then for
+// Run to return. If every handler returned, it returns nil: their jobs were put back or
+// their results recorded, as in a graceful shutdown. If ctx ends first, it gives up:
+// Run stops renewing the worker's leases and removes its row from the workers table,
+// and both Run and StopAndCancel return an error matching [ErrHandlersStillRunning].
+// The process must then exit: its handlers still run, and their jobs will run
+// elsewhere. On a Worker whose Run has not been called, it does nothing.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	w.mu.Lock()
+	cancel := w.cancelRun
+	w.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	w.executor.hardStop()
+	cancel()
+	select {
+	case <-w.runDone:
+	case <-ctx.Done():
+		w.executor.abandon() // too late if Run already stopped waiting for handlers: harmless
+		<-w.runDone
+	}
+	return w.runErr
+}
+
+// held is the set of attempts the worker runs.
+func (w *Worker) held() *heldJobs { return w.starter.held }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
 // leader and workers tables of migrations 6 and 7, which the election needs).

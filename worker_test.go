@@ -529,9 +529,13 @@ type timedArgs struct{}
 func (timedArgs) Kind() string           { return "timed" }
 func (timedArgs) Timeout() time.Duration { return timedArgsTimeout }
 
-// TestWorker_ShutdownNeverRunsAnAttemptTwice is not parallel: it checks that Run leaves
-// no goroutine behind, which needs the process to itself.
-func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
+// TestWorker_StopAndCancelGivesUpAndFreesTheJobs: a graceful shutdown waits for a
+// handler deaf to its context; StopAndCancel gives up on it at its own deadline, Run and
+// StopAndCancel say so (ErrHandlersStillRunning), and the job goes to the next worker as
+// the next attempt, the deaf handler's late success changing nothing. Not parallel: it
+// checks that no goroutine is left once the deaf handler returns, which needs the
+// process to itself.
+func TestWorker_StopAndCancelGivesUpAndFreesTheJobs(t *testing.T) {
 	b := setup(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	started := make(chan int64, 2)
@@ -557,9 +561,19 @@ func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
 	<-started
 	<-started
 	cancel()
+	// The graceful shutdown waits for the deaf handler, past ShutdownTimeout, the grace
+	// and its lease.
 	select {
 	case err := <-done:
-		require.NoError(t, err)
+		t.Fatalf("Run returned while a handler still ran: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	giveUp, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stop()
+	require.ErrorIs(t, w.StopAndCancel(giveUp), skiplock.ErrHandlersStillRunning)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, skiplock.ErrHandlersStillRunning)
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return")
 	}
@@ -575,7 +589,7 @@ func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
 	assert.Equal(t, skiplock.StatusRunning, d.Status, "a job whose handler still runs was put back")
 	assert.Equal(t, "stopping", d.LockedBy)
 
-	// Another worker takes it once its lease ends, as the next attempt.
+	// Another worker takes it once the given-up worker's lease ends, as the next attempt.
 	var mu sync.Mutex
 	ran := map[int64]int{}
 	w2 := newWorker(t, b, skiplock.WorkerConfig{ID: "next", VisibilityTimeout: time.Second, SweepInterval: 100 * time.Millisecond,

@@ -33,7 +33,8 @@ type timeoutArgs interface {
 type jobStarter struct {
 	held     *heldJobs
 	slots    *slotJobs
-	maxBytes int // the client's MaxPayloadBytes, for outputs (progress.go)
+	maxBytes int         // the client's MaxPayloadBytes, for outputs (progress.go)
+	attempt  *attemptRef // given to every claimed row, for CompleteTx
 
 	// base is the context job contexts derive from: set by the executor's Start, before
 	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
@@ -55,6 +56,7 @@ func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dis
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := withJobState(jobCtx, s.maxBytes)
 	key := jobKey{cj.row.ID, cj.fence}
+	cj.row.Fence, cj.row.attempt = cj.fence, s.attempt
 	s.held.add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {

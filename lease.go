@@ -338,7 +338,11 @@ type lease struct {
 	visibility time.Duration // the lease each claim and heartbeat writes
 	interval   time.Duration // between heartbeats: a third of the visibility timeout
 	held       *heldJobs
-	heartbeat  string // heartbeatSQL, rendered
+	// sinceRenewal, when set, says how long ago the worker's own lease (its row in the
+	// workers table) was last renewed: the watchdog cancels every handler
+	// workerCancelAfter after that, before the row can expire (reclaim.go).
+	sinceRenewal func() (time.Duration, bool)
+	heartbeat    string // heartbeatSQL, rendered
 	release    string // releaseSQL, rendered
 	loop       *lifecycle.Loop
 }
@@ -379,7 +383,7 @@ func (l *lease) run(ctx context.Context) {
 // is unreachable, or the connection black-holed), and once the lease ends another worker
 // may claim the job. Told in time, a handler stops before anyone else can start it.
 func (l *lease) watch(ctx context.Context) {
-	every := max(l.visibility/(4*cancelMargin), time.Millisecond)
+	every := max(min(l.visibility, workerTTL)/(4*cancelMargin), time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -392,6 +396,16 @@ func (l *lease) watch(ctx context.Context) {
 		if lost := l.held.expiring(cutoff, errLeaseExpiring); len(lost) > 0 {
 			l.logger.Warn("skiplock: heartbeats are not landing; cancelling handlers before their leases end",
 				"jobs", len(lost))
+		}
+		if l.sinceRenewal == nil {
+			continue
+		}
+		if d, ok := l.sinceRenewal(); ok && d > workerCancelAfter {
+			// Every attempt held now: the worker's lease covers them all.
+			if lost := l.held.expiring(time.Now().Add(time.Hour), errWorkerLeaseExpiring); len(lost) > 0 {
+				l.logger.Warn("skiplock: this worker's lease is not being renewed; cancelling its handlers before other workers may take their jobs",
+					"jobs", len(lost), "since_renewal", d)
+			}
 		}
 	}
 }

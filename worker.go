@@ -106,6 +106,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
 	w.elector = newWorkerElector(client, w.id, slices.Sorted(maps.Keys(w.queues)), len(tasks) > 0, w.gate.setFleet, logger)
+	w.elector.expireOnLeave = func() bool { return w.held().count() > 0 }
+	w.lease.sinceRenewal = w.elector.sinceRenewal
 	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
 	if err := w.buildListener(); err != nil {
 		return nil, err
@@ -122,7 +124,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 	w.gate = newStmtGate(cfg.FleetStatements)
 	held := newHeldJobs()
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.logger)
-	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes}
+	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: &attemptRef{
+		workerID: cfg.ID, complete: renderSQL(c.schema, completeSQL(cfg.Completion, false, false)), lost: attemptLostSQL}}
 	loops := claimLoopConfig{
 		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
 		logger: w.logger, conns: make(chan struct{}, claimConns(len(cfg.Queues))), gate: w.gate,

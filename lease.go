@@ -343,8 +343,8 @@ type lease struct {
 	// workerCancelAfter after that, before the row can expire (reclaim.go).
 	sinceRenewal func() (time.Duration, bool)
 	heartbeat    string // heartbeatSQL, rendered
-	release    string // releaseSQL, rendered
-	loop       *lifecycle.Loop
+	release      string // releaseSQL, rendered
+	loop         *lifecycle.Loop
 }
 
 func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, logger *slog.Logger) *lease {

@@ -67,7 +67,10 @@ type WorkerConfig struct {
 	// [DefaultMaxWorkers] slots.
 	Queues map[string]QueueConfig
 	// ID identifies this worker in locked_by; it must be unique among live workers, and at
-	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
+	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random. A worker
+	// started with an id takes back, before its first claim, the running jobs left under
+	// it (by an earlier process with the same id that died): two live processes sharing
+	// an id would take each other's jobs.
 	ID string
 	// PollInterval is the fallback poll: this often, one statement asks which of the
 	// worker's queues have due jobs, and wakes their claim loops, even when no

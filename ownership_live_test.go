@@ -199,3 +199,38 @@ func TestOwnership_HandlerReturningNilAfterItsTimeoutFails(t *testing.T) {
 	assert.Equal(t, skiplock.StatusDead, j.Status, "a handler that returned after its timeout was recorded as %s", j.Status)
 	assert.Contains(t, j.LastError, skiplock.ErrJobTimeout.Error())
 }
+
+// A process restarted with a fixed WorkerConfig.ID renews the row its dead predecessor
+// left in the workers table, so the predecessor's running jobs would look alive forever:
+// the new process takes them back before its first claim, and runs them as their next
+// attempt.
+func TestOwnership_RestartWithTheSameIDTakesBackThePredecessorsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var id int64
+	// As the predecessor left it, killed mid-job a moment ago: its row alive, its job's
+	// lease an hour long.
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, max_attempts, locked_at, locked_by, lease_until, fence)
+		VALUES ('late_nil', 'running', 1, 3, now(), 'fixed', now() + interval '1 hour', 1) RETURNING id`)).Scan(&id))
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at) VALUES ('fixed', '{default}', now(), now() + interval '10 seconds')`))
+	require.NoError(t, err)
+	ran := make(chan int, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "fixed", SweepInterval: -1, PollInterval: 50 * time.Millisecond,
+		Completion: skiplock.CompletionKeep, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lateNilArgs]) error {
+		ran <- job.Attempts
+		return nil
+	}))
+	runWorker(t, w)
+	select {
+	case n := <-ran:
+		assert.Equal(t, 2, n, "run as its next attempt")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the predecessor's job was not run again")
+	}
+	eventually(t, 30*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job %d succeeded", id)
+}

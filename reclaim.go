@@ -34,13 +34,29 @@ import (
 //     (the next claim takes a new one, so the dead owner's late writes match nothing).
 //   - The queues of the jobs taken back are notified in the same statement (delivered
 //     at its commit): idle workers claim them at once, not at their next poll.
-const reclaimDeadSQL = `WITH dead AS (
+var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
 	WHERE j.status = 'running' AND w.expires_at < now()
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED
-), back AS (
+)` + takeBackCTE
+
+// reclaimPredecessorSQL takes back, when a worker starts and before its first claim, the
+// running jobs locked by its own id ($3): a process restarted with a fixed
+// WorkerConfig.ID renews the row its dead predecessor left, which would otherwise keep
+// the predecessor's jobs alive forever. None of them can be this process's own: it has
+// claimed nothing yet. (Two live processes must never share an id.)
+var reclaimPredecessorSQL = `WITH dead AS (
+	SELECT id FROM {s}.jobs WHERE status = 'running' AND locked_by = $3
+	ORDER BY locked_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)` + takeBackCTE
+
+// takeBackCTE puts back the jobs of the CTE dead, counting the lost attempt, and
+// returns how many it took back and how many queues it notified.
+const takeBackCTE = `, back AS (
 	UPDATE {s}.jobs SET
 		status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
 		finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
@@ -80,12 +96,29 @@ const workerCancelAfter = workerTTL - workerTTL/cancelMargin
 
 // reclaimer runs reclaimDeadSQL for one worker, after each renewal of its row.
 type reclaimer struct {
-	c   *Client
-	sql string // reclaimDeadSQL, rendered
+	c           *Client
+	sql         string // reclaimDeadSQL, rendered
+	predecessor string // reclaimPredecessorSQL, rendered
 }
 
 func newReclaimer(c *Client) *reclaimer {
-	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL)}
+	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL), predecessor: renderSQL(c.schema, reclaimPredecessorSQL)}
+}
+
+// predecessors takes back the running jobs left under this worker's id by an earlier
+// process (reclaimPredecessorSQL), at start, until none is left.
+func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
+	var total int64
+	for {
+		var n, queues int64
+		if err := r.c.pool.QueryRow(ctx, r.predecessor, reclaimDeadBatch, r.c.notify.channel, workerID).Scan(&n, &queues); err != nil {
+			return total, err
+		}
+		total += n
+		if n < reclaimDeadBatch {
+			return total, nil
+		}
+	}
 }
 
 // run takes back the running jobs of dead workers once, and returns how many.

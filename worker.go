@@ -316,6 +316,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}); err != nil {
 		return w.client.wrapErr("worker start", err)
 	}
+	var taken int64
+	if err := retryAtStart(ctx, func(ctx context.Context) (err error) {
+		taken, err = w.elector.reclaim.predecessors(ctx, w.id)
+		return err
+	}); err != nil {
+		return w.client.wrapErr("worker start", err)
+	}
+	if taken > 0 {
+		w.logger.Info("skiplock: took back the running jobs an earlier process left under this worker's id", "jobs", taken)
+	}
 	w.checkConns()
 	var parts lifecycle.Group
 	if err := parts.Start(ctx, w.services()...); err != nil {

@@ -27,6 +27,9 @@ import (
 //   - FOR UPDATE OF j SKIP LOCKED: every worker runs this at once; a row being written
 //     (a success, a heartbeat, CompleteTx in a handler's open transaction, another
 //     reclaim) is left to the next run rather than waited for.
+//   - The uncorrelated EXISTS is a one-time filter: while no worker's row has expired
+//     (most of the time: a dead worker's row is pruned a minute after it expired), the
+//     statement reads the small workers table and not a single job.
 //   - status = 'running' ... ORDER BY locked_at walks jobs_running_idx (running rows
 //     only); the UPDATE reaches the rows by primary key (id = ANY (ARRAY(...))), as
 //     reclaimSQL does.
@@ -37,6 +40,7 @@ import (
 var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
 	WHERE j.status = 'running' AND w.expires_at < now()
+		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED

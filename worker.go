@@ -347,8 +347,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // ErrHandlersStillRunning is returned by [Worker.StopAndCancel] and [Worker.Run] when the
 // worker stopped without waiting for handlers that ignore their cancelled context. Their
 // goroutines still run and their jobs will run elsewhere once this worker's lease ends
-// (at once, if the worker could delete its row): the process must exit now, or their
-// effects may happen twice.
+// (the worker ends it as it stops, so at the next renewal of another worker): the
+// process must exit now, or their effects may happen twice.
 var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with handlers still running; the process must exit")
 
 // StopAndCancel is the harder stop, for a caller that cannot wait for Run's graceful
@@ -356,8 +356,8 @@ var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with hand
 // context at once (cause: shutdown) and waits for the handlers until ctx ends, then for
 // Run to return. If every handler returned, it returns nil: their jobs were put back or
 // their results recorded, as in a graceful shutdown. If ctx ends first, it gives up:
-// Run stops renewing the worker's leases and removes its row from the workers table,
-// and both Run and StopAndCancel return an error matching [ErrHandlersStillRunning].
+// Run stops renewing the worker's leases and ends its worker lease (its row in the
+// workers table), so other workers take its jobs back at once, and both Run and StopAndCancel return an error matching [ErrHandlersStillRunning].
 // The process must then exit: its handlers still run, and their jobs will run
 // elsewhere. On a Worker whose Run has not been called, it does nothing.
 func (w *Worker) StopAndCancel(ctx context.Context) error {

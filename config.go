@@ -90,7 +90,10 @@ type WorkerConfig struct {
 	// [DefaultMaxWorkers] slots.
 	Queues map[string]QueueConfig
 	// ID identifies this worker in locked_by; it must be unique among live workers, and at
-	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random.
+	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random. A worker
+	// started with an id takes back, before its first claim, the running jobs left under
+	// it (by an earlier process with the same id that died): two live processes sharing
+	// an id would take each other's jobs.
 	ID string
 	// PollInterval is the fallback poll: this often, one statement asks which of the
 	// worker's queues have due jobs, and wakes their claim loops, even when no
@@ -104,10 +107,10 @@ type WorkerConfig struct {
 	// [DefaultFetchCooldown] (1ms); zero means the default, negative means never wait.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run waits for running handlers after its context is
-	// cancelled, before cancelling their contexts. Handlers that then return within
-	// min(ShutdownTimeout, 5s) have their jobs put back in the queue (or their results
-	// recorded); the jobs of handlers still running after that are left to their lease,
-	// which is no longer renewed (see [Worker.Run]). Defaults to [DefaultShutdownTimeout]
+	// cancelled, before cancelling their contexts. Handlers that then return have their
+	// jobs put back in the queue (or their results recorded); Run waits for every
+	// handler, their leases renewed, logging every ShutdownTimeout which jobs hold it up
+	// (see [Worker.Run]; [Worker.StopAndCancel] gives up waiting). Defaults to [DefaultShutdownTimeout]
 	// (10s); zero or negative means the default.
 	ShutdownTimeout time.Duration
 	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim
@@ -125,10 +128,10 @@ type WorkerConfig struct {
 	// cancelled with cause [ErrJobTimeout] (read it with context.Cause) and the attempt
 	// counts as failed, retried by the retry policy. A kind overrides it with a method
 	// Timeout() time.Duration on its args type (negative: no timeout for the kind), a job
-	// with [EnqueueOptions].Timeout. A
-	// handler that ignores the cancellation is no longer heartbeated VisibilityTimeout/3
-	// after the timeout, so its lease ends and the job is retried elsewhere with the
-	// attempt counted. Defaults to [DefaultJobTimeout] (1m); zero means the default,
+	// with [EnqueueOptions].Timeout. A handler that returns after its timeout, nil
+	// included, has failed. A handler that ignores the cancellation keeps its job, its
+	// lease renewed, until it returns (no other worker runs it meanwhile); it is logged
+	// every heartbeat interval and counted by [Worker.Overrunning]. Defaults to [DefaultJobTimeout] (1m); zero means the default,
 	// negative means no timeout; a positive value under 1ms is an error.
 	JobTimeout time.Duration
 	// SweepInterval is how often this worker's embedded [Sweeper] runs when this worker

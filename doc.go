@@ -69,15 +69,18 @@
 // takes a fencing token (a per-row counter that never goes back), and every later write is
 // fenced on (id, token, locked_by), so a stale worker, or a statement replayed after a lost
 // reply, changes nothing. Each claim writes the claiming worker's lease in the row
-// (now() + its VisibilityTimeout) and heartbeats renew it; the [Sweeper] takes back only
-// jobs whose lease ended, counting the lost attempt, so workers with different settings
-// agree. Every attempt has a timeout ([WorkerConfig].JobTimeout, cause [ErrJobTimeout]),
-// every statement of the engine a time limit, and a worker whose heartbeats stop landing
-// cancels its handlers before their leases end. Execution is at least once:
-// a job whose worker dies is taken back after its lease ends and
-// run again, so handlers must be idempotent — for example, record an idempotency key
-// (the job ID) in the same transaction as the handler's own write, and skip the work when
-// the key is already there. Every enqueued job reaches a final state or stays visibly
+// (now() + its VisibilityTimeout) and heartbeats renew it. Ownership goes by liveness:
+// a job is never taken from a worker whose row in the workers table (its worker lease,
+// 10 s, renewed every 1.7–3 s) is alive, whatever its handler does; every worker takes
+// back, counting the lost attempt, the jobs of workers whose lease ended, and the
+// [Sweeper] those of workers without a row (an earlier release) whose job lease ended.
+// Every attempt has a timeout ([WorkerConfig].JobTimeout, cause [ErrJobTimeout]),
+// every statement of the engine a time limit, and a worker that cannot renew its lease
+// cancels its handlers before it can end. Execution is at least once: a job whose
+// worker dies is taken back about 10 s later and run again, so handlers must be
+// idempotent — or make their effect exactly once with [CompleteTx], which commits the
+// job's success in the handler's own transaction, fenced on the attempt's token
+// ([JobRow].Fence). Every enqueued job reaches a final state or stays visibly
 // queued or running.
 //
 // # Observing and testing

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,7 +33,8 @@ type timeoutArgs interface {
 type jobStarter struct {
 	held     *heldJobs
 	slots    *slotJobs
-	maxBytes int // the client's MaxPayloadBytes, for outputs (progress.go)
+	maxBytes int         // the client's MaxPayloadBytes, for outputs (progress.go)
+	attempt  *attemptRef // given to every claimed row, for CompleteTx
 
 	// base is the context job contexts derive from: set by the executor's Start, before
 	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
@@ -54,7 +56,8 @@ func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dis
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := withJobState(jobCtx, s.maxBytes)
 	key := jobKey{cj.row.ID, cj.fence}
-	s.held.add(key, cancel, cj.leased, st)
+	cj.row.Fence, cj.row.attempt = cj.fence, s.attempt
+	s.held.add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {
 		s.slots.take()
@@ -68,7 +71,7 @@ type executorConfig struct {
 	hooks           []Hook
 	jobTimeout      time.Duration
 	retryPolicy     RetryPolicy
-	leaseInterval   time.Duration // a handler past its timeout by this much is abandoned
+	leaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
 	shutdownTimeout time.Duration
 	logger          *slog.Logger
 	mw              *middlewares // Use, UseKind, HandleErrors (middleware.go)
@@ -85,10 +88,19 @@ type executor struct {
 	queues   *queueSet
 	runners  sync.WaitGroup
 	mu       sync.Mutex // guards queueRunner.runners
+	// overrunning counts the handlers running past their timeout (overrun).
+	overrunning atomic.Int64
+	// The shutdown: hard is closed by a hard stop (cancel the handlers at once), giveUp
+	// when the caller stops waiting for them; done once every handler has returned.
+	hard, giveUp         chan struct{}
+	hardOnce, giveUpOnce sync.Once
+	doneOnce             sync.Once
+	done                 chan struct{}
 }
 
 func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues *queueSet) *executor {
-	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues}
+	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues,
+		hard: make(chan struct{}), giveUp: make(chan struct{})}
 }
 
 // Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
@@ -116,33 +128,75 @@ func (e *executor) grow(q *queueRunner) {
 // Stop drains the runners, once the claim loops have stopped: it waits up to
 // ShutdownTimeout for running handlers, cancels the contexts of those still running
 // (cause errShutdown) and waits up to min(ShutdownTimeout, shutdownGrace) more, then
-// puts back the jobs cut off whose handlers returned. Runners whose handlers ignore
-// their context are left running.
+// puts back the jobs cut off whose handlers returned. Then it keeps waiting for the
+// handlers still running, their leases renewed (the lease stops after the executor),
+// logging every ShutdownTimeout which jobs hold it up, and putting back each job cut
+// off as its handler returns — until every handler has returned, or until giveUp
+// (Worker.StopAndCancel gave up waiting). A hard stop (Worker.StopAndCancel) cancels
+// the handlers at once instead of after ShutdownTimeout.
 func (e *executor) Stop() {
 	for _, q := range e.queues.all() {
 		q.closeJobs() // runners exit once their current job is done
 	}
 	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.count())
-	wg := &e.starter.handlerWG
-	allReturned := waitTimeout(wg, e.cfg.shutdownTimeout)
-	if !allReturned {
+	done := e.handlersDone()
+	if !e.waitFor(done, e.cfg.shutdownTimeout, e.hard) {
 		e.starter.cancel(errShutdown)
 		// Handlers that honour their context return now; give them a moment.
-		allReturned = waitTimeout(wg, min(e.cfg.shutdownTimeout, shutdownGrace))
+		e.waitFor(done, min(e.cfg.shutdownTimeout, shutdownGrace), e.giveUp)
 	}
 	e.outcomes.releaseCutOff()
-	if !allReturned {
-		e.cfg.logger.Warn("skiplock: handlers ignored their cancelled context; their jobs are taken back when their leases end, this attempt counted",
-			"running", e.held.count())
-		return
+	t := time.NewTicker(e.cfg.shutdownTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			e.starter.cancel(errShutdown)
+			e.runners.Wait()
+			return
+		case <-e.giveUp:
+			e.cfg.logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
+				"running", e.held.running())
+			return
+		case <-t.C:
+			e.cfg.logger.Warn("skiplock: shutdown waits for handlers that ignore their cancelled context; their jobs stay with this worker, leases renewed, until they return (Worker.StopAndCancel gives up)",
+				"running", e.held.running())
+		}
 	}
-	e.starter.cancel(errShutdown)
-	e.runners.Wait()
 }
 
 // shutdownGrace bounds how long Run waits for handlers to return after it cancelled their
-// contexts.
+// contexts before it puts back the jobs of those that returned.
 const shutdownGrace = 5 * time.Second
+
+// handlersDone returns a channel closed once every started handler has returned. Its
+// goroutine ends then.
+func (e *executor) handlersDone() <-chan struct{} {
+	e.doneOnce.Do(func() {
+		e.done = make(chan struct{})
+		go func() { e.starter.handlerWG.Wait(); close(e.done) }()
+	})
+	return e.done
+}
+
+// waitFor waits until done is closed (true), d passes or early is closed (false).
+func (e *executor) waitFor(done <-chan struct{}, d time.Duration, early <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-early:
+	}
+	return false
+}
+
+// hardStop makes Stop cancel the handlers at once rather than after ShutdownTimeout.
+func (e *executor) hardStop() { e.hardOnce.Do(func() { close(e.hard) }) }
+
+// abandon makes Stop return without waiting for the handlers still running.
+func (e *executor) abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 
 // runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
 // a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
@@ -181,7 +235,7 @@ func (e *executor) execute(d dispatched) JobResult {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
 		defer cancel()
-		defer e.abandonAfter(d, timeout).Stop()
+		defer e.watchOverrun(d, timeout).stop()
 	}
 	for _, hk := range e.cfg.hooks {
 		ctx = hk.JobStarted(ctx, row)
@@ -202,16 +256,65 @@ func (e *executor) execute(d dispatched) JobResult {
 		duration: time.Since(began), timeout: timeout, policy: policy, slot: d.slot})
 }
 
-// abandonAfter stops renewing the lease of a handler that ignores its timeout, a grace
-// period after it: its lease runs out and the job is retried elsewhere, this attempt
-// counted.
-func (e *executor) abandonAfter(d dispatched, timeout time.Duration) *time.Timer {
-	return time.AfterFunc(timeout+e.cfg.leaseInterval, func() {
-		e.held.abandon(d.key)
-		e.cfg.logger.Warn("skiplock: handler ignores its job timeout; no longer renewing its lease, the job will be retried when the lease ends",
-			"job", d.row.ID, "attempt", d.row.Attempts, "timeout", timeout)
-		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
-	})
+// overrun watches one attempt's handler past its timeout. Its job is not taken from it:
+// the lease is renewed until the handler returns, and the attempt is then recorded as a
+// timed-out failure (outcome.go). Meanwhile the handler is reported overrunning: a
+// warning per lease interval, the error handlers' HandleStuck once, and a count
+// (Worker.Overrunning).
+type overrun struct {
+	e       *executor
+	mu      sync.Mutex
+	t       *time.Timer
+	counted bool // counted in executor.overrunning
+	done    bool // the handler returned
+}
+
+// watchOverrun reports d's handler overrunning from its timeout plus one lease interval
+// on, until stop.
+func (e *executor) watchOverrun(d dispatched, timeout time.Duration) *overrun {
+	o := &overrun{e: e}
+	every := max(e.cfg.leaseInterval, time.Millisecond)
+	began := time.Now()
+	var fire func()
+	fire = func() {
+		o.mu.Lock()
+		first := !o.done && !o.counted
+		if first {
+			o.counted = true
+			e.overrunning.Add(1)
+		}
+		done := o.done
+		o.mu.Unlock()
+		if done {
+			return
+		}
+		e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
+			"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
+			"over_by", time.Since(began)-timeout)
+		if first {
+			e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
+		}
+		o.mu.Lock()
+		if !o.done {
+			o.t = time.AfterFunc(every, fire)
+		}
+		o.mu.Unlock()
+	}
+	o.mu.Lock()
+	o.t = time.AfterFunc(timeout+every, fire)
+	o.mu.Unlock()
+	return o
+}
+
+// stop ends the watch: the handler returned.
+func (o *overrun) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
+	o.t.Stop()
+	if o.counted {
+		o.e.overrunning.Add(-1)
+	}
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.
@@ -223,18 +326,4 @@ func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, 
 		}
 	}()
 	return run(ctx, row), false
-}
-
-// waitTimeout waits for wg for at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,6 +138,14 @@ type elector struct {
 	// (a worker with no per-fleet task).
 	registerOnly bool
 	registerSQL  string // registerSQL, rendered
+	// The worker lease (reclaim.go): renewed holds the start, by this process's clock, of
+	// the last registration that committed (nil: none yet); after each, reclaim takes
+	// back the jobs of workers whose lease has ended. expireOnLeave says, when the worker
+	// stops, whether to end its lease rather than delete its row (handlers still run).
+	renewed       atomic.Pointer[time.Time]
+	reclaim       *reclaimer
+	expireOnLeave func() bool
+	expire        string // expireWorkerSQL, rendered
 
 	mu      sync.Mutex
 	term    context.Context    // nil while not leading
@@ -158,12 +167,15 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 // with each statement, and fleet is told the number of processes serving them.
 // campaign: it also campaigns for the lead in the same statement; otherwise it only
 // registers, at a follower's pace.
-func newWorkerElector(c *Client, id string, queues func() []string, campaign bool, fleet func(n int), logger *slog.Logger) *elector {
+func newWorkerElector(c *Client, id string, queues func() []string, campaign bool, fleet func(n int), expireOnLeave func() bool, logger *slog.Logger) *elector {
 	e := newElector(c, id, maintenanceRole, logger)
+	e.expireOnLeave = expireOnLeave
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
 	e.electFleet = renderSQL(c.schema, fleetElectSQL)
 	e.leave = renderSQL(c.schema, leaveSQL)
 	e.registerSQL = renderSQL(c.schema, registerSQL)
+	e.reclaim = newReclaimer(c)
+	e.expire = renderSQL(c.schema, expireWorkerSQL)
 	return e
 }
 
@@ -232,7 +244,11 @@ func (e *elector) run(ctx context.Context) {
 			}
 			if e.queues != nil {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaderStatementTimeout)
-				if _, err := e.pool.Exec(rctx, e.leave, e.id); err != nil {
+				leave := e.leave
+				if e.expireOnLeave != nil && e.expireOnLeave() {
+					leave = e.expire // handlers still run: their jobs go to the next reclaim
+				}
+				if _, err := e.pool.Exec(rctx, leave, e.id); err != nil {
 					e.logger.Debug("skiplock: removing this worker's registration failed; it expires on its own", "err", err)
 				}
 				cancel()
@@ -259,6 +275,7 @@ func (e *elector) try(ctx context.Context) {
 		cancel()
 		if err == nil {
 			e.fleet(others + 1)
+			e.renewedAt(ctx, sent)
 		} else if ctx.Err() == nil {
 			e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
 		}
@@ -271,6 +288,7 @@ func (e *elector) try(ctx context.Context) {
 		err = e.pool.QueryRow(cctx, e.electFleet, e.role, e.id, leaderTTL, e.queues(), workerTTL, pruneWorkersAfter).Scan(&leads, &others)
 		if err == nil {
 			e.fleet(others + 1)
+			e.renewedAt(ctx, sent)
 			if !leads {
 				err = pgx.ErrNoRows // what electSQL alone answers when another process leads
 			}
@@ -292,6 +310,32 @@ func (e *elector) try(ctx context.Context) {
 		// The term, if any, runs on until its expiry timer ends it.
 		e.logger.Warn("skiplock: leader election statement failed; trying again", "role", e.role, "err", err)
 	}
+}
+
+// renewedAt records that this worker's row was renewed by a statement sent at sent, and
+// takes back the jobs of the workers whose rows have expired (reclaim.go).
+func (e *elector) renewedAt(ctx context.Context, sent time.Time) {
+	e.renewed.Store(&sent)
+	if e.reclaim == nil {
+		return
+	}
+	n, err := e.reclaim.run(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.logger.Warn("skiplock: taking back the jobs of dead workers failed; trying again at the next renewal", "err", err)
+	case n > 0:
+		e.logger.Info("skiplock: took back the running jobs of workers whose lease ended", "jobs", n)
+	}
+}
+
+// sinceRenewal is how long ago the last committed renewal of this worker's row started;
+// ok is false before the first.
+func (e *elector) sinceRenewal() (d time.Duration, ok bool) {
+	t := e.renewed.Load()
+	if t == nil {
+		return 0, false
+	}
+	return time.Since(*t), true
 }
 
 // whileLeader runs task each time this process becomes leader, with a context that ends

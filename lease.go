@@ -82,9 +82,6 @@ type heldJob struct {
 	// heartbeat that renewed it) started, by the worker's clock: the lease lasts at least
 	// the visibility timeout from then.
 	renewed time.Time
-	// abandoned: the handler overran its timeout and the grace after it; the lease is no
-	// longer renewed, so the job is taken back when it ends.
-	abandoned bool
 	// expiring: the watchdog cancelled the handler, its lease about to end.
 	expiring bool
 	// recording: the handler returned and its outcome waits in a batch to be written.
@@ -94,6 +91,9 @@ type heldJob struct {
 	recording bool
 	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
 	state *jobState
+	// row and began name the attempt in the log of a shutdown waiting for it.
+	row   *JobRow
+	began time.Time
 }
 
 // heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
@@ -104,11 +104,40 @@ type heldJobs struct {
 
 func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
 
-// add registers the attempt k, whose lease was written by a statement started at renewed.
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState) {
+// add registers the attempt k of row, whose lease was written by a statement started at
+// renewed.
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
 	h.mu.Lock()
-	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st}
+	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
+}
+
+// runningJob names one attempt whose handler still runs, for the log of a shutdown
+// waiting for it.
+type runningJob struct {
+	ID      int64  `json:"id"`
+	Kind    string `json:"kind"`
+	Attempt int    `json:"attempt"`
+	For     string `json:"running_for"`
+}
+
+// running lists the held attempts whose handlers have not returned, by id.
+func (h *heldJobs) running() []runningJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []runningJob
+	for k, j := range h.m {
+		if j.recording {
+			continue
+		}
+		r := runningJob{ID: k.id, For: time.Since(j.began).Round(time.Millisecond).String()}
+		if j.row != nil {
+			r.Kind, r.Attempt = j.row.Kind, j.row.Attempts
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
 }
 
 // progress returns the latest progress each attempt's handler recorded, in the order of
@@ -185,15 +214,6 @@ func (h *heldJobs) cancelID(id int64, cause error) bool {
 	return len(cancels) > 0
 }
 
-// abandon stops renewing the lease of k: its handler overran its timeout.
-func (h *heldJobs) abandon(k jobKey) {
-	h.mu.Lock()
-	if j, ok := h.m[k]; ok {
-		j.abandoned = true
-	}
-	h.mu.Unlock()
-}
-
 // count is how many held attempts still run their handlers.
 func (h *heldJobs) count() int {
 	h.mu.Lock()
@@ -207,16 +227,15 @@ func (h *heldJobs) count() int {
 	return n
 }
 
-// renewable lists the held attempts whose lease is renewed, by ascending id: batched
+// renewable lists the held attempts, whose leases are renewed, by ascending id: batched
 // statements lock rows in the order given, and one order everywhere means they cannot
-// deadlock.
+// deadlock. Every held attempt is renewed until its outcome is written: a handler that
+// overruns its timeout, or ignores a shutdown, keeps its job while the worker lives.
 func (h *heldJobs) renewable() (ids, fences []int64) {
 	h.mu.Lock()
 	keys := make([]jobKey, 0, len(h.m))
-	for k, j := range h.m {
-		if !j.abandoned {
-			keys = append(keys, k)
-		}
+	for k := range h.m {
+		keys = append(keys, k)
 	}
 	h.mu.Unlock()
 	return sortedKeys(keys)
@@ -319,16 +338,21 @@ type lease struct {
 	visibility time.Duration // the lease each claim and heartbeat writes
 	interval   time.Duration // between heartbeats: a third of the visibility timeout
 	held       *heldJobs
-	heartbeat  string // heartbeatSQL, rendered
-	release    string // releaseSQL, rendered
-	loop       *lifecycle.Loop
+	// sinceRenewal, when set, says how long ago the worker's own lease (its row in the
+	// workers table) was last renewed: the watchdog cancels every handler
+	// workerCancelAfter after that, before the row can expire (reclaim.go).
+	sinceRenewal func() (time.Duration, bool)
+	heartbeat    string // heartbeatSQL, rendered
+	release      string // releaseSQL, rendered
+	loop         *lifecycle.Loop
 }
 
-func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, logger *slog.Logger) *lease {
+func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *lease {
 	return &lease{
 		pool: pool, workerID: workerID, logger: logger, visibility: visibility, interval: visibility / 3, held: held,
-		heartbeat: renderSQL(schema, heartbeatSQL),
-		release:   renderSQL(schema, releaseSQL),
+		sinceRenewal: sinceRenewal,
+		heartbeat:    renderSQL(schema, heartbeatSQL),
+		release:      renderSQL(schema, releaseSQL),
 	}
 }
 
@@ -360,7 +384,7 @@ func (l *lease) run(ctx context.Context) {
 // is unreachable, or the connection black-holed), and once the lease ends another worker
 // may claim the job. Told in time, a handler stops before anyone else can start it.
 func (l *lease) watch(ctx context.Context) {
-	every := max(l.visibility/(4*cancelMargin), time.Millisecond)
+	every := max(min(l.visibility, workerTTL)/(4*cancelMargin), time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -373,6 +397,16 @@ func (l *lease) watch(ctx context.Context) {
 		if lost := l.held.expiring(cutoff, errLeaseExpiring); len(lost) > 0 {
 			l.logger.Warn("skiplock: heartbeats are not landing; cancelling handlers before their leases end",
 				"jobs", len(lost))
+		}
+		if l.sinceRenewal == nil {
+			continue
+		}
+		if d, ok := l.sinceRenewal(); ok && d > workerCancelAfter {
+			// Every attempt held now: the worker's lease covers them all.
+			if lost := l.held.expiring(time.Now().Add(time.Hour), errWorkerLeaseExpiring); len(lost) > 0 {
+				l.logger.Warn("skiplock: this worker's lease is not being renewed; cancelling its handlers before other workers may take their jobs",
+					"jobs", len(lost), "since_renewal", d)
+			}
 		}
 	}
 }

@@ -99,7 +99,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	k1 := jobKey{first.row.ID, first.fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
-	held.add(k1, cancel1, first.leased, nil)
+	held.add(k1, cancel1, first.leased, nil, first.row)
 
 	// The heartbeat has read the keys it renews (k1) when the first run's snooze commits;
 	// its statement then finds the job queued. Before it acts on that, the job is claimed
@@ -113,7 +113,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.add(jobKey{second.row.ID, second.fence}, cancel2, second.leased, nil)
+			held.add(jobKey{second.row.ID, second.fence}, cancel2, second.leased, nil, second.row)
 		},
 	}
 	cfg := pool.Config()
@@ -121,7 +121,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	traced, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer traced.Close()
-	l := newLease(traced, schema, "w", time.Minute, held, logger)
+	l := newLease(traced, schema, "w", time.Minute, held, nil, logger)
 
 	l.beat(ctx)
 	// The heartbeat found the first run gone: that must not cancel the second.

@@ -119,9 +119,9 @@ type ErrorHandler interface {
 	HandleError(ctx context.Context, job *JobRow, status JobStatus, err error)
 	// HandleStuck is called, from a timer goroutine, when a handler is still running a
 	// grace period (the worker's heartbeat interval) after its job's timeout cancelled
-	// its context: it ignores its context. The worker stops renewing the job's lease, so
-	// the job is retried elsewhere when the lease ends, this attempt counted; the
-	// handler's goroutine is still busy. It is called once per such attempt.
+	// its context: it ignores its context. The job stays with the worker, its lease
+	// renewed, until the handler returns; the attempt is then recorded as a timed-out
+	// failure (HandleError). It is called once per such attempt.
 	HandleStuck(ctx context.Context, job *JobRow, timeout time.Duration)
 }
 

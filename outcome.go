@@ -64,7 +64,7 @@ type outcomeRecorder struct {
 	// The jobs cut off by shutdown whose handlers returned, to put back in the queue.
 	relMu     sync.Mutex
 	toRelease []jobKey
-	relClosed bool        // the release is done; later returns are left to their leases
+	relClosed bool        // the first release is done; later returns are put back one by one
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
 }
 
@@ -79,9 +79,14 @@ func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, releas
 // hooks, and returns what it told them.
 func (r *outcomeRecorder) record(k jobKey, a attemptResult) JobResult {
 	lastSlot := a.slot && r.slots.give()
+	cause := context.Cause(a.ctx)
+	if a.err == nil && errors.Is(cause, ErrJobTimeout) {
+		// Past its timeout the attempt has failed, whatever the handler says: it may have
+		// stopped half-way when its context ended and returned nil anyway.
+		a.err = fmt.Errorf("%w after %s: the handler returned nil past its timeout", ErrJobTimeout, a.timeout)
+	}
 	row, err := a.row, a.err
 	res := JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: a.duration, Panicked: a.panicked}
-	cause := context.Cause(a.ctx)
 	switch {
 	case r.stopped.Load():
 		r.held.remove(k)
@@ -102,7 +107,9 @@ func (r *outcomeRecorder) record(k jobKey, a attemptResult) JobResult {
 }
 
 // cutOff keeps the attempt k, cut off by shutdown, for the release: it stays held, its
-// lease renewed, until Run puts it back once it has stopped waiting for handlers.
+// lease renewed, until Run puts it back with the others cut off once the grace after
+// the cancel has passed. A handler that returns later, while Run still waits for the
+// rest, has its job put back at once, on its own.
 func (r *outcomeRecorder) cutOff(k jobKey, row *JobRow) {
 	r.relMu.Lock()
 	late := r.relClosed
@@ -111,15 +118,15 @@ func (r *outcomeRecorder) cutOff(k jobKey, row *JobRow) {
 	}
 	r.relMu.Unlock()
 	if late {
+		r.release([]jobKey{k})
 		r.held.remove(k)
-		r.logger.Warn("skiplock: a handler cut off by shutdown returned too late to put its job back; it is retried when its lease ends, this attempt counted",
-			"job", row.ID, "attempt", row.Attempts)
+		r.logger.Info("skiplock: a handler cut off by shutdown returned; its job is put back", "job", row.ID, "attempt", row.Attempts)
 	}
 }
 
 // releaseCutOff puts back the jobs cut off by shutdown whose handlers returned; those
-// that return later are left to their leases. A job whose handler still runs is not put
-// back: another worker would run the same attempt beside it.
+// that return later are put back one by one (cutOff). A job whose handler still runs is
+// not put back: another worker would run the same attempt beside it.
 func (r *outcomeRecorder) releaseCutOff() {
 	r.relMu.Lock()
 	keys := r.toRelease

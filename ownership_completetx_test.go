@@ -1,19 +1,10 @@
-//go:build ownership_completetx
-
 package skiplock_test
 
 // Tests of the exactly-once call (issue 30, docs/ownership.md "Exactly-once effects"):
 // CompleteTx marks the current attempt succeeded inside the handler's own transaction,
 // fenced on the attempt's token, so a handler's business write and its job's success
 // commit together or not at all, and a twin whose attempt was taken away cannot commit
-// its business write.
-//
-// They are written against the API docs/ownership.md proposes (skiplock.CompleteTx,
-// skiplock.ErrAttemptLost, JobRow.Fence), which does not exist yet: on today's code this
-// file does not compile. Hence a build tag of its own, apart from "ownership", so that
-// the other ownership tests still build:
-//
-//	go test -race -count=1 -tags ownership,ownership_completetx -run 'TestCompleteTx' .
+// its business write. ExampleCompleteTx (completetx_example_test.go) shows the call.
 
 import (
 	"context"

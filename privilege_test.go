@@ -208,7 +208,9 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 
 	// A worker that, to the database, dies holding the hang job: a heartbeat period of
 	// 20 minutes, a handler that makes the job's lease end at once (as if its heartbeats
-	// had stopped) and then blocks until the test ends.
+	// had stopped) and names as its owner a worker of an earlier release (no row in the
+	// workers table: a live worker of this release keeps its jobs), and then blocks until
+	// the test ends.
 	release := make(chan struct{})
 	hangClaimed := make(chan struct{}, 5)
 	vanishing, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
@@ -218,7 +220,7 @@ func TestPrivilege_QuickstartFlowRunsAsAppRole(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(vanishing, func(ctx context.Context, job *skiplock.Job[privHang]) error {
 		_, err := appPool.Exec(context.Background(), `UPDATE `+pgx.Identifier{r.schema, "jobs"}.Sanitize()+
-			` SET locked_at = now() - interval '2 seconds', lease_until = now() - interval '1 second' WHERE id = $1`, job.ID)
+			` SET locked_at = now() - interval '2 seconds', lease_until = now() - interval '1 second', locked_by = 'old-' || locked_by WHERE id = $1`, job.ID)
 		require.NoError(t, err)
 		hangClaimed <- struct{}{}
 		<-release

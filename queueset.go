@@ -248,16 +248,19 @@ func (w *Worker) SetMaxWorkers(queue string, n int) error {
 	return nil
 }
 
-// modeOf returns how a success of a job of queue and kind is recorded: its kind's mode,
-// else its queue's, else the worker's.
-func (w *Worker) modeOf(queue, kind string) Completion {
-	if k := w.cfg.Kinds[kind].Completion; k != 0 {
-		return k
+// completionModeOf returns how a success of a job of queue and kind is recorded: its
+// kind's mode, else its queue's (queues may change at run time), else the worker's. The
+// function holds cfg and queues, not the Worker.
+func completionModeOf(cfg WorkerConfig, queues *queueSet) func(queue, kind string) Completion {
+	return func(queue, kind string) Completion {
+		if k := cfg.Kinds[kind].Completion; k != 0 {
+			return k
+		}
+		if m := queues.mode(queue); m != 0 {
+			return m
+		}
+		return cfg.Completion
 	}
-	if m := w.queues.mode(queue); m != 0 {
-		return m
-	}
-	return w.cfg.Completion
 }
 
 // retentionRules returns the per-queue and per-kind retentions of cfg, for the embedded

@@ -30,9 +30,12 @@ type Worker struct {
 	id     string
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	handlers map[string]handler
-	started  atomic.Bool
+	mu        sync.Mutex
+	handlers  map[string]handler
+	started   atomic.Bool
+	cancelRun context.CancelFunc // ends Run's context: set by Run (under mu), used by StopAndCancel
+	runDone   chan struct{}      // closed when Run returns
+	runErr    error              // ErrHandlersStillRunning, or nil: set before runDone is closed
 
 	queues  *queueSet
 	loops   claimLoopConfig // what a queue's claim loops need, for queues added later
@@ -104,12 +107,11 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		tasks = append(tasks, sw.maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw}
-	w.buildExecution(declared)
+		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw, runDone: make(chan struct{})}
+	w.buildExecution(declared, len(tasks) > 0)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
-	w.elector = newWorkerElector(client, w.id, w.queues.names, len(tasks) > 0, w.gate.setFleet, logger)
 	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
 	if err := w.buildListener(); err != nil {
 		return nil, err
@@ -121,12 +123,24 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 // claim loops hand claimed jobs to the starter and the runners (executor); the outcome
 // recorder hands each result to the success or failure batches, which tell the lease and
 // the flow watcher what they wrote.
-func (w *Worker) buildExecution(declared map[string]QueueLimits) {
+func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) {
 	c, cfg := w.client, w.cfg
 	w.gate = newStmtGate(cfg.FleetStatements)
 	held := newHeldJobs()
-	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.logger)
-	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes}
+	w.queues = newQueueSet() // filled below; the elector reads its names when it registers
+	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
+	// while handlers still run expires it rather than deleting it, and the job lease
+	// cancels the handlers before that row can end (lease.go).
+	w.elector = newWorkerElector(c, w.id, w.queues.names, campaign, w.gate.setFleet,
+		func() bool { return held.count() > 0 }, w.logger)
+	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
+	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
+	modeOf := completionModeOf(cfg, w.queues)
+	attempt := &attemptRef{workerID: cfg.ID, complete: map[Completion]string{}, modeOf: modeOf, lost: attemptLostSQL, flows: newWorkflowSettler(c.schema)}
+	for _, m := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
+		attempt.complete[m] = renderSQL(c.schema, completeSQL(m, false, false))
+	}
+	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
@@ -136,7 +150,6 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
 		release: w.lease.releaseJobs,
 	}
-	w.queues = newQueueSet()
 	for name, q := range cfg.Queues {
 		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
 	}
@@ -146,8 +159,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits) {
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
 	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
-	flows := newWorkflowSettler(c.schema)
-	w.completer = newCompleter(c.pool, c.schema, w.modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
+	flows := attempt.flows
+	w.completer = newCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
 	// A job retried or snoozed without delay is due again once its failure is written:
 	// claim it now rather than at the next poll (nothing notifies a retry).
 	queues := w.queues
@@ -225,6 +238,12 @@ func (w *Worker) services() []lifecycle.Service {
 	return append(s, lifecycle.NewLoop(w.poller.run, lifecycle.UntilCancel), w.claims)
 }
 
+// Overrunning returns how many of the worker's handlers are running past their job
+// timeout now: their contexts were cancelled and they have not returned. Their jobs stay
+// with this worker, their leases renewed, until they return; each is logged once per
+// lease interval and reported once to the error handlers' HandleStuck (HandleErrors).
+func (w *Worker) Overrunning() int { return int(w.executor.overrunning.Load()) }
+
 // ID returns the worker's id, as recorded in locked_by.
 func (w *Worker) ID() string { return w.id }
 
@@ -284,15 +303,16 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 //     up to min(ShutdownTimeout, 5s) more; the jobs of those that return with an error are
 //     put back in the queue at once, due now, without using up an attempt (a nil return
 //     is recorded as a success);
-//  3. handlers still running then ignore their context: their jobs are not put back (they
-//     still run) and their leases are no longer renewed, so the sweeper takes them back
-//     when the leases end, counting the attempt. Such a handler's result, when it comes,
-//     is logged and not recorded.
+//  3. it keeps waiting for the handlers that ignore their context: their jobs stay with
+//     this worker, their leases renewed, so no other worker runs them beside them; every
+//     ShutdownTimeout it logs which jobs hold it up (id, kind, attempt, running for). As
+//     each returns, its job is put back (an error) or its success recorded.
 //
-// Run returns nil after a graceful shutdown, or an error if it cannot start (schema not
-// migrated, already run). When it returns, none of its goroutines is left, except those
-// running or waiting for the handlers of step 3, which end when those handlers return. A
-// Worker runs once.
+// Run returns nil once every handler has returned and its outcome is recorded, or an
+// error if it cannot start (schema not migrated, already run). A caller that cannot wait
+// that long (a deploy with a kill deadline) calls [Worker.StopAndCancel]: Run then
+// returns [ErrHandlersStillRunning] if it gave up on handlers still running, and the
+// process must exit. When Run returns nil, none of its goroutines is left.
 //
 // While running, database errors (lost connections, a restarting server) are logged and
 // retried; they do not stop Run, and at start each start-up statement is retried for up to
@@ -304,12 +324,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrWorkerStarted
 	}
+	defer close(w.runDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.cancelRun = cancel
 	w.mu.Unlock()
 	if err := retryAtStart(ctx, func(ctx context.Context) error {
 		_, err := w.client.pool.Exec(ctx, w.checkSQL)
 		return err
 	}); err != nil {
 		return w.client.wrapErr("worker start", err)
+	}
+	var taken int64
+	if err := retryAtStart(ctx, func(ctx context.Context) (err error) {
+		taken, err = w.elector.reclaim.predecessors(ctx, w.id)
+		return err
+	}); err != nil {
+		return w.client.wrapErr("worker start", err)
+	}
+	if taken > 0 {
+		w.logger.Info("skiplock: took back the running jobs an earlier process left under this worker's id", "jobs", taken)
 	}
 	w.checkConns()
 	var parts lifecycle.Group
@@ -328,9 +362,51 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.qmu.Unlock()
 	parts.Stop()
 	w.outcomes.stop()
+	if n := w.held().count(); n > 0 {
+		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
+		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
+		return w.runErr
+	}
 	w.logger.Info("skiplock: worker stopped")
 	return nil
 }
+
+// ErrHandlersStillRunning is returned by [Worker.StopAndCancel] and [Worker.Run] when the
+// worker stopped without waiting for handlers that ignore their cancelled context. Their
+// goroutines still run and their jobs will run elsewhere once this worker's lease ends
+// (the worker ends it as it stops, so at the next renewal of another worker): the
+// process must exit now, or their effects may happen twice.
+var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with handlers still running; the process must exit")
+
+// StopAndCancel is the harder stop, for a caller that cannot wait for Run's graceful
+// shutdown (a deploy with a kill deadline): it stops claiming, cancels every handler's
+// context at once (cause: shutdown) and waits for the handlers until ctx ends, then for
+// Run to return. If every handler returned, it returns nil: their jobs were put back or
+// their results recorded, as in a graceful shutdown. If ctx ends first, it gives up:
+// Run stops renewing the worker's leases and ends its worker lease (its row in the
+// workers table), so other workers take its jobs back at once, and both Run and StopAndCancel return an error matching [ErrHandlersStillRunning].
+// The process must then exit: its handlers still run, and their jobs will run
+// elsewhere. On a Worker whose Run has not been called, it does nothing.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	w.mu.Lock()
+	cancel := w.cancelRun
+	w.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	w.executor.hardStop()
+	cancel()
+	select {
+	case <-w.runDone:
+	case <-ctx.Done():
+		w.executor.abandon() // too late if Run already stopped waiting for handlers: harmless
+		<-w.runDone
+	}
+	return w.runErr
+}
+
+// held is the set of attempts the worker runs.
+func (w *Worker) held() *heldJobs { return w.starter.held }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
 // leader and workers tables of migrations 6 and 7, which the election needs).

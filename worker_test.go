@@ -429,11 +429,15 @@ type hangArgs struct {
 
 func (hangArgs) Kind() string { return "hang" }
 
+// A handler that honours its timeout fails each attempt with ErrJobTimeout; one deaf to
+// its context keeps its job (no other attempt starts, its lease renewed), is counted as
+// overrunning, and its attempt is recorded as a timed-out failure when it returns.
 func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	causes := make(chan error, 10)
 	stuck := make(chan struct{})
+	var unstick sync.Once
 	w := newWorker(t, b, skiplock.WorkerConfig{
 		Queues:     map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}},
 		JobTimeout: 300 * time.Millisecond, VisibilityTimeout: 900 * time.Millisecond,
@@ -442,7 +446,7 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hangArgs]) error {
 		if job.Args.IgnoreCancel {
-			<-stuck // hangs, deaf to its context
+			<-stuck // hangs, deaf to its context, in its first attempt
 			return nil
 		}
 		<-ctx.Done() // hangs until told
@@ -454,15 +458,13 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	deaf, err := b.client.Enqueue(b.ctx, hangArgs{IgnoreCancel: true}, &skiplock.EnqueueOptions{MaxAttempts: 2})
 	require.NoError(t, err)
 	runWorker(t, w)
-	t.Cleanup(func() { close(stuck) }) // before the worker stops
+	t.Cleanup(func() { unstick.Do(func() { close(stuck) }) }) // before the worker stops
 
-	for _, id := range []int64{polite.ID, deaf.ID} {
-		eventually(t, 30*time.Second, func() bool {
-			j, err := b.client.Get(b.ctx, id)
-			require.NoError(t, err)
-			return j.Status == skiplock.StatusDead
-		}, "job %d dead after its attempts", id)
-	}
+	eventually(t, 30*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, polite.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusDead
+	}, "job %d dead after its attempts", polite.ID)
 	p, err := b.client.Get(b.ctx, polite.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 2, p.Attempts)
@@ -472,14 +474,27 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	}
 	assert.ErrorIs(t, <-causes, skiplock.ErrJobTimeout, "the handler can read why it was cancelled")
 
-	// The deaf handler never returned: its lease ran out and each attempt counted.
+	// The deaf handler has not returned: it keeps its job, overrunning, its lease renewed
+	// past many of its 900ms leases (the polite job's two attempts and the sweeps).
+	eventually(t, 10*time.Second, func() bool { return w.Overrunning() == 1 }, "the deaf handler counted as overrunning")
 	d, err := b.client.Get(b.ctx, deaf.ID)
 	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusRunning, d.Status)
+	assert.Equal(t, 1, d.Attempts, "no other attempt started while the deaf handler ran")
+	unstick.Do(func() { close(stuck) })
+	// It returned nil past its timeout: a timed-out failure, then a second attempt that
+	// succeeds at once.
+	eventually(t, 30*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, deaf.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job %d retried after its overrun", deaf.ID)
+	d, err = b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
 	assert.Equal(t, 2, d.Attempts)
-	require.Len(t, d.Errors, 2)
-	for _, e := range d.Errors {
-		assert.Contains(t, e.Error, "lease expired")
-	}
+	require.Len(t, d.Errors, 1)
+	assert.Contains(t, d.Errors[0].Error, "job timeout after 300ms")
+	assert.Zero(t, w.Overrunning())
 }
 
 func TestWorker_PerKindAndPerJobTimeouts(t *testing.T) {
@@ -514,9 +529,13 @@ type timedArgs struct{}
 func (timedArgs) Kind() string           { return "timed" }
 func (timedArgs) Timeout() time.Duration { return timedArgsTimeout }
 
-// TestWorker_ShutdownNeverRunsAnAttemptTwice is not parallel: it checks that Run leaves
-// no goroutine behind, which needs the process to itself.
-func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
+// TestWorker_StopAndCancelGivesUpAndFreesTheJobs: a graceful shutdown waits for a
+// handler deaf to its context; StopAndCancel gives up on it at its own deadline, Run and
+// StopAndCancel say so (ErrHandlersStillRunning), and the job goes to the next worker as
+// the next attempt, the deaf handler's late success changing nothing. Not parallel: it
+// checks that no goroutine is left once the deaf handler returns, which needs the
+// process to itself.
+func TestWorker_StopAndCancelGivesUpAndFreesTheJobs(t *testing.T) {
 	b := setup(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	started := make(chan int64, 2)
@@ -542,9 +561,19 @@ func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
 	<-started
 	<-started
 	cancel()
+	// The graceful shutdown waits for the deaf handler, past ShutdownTimeout, the grace
+	// and its lease.
 	select {
 	case err := <-done:
-		require.NoError(t, err)
+		t.Fatalf("Run returned while a handler still ran: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	giveUp, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stop()
+	require.ErrorIs(t, w.StopAndCancel(giveUp), skiplock.ErrHandlersStillRunning)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, skiplock.ErrHandlersStillRunning)
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return")
 	}
@@ -560,7 +589,7 @@ func TestWorker_ShutdownNeverRunsAnAttemptTwice(t *testing.T) {
 	assert.Equal(t, skiplock.StatusRunning, d.Status, "a job whose handler still runs was put back")
 	assert.Equal(t, "stopping", d.LockedBy)
 
-	// Another worker takes it once its lease ends, as the next attempt.
+	// Another worker takes it once the given-up worker's lease ends, as the next attempt.
 	var mu sync.Mutex
 	ran := map[int64]int{}
 	w2 := newWorker(t, b, skiplock.WorkerConfig{ID: "next", VisibilityTimeout: time.Second, SweepInterval: 100 * time.Millisecond,

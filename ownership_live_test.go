@@ -1,17 +1,8 @@
-//go:build ownership
+// This file holds the tests of ownership by liveness (issue 30, docs/ownership.md) that
+// pass: a shutdown waits for every handler, a handler that overruns its timeout keeps
+// its job, and one that returns after it has failed.
 
 package skiplock_test
-
-// Tests of ownership by liveness (issue 30): while a worker is alive and reaches the
-// database, a job whose handler has not returned is never given to another worker — not
-// during shutdown, not after its timeout — and a handler that returns after its timeout
-// is a failed attempt. They use the public API and an audit table written by the
-// handlers only, so they hold whatever shape the engine takes.
-//
-// They fail on the code before the ownership work (see docs/ownership.md, which lists
-// how each failed), so they are behind the build tag "ownership" until it lands:
-//
-//	go test -race -count=1 -tags ownership -run TestOwnership .
 
 import (
 	"context"
@@ -94,9 +85,10 @@ func TestOwnership_ShutdownNeverHandsARunningJobToAnotherWorker(t *testing.T) {
 	job, err := b.client.Enqueue(b.ctx, deafArgs{}, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan struct{})
+	var runErr error
 	var returned atomic.Int64
-	go func() { err := a.Run(ctx); returned.Store(time.Now().UnixNano()); done <- err }()
+	go func() { runErr = a.Run(ctx); returned.Store(time.Now().UnixNano()); close(done) }()
 	t.Cleanup(func() {
 		select {
 		case <-stuck:
@@ -114,8 +106,8 @@ func TestOwnership_ShutdownNeverHandsARunningJobToAnotherWorker(t *testing.T) {
 	assert.Zero(t, returned.Load(), "Run returned while a handler still ran")
 	close(stuck)
 	select {
-	case err := <-done:
-		require.NoError(t, err)
+	case <-done:
+		require.NoError(t, runErr)
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after the last handler returned")
 	}
@@ -206,4 +198,39 @@ func TestOwnership_HandlerReturningNilAfterItsTimeoutFails(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, skiplock.StatusDead, j.Status, "a handler that returned after its timeout was recorded as %s", j.Status)
 	assert.Contains(t, j.LastError, skiplock.ErrJobTimeout.Error())
+}
+
+// A process restarted with a fixed WorkerConfig.ID renews the row its dead predecessor
+// left in the workers table, so the predecessor's running jobs would look alive forever:
+// the new process takes them back before its first claim, and runs them as their next
+// attempt.
+func TestOwnership_RestartWithTheSameIDTakesBackThePredecessorsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var id int64
+	// As the predecessor left it, killed mid-job a moment ago: its row alive, its job's
+	// lease an hour long.
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, max_attempts, locked_at, locked_by, lease_until, fence)
+		VALUES ('late_nil', 'running', 1, 3, now(), 'fixed', now() + interval '1 hour', 1) RETURNING id`)).Scan(&id))
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at) VALUES ('fixed', '{default}', now(), now() + interval '10 seconds')`))
+	require.NoError(t, err)
+	ran := make(chan int, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "fixed", SweepInterval: -1, PollInterval: 50 * time.Millisecond,
+		Completion: skiplock.CompletionKeep, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lateNilArgs]) error {
+		ran <- job.Attempts
+		return nil
+	}))
+	runWorker(t, w)
+	select {
+	case n := <-ran:
+		assert.Equal(t, 2, n, "run as its next attempt")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the predecessor's job was not run again")
+	}
+	eventually(t, 30*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job %d succeeded", id)
 }

@@ -1,0 +1,94 @@
+// This file holds CompleteTx, the exactly-once call: a handler marks its own attempt
+// succeeded inside its own transaction, fenced on the attempt's token, so that its
+// business writes and the job's success commit together or not at all.
+
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrAttemptLost is returned by [CompleteTx] when the attempt is no longer held by the
+// worker that runs the handler: its worker's lease ended and the job was taken back (it
+// may run elsewhere), the job was cancelled, or the attempt already completed.
+var ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by this worker")
+
+// attemptRef ties a claimed JobRow to the worker that runs it, for CompleteTx: the
+// worker's id (locked_by) and its success statement per completion mode.
+type attemptRef struct {
+	workerID string
+	complete map[Completion]string               // completeSQL of each mode, rendered
+	modeOf   func(queue, kind string) Completion // the mode of a job's queue and kind
+	lost     string                              // attemptLostSQL
+	flows    *workflowSettler                    // settles a workflow task's dependents in tx
+}
+
+// attemptLostSQL aborts the caller's transaction when CompleteTx matched no row, so that
+// a caller that ignores the error still cannot commit the business writes of an attempt
+// it lost. A DO block needs no function in the schema, and works through a
+// transaction-pooling PgBouncer (it runs inside the caller's transaction).
+const attemptLostSQL = `DO $$ BEGIN RAISE EXCEPTION 'skiplock: attempt lost' USING ERRCODE = 'SK001'; END $$`
+
+// CompleteTx marks the attempt of job succeeded inside tx, the handler's own transaction
+// (a pgx.Tx, or anything with the same methods), fenced on the attempt's token
+// (job.Fence) as every write of the worker is: the job's success and the handler's
+// business writes commit together or not at all. It writes what the job's completion
+// mode says (archive, delete or keep: its kind's, its queue's or the worker's), as the
+// worker's own success batch would, and settles a workflow task's dependents in tx;
+// output set with [SetOutput] is not written by it.
+//
+// If the attempt is no longer this worker's (its worker's lease ended and the job was
+// taken back, the job was cancelled, or the attempt already completed), CompleteTx
+// returns [ErrAttemptLost] and tx is aborted: it can only roll back, so the business
+// writes of an attempt that lost its job never commit, even if the caller ignores the
+// error.
+//
+// The row stays locked by tx until it commits or rolls back: the job cannot be taken
+// away meanwhile, and the worker's own writes about it wait or pass over it. Call
+// CompleteTx last, just before Commit. After a commit, the worker records nothing more
+// for the attempt: whatever the handler returns then matches no row. If tx rolls back
+// instead, the worker records what the handler returns, as usual.
+//
+// job must be the one the worker handed to the handler: CompleteTx returns an error for
+// a job read any other way (Client.Get, List).
+func CompleteTx[T JobArgs](ctx context.Context, tx DBTX, job *Job[T]) error {
+	if job == nil || job.JobRow == nil {
+		return errors.New("skiplock: CompleteTx: job is nil")
+	}
+	return completeRowTx(ctx, tx, job.JobRow)
+}
+
+// completeRowTx is CompleteTx for a JobRow.
+func completeRowTx(ctx context.Context, tx DBTX, row *JobRow) error {
+	if tx == nil {
+		return errors.New("skiplock: CompleteTx: tx is nil")
+	}
+	ref := row.attempt
+	if ref == nil {
+		return fmt.Errorf("skiplock: CompleteTx: job %d is not an attempt this process runs (pass the job the handler was given)", row.ID)
+	}
+	tag, err := tx.Exec(ctx, ref.complete[ref.modeOf(row.Queue, row.Kind)], []int64{row.ID}, []int64{row.Fence}, ref.workerID)
+	if err != nil {
+		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", row.ID, err)
+	}
+	if tag.RowsAffected() > 0 {
+		if isTask(row) {
+			// A workflow task's dependents are settled in the same transaction, as the
+			// worker's own success batch does (workflowsettle.go).
+			if err := ref.flows.settle(ctx, tx, []int64{row.ID}); err != nil {
+				return fmt.Errorf("skiplock: CompleteTx: job %d: settling its workflow: %w", row.ID, err)
+			}
+		}
+		return nil
+	}
+	_, err = tx.Exec(ctx, ref.lost)
+	var pgErr *pgconn.PgError
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "SK001") {
+		return fmt.Errorf("%w: job %d, attempt %d (aborting the transaction failed: %w)", ErrAttemptLost, row.ID, row.Attempts, err)
+	}
+	return fmt.Errorf("%w: job %d, attempt %d", ErrAttemptLost, row.ID, row.Attempts)
+}

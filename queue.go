@@ -63,6 +63,10 @@ type EnqueueOptions struct {
 	// bytes. Defaults to none. To take it from the args' fields, give the args type an
 	// EnqueueOptions method ([JobArgsWithOptions]) that returns it.
 	PartitionKey string
+	// SequenceOnFailure is what a failed attempt of this job does to the sequence it was
+	// enqueued in ([Client.EnqueueSequenceTx]): [SequenceHold] (the zero value) or
+	// [SequenceMoveOn]. Other enqueues refuse it.
+	SequenceOnFailure SequencePolicy
 }
 
 // EnqueueParams is one job of an [Client.EnqueueMany] call.

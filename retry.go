@@ -372,7 +372,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	var got map[jobKey]recorded
 	var tasks []int64
 	for _, a := range batch {
-		if isTask(a.row) {
+		if isTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
 			tasks = append(tasks, a.key.id)
 		}
 	}

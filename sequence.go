@@ -1,7 +1,8 @@
 // This file holds sequences: jobs that share a key run one at a time in the order they
 // were enqueued, each starting only once the previous one has finished. A key's jobs
 // are a chain of tasks in a workflow of its own (workflow.go), released by the
-// transaction that records the previous job's final outcome (workflowsettle.go).
+// transaction that records the previous job's final outcome, or with [SequenceMoveOn]
+// its first failed attempt (workflowsettle.go).
 
 package skiplock
 
@@ -12,6 +13,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
+
+// SequencePolicy is what a failed attempt of a sequence job does to the jobs enqueued
+// after it with the same key ([EnqueueOptions].SequenceOnFailure).
+type SequencePolicy int
+
+const (
+	// SequenceHold, the zero value, holds the sequence: the next job of the key waits
+	// while this one waits for its retries, until it succeeds or ends failed, dead or
+	// cancelled. Jobs of the key run strictly one at a time, in order.
+	SequenceHold SequencePolicy = iota
+	// SequenceMoveOn moves on: the first failed attempt of this job (one that will be
+	// retried, or its final failure, death or cancellation) releases the next job of the
+	// key, in the transaction that records the failure. The job's own retries then run
+	// whenever they are due, out of order, possibly at the same time as later jobs of the
+	// key; the jobs after it still run one at a time, each after the previous one's first
+	// attempt has ended. A snooze is not a failure.
+	SequenceMoveOn
+)
+
+// sequencePolicies names the policies as the metadata of a sequence task stores them
+// (metaSequence), which the settle statement reads.
+var sequencePolicies = map[SequencePolicy]string{SequenceHold: "hold", SequenceMoveOn: "move_on"}
 
 // Statements of EnqueueSequenceTx, run in this order inside a savepoint.
 const (
@@ -27,17 +50,25 @@ RETURNING workflow_id, tail`
 	INSERT INTO {s}.workflows (name, on_failure) VALUES ('sequence ' || $1::text, 'run') RETURNING id
 )
 UPDATE {s}.sequences SET workflow_id = (SELECT id FROM w) WHERE key = $1::text RETURNING workflow_id`
-	// seqTailSQL reads the state of the key's last job, under the key's lock.
-	seqTailSQL = `SELECT state FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name = $2`
+	// seqTailSQL reads the state of the key's last job, under the key's lock, and whether
+	// it has moved the sequence on already: a "move on" task whose job has a failed
+	// attempt recorded (its error history) released its successor when that failure was
+	// recorded, so a job enqueued after it does not wait for it either.
+	seqTailSQL = `SELECT t.state, coalesce(t.metadata ->> '` + metaSequence + `' = 'move_on'
+		AND jsonb_array_length(coalesce(j.errors, '[]'::jsonb)) > 0, false)
+FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
+WHERE t.workflow_id = $1 AND t.name = $2`
 	// seqInsertSQL adds the job as the chain's new tail: a task named by its place in the
 	// sequence (1, 2, …: the old tail's number plus one, under the key's lock), waiting
-	// behind $2 (the old tail) when $3 is 1, else inserted as a job at once.
+	// behind $2 (the old tail) when $3 is 1, else inserted as a job at once. $13 is its
+	// policy, written into its metadata over any the caller gave under that key.
 	seqInsertSQL = `WITH t AS (
 	INSERT INTO {s}.workflow_tasks (workflow_id, name, state, waiting, queue, kind, payload,
 		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
 	SELECT $1::bigint, n.name, CASE WHEN $3::int = 0 THEN 'released' ELSE 'waiting' END, $3::int,
 		$4, $5, $6::jsonb, $7, $8, $9, $10,
-		$11::jsonb || jsonb_build_object('` + metaWorkflow + `', $1::bigint::text, '` + metaTask + `', n.name), $12
+		$11::jsonb || jsonb_build_object('` + metaWorkflow + `', $1::bigint::text, '` + metaTask + `', n.name,
+			'` + metaSequence + `', $13::text), $12
 	FROM (SELECT coalesce(($2::text)::bigint + 1, 1)::text AS name) n
 	RETURNING *
 ),
@@ -77,7 +108,9 @@ func (c *Client) EnqueueSequence(ctx context.Context, key string, args JobArgs, 
 // the sequence key (1-255 bytes): it starts only once the job enqueued before it with the
 // same key has finished — succeeded, or failed, dead or cancelled for good; while that
 // one waits for a retry, the sequence holds. Jobs of one key therefore run one at a time,
-// in the order their enqueues committed. It returns the task: State "released" if it may
+// in the order their enqueues committed. With opts.SequenceOnFailure set to
+// [SequenceMoveOn], this job's first failed attempt releases the next job instead, and
+// its retries run out of order (see [SequenceMoveOn]). It returns the task: State "released" if it may
 // run now (JobID is its job's id), "waiting" if it waits for the previous job (JobID 0).
 //
 // Enqueues of one key wait for each other: the key is locked until tx ends, and so is the
@@ -92,6 +125,16 @@ func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, arg
 	if opts != nil && (opts.UniqueKey != "" || opts.Unique != nil) {
 		return nil, fmt.Errorf("%w: UniqueKey and Unique are not supported on sequence jobs", ErrInvalidWorkflow)
 	}
+	policy := SequenceHold
+	if opts != nil {
+		policy = opts.SequenceOnFailure
+		o := *opts
+		o.SequenceOnFailure = SequenceHold
+		opts = &o
+	}
+	if _, ok := sequencePolicies[policy]; !ok {
+		return nil, fmt.Errorf("%w: SequenceOnFailure %d: not a SequencePolicy", ErrInvalidOptions, policy)
+	}
 	j, err := c.prepare(args, opts)
 	if err != nil {
 		return nil, err
@@ -102,7 +145,7 @@ func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, arg
 	if _, err := tx.Exec(ctx, `SAVEPOINT skiplock_sequence`); err != nil {
 		return nil, c.wrapErr("enqueue sequence", err)
 	}
-	info, err := c.insertSequenced(ctx, tx, key, &j)
+	info, err := c.insertSequenced(ctx, tx, key, &j, policy)
 	if err != nil {
 		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_sequence`); rerr != nil {
 			return nil, errors.Join(c.wrapErr("enqueue sequence", err), rerr)
@@ -118,7 +161,7 @@ func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, arg
 }
 
 // insertSequenced runs the statements of EnqueueSequenceTx through tx.
-func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *newJob) (*WorkflowTaskInfo, error) {
+func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *newJob, policy SequencePolicy) (*WorkflowTaskInfo, error) {
 	r := func(q string) string { return renderSQL(c.schema, q) }
 	var wf *int64
 	var tail *string
@@ -134,17 +177,18 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 	waiting := 0
 	if tail != nil {
 		var state string
-		err := tx.QueryRow(ctx, r(seqTailSQL), *wf, *tail).Scan(&state)
+		var movedOn bool
+		err := tx.QueryRow(ctx, r(seqTailSQL), *wf, *tail).Scan(&state, &movedOn)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
-		if state == "waiting" || state == "released" {
+		if (state == "waiting" || state == "released") && !movedOn {
 			waiting = 1
 		}
 	}
 	info := &WorkflowTaskInfo{}
 	err := tx.QueryRow(ctx, r(seqInsertSQL), *wf, tail, waiting, j.queue, j.kind, string(j.payload), j.priority,
-		j.runAt, j.maxAttempts, j.timeoutMs, j.metadataText(), j.partitionKey).Scan(&info.Name, &info.JobID, &info.State)
+		j.runAt, j.maxAttempts, j.timeoutMs, j.metadataText(), j.partitionKey, sequencePolicies[policy]).Scan(&info.Name, &info.JobID, &info.State)
 	if err != nil {
 		return nil, err
 	}

@@ -170,6 +170,9 @@ func argsKind(args JobArgs) (string, error) {
 // checks the fields that need no payload.
 func jobOptions(args JobArgs, opts *EnqueueOptions) (EnqueueOptions, error) {
 	var o EnqueueOptions
+	if opts != nil && opts.SequenceOnFailure != SequenceHold {
+		return o, fmt.Errorf("%w: SequenceOnFailure is for EnqueueSequence and EnqueueSequenceTx only", ErrInvalidOptions)
+	}
 	if d, ok := args.(JobArgsWithOptions); ok {
 		o = d.EnqueueOptions()
 	}

@@ -175,6 +175,56 @@ func ExampleClient_EnqueueSequence() {
 	// [1 2 3 4 5]
 }
 
+// Let an account's sequence move on past a failing event: its first failed attempt releases
+// the next event at once, and its retry runs whenever it is due, out of order.
+func ExampleSequenceMoveOn() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+
+	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
+		Queues:      map[string]skiplock.QueueConfig{"default": {MaxWorkers: 10}},
+		RetryPolicy: skiplock.BackoffPolicy{Base: time.Millisecond},
+	})
+	var (
+		mu   sync.Mutex
+		log  []string
+		done sync.WaitGroup
+	)
+	_ = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[AccountEvent]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if job.Args.Seq == 2 && job.Attempts == 1 {
+			log = append(log, "event 2 failed")
+			return errors.New("downstream timeout")
+		}
+		log = append(log, fmt.Sprintf("event %d applied", job.Args.Seq))
+		done.Done()
+		return nil
+	})
+	opts := &skiplock.EnqueueOptions{SequenceOnFailure: skiplock.SequenceMoveOn}
+	for i := 1; i <= 3; i++ {
+		done.Add(1)
+		_, _ = client.EnqueueSequence(ctx, "account-7", AccountEvent{Account: "account-7", Seq: i}, opts)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- w.Run(runCtx) }()
+	done.Wait()
+	stop()
+	<-stopped
+	for _, l := range log {
+		fmt.Println(l)
+	}
+	// Unordered output:
+	// event 1 applied
+	// event 2 failed
+	// event 2 applied
+	// event 3 applied
+}
+
 // PageView is a job of the batch-handler example.
 type PageView struct {
 	Page string `json:"page"`

@@ -18,7 +18,8 @@ import (
 const (
 	metaWorkflow = "skiplock_workflow"
 	metaTask     = "skiplock_task"
-	metaBatch    = "skiplock_batch" // "callback" on a batch's callback task
+	metaBatch    = "skiplock_batch"    // "callback" on a batch's callback task
+	metaSequence = "skiplock_sequence" // a sequence task's policy: "hold" or "move_on"
 )
 
 // isTask reports whether row is a workflow task. It is a hint only: a plain job that
@@ -36,7 +37,10 @@ func isTask(row *JobRow) bool {
 //     stale attempt finds its row running (or queued for a retry) and settles nothing, and
 //     a task settles once: only released rows match.
 //   - ok: outcomes that satisfy a dependency (a success; anything in an on_failure = 'run'
-//     workflow). down: every waiting descendant of a task that did not succeed in an
+//     workflow), and a failed attempt of a "move on" sequence task whose job is queued
+//     for its retry (the retry-bound attempts of a batch: snoozes are not passed in). Its
+//     task stays released and settles again at its final outcome; its child is no longer
+//     waiting then, so dec leaves it alone. down: every waiting descendant of a task that did not succeed in an
 //     on_failure = 'cancel' workflow (recursive over workflow_edges); cx cancels them.
 //   - dec: each child's waiting drops by its parents settled here, grouped: one row update
 //     per child whatever the batch's size. Two batches that settle two parents of one child
@@ -46,7 +50,8 @@ func isTask(row *JobRow) bool {
 //   - ins: released children become jobs; a batch's callback gets the counts. It returns
 //     them for mapJobsSQL, which writes their ids into their tasks and wakes their queues.
 const settleSQL = `WITH RECURSIVE st AS (
-	SELECT t.workflow_id, t.name, coalesce(j.status, 'succeeded') AS status
+	SELECT t.workflow_id, t.name, coalesce(j.status, 'succeeded') AS status,
+		t.metadata ->> '` + metaSequence + `' AS seq
 	FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
 	WHERE t.job_id = ANY ($1::bigint[]) AND t.state = 'released'
 ),
@@ -59,6 +64,8 @@ fin AS (
 ),
 ok AS (
 	SELECT workflow_id, name, state FROM fin WHERE state = 'succeeded' OR on_failure = 'run'
+	UNION ALL
+	SELECT workflow_id, name, 'failed' FROM st WHERE status = 'queued' AND seq = 'move_on'
 ),
 down (workflow_id, name) AS (
 	SELECT e.workflow_id, e.child FROM {s}.workflow_edges e

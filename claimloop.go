@@ -79,6 +79,10 @@ type queueRunner struct {
 	flow atomic.Pointer[flowQueue]
 	// plainMu is held for reading by each plain claim in flight (flowQueue.adopt).
 	plainMu sync.RWMutex
+	// pathMu is held for reading by every claim in flight, from reading q.flow to the end
+	// of its statement: flowWatch.apply waits for it after changing the path, so that no
+	// claim under the old limits starts a job once the new ones are in force.
+	pathMu sync.RWMutex
 	// slotWait: the last claim of a slotted queue (flowclaim.go) found fewer free slots
 	// or due jobs than it asked for; it claims again once this worker's finished jobs are
 	// recorded (flowWatch.slotsFreed), when their slots are free in the database.
@@ -171,9 +175,18 @@ func (q *queueRunner) claimSize() int64 {
 	return q.max.Load()
 }
 
+// claimsDrained returns once every claim that was in flight when it was called has
+// ended (a barrier on pathMu); flowWatch.apply calls it after changing q.flow.
+func (q *queueRunner) claimsDrained() {
+	q.pathMu.Lock()
+	q.pathMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
+}
+
 // claim takes up to n jobs: through the limited path when the queue has limits, else
 // through claimSQL, exactly as if flow control did not exist.
 func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint, error) {
+	q.pathMu.RLock()
+	defer q.pathMu.RUnlock()
 	q.plainMu.RLock()
 	if f := q.flow.Load(); f != nil {
 		q.plainMu.RUnlock()

@@ -82,6 +82,7 @@ func (fw *flowWatch) remove(name string) {
 func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 	if l.none() {
 		if q.flow.Swap(nil) != nil {
+			q.claimsDrained()
 			fw.logger.Info("skiplock: queue has no limits now", "queue", name)
 		}
 		return
@@ -96,6 +97,8 @@ func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 	}
 	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l, adopted: adopted})
 	if old == nil || old.limits != l {
+		// The new limits are in force once the claims that read the old ones have ended.
+		q.claimsDrained()
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
 			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)
 	}

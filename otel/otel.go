@@ -47,6 +47,10 @@
 //     minute, from the jobs table and the archive (throughput ×60).
 //   - skiplock.worker.slots (gauge): this process's slot limit per queue, from
 //     [GaugeConfig].Queues: compare with skiplock.queue.jobs{status="running"}.
+//   - skiplock.worker.overrunning (gauge): this process's handlers running past their
+//     job timeout now, from [GaugeConfig].Worker ([skiplock.Worker.Overrunning]): their
+//     jobs stay with the worker, leases renewed, until they return. Alert on it staying
+//     above zero.
 package skiplockotel
 
 import (
@@ -254,6 +258,9 @@ type GaugeConfig struct {
 	// Timeout bounds one read of the figures. Defaults to 5s; zero or negative means the
 	// default.
 	Timeout time.Duration
+	// Worker is this process's worker, to export skiplock.worker.overrunning (read from
+	// the worker itself, not the database). Nil exports none.
+	Worker *skiplock.Worker
 }
 
 // DefaultGaugeInterval is the default of [GaugeConfig].Interval.
@@ -285,7 +292,9 @@ func RegisterQueueGauges(client *skiplock.Client, cfg GaugeConfig) (metric.Regis
 		metric.WithDescription("Jobs finished in the last minute, by status."))
 	slots, err4 := m.Int64ObservableGauge("skiplock.worker.slots", metric.WithUnit("{attempt}"),
 		metric.WithDescription("This process's limit of attempts running at once, per queue."))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	overrunning, err5 := m.Int64ObservableGauge("skiplock.worker.overrunning", metric.WithUnit("{attempt}"),
+		metric.WithDescription("This process's handlers running past their job timeout now; their jobs stay with it until they return."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, err
 	}
 	c := &gaugeCache{client: client, interval: cfg.Interval, timeout: cfg.Timeout}
@@ -296,6 +305,9 @@ func RegisterQueueGauges(client *skiplock.Client, cfg GaugeConfig) (metric.Regis
 				n = skiplock.DefaultMaxWorkers
 			}
 			o.ObserveInt64(slots, int64(n), metric.WithAttributes(AttrQueue.String(q)))
+		}
+		if cfg.Worker != nil {
+			o.ObserveInt64(overrunning, int64(cfg.Worker.Overrunning()))
 		}
 		stats, err := c.get(ctx)
 		for _, s := range stats {
@@ -313,7 +325,7 @@ func RegisterQueueGauges(client *skiplock.Client, cfg GaugeConfig) (metric.Regis
 			}
 		}
 		return err
-	}, jobs, oldest, finished, slots)
+	}, jobs, oldest, finished, slots, overrunning)
 }
 
 // gaugeCache keeps the shared stats in this process for one interval.

@@ -274,3 +274,48 @@ func gauges[N int64 | float64](t *testing.T, m metricdata.Metrics) map[attribute
 	}
 	return out
 }
+
+// slowArgs is a job whose handler ignores its context until release is closed.
+type slowArgs struct{}
+
+func (slowArgs) Kind() string { return "slow" }
+
+func TestGauges_OverrunningHandlersOfTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	w, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{
+		PollInterval: 20 * time.Millisecond, SweepInterval: -1, JobTimeout: 50 * time.Millisecond,
+		VisibilityTimeout: 3 * time.Second, // overrunning is reported a lease interval (1 s) past the timeout
+	})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, _ *skiplock.Job[slowArgs]) error {
+		<-release // ignores ctx: overruns its timeout until released
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	defer close(release)
+
+	reg, err := skiplockotel.RegisterQueueGauges(b.client, skiplockotel.GaugeConfig{MeterProvider: b.mp, Worker: w})
+	require.NoError(t, err)
+	defer reg.Unregister() //nolint:errcheck
+	overrunning := func() int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, b.reader.Collect(context.Background(), &rm))
+		return gauges[int64](t, metricsByName(rm)["skiplock.worker.overrunning"])[*attribute.EmptySet()]
+	}
+	assert.Zero(t, overrunning())
+
+	for range 2 {
+		_, err = b.client.Enqueue(context.Background(), slowArgs{}, nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return overrunning() == 2 }, 30*time.Second, 20*time.Millisecond,
+		"the gauge reports both handlers past their timeout")
+}

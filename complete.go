@@ -1,6 +1,5 @@
-// This file holds the recording of successes: the completion modes (archive, delete,
-// keep), their fenced statements, and the completer that batches many successes into
-// one statement per flush.
+// This file holds the completer: it batches many successes into one fenced statement per
+// flush and completion mode (the modes and their statements are in completion.go).
 
 package skiplock
 
@@ -16,83 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// Completion says what happens to a job row when its handler succeeds. The zero value
-// means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
-// ([QueueConfig].Completion) or a kind's ([KindConfig].Completion), the one of the level
-// above (kind, then queue, then worker).
-type Completion int
-
-// The completion modes.
-const (
-	// CompletionArchive moves the row to jobs_archive with status succeeded: the hot table
-	// stays small and the history stays queryable until the archive retention deletes it.
-	CompletionArchive Completion = iota + 1
-	// CompletionDelete deletes the row: the least work per job, no history.
-	CompletionDelete
-	// CompletionKeep keeps the row in the jobs table with status succeeded; the sweeper
-	// deletes it after the archive retention.
-	CompletionKeep
-)
-
-// completeSQL returns the statement that records successes in mode, matching the claimed
-// attempts (fenceSQL). With report, it also writes what the handlers reported: $4 holds
-// each job's output and $5 its latest progress (NULL where none), at its pair's place
-// (pairOutput, pairProgress). Batches where no handler reported anything use the plain
-// statement.
-//
-// With skipLocked, it passes over the rows another transaction has locked, instead of
-// waiting for it, and returns the ids it recorded (the completer writes the others with
-// a later batch). The lock is most often a claim's: a claim in READ COMMITTED that meets a
-// row a concurrent claim took since its snapshot follows the row to its newest version,
-// locks it, and only then finds it no longer queued and skips it; the lock stays until the
-// claim commits. Waiting for it, a success batch also held its own snapshot, and with
-// it the horizon below which the claims' index entries can be marked dead, so the claims
-// grew slower: with 16 worker processes on one queue, success batches averaged 68–211 ms,
-// most of it waiting (in samples of pg_stat_activity, every waiting batch's blocker was a
-// claim). The rows it could lock are gathered once, as an array that the DELETE or UPDATE
-// then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
-// nested-loop semi join over the whole table when its statistics said it was empty).
-func completeSQL(mode Completion, report, skipLocked bool) string {
-	where := fenceSQL
-	returning := ``
-	if skipLocked {
-		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
-	FOR UPDATE SKIP LOCKED))`
-		returning = `
-RETURNING id`
-	}
-	output, progress := `output`, `progress`
-	if report {
-		output = pairOutput
-		progress = `coalesce(` + pairProgress + `, progress)`
-	}
-	switch mode {
-	case CompletionDelete:
-		return `DELETE FROM {s}.jobs WHERE ` + where + returning
-	case CompletionKeep:
-		set := ``
-		if report {
-			set = `, output = ` + output + `, progress = ` + progress
-		}
-		return `UPDATE {s}.jobs SET status = 'succeeded', finished_at = now(), locked_at = NULL,
-	lease_until = NULL` + set + `
-WHERE ` + where + returning
-	default:
-		// One statement moves the rows: the DELETE's RETURNING feeds the archive INSERT.
-		return `WITH done AS (
-	DELETE FROM {s}.jobs WHERE ` + where + `
-	RETURNING *
-)
-INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
-	metadata, progress, output)
-SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
-	metadata, ` + progress + `, ` + output + `
-FROM done` + returning
-	}
-}
 
 // completerLoops is how many success batches may be in flight at once.
 const completerLoops = 2
@@ -126,18 +48,6 @@ func (c *completer) retryAfter(batch []completion) time.Duration {
 	}
 	return min(max(waited, c.flushEvery), 100*time.Millisecond)
 }
-
-// completeStmts are the statements of one completion mode, rendered (completeSQL).
-type completeStmts struct {
-	sql       string // plain
-	sqlReport string // writing outputs and progress; "" when the mode keeps none
-	// sqlSkip and sqlReportSkip are sql and sqlReport passing over locked rows.
-	sqlSkip, sqlReportSkip string
-}
-
-// completionModes are the modes a success is recorded with, in the order a flush writes
-// their groups.
-var completionModes = [...]Completion{CompletionArchive, CompletionDelete, CompletionKeep}
 
 // completer batches successes into one statement per flush and completion mode: a batch
 // whose jobs have different modes (per queue or per kind) is written with one statement

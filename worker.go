@@ -137,7 +137,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &attemptRef{workerID: cfg.ID, complete: map[Completion]string{}, modeOf: modeOf, lost: attemptLostSQL, flows: newWorkflowSettler(c.schema)}
-	for _, m := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
+	for _, m := range completionModes {
 		attempt.complete[m] = renderSQL(c.schema, completeSQL(m, false, false))
 	}
 	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}

@@ -13,6 +13,8 @@ package skiplock
 import (
 	"context"
 	"errors"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // reclaimDeadSQL takes back running jobs whose owner's row in the workers table has
@@ -59,7 +61,9 @@ var reclaimPredecessorSQL = `WITH dead AS (
 )` + takeBackCTE
 
 // takeBackCTE puts back the jobs of the CTE dead, counting the lost attempt, and
-// returns how many it took back and how many queues it notified.
+// returns how many it took back, how many queues it notified, and the workflow tasks
+// that went dead (their dependents are settled in the same transaction, as the
+// sweeper's reclaim does).
 const takeBackCTE = `, back AS (
 	UPDATE {s}.jobs SET
 		status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
@@ -69,10 +73,11 @@ const takeBackCTE = `, back AS (
 		locked_at = NULL, lease_until = NULL,
 		locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
 	WHERE id = ANY (ARRAY(SELECT id FROM dead))
-	RETURNING queue
+	RETURNING id, queue, status, metadata ? '` + metaWorkflow + `' AS task
 )
 SELECT (SELECT count(*) FROM back),
-	(SELECT count(pg_notify($2, q)) FROM (SELECT DISTINCT queue AS q FROM back) d)`
+	(SELECT count(pg_notify($2, q)) FROM (SELECT DISTINCT queue AS q FROM back) d),
+	coalesce((SELECT array_agg(id) FROM back WHERE status = 'dead' AND task), '{}')`
 
 // reclaimDeadBatch bounds the jobs one run of reclaimDeadSQL takes back; the next
 // renewal, a couple of seconds later, takes the rest.
@@ -103,10 +108,30 @@ type reclaimer struct {
 	c           *Client
 	sql         string // reclaimDeadSQL, rendered
 	predecessor string // reclaimPredecessorSQL, rendered
+	flows       *workflowSettler
 }
 
 func newReclaimer(c *Client) *reclaimer {
-	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL), predecessor: renderSQL(c.schema, reclaimPredecessorSQL)}
+	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL), predecessor: renderSQL(c.schema, reclaimPredecessorSQL),
+		flows: newWorkflowSettler(c.schema)}
+}
+
+// takeBack runs one batch of stmt (reclaimDeadSQL or reclaimPredecessorSQL) and settles
+// the workflow tasks it sent dead, in one transaction: a dead task's dependents are
+// cancelled or released with it, never left waiting.
+func (r *reclaimer) takeBack(ctx context.Context, stmt string, args ...any) (n int64, err error) {
+	err = pgx.BeginFunc(ctx, r.c.pool, func(tx pgx.Tx) error {
+		var queues int64
+		var dead []int64
+		if err := tx.QueryRow(ctx, stmt, args...).Scan(&n, &queues, &dead); err != nil {
+			return err
+		}
+		if len(dead) == 0 {
+			return nil
+		}
+		return r.flows.settle(ctx, tx, dead)
+	})
+	return n, err
 }
 
 // predecessors takes back the running jobs left under this worker's id by an earlier
@@ -114,8 +139,8 @@ func newReclaimer(c *Client) *reclaimer {
 func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
-		var n, queues int64
-		if err := r.c.pool.QueryRow(ctx, r.predecessor, reclaimDeadBatch, r.c.notify.channel, workerID).Scan(&n, &queues); err != nil {
+		n, err := r.takeBack(ctx, r.predecessor, reclaimDeadBatch, r.c.notify.channel, workerID)
+		if err != nil {
 			return total, err
 		}
 		total += n
@@ -129,7 +154,5 @@ func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, e
 func (r *reclaimer) run(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, reclaimDeadTimeout)
 	defer cancel()
-	var n, queues int64
-	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel).Scan(&n, &queues)
-	return n, err
+	return r.takeBack(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel)
 }

@@ -39,10 +39,17 @@ import (
 //     (the next claim takes a new one, so the dead owner's late writes match nothing).
 //   - The queues of the jobs taken back are notified in the same statement (delivered
 //     at its commit): idle workers claim them at once, not at their next poll.
+//   - A workflow task's last attempt is left to the sweeper's reclaim (its owner's row
+//     has expired, so the sweeper takes it once its job lease passes): sent dead, its
+//     dependents must be settled in the same transaction (workflowsettle.go), and this
+//     statement runs alone, autocommitted, after every renewal of every worker, where
+//     a transaction around it would add two statements to every idle worker's cost
+//     (TestWorker_IdleCostDoesNotGrowWithQueueCount).
 var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
 	WHERE j.status = 'running' AND w.expires_at < now()
 		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
+		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + metaWorkflow + `')
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED
@@ -116,14 +123,15 @@ func newReclaimer(c *Client) *reclaimer {
 		flows: newWorkflowSettler(c.schema)}
 }
 
-// takeBack runs one batch of stmt (reclaimDeadSQL or reclaimPredecessorSQL) and settles
-// the workflow tasks it sent dead, in one transaction: a dead task's dependents are
-// cancelled or released with it, never left waiting.
-func (r *reclaimer) takeBack(ctx context.Context, stmt string, args ...any) (n int64, err error) {
+// takeBack runs one batch of reclaimPredecessorSQL and settles the workflow tasks it
+// sent dead, in one transaction: a dead task's dependents are cancelled or released with
+// it, never left waiting. (It runs at start only; reclaimDeadSQL leaves such tasks to
+// the sweeper.)
+func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err error) {
 	err = pgx.BeginFunc(ctx, r.c.pool, func(tx pgx.Tx) error {
 		var queues int64
 		var dead []int64
-		if err := tx.QueryRow(ctx, stmt, args...).Scan(&n, &queues, &dead); err != nil {
+		if err := tx.QueryRow(ctx, r.predecessor, args...).Scan(&n, &queues, &dead); err != nil {
 			return err
 		}
 		if len(dead) == 0 {
@@ -139,7 +147,7 @@ func (r *reclaimer) takeBack(ctx context.Context, stmt string, args ...any) (n i
 func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
-		n, err := r.takeBack(ctx, r.predecessor, reclaimDeadBatch, r.c.notify.channel, workerID)
+		n, err := r.takeBack(ctx, reclaimDeadBatch, r.c.notify.channel, workerID)
 		if err != nil {
 			return total, err
 		}
@@ -154,5 +162,8 @@ func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, e
 func (r *reclaimer) run(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, reclaimDeadTimeout)
 	defer cancel()
-	return r.takeBack(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel)
+	var n, queues int64
+	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to the sweeper
+	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel).Scan(&n, &queues, &dead)
+	return n, err
 }

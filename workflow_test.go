@@ -566,35 +566,53 @@ func TestBatch_CallbackOnceWhenTheLastCompletionIsKilled(t *testing.T) {
 	assert.Equal(t, skiplock.BatchCounts{Succeeded: 3}, counts.Load())
 }
 
-// A worker died holding a workflow task's last attempt: another worker's reclaim by
-// liveness (after its own renewal, with no sweeper) sends the task dead and cancels its
-// dependent in the same transaction, rather than leaving it waiting.
-func TestWorkflow_LivenessReclaimSettlesDependents(t *testing.T) {
+// A worker died holding a workflow task's last attempt. Whoever takes it back sends it
+// dead and settles its dependent in the same transaction, never leaving it waiting: a
+// process restarted with the dead one's id (it takes back its predecessor's jobs at
+// start), or the sweeper once the job's lease passed (the reclaim by liveness that every
+// worker runs after its renewal leaves a workflow task's last attempt to it).
+func TestWorkflow_ReclaimOfADeadWorkersLastAttemptSettlesDependents(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "x", Tasks: []skiplock.WorkflowTask{
-		{Name: "a", Args: stepArgs{}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
-		{Name: "b", Args: stepArgs{}, DependsOn: []string{"a"}},
-	}})
-	require.NoError(t, err)
-	// Its owner's row in the workers table has expired; the job's own lease has not, so
-	// only the reclaim by liveness may take it back.
-	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at)
-		VALUES ('gone', '{default}', now() - interval '1 minute', now() - interval '1 second')`))
-	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', attempts = 1, locked_by = 'gone',
-		locked_at = now(), lease_until = now() + interval '1 hour' WHERE id = $1`), info.Task("a").JobID)
-	require.NoError(t, err)
+	for _, by := range []string{"restart", "sweeper"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "x", Tasks: []skiplock.WorkflowTask{
+				{Name: "a", Args: stepArgs{}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
+				{Name: "b", Args: stepArgs{}, DependsOn: []string{"a"}},
+			}})
+			require.NoError(t, err)
+			// Its owner's row in the workers table has expired.
+			_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at)
+				VALUES ('gone', '{default}', now() - interval '1 minute', now() - interval '1 second')`))
+			require.NoError(t, err)
+			lease := "now() + interval '1 hour'" // only the restarted process may take it
+			if by == "sweeper" {
+				lease = "now() - interval '1 second'"
+			}
+			_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', attempts = 1, locked_by = 'gone',
+				locked_at = now() - interval '2 seconds', lease_until = `+lease+` WHERE id = $1`), info.Task("a").JobID)
+			require.NoError(t, err)
 
-	w, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
-	require.NoError(t, err)
-	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[stepArgs]) error { return nil }))
-	stop := runWorker(t, w)
-	defer stop()
-	eventually(t, 30*time.Second, func() bool {
-		got, err := b.client.GetWorkflow(b.ctx, info.ID)
-		require.NoError(t, err)
-		s := states(got)
-		return s["a"] == "dead" && s["b"] == "cancelled"
-	}, "a dead and b cancelled by the reclaim")
+			if by == "restart" {
+				w, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{ID: "gone", SweepInterval: -1, Logger: testLogger()})
+				require.NoError(t, err)
+				require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[stepArgs]) error { return nil }))
+				stop := runWorker(t, w)
+				defer stop()
+			} else {
+				s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+				require.NoError(t, err)
+				res, err := s.Sweep(b.ctx)
+				require.NoError(t, err)
+				assert.EqualValues(t, 1, res.Dead)
+			}
+			eventually(t, 30*time.Second, func() bool {
+				got, err := b.client.GetWorkflow(b.ctx, info.ID)
+				require.NoError(t, err)
+				s := states(got)
+				return s["a"] == "dead" && s["b"] == "cancelled"
+			}, "a dead and b cancelled")
+		})
+	}
 }

@@ -148,6 +148,14 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 				return ctx.Err()
 			}
 		}))
+		for range n {
+			job, err := b.client.Enqueue(b.ctx, twinArgs{}, &skiplock.EnqueueOptions{MaxAttempts: maxAttempts})
+			require.NoError(t, err)
+			ids = append(ids, job.ID)
+		}
+		runWorker(t, w)
+		// Registered after runWorker's, so it runs first: the worker's stop waits for
+		// handlers that wait for these.
 		t.Cleanup(func() {
 			select {
 			case <-release1:
@@ -160,12 +168,6 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 				close(release2)
 			}
 		})
-		for range n {
-			job, err := b.client.Enqueue(b.ctx, twinArgs{}, &skiplock.EnqueueOptions{MaxAttempts: maxAttempts})
-			require.NoError(t, err)
-			ids = append(ids, job.ID)
-		}
-		runWorker(t, w)
 		for range n {
 			require.Equal(t, 1, <-started)
 		}

@@ -319,7 +319,7 @@ func (e *elector) renewedAt(ctx context.Context, sent time.Time) {
 	if e.reclaim == nil {
 		return
 	}
-	n, err := e.reclaim.run(ctx)
+	n, err := e.reclaim.run(ctx, e.id)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		e.logger.Warn("skiplock: taking back the jobs of dead workers failed; trying again at the next renewal", "err", err)

@@ -234,3 +234,45 @@ func TestOwnership_RestartWithTheSameIDTakesBackThePredecessorsJobs(t *testing.T
 		return j.Status == skiplock.StatusSucceeded
 	}, "job %d succeeded", id)
 }
+
+// A worker's own reclaim of dead workers' jobs, run after each renewal of its row, never
+// takes back the worker's own jobs, even when its row reads expired at that moment (ended
+// by something else between the renewal and the reclaim). Before this was excluded, a
+// handler running fine lost its job to the next claim of its own worker.
+func TestOwnership_AWorkersReclaimNeverTakesItsOwnJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	stuck, started := make(chan struct{}), make(chan int64, 2)
+	a, _ := ownershipPair(t, b, log, skiplock.WorkerConfig{VisibilityTimeout: time.Minute, SweepInterval: -1,
+		JobTimeout: -1, PollInterval: 20 * time.Millisecond, Completion: skiplock.CompletionKeep}, stuck, started)
+	job, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
+	require.NoError(t, err)
+	stopA := runWorker(t, a)
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		stopA()
+	})
+	<-started
+	// End a's row over and over for four of its renewals: each renewal is followed by its
+	// reclaim, and many of them find the row ended again.
+	ctx, cancel := context.WithCancel(b.ctx)
+	expired := make(chan struct{})
+	go func() {
+		defer close(expired)
+		for ctx.Err() == nil {
+			_, _ = b.pool.Exec(ctx, b.q(`UPDATE {s}.workers SET expires_at = now() - interval '1 hour' WHERE id = 'a'`))
+		}
+	}()
+	noTwinFor(t, b, log, job.ID, 4*time.Second)
+	cancel()
+	<-expired
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusRunning, j.Status)
+	assert.Equal(t, 1, j.Attempts)
+}

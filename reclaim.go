@@ -45,11 +45,17 @@ import (
 //     statement runs alone, autocommitted, after every renewal of every worker, where
 //     a transaction around it would add two statements to every idle worker's cost
 //     (TestWorker_IdleCostDoesNotGrowWithQueueCount).
+//   - The running worker's own jobs ($3) are never its to take back: it has just renewed
+//     its row, and its own jobs are watched by its heartbeats and watchdog. Its row can
+//     read expired here only when something else ended it between the renewal and this
+//     statement (an operator, a test); taking back its own live attempts then would
+//     cancel handlers that are running fine.
 var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
 	WHERE j.status = 'running' AND w.expires_at < now()
 		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
 		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + metaWorkflow + `')
+		AND j.locked_by <> $3
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED
@@ -159,11 +165,11 @@ func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, e
 }
 
 // run takes back the running jobs of dead workers once, and returns how many.
-func (r *reclaimer) run(ctx context.Context) (int64, error) {
+func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, reclaimDeadTimeout)
 	defer cancel()
 	var n, queues int64
 	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to the sweeper
-	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel).Scan(&n, &queues, &dead)
+	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel, workerID).Scan(&n, &queues, &dead)
 	return n, err
 }

@@ -7,7 +7,10 @@ package skiplock_test
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/blackhole"
+	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // limitedHoldArgs is a job whose handler runs until it is released or its context ends.
@@ -165,4 +170,57 @@ func TestFlow_LimitChangesNeverLetMoreJobsStart(t *testing.T) {
 			assert.LessOrEqual(t, most, tc.change.Concurrency, "jobs running under the new limit")
 		})
 	}
+}
+
+type startLimitArgs struct{}
+
+func (startLimitArgs) Kind() string { return "start_limit" }
+
+// A limit set while a starting worker's listener cannot reach the database yet (so the
+// notification of the change never reaches it) is in force from the worker's first claim:
+// the worker reads the limits set at run time once it listens, before it claims. When it
+// read them before its listener was up, a change in between was missed until the
+// listener's first connect, and the claims meanwhile ran under the declared limits (seen
+// in a chaos run under load: a worker restarted 0.7 s before a lowering started jobs
+// above it for 1.3 s).
+func TestFlow_ALimitSetWhileAWorkerStartsIsInForceFromItsFirstClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	u, err := url.Parse(pgtest.URL(t))
+	require.NoError(t, err)
+	target := u.Host
+	if u.Port() == "" {
+		target = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	proxy, err := blackhole.Start(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	proxy.Blackhole() // the listener's connection hangs until Restore
+	u.Host = proxy.Addr()
+	listenURL := u.String()
+
+	var running, most atomic.Int64
+	w := newWorker(t, b, skiplock.WorkerConfig{ListenURL: listenURL, PollInterval: 50 * time.Millisecond,
+		Queues: map[string]skiplock.QueueConfig{"startlim": {MaxWorkers: 5}}, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[startLimitArgs]) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(30 * time.Millisecond)
+		return nil
+	}))
+	runWorker(t, w) // returns at once: Run starts in the background
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "startlim", skiplock.QueueLimits{Concurrency: 1}))
+	for range 20 {
+		_, err := b.client.Enqueue(b.ctx, startLimitArgs{}, &skiplock.EnqueueOptions{Queue: "startlim"})
+		require.NoError(t, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the worker's claims, if any ran, would have taken them
+	proxy.Restore()
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'startlim'`) == 20
+	}, "the 20 jobs ran")
+	assert.Equal(t, int64(1), most.Load(), "jobs of the queue ran at once above the limit set while the worker started")
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/lifecycle"
 )
 
 // notifyOneSQL wakes the workers of one queue. The payload is the queue name.
@@ -148,6 +150,10 @@ type listener struct {
 	onNotify  func(queue string)   // a notification for queue arrived
 	onControl func(msg controlMsg) // a control message arrived
 	onListen  func()               // the session (re)started listening
+	// tried is closed once the first session listens, or has failed: Start returns then.
+	tried     chan struct{}
+	triedOnce sync.Once
+	loop      *lifecycle.Loop
 }
 
 // listenerConfig is what a listener is built from.
@@ -176,15 +182,45 @@ func newListener(lc listenerConfig) (*listener, error) {
 	}
 	// Name the session so operators (and tests) can find it in pg_stat_activity.
 	cfg.RuntimeParams["application_name"] = listenerAppName(lc.workerID)
-	return &listener{config: cfg, channel: lc.channel, control: lc.control, logger: lc.logger,
-		onNotify: lc.onNotify, onControl: lc.onControl, onListen: lc.onListen}, nil
+	l := &listener{config: cfg, channel: lc.channel, control: lc.control, logger: lc.logger,
+		onNotify: lc.onNotify, onControl: lc.onControl, onListen: lc.onListen, tried: make(chan struct{})}
+	l.loop = lifecycle.NewLoop(l.run, lifecycle.UntilStop)
+	return l, nil
 }
+
+// listenStartWait bounds how long Start waits for the first session to listen.
+const listenStartWait = 5 * time.Second
+
+// Start starts the listener and returns once its first session listens (or has failed,
+// or listenStartWait passed; the fallback poll then keeps jobs moving). The parts started
+// after it read, at their start, what a notification would change (the paused queues,
+// the limits set at run time): read after LISTEN, nothing changed in between is missed.
+// Read before, a change committed before the session listened reached them only at its
+// first (re)connect's look, while the claims already ran under the old limits.
+func (l *listener) Start(ctx context.Context) error {
+	if err := l.loop.Start(ctx); err != nil {
+		return err
+	}
+	t := time.NewTimer(listenStartWait)
+	defer t.Stop()
+	select {
+	case <-l.tried:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// Stop ends the session and waits for it; the listener runs until Stop, so that a
+// remote cancel still reaches a handler that the shutdown waits for.
+func (l *listener) Stop() { l.loop.Stop() }
 
 func (l *listener) run(ctx context.Context) {
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := l.session(ctx)
+		l.triedOnce.Do(func() { close(l.tried) })
 		if ctx.Err() != nil {
 			return
 		}
@@ -215,6 +251,7 @@ func (l *listener) session(ctx context.Context) error {
 			return err
 		}
 	}
+	l.triedOnce.Do(func() { close(l.tried) })
 	l.onListen()
 	for {
 		n, err := conn.WaitForNotification(ctx)

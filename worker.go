@@ -176,6 +176,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.executor = newExecutor(executorConfig{
 		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
 		leaseInterval: w.lease.interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
+		marks: newOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
 	}, w.starter, w.outcomes, w.queues)
 }
 
@@ -216,11 +217,13 @@ func (w *Worker) buildListener() error {
 //     shutting down claims and enqueues nothing more;
 //   - then the executor drains the runners (the claim loops no longer hand it jobs): it
 //     waits for the handlers, cancels those that overrun, and puts back the jobs cut off;
-//   - the listener still runs meanwhile, so that a remote cancel reaches a handler that
-//     shutdown is waiting for;
 //   - the per-fleet tasks end before the elector, which then resigns and unregisters;
 //   - the flow watcher and the pause watcher are read by the claims, so they start
 //     before them (their start-up reads apply from the first claim);
+//   - the listener starts before those two and returns once it listens: what they read
+//     at their start is then never older than what a notification would have told them.
+//     It stops after the executor, so that a remote cancel reaches a handler that
+//     shutdown is waiting for;
 //   - the failure and success batches stop once no handler can hand them a result, and
 //     write what they hold;
 //   - the lease stops last: every attempt whose outcome is still being written keeps
@@ -228,9 +231,8 @@ func (w *Worker) buildListener() error {
 //     their cancellation run out.
 func (w *Worker) services() []lifecycle.Service {
 	s := []lifecycle.Service{
-		w.lease, w.completer, w.failures, w.pause, w.flow,
-		lifecycle.NewLoop(w.elector.run, lifecycle.UntilStop), w.leaderTasks,
-		lifecycle.NewLoop(w.listener.run, lifecycle.UntilStop), w.executor,
+		w.lease, w.completer, w.failures, w.listener, w.pause, w.flow,
+		lifecycle.NewLoop(w.elector.run, lifecycle.UntilStop), w.leaderTasks, w.executor,
 	}
 	if w.periodic != nil {
 		s = append(s, w.periodic)

@@ -217,6 +217,13 @@ type QueueStats struct {
 	// Scheduled counts the queued jobs whose run_at is still ahead (scheduled, or waiting
 	// for a retry or after a snooze); they are in Counts[StatusQueued] too.
 	Scheduled int64
+	// Overrunning counts the running jobs whose handler has run past its job timeout
+	// without returning (it ignores its cancelled context): the job stays with its
+	// worker, its lease renewed, until the handler returns, and is then recorded as a
+	// timed-out failure. A worker marks such an attempt one heartbeat interval after
+	// its timeout, when it also logs it and calls the error handlers' HandleStuck
+	// ([Worker.HandleErrors]); they are in Counts[StatusRunning] too.
+	Overrunning int64
 	// OldestDue is how long the oldest due, queued job has been waiting; 0 when none.
 	OldestDue time.Duration
 	// Paused says the queue is paused ([Client.PauseQueue]) since PausedAt.
@@ -235,18 +242,19 @@ type QueueStats struct {
 // finished_at finds without reading the rest; the cost grows with the jobs finished in
 // that hour. Rows come out by queue, then status.
 const statsSQL = `SELECT queue, status, sum(n)::bigint AS n, sum(scheduled)::bigint AS scheduled,
-	max(oldest) AS oldest, sum(m1)::bigint AS m1, sum(h1)::bigint AS h1
+	max(oldest) AS oldest, sum(m1)::bigint AS m1, sum(h1)::bigint AS h1, sum(overrun)::bigint AS overrun
 FROM (
 	SELECT queue, status, count(*) AS n,
 		count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS scheduled,
 		coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8 AS oldest,
 		count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS m1,
-		count(*) FILTER (WHERE finished_at > now() - interval '1 hour') AS h1
+		count(*) FILTER (WHERE finished_at > now() - interval '1 hour') AS h1,
+		count(*) FILTER (WHERE status = 'running' AND overrun_fence = fence) AS overrun
 	FROM {s}.jobs GROUP BY queue, status
 	UNION ALL
 	SELECT queue, status, 0, 0, 0,
 		count(*) FILTER (WHERE finished_at > now() - interval '1 minute'),
-		count(*)
+		count(*), 0
 	FROM {s}.jobs_archive WHERE finished_at > now() - interval '1 hour' GROUP BY queue, status
 ) t
 GROUP BY queue, status ORDER BY queue, status`
@@ -260,6 +268,7 @@ type statsRow struct {
 	Oldest    float64 `json:"oldest"`
 	M1        int64   `json:"m1"`
 	H1        int64   `json:"h1"`
+	Overrun   int64   `json:"overrun"`
 }
 
 // Stats returns, by queue and ordered by queue: job counts by status, the age of the
@@ -274,7 +283,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	}
 	var r statsRow
 	var all []statsRow
-	_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Status, &r.N, &r.Scheduled, &r.Oldest, &r.M1, &r.H1}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Status, &r.N, &r.Scheduled, &r.Oldest, &r.M1, &r.H1, &r.Overrun}, func() error {
 		all = append(all, r)
 		return nil
 	})
@@ -328,6 +337,7 @@ func gatherStats(rows []statsRow) []QueueStats {
 			s.FinishedLastHour[st] = r.H1
 		}
 		s.Scheduled += r.Scheduled
+		s.Overrunning += r.Overrun
 		if d := time.Duration(r.Oldest * float64(time.Second)); d > s.OldestDue {
 			s.OldestDue = d
 		}

@@ -74,7 +74,8 @@ type executorConfig struct {
 	leaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
 	shutdownTimeout time.Duration
 	logger          *slog.Logger
-	mw              *middlewares // Use, UseKind, HandleErrors (middleware.go)
+	mw              *middlewares  // Use, UseKind, HandleErrors (middleware.go)
+	marks           *overrunMarks // marks overrunning attempts in the database (overrunmark.go)
 }
 
 // executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
@@ -153,6 +154,7 @@ func (e *executor) Stop() {
 		case <-done:
 			e.starter.cancel(errShutdown)
 			e.runners.Wait()
+			e.cfg.marks.wait()
 			return
 		case <-e.giveUp:
 			e.cfg.logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
@@ -282,6 +284,7 @@ func (e *executor) watchOverrun(d dispatched, timeout time.Duration) *overrun {
 		if first {
 			o.counted = true
 			e.overrunning.Add(1)
+			e.cfg.marks.begin()
 		}
 		done := o.done
 		o.mu.Unlock()
@@ -292,6 +295,7 @@ func (e *executor) watchOverrun(d dispatched, timeout time.Duration) *overrun {
 			"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
 			"over_by", time.Since(began)-timeout)
 		if first {
+			e.cfg.marks.write(d.key)
 			e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
 		}
 		o.mu.Lock()

@@ -276,3 +276,44 @@ func TestOwnership_AWorkersReclaimNeverTakesItsOwnJobs(t *testing.T) {
 	assert.Equal(t, skiplock.StatusRunning, j.Status)
 	assert.Equal(t, 1, j.Attempts)
 }
+
+// A handler that runs past its timeout is counted in Stats while it runs (the worker marks
+// its attempt in the database), and no longer once it returned; CachedStats says the same.
+func TestOwnership_OverrunningHandlerIsCountedInStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	stuck, started := make(chan struct{}), make(chan int64, 2)
+	a, _ := ownershipPair(t, b, log, skiplock.WorkerConfig{JobTimeout: 500 * time.Millisecond,
+		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: -1, Completion: skiplock.CompletionKeep}, stuck, started)
+	_, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
+	require.NoError(t, err)
+	stopA := runWorker(t, a)
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		stopA()
+	})
+	<-started
+	overrunning := func() int64 {
+		stats, err := b.client.Stats(b.ctx)
+		require.NoError(t, err)
+		var n int64
+		for _, s := range stats {
+			n += s.Overrunning
+		}
+		return n
+	}
+	assert.Zero(t, overrunning(), "not overrunning before its timeout")
+	eventually(t, 10*time.Second, func() bool { return overrunning() == 1 }, "the overrunning job is counted")
+	assert.Equal(t, 1, a.Overrunning())
+	cached, _, err := b.client.CachedStats(b.ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, cached, 1)
+	assert.Equal(t, int64(1), cached[0].Overrunning)
+	close(stuck)
+	eventually(t, 10*time.Second, func() bool { return overrunning() == 0 }, "no longer counted once the handler returned")
+}

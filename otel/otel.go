@@ -45,6 +45,9 @@
 //     The one number to alert on: it grows when workers are down, stuck or too few.
 //   - skiplock.queue.finished (gauge, + skiplock.job.status): jobs finished in the last
 //     minute, from the jobs table and the archive (throughput ×60).
+//   - skiplock.queue.overrunning (gauge): running jobs whose handlers run past their job
+//     timeout, in every process ([skiplock.QueueStats].Overrunning): their jobs stay with
+//     their workers until the handlers return. Alert on it staying above zero.
 //   - skiplock.worker.slots (gauge): this process's slot limit per queue, from
 //     [GaugeConfig].Queues: compare with skiplock.queue.jobs{status="running"}.
 //   - skiplock.worker.overrunning (gauge): this process's handlers running past their
@@ -294,7 +297,9 @@ func RegisterQueueGauges(client *skiplock.Client, cfg GaugeConfig) (metric.Regis
 		metric.WithDescription("This process's limit of attempts running at once, per queue."))
 	overrunning, err5 := m.Int64ObservableGauge("skiplock.worker.overrunning", metric.WithUnit("{attempt}"),
 		metric.WithDescription("This process's handlers running past their job timeout now; their jobs stay with it until they return."))
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	queueOverrunning, err6 := m.Int64ObservableGauge("skiplock.queue.overrunning", metric.WithUnit("{job}"),
+		metric.WithDescription("Running jobs whose handlers run past their job timeout, in every process."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return nil, err
 	}
 	c := &gaugeCache{client: client, interval: cfg.Interval, timeout: cfg.Timeout}
@@ -320,12 +325,13 @@ func RegisterQueueGauges(client *skiplock.Client, cfg GaugeConfig) (metric.Regis
 			}
 			o.ObserveInt64(jobs, s.Scheduled, metric.WithAttributes(q, AttrStatus.String("scheduled")))
 			o.ObserveFloat64(oldest, s.OldestDue.Seconds(), metric.WithAttributes(q))
+			o.ObserveInt64(queueOverrunning, s.Overrunning, metric.WithAttributes(q))
 			for st, n := range s.FinishedLastMinute {
 				o.ObserveInt64(finished, n, metric.WithAttributes(q, AttrStatus.String(string(st))))
 			}
 		}
 		return err
-	}, jobs, oldest, finished, slots, overrunning)
+	}, jobs, oldest, finished, slots, overrunning, queueOverrunning)
 }
 
 // gaugeCache keeps the shared stats in this process for one interval.

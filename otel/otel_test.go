@@ -225,6 +225,7 @@ func TestHook_MetricsAfterAKnownWorkload(t *testing.T) {
 	age := gauges[float64](t, m["skiplock.queue.oldest_due_age"])
 	assert.InDelta(t, 90, age[q("idle")], 30)
 	assert.Zero(t, age[q("default")])
+	assert.Equal(t, map[attribute.Set]int64{q("default"): 0, q("idle"): 0}, gauges[int64](t, m["skiplock.queue.overrunning"]))
 	assert.Equal(t, map[attribute.Set]int64{q("default"): 7, q("idle"): skiplock.DefaultMaxWorkers}, gauges[int64](t, m["skiplock.worker.slots"]))
 
 	// Within the interval, a collect reads nothing from the database: the figures stay.

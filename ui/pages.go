@@ -32,6 +32,9 @@ type queueRow struct {
 	Spark     string // the polyline points of the last hour's sparkline
 	Info      *QueueInfo
 	Running   int64
+	// Overrunning counts its running jobs whose handlers run past their timeout
+	// (skiplock.QueueStats.Overrunning).
+	Overrunning int64
 }
 
 type statusCount struct {
@@ -41,10 +44,12 @@ type statusCount struct {
 
 // queuesView is the data of the queues page and of its live fragment.
 type queuesView struct {
-	Queues   []queueRow
-	Totals   []statusCount
-	Stuck    int64 // dead + failed
-	LastHour int64
+	Queues []queueRow
+	Totals []statusCount
+	Stuck  int64 // dead + failed
+	// Overrunning counts the running jobs whose handlers run past their timeout.
+	Overrunning int64
+	LastHour    int64
 	// FailedLastHour counts the jobs that ended dead or failed in the last hour.
 	FailedLastHour int64
 	FailRate       string // FailedLastHour over all the jobs that ended in the hour
@@ -125,6 +130,8 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 			totals[st] += s.Counts[st]
 		}
 		q.Running = s.Counts[skiplock.StatusRunning]
+		q.Overrunning = s.Overrunning
+		v.Overrunning += s.Overrunning
 	}
 	for name, series := range tp.ByQueue {
 		q := row(name)

@@ -700,3 +700,24 @@ func rowOf(t *testing.T, body, open string) string {
 	require.Greater(t, j, 0)
 	return body[i : i+j]
 }
+
+// A running job whose worker marked it overrunning (its handler runs past its timeout) is
+// counted on the queues page, in the totals and in its queue's row; one whose mark is an
+// earlier attempt's is not.
+func TestQueuesPage_ShowsOverrunningJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{StatsMaxAge: -1})
+	stuck := b.insert(job{queue: "emails", status: "running"})
+	old := b.insert(job{queue: "emails", status: "running"})
+	b.insert(job{queue: "reports", status: "running"})
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET overrun_fence = fence WHERE id = $1`), stuck)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET overrun_fence = fence - 1 WHERE id = $1`), old)
+	require.NoError(t, err)
+
+	r := b.get("/queues")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, `data-total="overrunning">1<`)
+	assert.Contains(t, r.body, `data-overrunning="emails" title="handlers past their timeout">1 overrunning<`)
+	assert.NotContains(t, r.body, `data-overrunning="reports"`)
+}

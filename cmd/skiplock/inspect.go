@@ -37,6 +37,7 @@ type queueStatsJSON struct {
 	Queue              string           `json:"queue"`
 	Counts             map[string]int64 `json:"counts"`
 	Scheduled          int64            `json:"scheduled"`
+	Overrunning        int64            `json:"overrunning"`
 	OldestDueSeconds   float64          `json:"oldest_due_seconds"`
 	FinishedLastMinute map[string]int64 `json:"finished_last_minute"`
 	FinishedLastHour   map[string]int64 `json:"finished_last_hour"`
@@ -59,7 +60,7 @@ func cmdStats(ctx context.Context, a *app, o *options) error {
 	if o.json {
 		out := make([]queueStatsJSON, 0, len(stats))
 		for _, s := range stats {
-			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, Scheduled: s.Scheduled,
+			q := queueStatsJSON{Queue: s.Queue, Counts: map[string]int64{}, Scheduled: s.Scheduled, Overrunning: s.Overrunning,
 				OldestDueSeconds: s.OldestDue.Seconds(), FinishedLastMinute: map[string]int64{}, FinishedLastHour: map[string]int64{},
 				Paused: s.Paused}
 			if s.Paused {

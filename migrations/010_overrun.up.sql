@@ -1,0 +1,11 @@
+-- Migration 10: the running jobs whose handler runs past its timeout. A handler that
+-- ignores its cancelled context keeps its job (its worker renews the lease until it
+-- returns); its worker marks the attempt overrunning by writing the attempt's fence
+-- token here, once, one lease interval after the timeout. The mark is the attempt's
+-- while fence = overrun_fence: a later claim takes a new token, so it needs no clearing.
+-- Stats counts the marked running jobs per queue (QueueStats.Overrunning).
+--
+-- A nullable column without a default: adding it changes only the catalog (no rewrite,
+-- a lock held for an instant), so it is safe on a live table. Workers and clients of the
+-- previous release never read or write it.
+ALTER TABLE jobs ADD COLUMN overrun_fence bigint;

@@ -1,0 +1,56 @@
+// This file holds the database's mark of an overrunning attempt (migration 010): when a
+// handler runs past its timeout without returning, its worker writes the attempt's fence
+// token into the job's overrun_fence, once, so that Stats, the dashboard and every
+// process see the job (QueueStats.Overrunning). The job is not taken from its worker.
+
+package skiplock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// markOverrunSQL marks the attempt ($1, $2) of worker $3 overrunning; fenced like every
+// write of an attempt, so a mark that comes late for an attempt no longer running, or
+// for a job taken back, changes nothing.
+const markOverrunSQL = `UPDATE {s}.jobs SET overrun_fence = fence
+WHERE id = $1 AND fence = $2 AND (status || '') = 'running' AND locked_by = $3`
+
+// overrunMarkTimeout bounds one mark.
+const overrunMarkTimeout = 10 * time.Second
+
+// overrunMarks writes the marks of one worker's overrunning attempts. Each mark is
+// written by the goroutine that reports the overrun (execute.go); the executor's Stop
+// waits for those in flight, so none outlives the worker.
+type overrunMarks struct {
+	pool     *pgxpool.Pool
+	sql      string // markOverrunSQL, rendered
+	workerID string
+	logger   *slog.Logger
+	wg       sync.WaitGroup
+}
+
+func newOverrunMarks(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *overrunMarks {
+	return &overrunMarks{pool: pool, sql: renderSQL(schema, markOverrunSQL), workerID: workerID, logger: logger}
+}
+
+// begin counts a mark about to be written; it is called while the handler still runs,
+// so before the executor's Stop waits.
+func (m *overrunMarks) begin() { m.wg.Add(1) }
+
+// write marks attempt k overrunning; begin was called for it.
+func (m *overrunMarks) write(k jobKey) {
+	defer m.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), overrunMarkTimeout)
+	defer cancel()
+	if _, err := m.pool.Exec(ctx, m.sql, k.id, k.fence, m.workerID); err != nil {
+		m.logger.Warn("skiplock: could not mark an overrunning job in the database; Stats does not count it", "job", k.id, "err", err)
+	}
+}
+
+// wait returns once every mark begun has been written.
+func (m *overrunMarks) wait() { m.wg.Wait() }

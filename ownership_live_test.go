@@ -317,3 +317,43 @@ func TestOwnership_OverrunningHandlerIsCountedInStats(t *testing.T) {
 	close(stuck)
 	eventually(t, 10*time.Second, func() bool { return overrunning() == 0 }, "no longer counted once the handler returned")
 }
+
+type ownedArgs struct{}
+
+func (ownedArgs) Kind() string { return "owned" }
+
+// A worker claims nothing before its row in the workers table is written: every job it
+// runs has an owner that the reclaim by liveness can judge if the worker dies. Here the
+// registration is held up for a second (a lock on the table); before the worker waited
+// for it, the job ran in that second with no row for its owner, and a crash then left it
+// to its own lease (71 s in a chaos recovery run instead of ~10).
+func TestOwnership_AWorkerClaimsOnlyOnceItsRowIsWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Enqueue(b.ctx, ownedArgs{}, nil)
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, b.q(`LOCK TABLE {s}.workers IN SHARE ROW EXCLUSIVE MODE`))
+	require.NoError(t, err)
+	rows := make(chan int, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "owner", PollInterval: 20 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[ownedArgs]) error {
+		var n int
+		err := b.pool.QueryRow(ctx, b.q(`SELECT count(*) FROM {s}.workers WHERE id = $1`), job.LockedBy).Scan(&n)
+		if err != nil {
+			n = -1
+		}
+		rows <- n
+		return err
+	}))
+	runWorker(t, w)
+	time.Sleep(time.Second)
+	require.NoError(t, tx.Rollback(b.ctx))
+	select {
+	case n := <-rows:
+		assert.Equal(t, 1, n, "the job ran while its worker had no row in the workers table")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not run")
+	}
+}

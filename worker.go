@@ -218,6 +218,8 @@ func (w *Worker) buildListener() error {
 //   - then the executor drains the runners (the claim loops no longer hand it jobs): it
 //     waits for the handlers, cancels those that overrun, and puts back the jobs cut off;
 //   - the per-fleet tasks end before the elector, which then resigns and unregisters;
+//     it starts before the executor and returns once the worker's row is written, so
+//     that every job the worker claims has an owner the reclaim by liveness can judge;
 //   - the flow watcher and the pause watcher are read by the claims, so they start
 //     before them (their start-up reads apply from the first claim);
 //   - the listener starts before those two and returns once it listens: what they read
@@ -232,7 +234,7 @@ func (w *Worker) buildListener() error {
 func (w *Worker) services() []lifecycle.Service {
 	s := []lifecycle.Service{
 		w.lease, w.completer, w.failures, w.listener, w.pause, w.flow,
-		lifecycle.NewLoop(w.elector.run, lifecycle.UntilStop), w.leaderTasks, w.executor,
+		newRegisteredElector(w.elector), w.leaderTasks, w.executor,
 	}
 	if w.periodic != nil {
 		s = append(s, w.periodic)

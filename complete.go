@@ -99,6 +99,10 @@ type batchListeners struct {
 	// freed is called after each batch is recorded: the jobs' slots are free in the
 	// database only from then on (flow control claims again then: flowWatch.slotsFreed).
 	freed func(n int)
+	// unrecorded is called, before written, with the attempts whose outcome could not be
+	// written: they are put back in the queue (lease.releaseJobs). Left running, no one
+	// would take them while this worker lives (ownership is by liveness).
+	unrecorded func(keys []jobKey)
 }
 
 // newCompleter records successes in the mode modeOf gives each job's queue and kind, at
@@ -377,7 +381,7 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 		})
 	})
 	if err != nil {
-		c.logger.Error("skiplock: recording successes failed; the sweeper will reclaim those jobs and they will run again",
+		c.logger.Error("skiplock: recording successes failed; the jobs are put back in the queue and will run again",
 			"jobs", len(batch), "err", err)
 		c.finish(batch, false)
 		return nil
@@ -422,7 +426,7 @@ func (c *completer) write(batch []completion) {
 	}
 	switch {
 	case err != nil:
-		c.logger.Error("skiplock: recording successes failed; the sweeper will reclaim those jobs and they will run again",
+		c.logger.Error("skiplock: recording successes failed; the jobs are put back in the queue and will run again",
 			"jobs", len(batch), "err", err)
 	case n < int64(len(batch)):
 		c.logger.Warn("skiplock: stale successes ignored: jobs were reclaimed or cancelled since this worker claimed them",
@@ -440,11 +444,14 @@ func (c *completer) finish(batch []completion, ok bool) {
 	if ok && c.done.freed != nil {
 		c.done.freed(len(batch))
 	}
+	keys := make([]jobKey, len(batch))
+	for i, k := range batch {
+		keys[i] = k.key
+	}
+	if !ok && c.done.unrecorded != nil {
+		c.done.unrecorded(keys)
+	}
 	if c.done.written != nil {
-		keys := make([]jobKey, len(batch))
-		for i, k := range batch {
-			keys[i] = k.key
-		}
 		c.done.written(keys)
 	}
 }

@@ -284,7 +284,9 @@ func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 }
 
 // releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue
-// and gives back the attempt: the job did not fail, the worker stopped. Its run_at is
+// and gives back the attempt: the job did not fail, the worker stopped. So does it for
+// jobs whose outcome could not be written: their handlers ran, but the database does
+// not know what they came to, so they run again. Its run_at is
 // kept: it was due when it was claimed, so it goes back to its place in line, not behind
 // the jobs queued since (a rolling deploy would otherwise send every running job to the
 // back of a backlog). The fence token stays: the next claim takes a new one. Fenced like
@@ -465,8 +467,9 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 // releaseTimeout bounds the shutdown release statement.
 const releaseTimeout = 10 * time.Second
 
-// releaseJobs puts jobs cut off by shutdown, whose handlers have returned, back in the
-// queue.
+// releaseJobs puts back in the queue, with their attempts given back, the jobs cut off
+// by shutdown whose handlers have returned, and those whose outcome could not be written
+// (batchListeners.unrecorded).
 func (l *lease) releaseJobs(keys []jobKey) {
 	if len(keys) == 0 {
 		return
@@ -483,7 +486,7 @@ func (l *lease) releaseJobs(keys []jobKey) {
 		return err
 	})
 	if err != nil {
-		l.logger.Error("skiplock: putting unfinished jobs back failed; the sweeper will take them back when their leases end",
+		l.logger.Error("skiplock: putting unfinished jobs back failed; they are taken back once this worker's lease ends (when it stops or dies)",
 			"jobs", len(ids), "err", err)
 		return
 	}

@@ -357,3 +357,47 @@ func TestOwnership_AWorkerClaimsOnlyOnceItsRowIsWritten(t *testing.T) {
 		t.Fatal("the job did not run")
 	}
 }
+
+type unrecordableArgs struct{}
+
+func (unrecordableArgs) Kind() string { return "unrecordable" }
+
+// A success that cannot be written (here the database refuses it: a trigger on the
+// archive) puts the job back in the queue, its attempt given back, so that it runs again.
+// Before, the worker stopped renewing it and left it running; with ownership by liveness
+// no one takes a live worker's job, so it stayed running for as long as the worker lived.
+func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.refuse (on_ bool NOT NULL);
+		INSERT INTO {s}.refuse VALUES (true);
+		CREATE FUNCTION {s}.refuse_archive() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.kind = 'unrecordable' AND (SELECT on_ FROM {s}.refuse) THEN
+				RAISE EXCEPTION 'refused by the test';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON {s}.jobs_archive FOR EACH ROW EXECUTE FUNCTION {s}.refuse_archive()`))
+	require.NoError(t, err)
+	var runs atomic.Int64
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[unrecordableArgs]) error {
+		runs.Add(1)
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, unrecordableArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 15*time.Second, func() bool { return runs.Load() >= 3 }, "the job ran again after its success was refused")
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.refuse SET on_ = false`))
+	require.NoError(t, err)
+	eventually(t, 15*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "job %d succeeded once its success could be written", job.ID)
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts, "each unrecorded attempt was given back")
+}

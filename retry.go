@@ -327,15 +327,22 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 		f.done.freed(len(batch))
 	}
 	keys := make([]jobKey, len(batch))
+	var unrecorded []jobKey
 	for i, a := range batch {
 		keys[i] = a.key
+		if errs[i] != nil {
+			unrecorded = append(unrecorded, a.key)
+		}
+	}
+	if len(unrecorded) > 0 && f.done.unrecorded != nil {
+		f.done.unrecorded(unrecorded)
 	}
 	f.done.written(keys)
 	for i, a := range batch {
 		row := a.row
 		switch {
 		case errs[i] != nil:
-			f.logger.Error("skiplock: recording a failed attempt failed; the sweeper will reclaim the job",
+			f.logger.Error("skiplock: recording a failed attempt failed; the job is put back in the queue",
 				"job", row.ID, "attempt", row.Attempts, "err", errs[i])
 		case a.stale:
 			f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",

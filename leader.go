@@ -415,14 +415,9 @@ func (r *registeredElector) Start(ctx context.Context) error {
 	if err := r.loop.Start(ctx); err != nil {
 		return err
 	}
-	t := time.NewTimer(registerStartWait)
-	defer t.Stop()
-	select {
-	case <-r.e.registered:
-	case <-t.C:
+	if !lifecycle.WaitAtMost(ctx, r.e.registered, registerStartWait) && ctx.Err() == nil {
 		r.e.logger.Warn("skiplock: this worker's first registration has not committed yet; claiming anyway (until it does, a crash leaves its jobs to their own leases)",
 			"waited", registerStartWait)
-	case <-ctx.Done():
 	}
 	return nil
 }

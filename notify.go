@@ -201,13 +201,7 @@ func (l *listener) Start(ctx context.Context) error {
 	if err := l.loop.Start(ctx); err != nil {
 		return err
 	}
-	t := time.NewTimer(listenStartWait)
-	defer t.Stop()
-	select {
-	case <-l.tried:
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	lifecycle.WaitAtMost(ctx, l.tried, listenStartWait)
 	return nil
 }
 

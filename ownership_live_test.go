@@ -58,6 +58,21 @@ func ownershipPair(t *testing.T, b *bundle, log attemptLog, cfgA skiplock.Worker
 	return a, startB
 }
 
+// runStuck runs worker a, whose handlers wait for stuck; at cleanup stuck is closed (if
+// the test has not) before a stops, since a's stop waits for them.
+func runStuck(t *testing.T, a *skiplock.Worker, stuck chan struct{}) {
+	t.Helper()
+	stopA := runWorker(t, a)
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		stopA()
+	})
+}
+
 // noTwinFor checks, for the whole window, that no worker (b, or a itself in a free slot)
 // starts job id again: a's handler still runs its first attempt.
 func noTwinFor(t *testing.T, b *bundle, log attemptLog, id int64, window time.Duration) {
@@ -134,15 +149,7 @@ func TestOwnership_HandlerIgnoringItsTimeoutGetsNoTwin(t *testing.T) {
 		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: -1, Completion: skiplock.CompletionKeep}, stuck, started)
 	job, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
 	require.NoError(t, err)
-	stopA := runWorker(t, a)
-	t.Cleanup(func() {
-		select {
-		case <-stuck:
-		default:
-			close(stuck)
-		}
-		stopA()
-	})
+	runStuck(t, a, stuck)
 	<-started
 	startB()
 	// The timeout, then four leases of a's.
@@ -248,15 +255,7 @@ func TestOwnership_AWorkersReclaimNeverTakesItsOwnJobs(t *testing.T) {
 		JobTimeout: -1, PollInterval: 20 * time.Millisecond, Completion: skiplock.CompletionKeep}, stuck, started)
 	job, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
 	require.NoError(t, err)
-	stopA := runWorker(t, a)
-	t.Cleanup(func() {
-		select {
-		case <-stuck:
-		default:
-			close(stuck)
-		}
-		stopA()
-	})
+	runStuck(t, a, stuck)
 	<-started
 	// End a's row over and over for four of its renewals: each renewal is followed by its
 	// reclaim, and many of them find the row ended again.
@@ -288,15 +287,7 @@ func TestOwnership_OverrunningHandlerIsCountedInStats(t *testing.T) {
 		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: -1, Completion: skiplock.CompletionKeep}, stuck, started)
 	_, err := b.client.Enqueue(b.ctx, deafArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 5})
 	require.NoError(t, err)
-	stopA := runWorker(t, a)
-	t.Cleanup(func() {
-		select {
-		case <-stuck:
-		default:
-			close(stuck)
-		}
-		stopA()
-	})
+	runStuck(t, a, stuck)
 	<-started
 	overrunning := func() int64 {
 		stats, err := b.client.Stats(b.ctx)

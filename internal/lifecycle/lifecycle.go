@@ -8,6 +8,7 @@ package lifecycle
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Service is a background part of a worker.
@@ -113,4 +114,18 @@ func (g *Goroutines) Stop() {
 		g.cancel()
 	}
 	g.wg.Wait()
+}
+
+// WaitAtMost waits until ch is closed (true), or d passes or ctx ends (false): a
+// Service's Start that waits for its part to be ready, without hanging the start.
+func WaitAtMost(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
 )
@@ -119,5 +120,23 @@ func TestGoroutines_StopWaitsForEveryGoroutine(t *testing.T) {
 	g.Stop()
 	if done != 3 {
 		t.Fatalf("Stop returned with %d of 3 goroutines done", done)
+	}
+}
+
+func TestWaitAtMost_ReadyTimeoutOrCancelled(t *testing.T) {
+	ready := make(chan struct{})
+	close(ready)
+	if !lifecycle.WaitAtMost(context.Background(), ready, time.Hour) {
+		t.Fatal("a closed channel is ready")
+	}
+	never := make(chan struct{})
+	began := time.Now()
+	if lifecycle.WaitAtMost(context.Background(), never, 20*time.Millisecond) || time.Since(began) < 20*time.Millisecond {
+		t.Fatal("the wait ends, false, once its bound passed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if lifecycle.WaitAtMost(ctx, never, time.Hour) {
+		t.Fatal("a cancelled context ends the wait, false")
 	}
 }

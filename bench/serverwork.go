@@ -25,8 +25,9 @@ import (
 //     the batch's successes in one statement, as the bare drain floor (sys_bare.go) does,
 //     until every job is gone (timed: jobs/s, WAL, client and server CPU per job, the
 //     claim's updates that were HOT);
-//   - what is left: the variant's dead tuples (pg_stat_user_tables, read after the
-//     backends exited so their counts are flushed) and the size of all its relations.
+//   - what is left: the variant's dead tuples (pgstattuple) and the size of all its
+//     relations, after the drain and again after the mixed phase;
+//   - mixed: producers and claim loops together for swMixedFor (swMixed).
 //
 // The rotated variant's rotator runs through both phases.
 
@@ -136,6 +137,9 @@ func swPass(ctx context.Context, o options, dsn string, jobs int) (map[string]ma
 		return nil, err
 	}
 	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE EXTENSION pgstattuple"); err != nil {
+		return nil, err
+	}
 	for _, v := range swVariants {
 		if v.setup == "" {
 			continue // shares another variant's tables
@@ -253,13 +257,14 @@ func swRun(ctx context.Context, pool *pgxpool.Pool, v swVariant, jobs int) (map[
 	return res, err
 }
 
-// swLeft stores what v's tables hold now: their dead tuples in res[dead] and the size of
-// all their relations, in kB, in res[size].
+// swLeft stores what v's tables hold now: their dead tuples in res[dead] (counted by
+// pgstattuple in the heap: pg_stat_user_tables' counts arrive late and survive a
+// TRUNCATE) and the size of all their relations, in kB, in res[size].
 func swLeft(e *env, v swVariant, res map[string]float64, dead, size string) error {
 	var d, sz float64
-	err := e.pool.QueryRow(e.ctx, `SELECT coalesce(sum(n_dead_tup), 0)::float8,
-		coalesce(sum(pg_total_relation_size(relid)), 0)::float8 / 1024
-		FROM pg_stat_user_tables WHERE relname LIKE $1`, v.like).Scan(&d, &sz)
+	err := e.pool.QueryRow(e.ctx, `SELECT coalesce(sum((pgstattuple(oid)).dead_tuple_count), 0)::float8,
+		coalesce(sum(pg_total_relation_size(oid)), 0)::float8 / 1024
+		FROM pg_class WHERE relkind = 'r' AND relname LIKE $1`, v.like).Scan(&d, &sz)
 	res[dead], res[size] = d, sz
 	return err
 }

@@ -37,11 +37,14 @@ const (
 	swBatch     = bareBatch
 )
 
-// swMixedFor is how long swMixed enqueues while the loops drain.
-const swMixedFor = 10 * time.Second
+// swMixedFor is -server-mixed: how long swMixed enqueues while the loops drain.
+var swMixedFor = 10 * time.Second
 
 // swJobs is -server-jobs: the jobs of a run (0: 50,000, or 20,000 with -quick).
 var swJobs int
+
+// swOnly is -server-variants: the variants to run (empty: all).
+var swOnly string
 
 // swMetrics are the figures of one run, in report order.
 var swMetrics = []Metric{
@@ -54,8 +57,8 @@ var swMetrics = []Metric{
 	{Key: "hot", Label: "claim updates that were HOT", Unit: "%"},
 	{Key: "dead", Label: "dead tuples left after the drain", Unit: "rows", LowerBetter: true},
 	{Key: "size", Label: "size of all its relations after the drain", Unit: "kB", LowerBetter: true},
-	{Key: "mixed_enqueue", Label: "mixed, 10 s: enqueued while 4 loops drain", Unit: "jobs/s"},
-	{Key: "mixed_done", Label: "mixed, 10 s: finished", Unit: "jobs/s"},
+	{Key: "mixed_enqueue", Label: "mixed: enqueued while 4 loops drain", Unit: "jobs/s"},
+	{Key: "mixed_done", Label: "mixed: finished", Unit: "jobs/s"},
 	{Key: "mixed_cpu_server", Label: "mixed: server CPU per finished job (enqueue + claim + delete)", Unit: "µs", LowerBetter: true},
 	{Key: "mixed_dead", Label: "dead tuples left after the mixed phase", Unit: "rows", LowerBetter: true},
 	{Key: "mixed_size", Label: "size of all its relations after the mixed phase", Unit: "kB", LowerBetter: true},
@@ -63,6 +66,9 @@ var swMetrics = []Metric{
 
 // runServerWork runs the experiments in every pass of o and prints one table per pass.
 func runServerWork(ctx context.Context, o options) error {
+	if len(swChosen()) != len(splitList(swOnly)) && swOnly != "" {
+		return fmt.Errorf("-server-variants %q: the variants are %s", swOnly, swNames())
+	}
 	jobs := swJobs
 	switch {
 	case jobs > 0:
@@ -95,16 +101,64 @@ func runServerWork(ctx context.Context, o options) error {
 			}
 			dsn = cluster.dsn()
 		}
-		fmt.Fprintf(&out, "\n### autovacuum %s: %d jobs, %d runs, load average %s\n\n", orAsIs(pass), jobs, o.runs, loadAvg())
+		if err := swCheckAutovacuum(ctx, dsn, pass); err != nil {
+			return err
+		}
+		fmt.Fprintf(&out, "\n### autovacuum %s: %d jobs, mixed phase %s, %d runs, load average %s\n\n", orAsIs(pass), jobs, swMixedFor, o.runs, loadAvg())
 		vals, err := swPass(ctx, o, dsn, jobs)
 		if err != nil {
 			return err
 		}
-		swTable(&out, vals)
+		swTable(&out, swChosen(), vals)
 		fmt.Fprintf(&out, "\nload average at the end: %s\n", loadAvg())
 	}
 	fmt.Print(out.String())
 	return nil
+}
+
+// swCheckAutovacuum fails when pass names an autovacuum setting the server at dsn does
+// not have.
+func swCheckAutovacuum(ctx context.Context, dsn, pass string) error {
+	if pass == "" {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var av string
+	if err := conn.QueryRow(ctx, "SHOW autovacuum").Scan(&av); err != nil {
+		return err
+	}
+	if av != pass {
+		return fmt.Errorf("pass %q: the server at %s has autovacuum = %s", pass, redact(dsn), av)
+	}
+	return nil
+}
+
+// swChosen is the variants -server-variants names, in its order, or all of them.
+func swChosen() []swVariant {
+	if swOnly == "" {
+		return swVariants
+	}
+	var out []swVariant
+	for _, name := range splitList(swOnly) {
+		for _, v := range swVariants {
+			if v.name == name {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func swNames() string {
+	var names []string
+	for _, v := range swVariants {
+		names = append(names, v.name)
+	}
+	return strings.Join(names, ", ")
 }
 
 func orAsIs(pass string) string {
@@ -150,7 +204,7 @@ func swPass(ctx context.Context, o options, dsn string, jobs int) (map[string]ma
 	}
 	vals := map[string]map[string][]float64{}
 	for r := 1; r <= o.runs; r++ {
-		for _, v := range swVariants {
+		for _, v := range swChosen() {
 			t0 := time.Now()
 			res, err := swRun(ctx, pool, v, jobs)
 			if err != nil {
@@ -170,27 +224,27 @@ func swPass(ctx context.Context, o options, dsn string, jobs int) (map[string]ma
 	return vals, nil
 }
 
-// swTable writes a Markdown table: a row per metric, a column per variant, each cell the
-// median (min–max), and the ratio of each variant's median to status's.
-func swTable(b *strings.Builder, vals map[string]map[string][]float64) {
+// swTable writes a Markdown table: a row per metric, a column per variant of vs, each
+// cell the median (min–max), and the ratio of each variant's median to the first's.
+func swTable(b *strings.Builder, vs []swVariant, vals map[string]map[string][]float64) {
 	b.WriteString("| metric |")
-	for _, v := range swVariants {
+	for _, v := range vs {
 		fmt.Fprintf(b, " %s |", v.name)
 	}
-	for _, v := range swVariants[1:] {
-		fmt.Fprintf(b, " %s / status |", v.name)
+	for _, v := range vs[1:] {
+		fmt.Fprintf(b, " %s / %s |", v.name, vs[0].name)
 	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", 2*len(swVariants)-1) + "\n")
+	b.WriteString("\n|---|" + strings.Repeat("---|", 2*len(vs)-1) + "\n")
 	for _, m := range swMetrics {
 		fmt.Fprintf(b, "| %s (%s) |", m.Label, m.Unit)
 		meds := map[string]float64{}
-		for _, v := range swVariants {
+		for _, v := range vs {
 			s := slices.Sorted(slices.Values(vals[v.name][m.Key]))
 			meds[v.name] = median(s)
 			fmt.Fprintf(b, " %s |", cell(Result{Runs: s, Median: meds[v.name], Min: s[0], Max: s[len(s)-1], Unit: m.Unit}))
 		}
-		for _, v := range swVariants[1:] {
-			if base := meds["status"]; base != 0 {
+		for _, v := range vs[1:] {
+			if base := meds[vs[0].name]; base != 0 {
 				fmt.Fprintf(b, " %.2f× |", meds[v.name]/base)
 			} else {
 				b.WriteString(" — |")

@@ -46,7 +46,7 @@ func TestSwTable_RatiosAgainstTheStatusShape(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	swTable(&b, vals)
+	swTable(&b, swVariants, vals)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2+len(swMetrics) {
 		t.Fatalf("%d lines, want a header, a rule and %d metrics:\n%s", len(lines), len(swMetrics), b.String())

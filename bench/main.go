@@ -37,6 +37,7 @@ type options struct {
 	ownCluster bool
 	flow       bool
 	workflows  bool
+	serverWork bool
 }
 
 func main() {
@@ -90,6 +91,10 @@ func run() error {
 	flag.BoolVar(&o.ownCluster, "own-cluster", false, "run every -autovacuum pass on the throwaway cluster, setting autovacuum there with ALTER SYSTEM")
 	flag.BoolVar(&o.flow, "flow", false, "run skiplock's flow-control workloads instead (worker processes of their own; writes results/flow.md)")
 	flag.BoolVar(&o.workflows, "workflows", false, "run skiplock's workflow workloads instead (workflows against independent jobs, HandleBatch against Handle; writes results/workflows.md)")
+	flag.BoolVar(&o.serverWork, "server-experiments", false, "run the server-work-per-job experiments instead: three job table shapes in plain SQL, enqueue and drain (section \"Server work per job (round 3)\" in README.md)")
+	flag.DurationVar(&swMixedFor, "server-mixed", swMixedFor, "-server-experiments: how long the mixed phase enqueues while the loops drain")
+	flag.StringVar(&swOnly, "server-variants", "", "-server-experiments: comma-separated variants to run (status first for the ratios; empty: all)")
+	flag.IntVar(&swJobs, "server-jobs", 0, "-server-experiments: jobs per run (0: 50,000, or 20,000 with -quick)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
 	flag.IntVar(&skiplockWorkers, "skiplock-workers", 0, "skiplock's MaxWorkers on the default queue (0: its default, 100)")
@@ -133,6 +138,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.serverWork {
+		return runServerWork(ctx, o)
+	}
 	if o.flow {
 		return runFlow(ctx, o)
 	}

@@ -1,3 +1,5 @@
+//go:build unix
+
 package skiplock
 
 // Benchmarks of the Go work a worker does per job between a claim's result and the
@@ -6,6 +8,7 @@ package skiplock
 import (
 	"context"
 	"log/slog"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +83,9 @@ func benchClaimed(i int, now time.Time) claimedJob {
 // its payload decoding and panic recovery), the outcome recorder, the completer's add,
 // and the job's share of its batch (benchBatches: the batch's arguments built, its
 // attempts no longer held), but not the batch's statement. ns/op, B/op and allocs/op
-// are per job. Each job's JobRow is made in the loop, as the claim's scan makes it: one
+// are per job; cpu-ns/op is the process's CPU time (user and system, every goroutine,
+// the garbage collector's included) per job, which a loaded machine inflates less than
+// ns/op. Each job's JobRow is made in the loop, as the claim's scan makes it: one
 // of the allocations counted belongs to the claim, not to the path measured.
 //
 // sequential runs each job in the benchmark's goroutine, as a runner does; runners
@@ -89,16 +94,19 @@ func benchClaimed(i int, now time.Time) claimedJob {
 func BenchmarkExecutor_PerJob(b *testing.B) {
 	b.Run("sequential", func(b *testing.B) {
 		w := benchWorker(b)
+		o := w.executor.newOverrunWatch()
+		defer o.close()
 		now := time.Now()
 		b.ReportAllocs()
-		b.ResetTimer()
+		cpu := startCPU(b)
 		for i := range b.N {
 			d := w.starter.start(benchClaimed(i, now), false)
-			w.executor.execute(d)
+			w.executor.execute(d, o)
 			d.cancel(nil)
 			w.starter.handlerWG.Done()
 		}
 		w.starter.handlerWG.Wait()
+		cpu.report()
 	})
 	b.Run("runners", func(b *testing.B) {
 		w := benchWorker(b)
@@ -106,13 +114,38 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		w.executor.grow(q)
 		now := time.Now()
 		b.ReportAllocs()
-		b.ResetTimer()
+		cpu := startCPU(b)
 		for i := range b.N {
 			q.jobs <- w.starter.start(benchClaimed(i, now), false)
 		}
 		w.starter.handlerWG.Wait()
-		b.StopTimer()
+		cpu.report()
 		q.closeJobs()
 		q.ran.Wait()
 	})
+}
+
+// benchCPU reports the process's CPU time per op of a benchmark.
+type benchCPU struct {
+	b     *testing.B
+	start time.Duration
+}
+
+// startCPU resets b's timer and starts counting the process's CPU time.
+func startCPU(b *testing.B) benchCPU {
+	b.ResetTimer()
+	return benchCPU{b: b, start: processCPU(b)}
+}
+
+// report stops b's timer and reports the CPU time per op as cpu-ns/op.
+func (c benchCPU) report() {
+	c.b.StopTimer()
+	c.b.ReportMetric(float64(processCPU(c.b)-c.start)/float64(c.b.N), "cpu-ns/op")
+}
+
+// processCPU returns the user and system CPU time the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -96,19 +96,20 @@ type heldJob struct {
 	began time.Time
 }
 
-// heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
+// heldJobs is the set of attempts a worker runs. It is safe for concurrent use. The
+// attempts are held by value: an attempt costs no allocation of its own.
 type heldJobs struct {
 	mu sync.Mutex
-	m  map[jobKey]*heldJob
+	m  map[jobKey]heldJob
 }
 
-func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
+func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]heldJob{}} }
 
 // add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
 func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
 	h.mu.Lock()
-	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
+	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
 }
 
@@ -180,6 +181,7 @@ func (h *heldJobs) recorded(k jobKey) {
 	h.mu.Lock()
 	if j, ok := h.m[k]; ok {
 		j.recording = true
+		h.m[k] = j
 	}
 	h.mu.Unlock()
 }
@@ -258,6 +260,7 @@ func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
 	for _, k := range keys {
 		if j, ok := h.m[k]; ok && t.After(j.renewed) {
 			j.renewed = t
+			h.m[k] = j
 		}
 	}
 	h.mu.Unlock()
@@ -272,6 +275,7 @@ func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 	for k, j := range h.m {
 		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
 			j.expiring = true
+			h.m[k] = j
 			out = append(out, k)
 			cancels = append(cancels, j.cancel)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -91,15 +92,6 @@ type claimedJob struct {
 	leased  time.Time
 }
 
-// extraScan scans a row of jobColumns followed by extra columns into scanJob's
-// destinations and then extra.
-type extraScan struct {
-	pgx.Rows
-	extra []any
-}
-
-func (r extraScan) Scan(dest ...any) error { return r.Rows.Scan(append(dest, r.extra...)...) }
-
 // claim takes up to limit due jobs of queue for the worker id.
 func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
 	began := time.Now()
@@ -119,16 +111,21 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 func scanClaimed(rows pgx.Rows, began time.Time) ([]claimedJob, error) {
 	defer rows.Close()
 	var out []claimedJob
+	var dest []any // one slice of destinations for every row
 	for rows.Next() {
-		cj := claimedJob{leased: began}
-		var timeoutMs *int64
-		row, err := scanJob(extraScan{rows, []any{&cj.fence, &timeoutMs}})
-		if err != nil {
+		var cs struct {
+			jobScan
+			fence     int64
+			timeoutMs pgtype.Int8
+		}
+		s := &cs // one allocation per row: the row and its destinations
+		dest = append(s.dest(dest), &s.fence, &s.timeoutMs)
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		cj.row = row
-		if timeoutMs != nil {
-			cj.timeout = time.Duration(*timeoutMs) * time.Millisecond
+		cj := claimedJob{row: s.job(), fence: s.fence, leased: began}
+		if s.timeoutMs.Valid {
+			cj.timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
 		}
 		out = append(out, cj)
 	}

@@ -4,10 +4,10 @@
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,7 +287,7 @@ func (c *completer) flush(batch []completion, carry bool) []completion {
 // written with the statement that waits for locks.
 func (c *completer) flushMode(batch []completion, carry bool) []completion {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	sort.Slice(batch, func(i, j int) bool { return batch[i].key.id < batch[j].key.id })
+	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.key.id, b.key.id) })
 	var wait, carried []completion
 	if carry && !c.skipping() {
 		// The waiting statement costs less (it locks each row once, by deleting or

@@ -8,10 +8,11 @@
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -137,7 +138,7 @@ func (h *heldJobs) running() []runningJob {
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	slices.SortFunc(out, func(a, b runningJob) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -245,7 +246,7 @@ func (h *heldJobs) renewable() (ids, fences []int64) {
 
 // sortedKeys splits keys into ids and fences, by ascending id.
 func sortedKeys(keys []jobKey) (ids, fences []int64) {
-	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.id, b.id) })
 	ids = make([]int64, len(keys))
 	fences = make([]int64, len(keys))
 	for i, k := range keys {

@@ -99,7 +99,7 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
-	out, err := scanClaimed(rows, began)
+	out, err := scanClaimed(rows, began, limit)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
@@ -107,10 +107,11 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 }
 
 // scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose
-// statement started at began, by the worker's clock.
-func scanClaimed(rows pgx.Rows, began time.Time) ([]claimedJob, error) {
+// statement started at began, by the worker's clock; limit is how many it asked for, the
+// room made for them (0: unknown).
+func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]claimedJob, error) {
 	defer rows.Close()
-	var out []claimedJob
+	out := make([]claimedJob, 0, limit)
 	var dest []any // one slice of destinations for every row
 	for rows.Next() {
 		var cs struct {

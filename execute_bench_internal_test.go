@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// benchArgs is the args type of the executor benchmarks: an empty payload, a handler
-// that does nothing.
+// benchArgs is the args type of the executor benchmarks: no field (its payload is
+// "{}"), a handler that does nothing.
 type benchArgs struct{}
 
 func (benchArgs) Kind() string { return "bench_noop" }
@@ -32,6 +32,7 @@ func benchWorker(b *testing.B) *Worker {
 	require.NoError(b, err)
 	require.NoError(b, Handle(w, func(context.Context, *Job[benchArgs]) error { return nil }))
 	w.starter.base, w.starter.cancel = context.WithCancelCause(context.Background())
+	b.Cleanup(func() { w.starter.cancel(nil) })
 	benchBatches(b, w.completer)
 	return w
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -91,15 +92,6 @@ type claimedJob struct {
 	leased  time.Time
 }
 
-// extraScan scans a row of jobColumns followed by extra columns into scanJob's
-// destinations and then extra.
-type extraScan struct {
-	pgx.Rows
-	extra []any
-}
-
-func (r extraScan) Scan(dest ...any) error { return r.Rows.Scan(append(dest, r.extra...)...) }
-
 // claim takes up to limit due jobs of queue for the worker id.
 func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
 	began := time.Now()
@@ -107,7 +99,7 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
-	out, err := scanClaimed(rows, began)
+	out, err := scanClaimed(rows, began, limit)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
@@ -115,20 +107,26 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 }
 
 // scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose
-// statement started at began, by the worker's clock.
-func scanClaimed(rows pgx.Rows, began time.Time) ([]claimedJob, error) {
+// statement started at began, by the worker's clock; limit is how many it asked for, the
+// room made for them (0: unknown).
+func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]claimedJob, error) {
 	defer rows.Close()
-	var out []claimedJob
+	out := make([]claimedJob, 0, limit)
+	var dest []any // one slice of destinations for every row
 	for rows.Next() {
-		cj := claimedJob{leased: began}
-		var timeoutMs *int64
-		row, err := scanJob(extraScan{rows, []any{&cj.fence, &timeoutMs}})
-		if err != nil {
+		var cs struct {
+			jobScan
+			fence     int64
+			timeoutMs pgtype.Int8
+		}
+		s := &cs // one allocation per row: the row and its destinations
+		dest = append(s.dest(dest), &s.fence, &s.timeoutMs)
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		cj.row = row
-		if timeoutMs != nil {
-			cj.timeout = time.Duration(*timeoutMs) * time.Millisecond
+		cj := claimedJob{row: s.job(), fence: s.fence, leased: began}
+		if s.timeoutMs.Valid {
+			cj.timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
 		}
 		out = append(out, cj)
 	}

@@ -17,7 +17,7 @@ import (
 
 // claimSetup migrates a fresh schema and returns a client on it, for the tests of the
 // unexported claim statement (the external tests use setup in helpers_test.go).
-func claimSetup(t *testing.T) (*Client, *pgxpool.Pool, string) {
+func claimSetup(t testing.TB) (*Client, *pgxpool.Pool, string) {
 	t.Helper()
 	schema := pgtest.Schema(t)
 	pool := pgtest.Pool(t)

@@ -347,13 +347,19 @@ func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJ
 // dispatch hands the claimed jobs to the runners, except those whose claim came back too
 // late to run them safely (staleAfter): it puts them back in the queue.
 func (q *queueRunner) dispatch(jobs []claimedJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	// The jobs of one claim share its start (leased) and its path: one clock reading
+	// and one look at the path serve them all.
+	now, slot := time.Now(), q.holdsSlot()
 	var stale []jobKey
 	for _, j := range jobs {
-		if time.Since(j.leased) > q.cfg.staleAfter {
+		if now.Sub(j.leased) > q.cfg.staleAfter {
 			stale = append(stale, jobKey{j.row.ID, j.fence})
 			continue
 		}
-		q.jobs <- q.cfg.start(j, q.holdsSlot())
+		q.jobs <- q.cfg.start(j, slot)
 	}
 	if len(stale) > 0 {
 		q.cfg.logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",

@@ -4,10 +4,10 @@
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +18,10 @@ import (
 
 // completerLoops is how many success batches may be in flight at once.
 const completerLoops = 2
+
+// completerQueue is how many successes may wait for the batching loops; add waits when
+// that many do.
+const completerQueue = 4096
 
 // slowSuccessBatch is how long a success batch written with the statement that waits for
 // locks may take before the completer switches to the one that passes over locked rows,
@@ -84,6 +88,8 @@ type completer struct {
 	flows *workflowSettler
 
 	ch      chan completion
+	full    chan struct{} // add signals that fullAt successes wait in ch
+	fullAt  int           // a batch's worth: min(batchSize, completerQueue)
 	quit    chan struct{}
 	stopped chan struct{} // closed when run returned
 
@@ -113,7 +119,8 @@ func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind str
 	c := &completer{
 		pool: pool, stmts: map[Completion]completeStmts{}, modeOf: modeOf, workerID: workerID, flows: flows,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
-		ch: make(chan completion, 4096), quit: make(chan struct{}), stopped: make(chan struct{}),
+		ch: make(chan completion, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
+		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
 	}
 	for _, mode := range completionModes {
 		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
@@ -162,6 +169,12 @@ func (c *completer) add(k jobKey, row *JobRow, st *jobState, urgent, last bool) 
 		return true
 	}
 	c.ch <- cp
+	if len(c.ch) >= c.fullAt {
+		select { // a batch's worth waits: the loop collecting one writes it now
+		case c.full <- struct{}{}:
+		default:
+		}
+	}
 	return true
 }
 
@@ -202,43 +215,74 @@ func (c *completer) run() {
 	c.urgent.wait()
 }
 
+// loop is one batching loop. Idle, it waits for a success; the first one starts a batch,
+// which then waits, without the loop reading the channel, until its window ends
+// (flushEvery) or enough successes wait in the channel to fill it (add signals full):
+// then it takes those waiting and writes them. A success added meanwhile wakes no
+// goroutine, so the successes of a window cost one wake-up, not one each.
 func (c *completer) loop() {
 	batch := make([]completion, 0, c.batchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
+		if len(batch) == 0 {
+			select {
+			case k := <-c.ch:
+				if batch = c.take(append(batch, k)); len(batch) < c.batchSize {
+					timer.Reset(c.flushEvery)
+					continue
+				}
+			case <-c.quit:
+				c.flushRest(batch)
+				return
+			}
+		} else {
+			select {
+			case <-timer.C:
+			case <-c.full:
+				if len(batch)+len(c.ch) < c.fullAt {
+					continue // a signal for a batch another loop took
+				}
+				timer.Stop()
+			case <-c.quit:
+				timer.Stop()
+				c.flushRest(batch)
+				return
+			}
+			batch = c.take(batch)
+		}
+		batch = c.flush(batch, true)
+		if len(batch) > 0 { // passed over: they go with the next batch
+			timer.Reset(c.retryAfter(batch))
+		}
+	}
+}
+
+// take adds to batch the successes waiting in the channel, up to a full batch.
+func (c *completer) take(batch []completion) []completion {
+	for len(batch) < c.batchSize {
 		select {
 		case k := <-c.ch:
-			if len(batch) == 0 {
-				timer.Reset(c.flushEvery)
-			}
+			batch = append(batch, k)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flushRest writes batch and every success added before stop, then returns.
+func (c *completer) flushRest(batch []completion) {
+	for {
+		select {
+		case k := <-c.ch:
 			batch = append(batch, k)
 			if len(batch) >= c.batchSize {
-				timer.Stop()
 				batch = c.flush(batch, true)
-				if len(batch) > 0 { // passed over: they go with the next batch
-					timer.Reset(c.retryAfter(batch))
-				}
 			}
-		case <-timer.C:
-			batch = c.flush(batch, true)
-			if len(batch) > 0 {
-				timer.Reset(c.retryAfter(batch))
-			}
-		case <-c.quit:
-			timer.Stop()
-			for {
-				select {
-				case k := <-c.ch:
-					batch = append(batch, k)
-					if len(batch) >= c.batchSize {
-						batch = c.flush(batch, true)
-					}
-				default:
-					c.flush(batch, false)
-					return
-				}
-			}
+		default:
+			c.flush(batch, false)
+			return
 		}
 	}
 }
@@ -291,7 +335,7 @@ func (c *completer) flush(batch []completion, carry bool) []completion {
 // written with the statement that waits for locks.
 func (c *completer) flushMode(batch []completion, carry bool) []completion {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	sort.Slice(batch, func(i, j int) bool { return batch[i].key.id < batch[j].key.id })
+	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.key.id, b.key.id) })
 	var wait, carried []completion
 	if carry && !c.skipping() {
 		// The waiting statement costs less (it locks each row once, by deleting or

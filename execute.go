@@ -202,10 +202,13 @@ func (e *executor) abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 
 // runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
 // a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
-// pay for stack growth on every job.
+// pay for stack growth on every job; each keeps one overrun watch, and its timer, for all
+// its jobs.
 func (e *executor) runner(q *queueRunner) {
+	o := e.newOverrunWatch()
+	defer o.close()
 	for d := range q.jobs {
-		e.execute(d)
+		e.execute(d, o)
 		d.cancel(nil)
 		q.finished()
 		e.starter.handlerWG.Done()
@@ -227,8 +230,8 @@ func (e *executor) timeoutFor(d dispatched, h handler) time.Duration {
 
 // execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
 // and hands the result to the outcome recorder. It returns the result the hooks were
-// told.
-func (e *executor) execute(d dispatched) JobResult {
+// told. o watches the handler past its timeout (nil: a watch of its own).
+func (e *executor) execute(d dispatched, o *overrunWatch) JobResult {
 	ctx, row := d.ctx, d.row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := e.cfg.handlers[row.Kind]
@@ -237,7 +240,12 @@ func (e *executor) execute(d dispatched) JobResult {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
 		defer cancel()
-		defer e.watchOverrun(d, timeout).stop()
+		if o == nil {
+			o = e.newOverrunWatch()
+			defer o.close()
+		}
+		o.watch(d, timeout)
+		defer o.stop()
 	}
 	for _, hk := range e.cfg.hooks {
 		ctx = hk.JobStarted(ctx, row)
@@ -258,67 +266,98 @@ func (e *executor) execute(d dispatched) JobResult {
 		duration: time.Since(began), timeout: timeout, policy: policy, slot: d.slot})
 }
 
-// overrun watches one attempt's handler past its timeout. Its job is not taken from it:
-// the lease is renewed until the handler returns, and the attempt is then recorded as a
-// timed-out failure (outcome.go). Meanwhile the handler is reported overrunning: a
-// warning per lease interval, the error handlers' HandleStuck once, and a count
-// (Worker.Overrunning).
-type overrun struct {
-	e       *executor
+// overrunWatch watches the handler of one attempt at a time past its timeout. Its job is
+// not taken from it: the lease is renewed until the handler returns, and the attempt is
+// then recorded as a timed-out failure (outcome.go). Meanwhile the handler is reported
+// overrunning: a warning per lease interval from its timeout plus one interval on, the
+// error handlers' HandleStuck once, and a count (Worker.Overrunning). A runner keeps one
+// for all its jobs: its timer is armed for each attempt and stopped when the handler
+// returns, so watching costs no allocation per job.
+type overrunWatch struct {
+	e *executor
+	t *time.Timer // runs fire; armed by watch, stopped by stop
+
 	mu      sync.Mutex
-	t       *time.Timer
-	counted bool // counted in executor.overrunning
-	done    bool // the handler returned
+	gen     uint64 // counts the attempts watched: a report is for the attempt it began with
+	d       dispatched
+	timeout time.Duration
+	began   time.Time // when the watch of the attempt began
+	due     time.Time // the next report; zero: no attempt watched
+	counted bool      // counted in executor.overrunning
 }
 
-// watchOverrun reports d's handler overrunning from its timeout plus one lease interval
-// on, until stop.
-func (e *executor) watchOverrun(d dispatched, timeout time.Duration) *overrun {
-	o := &overrun{e: e}
-	every := max(e.cfg.leaseInterval, time.Millisecond)
-	began := time.Now()
-	var fire func()
-	fire = func() {
-		o.mu.Lock()
-		first := !o.done && !o.counted
-		if first {
-			o.counted = true
-			e.overrunning.Add(1)
-			e.cfg.marks.begin()
-		}
-		done := o.done
-		o.mu.Unlock()
-		if done {
-			return
-		}
-		e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
-			"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
-			"over_by", time.Since(began)-timeout)
-		if first {
-			e.cfg.marks.write(d.key)
-			e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
-		}
-		o.mu.Lock()
-		if !o.done {
-			o.t = time.AfterFunc(every, fire)
-		}
-		o.mu.Unlock()
-	}
-	o.mu.Lock()
-	o.t = time.AfterFunc(timeout+every, fire)
-	o.mu.Unlock()
+func (e *executor) newOverrunWatch() *overrunWatch {
+	o := &overrunWatch{e: e}
+	o.t = time.AfterFunc(time.Hour, o.fire)
+	o.t.Stop()
 	return o
 }
 
-// stop ends the watch: the handler returned.
-func (o *overrun) stop() {
+// every is the interval between reports, and the grace after the timeout before the first.
+func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.leaseInterval, time.Millisecond) }
+
+// watch starts watching d's handler, whose timeout is timeout.
+func (o *overrunWatch) watch(d dispatched, timeout time.Duration) {
+	now := time.Now()
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.done = true
+	o.gen++
+	o.d, o.timeout, o.began, o.counted = d, timeout, now, false
+	o.due = now.Add(timeout + o.every())
+	o.t.Reset(timeout + o.every())
+	o.mu.Unlock()
+}
+
+// stop ends the watch of the current attempt: its handler returned.
+func (o *overrunWatch) stop() {
+	o.mu.Lock()
 	o.t.Stop()
 	if o.counted {
 		o.e.overrunning.Add(-1)
 	}
+	o.d, o.due, o.counted = dispatched{}, time.Time{}, false
+	o.mu.Unlock()
+}
+
+// close stops the timer for good.
+func (o *overrunWatch) close() { o.t.Stop() }
+
+// fire reports the watched handler overrunning. A fire that comes early — one that was
+// on its way when the previous attempt's watch stopped — arms the timer again for the
+// current attempt's report.
+func (o *overrunWatch) fire() {
+	o.mu.Lock()
+	now := time.Now()
+	if o.due.IsZero() {
+		o.mu.Unlock()
+		return
+	}
+	if now.Before(o.due) {
+		o.t.Reset(o.due.Sub(now))
+		o.mu.Unlock()
+		return
+	}
+	first := !o.counted
+	if first {
+		o.counted = true
+		o.e.overrunning.Add(1)
+		o.e.cfg.marks.begin() // while the handler runs: before Stop waits for the marks
+	}
+	gen, d, timeout, overBy := o.gen, o.d, o.timeout, now.Sub(o.began)-o.timeout
+	o.mu.Unlock()
+	e := o.e
+	e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
+		"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
+		"over_by", overBy)
+	if first {
+		e.cfg.marks.write(d.key)              // counted in Stats (overrunmark.go)
+		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
+	}
+	o.mu.Lock()
+	if o.gen == gen && !o.due.IsZero() {
+		o.due = time.Now().Add(o.every())
+		o.t.Reset(o.every())
+	}
+	o.mu.Unlock()
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

@@ -427,7 +427,7 @@ func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimit
 	if err == nil {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
-			jobs, err = scanClaimed(rows, began)
+			jobs, err = scanClaimed(rows, began, n)
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -453,7 +453,7 @@ func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tok
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if jobs, err = scanClaimed(rows, began); err != nil {
+	if jobs, err = scanClaimed(rows, began, 0); err != nil {
 		return nil, nil, 0, err
 	}
 	var b int32

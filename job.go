@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // JobArgs is the payload of a job. Its Kind names the handler that runs it; the value
@@ -107,58 +108,66 @@ const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts
 
 // scanJob reads one row of jobColumns.
 func scanJob(row pgx.Row) (*JobRow, error) {
-	var (
-		j                            JobRow
-		status                       string
-		lockedAt, finishedAt         *time.Time
-		lockedBy, lastErr, uniqueKey *string
-		errs, meta, progress, output []byte
-	)
-	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &status, &j.Priority, &j.RunAt, &j.Attempts,
-		&j.MaxAttempts, &lockedAt, &lockedBy, &lastErr, &errs, &uniqueKey, &j.CreatedAt, &finishedAt,
-		&meta, &progress, &output)
-	if err != nil {
+	s := new(jobScan)
+	if err := row.Scan(s.dest(nil)...); err != nil {
 		return nil, err
 	}
-	j.Status = JobStatus(status)
-	if lockedAt != nil {
-		j.LockedAt = *lockedAt
+	return s.job(), nil
+}
+
+// jobScan is one row of jobColumns on its way to a JobRow: the row and the nullable
+// columns' destinations in one allocation, which the row keeps. The nullable columns
+// scan into values with a validity flag, not into pointers that pgx would allocate.
+type jobScan struct {
+	row                          JobRow
+	status                       string
+	lockedAt, finishedAt         pgtype.Timestamptz
+	lockedBy, lastErr, uniqueKey pgtype.Text
+	errs, meta, progress, output []byte
+}
+
+// dest returns the scan destinations of jobColumns, in buf's storage (nil: a new slice).
+func (s *jobScan) dest(buf []any) []any {
+	j := &s.row
+	return append(buf[:0], &j.ID, &j.Queue, &j.Kind, &j.Payload, &s.status, &j.Priority, &j.RunAt, &j.Attempts,
+		&j.MaxAttempts, &s.lockedAt, &s.lockedBy, &s.lastErr, &s.errs, &s.uniqueKey, &j.CreatedAt, &s.finishedAt,
+		&s.meta, &s.progress, &s.output)
+}
+
+// job finishes the row from the scanned columns and returns it.
+func (s *jobScan) job() *JobRow {
+	j := &s.row
+	j.Status = JobStatus(s.status)
+	if s.lockedAt.Valid {
+		j.LockedAt = s.lockedAt.Time
 	}
-	if finishedAt != nil {
-		j.FinishedAt = *finishedAt
+	if s.finishedAt.Valid {
+		j.FinishedAt = s.finishedAt.Time
 	}
-	if lockedBy != nil {
-		j.LockedBy = *lockedBy
-	}
-	if lastErr != nil {
-		j.LastError = *lastErr
-	}
-	if uniqueKey != nil {
-		j.UniqueKey = *uniqueKey
-	}
-	if len(errs) > 0 {
+	j.LockedBy, j.LastError, j.UniqueKey = s.lockedBy.String, s.lastErr.String, s.uniqueKey.String
+	if len(s.errs) > 0 {
 		// A history that does not decode (edited by hand) is dropped from the row rather
 		// than failing it: a claimed job must always reach its handler.
-		if json.Unmarshal(errs, &j.Errors) != nil {
+		if json.Unmarshal(s.errs, &j.Errors) != nil {
 			j.Errors = nil
 		}
 	}
 	// Like the history, metadata or progress that does not decode (non-string values
 	// written by hand) is dropped rather than failing the row. "{}" is the common case and
 	// costs no decoding.
-	if len(meta) > 2 && json.Unmarshal(meta, &j.Metadata) != nil {
+	if len(s.meta) > 2 && json.Unmarshal(s.meta, &j.Metadata) != nil {
 		j.Metadata = nil
 	}
-	if len(progress) > 0 {
+	if len(s.progress) > 0 {
 		var p Progress
-		if json.Unmarshal(progress, &p) == nil {
+		if json.Unmarshal(s.progress, &p) == nil {
 			j.Progress = &p
 		}
 	}
-	if len(output) > 0 {
-		j.Output = json.RawMessage(output)
+	if len(s.output) > 0 {
+		j.Output = json.RawMessage(s.output)
 	}
-	return &j, nil
+	return j
 }
 
 // collectJobs reads all rows of a jobColumns query.

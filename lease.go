@@ -8,10 +8,11 @@
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,19 +97,20 @@ type heldJob struct {
 	began time.Time
 }
 
-// heldJobs is the set of attempts a worker runs. It is safe for concurrent use.
+// heldJobs is the set of attempts a worker runs. It is safe for concurrent use. The
+// attempts are held by value: an attempt costs no allocation of its own.
 type heldJobs struct {
 	mu sync.Mutex
-	m  map[jobKey]*heldJob
+	m  map[jobKey]heldJob
 }
 
-func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]*heldJob{}} }
+func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]heldJob{}} }
 
 // add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
 func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
 	h.mu.Lock()
-	h.m[k] = &heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
+	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
 }
 
@@ -136,7 +138,7 @@ func (h *heldJobs) running() []runningJob {
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	slices.SortFunc(out, func(a, b runningJob) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -180,6 +182,7 @@ func (h *heldJobs) recorded(k jobKey) {
 	h.mu.Lock()
 	if j, ok := h.m[k]; ok {
 		j.recording = true
+		h.m[k] = j
 	}
 	h.mu.Unlock()
 }
@@ -243,7 +246,7 @@ func (h *heldJobs) renewable() (ids, fences []int64) {
 
 // sortedKeys splits keys into ids and fences, by ascending id.
 func sortedKeys(keys []jobKey) (ids, fences []int64) {
-	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.id, b.id) })
 	ids = make([]int64, len(keys))
 	fences = make([]int64, len(keys))
 	for i, k := range keys {
@@ -258,6 +261,7 @@ func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
 	for _, k := range keys {
 		if j, ok := h.m[k]; ok && t.After(j.renewed) {
 			j.renewed = t
+			h.m[k] = j
 		}
 	}
 	h.mu.Unlock()
@@ -272,6 +276,7 @@ func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 	for k, j := range h.m {
 		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
 			j.expiring = true
+			h.m[k] = j
 			out = append(out, k)
 			cancels = append(cancels, j.cancel)
 		}

@@ -40,10 +40,17 @@ func newOverrunMarks(pool *pgxpool.Pool, schema, workerID string, logger *slog.L
 
 // begin counts a mark about to be written; it is called while the handler still runs,
 // so before the executor's Stop waits.
-func (m *overrunMarks) begin() { m.wg.Add(1) }
+func (m *overrunMarks) begin() {
+	if m != nil {
+		m.wg.Add(1)
+	}
+}
 
 // write marks attempt k overrunning; begin was called for it.
 func (m *overrunMarks) write(k jobKey) {
+	if m == nil {
+		return
+	}
 	defer m.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), overrunMarkTimeout)
 	defer cancel()
@@ -53,4 +60,8 @@ func (m *overrunMarks) write(k jobKey) {
 }
 
 // wait returns once every mark begun has been written.
-func (m *overrunMarks) wait() { m.wg.Wait() }
+func (m *overrunMarks) wait() {
+	if m != nil {
+		m.wg.Wait()
+	}
+}

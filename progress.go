@@ -92,10 +92,26 @@ type jobState struct {
 
 type jobStateKey struct{}
 
+// stateCtx is a context carrying a jobState: what context.WithValue would make, with the
+// state in the same allocation.
+type stateCtx struct {
+	context.Context
+	st jobState
+}
+
+// Value returns the state for jobStateKey, and asks the parent for any other key.
+func (c *stateCtx) Value(key any) any {
+	if key == (jobStateKey{}) {
+		return &c.st
+	}
+	return c.Context.Value(key)
+}
+
 // withJobState returns ctx carrying a fresh state for one attempt.
 func withJobState(ctx context.Context, maxBytes int) (context.Context, *jobState) {
-	st := &jobState{maxBytes: maxBytes}
-	return context.WithValue(ctx, jobStateKey{}, st), st
+	c := &stateCtx{Context: ctx}
+	c.st.maxBytes = maxBytes
+	return c, &c.st
 }
 
 // stateOf returns the attempt state ctx carries, or nil.

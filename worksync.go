@@ -37,7 +37,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	}
 	q := w.queues.get(queue)
 	d := w.starter.startIn(ctx, jobs[0], q != nil && q.holdsSlot())
-	res := w.executor.execute(d)
+	res := w.executor.execute(d, nil)
 	d.cancel(nil)
 	w.starter.handlerWG.Done()
 	w.completer.flushNow()

@@ -1,0 +1,175 @@
+//go:build unix
+
+package skiplock
+
+// Benchmarks of the Go work a worker does per job between a claim's result and the
+// success batch (execute.go, outcome.go, complete.go).
+
+import (
+	"context"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// benchArgs is the args type of the executor benchmarks: no field (its payload is
+// "{}"), a handler that does nothing.
+type benchArgs struct{}
+
+func (benchArgs) Kind() string { return "bench_noop" }
+
+// benchWorker returns a Worker at the defaults (JobTimeout 1m, no middleware, no hook
+// but the error hook every worker has) with a no-op handler of benchArgs. Its completer's
+// batching loops do not run: benchBatches takes their place.
+func benchWorker(b *testing.B) *Worker {
+	b.Helper()
+	c, _, _ := claimSetup(b)
+	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	require.NoError(b, Handle(w, func(context.Context, *Job[benchArgs]) error { return nil }))
+	w.starter.base, w.starter.cancel = context.WithCancelCause(context.Background())
+	b.Cleanup(func() { w.starter.cancel(nil) })
+	benchBatches(b, w.completer)
+	return w
+}
+
+// benchBatches reads the successes added to c into batches of c.batchSize, as c's loops
+// do, builds each batch's statement arguments and ends the batch as written (the worker
+// stops holding its attempts) without sending it: the statement is per batch, and on a
+// database it is server work. Its goroutine ends with the benchmark.
+func benchBatches(b *testing.B, c *completer) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	b.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		batch := make([]completion, 0, c.batchSize)
+		end := func() {
+			if len(batch) > 0 {
+				c.args(batch, false)
+				c.finish(batch, true)
+				batch = batch[:0]
+			}
+		}
+		for {
+			select {
+			case k := <-c.ch:
+				if batch = append(batch, k); len(batch) == c.batchSize {
+					end()
+				}
+			case <-stop:
+				end()
+				return
+			}
+		}
+	}()
+}
+
+// benchClaimed returns the claimed job i of a benchmark: what the claim hands the
+// starter, a fresh row each (as scanJob makes), none of them in the database.
+func benchClaimed(i int, now time.Time) claimedJob {
+	return claimedJob{
+		row: &JobRow{ID: int64(i + 1), Queue: DefaultQueue, Kind: "bench_noop", Payload: []byte("{}"),
+			Status: StatusRunning, Attempts: 1, MaxAttempts: 25, RunAt: now, CreatedAt: now, LockedAt: now, LockedBy: "w"},
+		fence: 1, leased: now,
+	}
+}
+
+// BenchmarkExecutor_PerJob measures the Go work per job from a claim's result to the
+// success batch, at the worker's defaults, with a handler that does nothing: the
+// starter (the job's context and state, its place among the held attempts), the
+// executor (the attempt's timeout and overrun watch, the hooks, the handler call with
+// its payload decoding and panic recovery), the outcome recorder, the completer's add,
+// and the job's share of its batch (benchBatches: the batch's arguments built, its
+// attempts no longer held), but not the batch's statement. ns/op, B/op and allocs/op
+// are per job; cpu-ns/op is the process's CPU time (user and system, every goroutine,
+// the garbage collector's included) per job, which a loaded machine inflates less than
+// ns/op. Each job's JobRow is made in the loop, as the claim's scan makes it: one
+// of the allocations counted belongs to the claim, not to the path measured.
+//
+// sequential runs each job in the benchmark's goroutine, as a runner does; runners
+// hands the jobs through a queue's channel to its MaxWorkers (100) runner goroutines,
+// as the claim loops do, and adds the hand-off and the scheduling.
+func BenchmarkExecutor_PerJob(b *testing.B) {
+	b.Run("sequential", func(b *testing.B) {
+		w := benchWorker(b)
+		o := w.executor.newOverrunWatch()
+		defer o.close()
+		now := time.Now()
+		b.ReportAllocs()
+		cpu := startCPU(b)
+		for i := range b.N {
+			d := w.starter.start(benchClaimed(i, now), false)
+			w.executor.execute(d, o)
+			d.cancel(nil)
+			w.starter.handlerWG.Done()
+		}
+		w.starter.handlerWG.Wait()
+		cpu.report()
+	})
+	b.Run("runners", func(b *testing.B) {
+		w := benchWorker(b)
+		q := newQueueRunner(DefaultQueue, DefaultMaxWorkers, w.loops)
+		w.executor.grow(q)
+		now := time.Now()
+		b.ReportAllocs()
+		cpu := startCPU(b)
+		for i := range b.N {
+			q.jobs <- w.starter.start(benchClaimed(i, now), false)
+		}
+		w.starter.handlerWG.Wait()
+		cpu.report()
+		q.closeJobs()
+		q.ran.Wait()
+	})
+}
+
+// benchCPU reports the process's CPU time per op of a benchmark.
+type benchCPU struct {
+	b     *testing.B
+	start time.Duration
+}
+
+// startCPU resets b's timer and starts counting the process's CPU time.
+func startCPU(b *testing.B) benchCPU {
+	b.ResetTimer()
+	return benchCPU{b: b, start: processCPU(b)}
+}
+
+// report stops b's timer and reports the CPU time per op as cpu-ns/op.
+func (c benchCPU) report() {
+	c.b.StopTimer()
+	c.b.ReportMetric(float64(processCPU(c.b)-c.start)/float64(c.b.N), "cpu-ns/op")
+}
+
+// processCPU returns the user and system CPU time the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkClaim_PerJob measures the worker's own CPU per job claimed (cpu-ns/op): the
+// claim statement's encoding, the decoding of its rows into claimed jobs, for claims of
+// 100 jobs of benchArgs from a queue of b.N. The server's work is not counted: it runs in
+// other processes. ns/op counts the server's time too.
+func BenchmarkClaim_PerJob(b *testing.B) {
+	c, pool, schema := claimSetup(b)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind, payload)
+		SELECT 'bench_noop', '{"t": 1}' FROM generate_series(1, $1)`, b.N)
+	require.NoError(b, err)
+	cl := newClaimer(c, time.Minute)
+	b.ReportAllocs()
+	cpu := startCPU(b)
+	for n := 0; n < b.N; {
+		jobs, err := cl.claim(ctx, DefaultQueue, 100, "w")
+		require.NoError(b, err)
+		require.NotEmpty(b, jobs)
+		n += len(jobs)
+	}
+	cpu.report()
+}

@@ -7,6 +7,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,9 +132,20 @@ func TestOwnership_ShutdownNeverHandsARunningJobToAnotherWorker(t *testing.T) {
 		job.ID).Scan(&ended))
 	assert.False(t, time.Unix(0, returned.Load()).Before(ended.Add(-50*time.Millisecond)),
 		"Run returned before the handler did")
-	// The job goes on: whatever a's late return recorded, no attempt ran twice.
-	assert.Zero(t, b.count(t, `SELECT count(*) FROM (SELECT attempt FROM {s}.attempt_log
-		WHERE job_id = $1 AND event = 'start' GROUP BY attempt HAVING count(*) > 1) d`, job.ID), "an attempt ran twice: %v", log.events(t, job.ID))
+	// The job goes on: whatever a's late return recorded, no two executions overlapped. (An
+	// attempt number may repeat: a job cut off by shutdown is put back with its attempt
+	// given back, and b may then run it as attempt 1 again, after a's handler returned.)
+	events := log.events(t, job.ID)
+	open := 0
+	for _, e := range events {
+		switch {
+		case strings.HasSuffix(e, "/start"):
+			open++
+			require.Equal(t, 1, open, "two executions of the job overlapped: %v", events)
+		case strings.HasSuffix(e, "/end"):
+			open--
+		}
+	}
 }
 
 // Point 2: a handler that ignores its timeout keeps its job: its lease is renewed until it

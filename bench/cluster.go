@@ -71,3 +71,39 @@ func (b *benchCluster) stop(ctx context.Context) error {
 	}
 	return err
 }
+
+// passServers gives each -autovacuum pass its server: -dsn as it is, or (for "on", and
+// for every pass with -own-cluster) a throwaway cluster started at the first pass that
+// needs it and set for the pass. close stops that cluster.
+type passServers struct {
+	o       options
+	cluster *benchCluster
+}
+
+// dsn returns the server of pass.
+func (p *passServers) dsn(ctx context.Context, pass string) (string, error) {
+	if pass == "" || (pass != "on" && !p.o.ownCluster) {
+		return p.o.dsn, nil
+	}
+	if p.cluster == nil {
+		fmt.Fprintln(os.Stderr, "starting a throwaway cluster for the run")
+		c, err := startCluster(ctx)
+		if err != nil {
+			return "", err
+		}
+		p.cluster = c
+	}
+	if err := p.cluster.setAutovacuum(ctx, pass == "on"); err != nil {
+		return "", err
+	}
+	return p.cluster.dsn(), nil
+}
+
+// close stops the throwaway cluster, if one was started.
+func (p *passServers) close(ctx context.Context) {
+	if p.cluster != nil {
+		if err := p.cluster.stop(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stopping the throwaway cluster:", err)
+		}
+	}
+}

@@ -347,25 +347,11 @@ func runFlow(ctx context.Context, o options) error {
 		sz = flowQuick
 	}
 	const db = "bench_flow"
-	if err := recreateDB(ctx, o.dsn, db); err != nil {
-		return err
-	}
-	if !o.keep {
-		defer func() { _ = dropDB(context.WithoutCancel(ctx), o.dsn, db) }()
-	}
-	cfg, err := pgxpool.ParseConfig(o.dsn)
+	pool, done, err := migratedDB(ctx, o, db, 0)
 	if err != nil {
 		return err
 	}
-	cfg.ConnConfig.Database = db
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := skiplock.Migrate(ctx, pool); err != nil {
-		return err
-	}
+	defer done()
 	if _, err := pool.Exec(ctx, flowAuditSQL); err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
 )
 
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -171,31 +173,14 @@ func run() error {
 		}()
 	}
 
-	var cluster *benchCluster
-	defer func() {
-		if cluster != nil {
-			if err := cluster.stop(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintln(os.Stderr, "bench: stopping the throwaway cluster:", err)
-			}
-		}
-	}()
+	servers := &passServers{o: o}
+	defer servers.close(ctx)
 	all := &Reports{}
 	var errCount int
 	for _, pass := range o.passes {
-		dsn := o.dsn
-		if pass != "" && (pass == "on" || o.ownCluster) {
-			if cluster == nil {
-				fmt.Fprintln(os.Stderr, "starting a throwaway cluster for the run")
-				c, err := startCluster(ctx)
-				if err != nil {
-					return err
-				}
-				cluster = c
-			}
-			if err := cluster.setAutovacuum(ctx, pass == "on"); err != nil {
-				return err
-			}
-			dsn = cluster.dsn()
+		dsn, err := servers.dsn(ctx, pass)
+		if err != nil {
+			return err
 		}
 		rep := &Report{Started: time.Now().UTC(), Quick: o.quick, Runs: o.runs, Sizes: sizes, Pass: pass}
 		if err := rep.collectEnv(ctx, dsn); err != nil {
@@ -385,6 +370,39 @@ func runOnce(ctx context.Context, sizes Sizes, w Workload, sys System, pool *pgx
 		note(n)
 	}
 	return res, err
+}
+
+// migratedDB recreates database db on o.dsn, migrates skiplock's schema into it and
+// opens a pool on it (maxConns 0: pgx's default). done closes the pool and, unless
+// -keep, drops the database.
+func migratedDB(ctx context.Context, o options, db string, maxConns int32) (pool *pgxpool.Pool, done func(), err error) {
+	if err := recreateDB(ctx, o.dsn, db); err != nil {
+		return nil, nil, err
+	}
+	drop := func() {
+		if !o.keep {
+			_ = dropDB(context.WithoutCancel(ctx), o.dsn, db)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(o.dsn)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	cfg.ConnConfig.Database = db
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	done = func() { pool.Close(); drop() }
+	if err := skiplock.Migrate(ctx, pool); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return pool, done, nil
 }
 
 func recreateDB(ctx context.Context, dsn, db string) error {

@@ -77,29 +77,13 @@ func runServerWork(ctx context.Context, o options) error {
 	default:
 		jobs = 50_000
 	}
-	var cluster *benchCluster
-	defer func() {
-		if cluster != nil {
-			if err := cluster.stop(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintln(os.Stderr, "bench: stopping the throwaway cluster:", err)
-			}
-		}
-	}()
+	servers := &passServers{o: o}
+	defer servers.close(ctx)
 	var out strings.Builder
 	for _, pass := range o.passes {
-		dsn := o.dsn
-		if pass == "on" || (pass != "" && o.ownCluster) {
-			if cluster == nil {
-				c, err := startCluster(ctx)
-				if err != nil {
-					return err
-				}
-				cluster = c
-			}
-			if err := cluster.setAutovacuum(ctx, pass == "on"); err != nil {
-				return err
-			}
-			dsn = cluster.dsn()
+		dsn, err := servers.dsn(ctx, pass)
+		if err != nil {
+			return err
 		}
 		if err := swCheckAutovacuum(ctx, dsn, pass); err != nil {
 			return err

@@ -179,26 +179,11 @@ func runWorkflows(ctx context.Context, o options) error {
 		sz = wfQuick
 	}
 	const db = "bench_workflows"
-	if err := recreateDB(ctx, o.dsn, db); err != nil {
-		return err
-	}
-	if !o.keep {
-		defer func() { _ = dropDB(context.WithoutCancel(ctx), o.dsn, db) }()
-	}
-	cfg, err := pgxpool.ParseConfig(o.dsn)
+	pool, done, err := migratedDB(ctx, o, db, int32(o.poolSize))
 	if err != nil {
 		return err
 	}
-	cfg.ConnConfig.Database = db
-	cfg.MaxConns = int32(o.poolSize)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := skiplock.Migrate(ctx, pool); err != nil {
-		return err
-	}
+	defer done()
 	if _, err := pool.Exec(ctx, wfRowsSQL); err != nil {
 		return err
 	}

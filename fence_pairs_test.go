@@ -215,11 +215,7 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // polling the database for the next renewal
 		}
 		close(release2)
-		eventually(t, 30*time.Second, func() bool {
-			j, err := b.client.Get(b.ctx, id)
-			require.NoError(t, err)
-			return j.Status == skiplock.StatusSucceeded
-		}, "job %d succeeded", id)
+		waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", id)
 		close(release1) // its late success changes nothing
 		j, err := b.client.Get(b.ctx, id)
 		require.NoError(t, err)

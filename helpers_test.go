@@ -104,3 +104,14 @@ type emailArgs struct {
 }
 
 func (emailArgs) Kind() string { return "send_email" }
+
+// waitStatus waits up to timeout for job id to reach status, and fails with msg if it
+// does not.
+func waitStatus(t *testing.T, b *bundle, id int64, status skiplock.JobStatus, timeout time.Duration, msg string, args ...any) {
+	t.Helper()
+	eventually(t, timeout, func() bool {
+		j, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		return j.Status == status
+	}, msg, args...)
+}

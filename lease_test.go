@@ -51,11 +51,7 @@ func TestWorker_HeartbeatsKeepLongJobAlive(t *testing.T) {
 	for _, w := range workers {
 		runWorker(t, w)
 	}
-	eventually(t, 15*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "long job succeeded")
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 15*time.Second, "long job succeeded")
 	j, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Attempts, "never reclaimed")
@@ -160,11 +156,7 @@ func TestLease_WorkersWithDifferentVisibilityTimeoutsAgree(t *testing.T) {
 	require.NoError(t, skiplock.Handle(young, handler))
 	runWorker(t, young)
 
-	eventually(t, 20*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job succeeded")
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 20*time.Second, "job succeeded")
 	j, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Attempts, "never reclaimed")

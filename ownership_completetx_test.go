@@ -64,11 +64,7 @@ func TestCompleteTx_BusinessRowAndSuccessCommitTogether(t *testing.T) {
 	require.NoError(t, err)
 	runWorker(t, w)
 	for _, id := range []int64{one.ID, two.ID} {
-		eventually(t, 30*time.Second, func() bool {
-			j, err := b.client.Get(b.ctx, id)
-			require.NoError(t, err)
-			return j.Status == skiplock.StatusSucceeded
-		}, "job %d succeeded", id)
+		waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", id)
 	}
 	// One payment per order: order 2's first attempt rolled back with its success, and
 	// its second attempt paid and succeeded together.
@@ -134,11 +130,7 @@ func TestCompleteTx_AttemptTakenAwayDuringTheHandlerCommitsNothing(t *testing.T)
 	case <-time.After(30 * time.Second):
 		t.Fatal("attempt 1's CompleteTx did not fail")
 	}
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d succeeded", job.ID)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", job.ID)
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.payments`), "the twin's payment committed")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.payments WHERE attempt = 1`))
 }

@@ -172,11 +172,7 @@ func TestOwnership_HandlerIgnoringItsTimeoutGetsNoTwin(t *testing.T) {
 	assert.Equal(t, "a", j.LockedBy)
 	close(stuck)
 	// Recorded as a timed-out failure when it returned, and retried afterwards.
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d retried and succeeded", job.ID)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "job %d retried and succeeded", job.ID)
 	j, err = b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	require.NotEmpty(t, j.Errors)
@@ -247,11 +243,7 @@ func TestOwnership_RestartWithTheSameIDTakesBackThePredecessorsJobs(t *testing.T
 	case <-time.After(30 * time.Second):
 		t.Fatal("the predecessor's job was not run again")
 	}
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, id)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d succeeded", id)
+	waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", id)
 }
 
 // A worker's own reclaim of dead workers' jobs, run after each renewal of its row, never
@@ -395,11 +387,7 @@ func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
 	eventually(t, 15*time.Second, func() bool { return runs.Load() >= 3 }, "the job ran again after its success was refused")
 	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.refuse SET on_ = false`))
 	require.NoError(t, err)
-	eventually(t, 15*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d succeeded once its success could be written", job.ID)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 15*time.Second, "job %d succeeded once its success could be written", job.ID)
 	j, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Attempts, "each unrecorded attempt was given back")

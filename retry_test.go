@@ -66,11 +66,7 @@ func TestRetry_FailsThreeTimesThenSucceedsWithJitteredBackoff(t *testing.T) {
 	job, err := b.client.Enqueue(b.ctx, flakyArgs{}, nil)
 	require.NoError(t, err)
 	runWorker(t, w)
-	eventually(t, 20*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job succeeded")
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 20*time.Second, "job succeeded")
 	got, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 4, got.Attempts)
@@ -166,11 +162,7 @@ func TestRetry_ExhaustedGoesDeadAndRequeueBringsItBack(t *testing.T) {
 	job, err := b.client.Enqueue(b.ctx, brokenArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
 	require.NoError(t, err)
 	runWorker(t, w)
-	eventually(t, 20*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusDead
-	}, "job dead")
+	waitStatus(t, b, job.ID, skiplock.StatusDead, 20*time.Second, "job dead")
 	dead, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 3, dead.Attempts)
@@ -190,11 +182,7 @@ func TestRetry_ExhaustedGoesDeadAndRequeueBringsItBack(t *testing.T) {
 	n, err = b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "broken"})
 	require.NoError(t, err)
 	assert.Equal(t, skiplock.RequeueResult{Requeued: 1}, n)
-	eventually(t, 20*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "requeued job succeeded")
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 20*time.Second, "requeued job succeeded")
 	done, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 1, done.Attempts, "requeue resets attempts")

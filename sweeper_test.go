@@ -84,11 +84,7 @@ func TestSweeper_ReclaimsJobOfVanishedWorkerAndFencesItsLateResult(t *testing.T)
 	}))
 	runWorker(t, wb)
 	eventually(t, 15*time.Second, func() bool { return ranB.Load() == 1 }, "worker B ran the reclaimed job")
-	eventually(t, 5*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "B's success recorded")
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 5*time.Second, "B's success recorded")
 
 	// A wakes up and reports success for its stale attempt: nothing changes.
 	before, err := b.client.Get(b.ctx, job.ID)
@@ -116,11 +112,7 @@ func TestSweeper_JobWhoseEveryWorkerVanishesEndsDead(t *testing.T) {
 	startSweeper(t, b, 300*time.Millisecond)
 	require.Equal(t, 1, <-claimed)
 	require.Equal(t, 2, <-claimed, "reclaimed once and claimed again")
-	eventually(t, 15*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, job.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusDead
-	}, "job dead after its attempts were lost")
+	waitStatus(t, b, job.ID, skiplock.StatusDead, 15*time.Second, "job dead after its attempts were lost")
 	j, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 2, j.Attempts)

@@ -237,11 +237,7 @@ func TestWorker_UndecodablePayloadFailsPermanently(t *testing.T) {
 		return nil
 	}))
 	runWorker(t, w)
-	eventually(t, 10*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, id)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusFailed
-	}, "job failed")
+	waitStatus(t, b, id, skiplock.StatusFailed, 10*time.Second, "job failed")
 	j, err := b.client.Get(b.ctx, id)
 	require.NoError(t, err)
 	assert.Contains(t, j.LastError, "decoding payload")
@@ -460,11 +456,7 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	runWorker(t, w)
 	t.Cleanup(func() { unstick.Do(func() { close(stuck) }) }) // before the worker stops
 
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, polite.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusDead
-	}, "job %d dead after its attempts", polite.ID)
+	waitStatus(t, b, polite.ID, skiplock.StatusDead, 30*time.Second, "job %d dead after its attempts", polite.ID)
 	p, err := b.client.Get(b.ctx, polite.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 2, p.Attempts)
@@ -484,11 +476,7 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	unstick.Do(func() { close(stuck) })
 	// It returned nil past its timeout: a timed-out failure, then a second attempt that
 	// succeeds at once.
-	eventually(t, 30*time.Second, func() bool {
-		j, err := b.client.Get(b.ctx, deaf.ID)
-		require.NoError(t, err)
-		return j.Status == skiplock.StatusSucceeded
-	}, "job %d retried after its overrun", deaf.ID)
+	waitStatus(t, b, deaf.ID, skiplock.StatusSucceeded, 30*time.Second, "job %d retried after its overrun", deaf.ID)
 	d, err = b.client.Get(b.ctx, deaf.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 2, d.Attempts)
@@ -602,11 +590,7 @@ func TestWorker_StopAndCancelGivesUpAndFreesTheJobs(t *testing.T) {
 	}))
 	stop2 := runWorker(t, w2)
 	for _, id := range []int64{polite.ID, deaf.ID} {
-		eventually(t, 15*time.Second, func() bool {
-			j, err := b.client.Get(b.ctx, id)
-			require.NoError(t, err)
-			return j.Status == skiplock.StatusSucceeded
-		}, "job %d succeeded", id)
+		waitStatus(t, b, id, skiplock.StatusSucceeded, 15*time.Second, "job %d succeeded", id)
 	}
 	stop2()
 	mu.Lock()

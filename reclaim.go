@@ -77,20 +77,29 @@ var reclaimPredecessorSQL = `WITH dead AS (
 // returns how many it took back, how many queues it notified, and the workflow tasks
 // that went dead (their dependents are settled in the same transaction, as the
 // sweeper's reclaim does).
-const takeBackCTE = `, back AS (
-	UPDATE {s}.jobs SET
-		status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
-		finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-		last_error = 'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended',
-		errors = ` + appendHistory + `'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended'))` + `,
-		locked_at = NULL, lease_until = NULL,
-		locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
+var takeBackCTE = `, back AS (
+	UPDATE {s}.jobs SET ` + takeBackSet(`'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended'`) + `
 	WHERE id = ANY (ARRAY(SELECT id FROM dead))
 	RETURNING id, queue, status, metadata ? '` + metaWorkflow + `' AS task
 )
 SELECT (SELECT count(*) FROM back),
 	(SELECT count(pg_notify($2, q)) FROM (SELECT DISTINCT queue AS q FROM back) d),
 	coalesce((SELECT array_agg(id) FROM back WHERE status = 'dead' AND task), '{}')`
+
+// takeBackSet is the SET list of every statement that takes a running job back from a
+// worker that is gone (reclaimDeadSQL, reclaimPredecessorSQL, the sweeper's reclaimSQL):
+// the lost attempt counts, so a job with none left goes dead (keeping locked_by, the
+// worker it was lost on), any other goes back to the queue; reason, an SQL expression, is
+// its last error and joins its error history. The fence token and run_at are kept (the
+// next claim takes a new token; the job goes back to its place in line).
+func takeBackSet(reason string) string {
+	return `status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+		finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+		last_error = ` + reason + `,
+		errors = ` + appendHistory + reason + `)),
+		locked_at = NULL, lease_until = NULL,
+		locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END`
+}
 
 // reclaimDeadBatch bounds the jobs one run of reclaimDeadSQL takes back; the next
 // renewal, a couple of seconds later, takes the rest.

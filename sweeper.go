@@ -218,7 +218,7 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //     queued since. With run_at = now(), a killed worker's jobs waited for the whole
 //     backlog: in a chaos run with a 50,000-job backlog they were done 35–99 s after the
 //     kill, most of it in the queue.
-const reclaimSQL = `WITH expired AS (
+var reclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
 	WHERE status = 'running'
 		AND CASE WHEN lease_until >= locked_at THEN lease_until ELSE locked_at + $1::interval END < now()
@@ -227,13 +227,7 @@ const reclaimSQL = `WITH expired AS (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE {s}.jobs SET
-	status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
-	finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-	last_error = 'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
-	errors = ` + appendHistory + `'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'))` + `,
-	locked_at = NULL, lease_until = NULL,
-	locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END
+UPDATE {s}.jobs SET ` + takeBackSet(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `
 WHERE id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING id, status, queue, metadata ? '` + metaWorkflow + `'`
 

@@ -161,20 +161,10 @@ func (s *Sweeper) purgeExpired(ctx context.Context, res *SweepResult) error {
 // lock was taken by another sweeper, or neither the batch of jobs nor that of old
 // enqueue keys, which goes along with every batch, was full.
 func (s *Sweeper) purgeBatch(ctx context.Context, p purgePass) (n int64, done bool, err error) {
-	c := s.client
-	var got bool
 	var keys int64
 	var cutoff time.Time
-	pctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	err = pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) error {
-		if err := setSweepLimits(pctx, tx); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(pctx, sweepLockSQL, c.schema).Scan(&got); err != nil || !got {
-			return err
-		}
-		return tx.QueryRow(pctx, s.sql.purgeArchive, p.keep, s.cfg.BatchSize, p.from, p.queue, p.kind,
+	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.sql.purgeArchive, p.keep, s.cfg.BatchSize, p.from, p.queue, p.kind,
 			p.notQueues, p.notKinds, enqueueKeyRetention).Scan(&n, &keys, &cutoff)
 	})
 	if err != nil || !got {

@@ -261,6 +261,24 @@ func setSweepLimits(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+// underSweepLock runs fn in a transaction of its own, bounded by sweepTimeout and the
+// sweep's statement and lock limits, once it holds the schema's sweep lock; got is false
+// (and fn not run) when another sweeper holds it.
+func (s *Sweeper) underSweepLock(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (got bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, s.client.pool, func(tx pgx.Tx) error {
+		if err := setSweepLimits(ctx, tx); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, sweepLockSQL, s.client.schema).Scan(&got); err != nil || !got {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+	return got, err
+}
+
 // Sweep runs one sweep now, if no other sweeper is running one: it reclaims every expired
 // job (in batches, in one transaction holding the sweep lock), then deletes finished jobs
 // past retention in batches of their own short transactions. Each transaction is bounded
@@ -269,32 +287,20 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	c := s.client
 	queues := map[string]bool{}
-	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	err := pgx.BeginFunc(tctx, c.pool, func(tx pgx.Tx) error {
-		if err := setSweepLimits(tctx, tx); err != nil {
-			return err
-		}
-		var got bool
-		if err := tx.QueryRow(tctx, sweepLockSQL, c.schema).Scan(&got); err != nil {
-			return err
-		}
-		if !got {
-			res.Skipped = true
-			return nil
-		}
-		dead, err := s.reclaimExpired(tctx, tx, &res, queues)
+	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		dead, err := s.reclaimExpired(ctx, tx, &res, queues)
 		if err != nil || len(dead) == 0 {
 			return err
 		}
 		// The dependents of workflow tasks that died here are settled (cancelled, or
 		// released under RunDependents) in the same transaction (workflowsettle.go).
-		return newWorkflowSettler(c.schema).settle(tctx, tx, dead)
+		return newWorkflowSettler(c.schema).settle(ctx, tx, dead)
 	})
 	if err != nil {
 		return SweepResult{}, c.wrapErr("sweep", err)
 	}
-	if res.Skipped {
+	if !got {
+		res.Skipped = true
 		return res, nil
 	}
 	s.wake(ctx, queues)

@@ -68,18 +68,8 @@ func (s *Sweeper) purgeWorkflows(ctx context.Context) (int64, error) {
 // purgeWorkflowBatch deletes one batch, and reports whether the sweep is done with
 // workflows: the batch was not full, or another sweeper holds the lock.
 func (s *Sweeper) purgeWorkflowBatch(ctx context.Context) (n int64, done bool, err error) {
-	c := s.client
-	var got bool
-	pctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	err = pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) error {
-		if err := setSweepLimits(pctx, tx); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(pctx, sweepLockSQL, c.schema).Scan(&got); err != nil || !got {
-			return err
-		}
-		return tx.QueryRow(pctx, s.sql.purgeWorkflows, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
+	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.sql.purgeWorkflows, s.cfg.ArchiveRetention, s.cfg.BatchSize).Scan(&n)
 	})
 	if err != nil || !got {
 		return 0, true, err

@@ -40,6 +40,7 @@ type options struct {
 	flow       bool
 	workflows  bool
 	serverWork bool
+	latSplit   bool
 }
 
 func main() {
@@ -97,6 +98,9 @@ func run() error {
 	flag.DurationVar(&swMixedFor, "server-mixed", swMixedFor, "-server-experiments: how long the mixed phase enqueues while the loops drain")
 	flag.StringVar(&swOnly, "server-variants", "", "-server-experiments: comma-separated variants to run (status first for the ratios; empty: all)")
 	flag.IntVar(&swJobs, "server-jobs", 0, "-server-experiments: jobs per run (0: 50,000, or 20,000 with -quick)")
+	flag.BoolVar(&o.latSplit, "latency-split", false, "split skiplock's enqueue → handler-start latency at a low rate into its parts instead (prints a table, writes no file); with -latency-rate and -latency-for")
+	flag.IntVar(&latSplitRate, "latency-rate", latSplitRate, "-latency-split: jobs per second")
+	flag.DurationVar(&latSplitFor, "latency-for", latSplitFor, "-latency-split: how long each run offers jobs")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
 	flag.IntVar(&skiplockWorkers, "skiplock-workers", 0, "skiplock's MaxWorkers on the default queue (0: its default, 100)")
@@ -142,6 +146,9 @@ func run() error {
 	defer stop()
 	if o.serverWork {
 		return runServerWork(ctx, o)
+	}
+	if o.latSplit {
+		return runLatencySplit(ctx, o)
 	}
 	if o.flow {
 		return runFlow(ctx, o)

@@ -1,6 +1,45 @@
-// Command latsplit splits skiplock's enqueue → handler-start latency at a low rate (the
-// bench's latency workload: one producer, 50 jobs/s, a worker at defaults) into its
-// parts, with timestamps taken on both sides of the connection (the database and this
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+)
+
+// splitArgs is the job of -latency-split.
+type splitArgs struct {
+	T int64 `json:"t"` // the Enqueue call, UnixNano
+}
+
+func (splitArgs) Kind() string { return "latsplit" }
+
+// sample is one job's timestamps.
+type sample struct {
+	called, returned  time.Time // the Enqueue call and its return
+	created, locked   time.Time // the row's created_at and locked_at (server clock)
+	notified, started time.Time // the listener's notification, the handler's start
+}
+
+// latSplitRate and latSplitFor are the -latency-split offer: jobs per second, and for
+// how long each run offers them.
+var (
+	latSplitRate = 50
+	latSplitFor  = 10 * time.Second
+)
+
+// runLatencySplit (-latency-split) splits skiplock's enqueue → handler-start latency at
+// a low rate (the bench's latency workload: one producer, 50 jobs/s, a worker at
+// defaults) into its parts, with timestamps taken on both sides of the connection (the database and this
 // process share the machine's clock):
 //
 //	enqueue→server   the Enqueue call until its INSERT starts on the server (created_at)
@@ -16,88 +55,20 @@
 // Every figure is a percentile over the jobs of one run; runs are repeated (-runs) and
 // each percentile is reported as the median with min–max over runs.
 //
-//	cd bench && go run ./latsplit -runs 3
-package main
-
-import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"log/slog"
-	"os"
-	"slices"
-	"sync"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/skiplock/skiplock"
-)
-
-type splitArgs struct {
-	T int64 `json:"t"` // the Enqueue call, UnixNano
-}
-
-func (splitArgs) Kind() string { return "latsplit" }
-
-// sample is one job's timestamps.
-type sample struct {
-	called, returned  time.Time // the Enqueue call and its return
-	created, locked   time.Time // the row's created_at and locked_at (server clock)
-	notified, started time.Time // the listener's notification, the handler's start
-}
-
-func main() {
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	flag.StringVar(&dsn, "dsn", dsn, "PostgreSQL URL; a database bench_latsplit is created there and dropped")
-	rate := flag.Int("rate", 50, "jobs per second")
-	dur := flag.Duration("for", 10*time.Second, "how long each run offers jobs")
-	runs := flag.Int("runs", 3, "runs")
-	flag.Parse()
-	ctx := context.Background()
-	if err := run(ctx, dsn, *rate, *dur, *runs); err != nil {
-		fmt.Fprintln(os.Stderr, "latsplit:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, dsn string, rate int, dur time.Duration, runs int) error {
-	admin, err := pgx.Connect(ctx, dsn)
+//	cd bench && go run . -latency-split -runs 3
+//
+// It runs o.runs runs on a fresh database bench_latsplit and prints the table.
+func runLatencySplit(ctx context.Context, o options) error {
+	pool, done, err := migratedDB(ctx, o, "bench_latsplit", int32(o.poolSize))
 	if err != nil {
 		return err
 	}
-	defer admin.Close(ctx)
-	db := "bench_latsplit"
-	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-		return err
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
-		return err
-	}
-	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") //nolint:errcheck
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return err
-	}
-	cfg.ConnConfig.Database = db
-	cfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := skiplock.Migrate(ctx, pool); err != nil {
-		return err
-	}
+	defer done()
+	rate, dur, runs := latSplitRate, latSplitFor, o.runs
 	parts := map[string][][]time.Duration{}
 	names := []string{"enqueue→server", "insert+commit→notify", "wake→claim", "claim→handler", "total", "enqueue returned"}
 	for r := range runs {
-		samples, err := oneRun(ctx, pool, cfg.ConnConfig, rate, dur)
+		samples, err := oneRun(ctx, pool, pool.Config().ConnConfig, rate, dur)
 		if err != nil {
 			return fmt.Errorf("run %d: %w", r+1, err)
 		}

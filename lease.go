@@ -351,6 +351,7 @@ type lease struct {
 	sinceRenewal func() (time.Duration, bool)
 	heartbeat    string // heartbeatSQL, rendered
 	release      string // releaseSQL, rendered
+	orphans      string // orphansSQL, rendered (orphan.go)
 	loop         *lifecycle.Loop
 }
 
@@ -360,6 +361,7 @@ func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Durat
 		sinceRenewal: sinceRenewal,
 		heartbeat:    renderSQL(schema, heartbeatSQL),
 		release:      renderSQL(schema, releaseSQL),
+		orphans:      renderSQL(schema, orphansSQL),
 	}
 }
 
@@ -382,6 +384,7 @@ func (l *lease) run(ctx context.Context) {
 			return
 		case <-t.C:
 			l.beat(ctx)
+			l.takeBackOrphans(ctx)
 		}
 	}
 }

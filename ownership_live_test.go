@@ -392,3 +392,37 @@ func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Attempts, "each unrecorded attempt was given back")
 }
+
+type lostClaimArgs struct{}
+
+func (lostClaimArgs) Kind() string { return "orphan" }
+
+// A job that a claim committed for a worker whose reply never reached it (the connection
+// died after the commit, as in a failover) names the worker in locked_by but is not held
+// by it. The worker puts it back at a heartbeat once its lease has ended, and then runs
+// it. Before, it stayed running for as long as the worker lived: the sweeper takes no job
+// of a live worker (a chaos failover run ended with one job running, its worker alive).
+func TestOwnership_AClaimWhoseReplyNeverArrivedIsPutBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran atomic.Int64
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "w", VisibilityTimeout: 1500 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lostClaimArgs]) error {
+		ran.Add(1)
+		return nil
+	}))
+	runWorker(t, w)
+	job, err := b.client.Enqueue(b.ctx, lostClaimArgs{}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	// What the lost claim committed: the job running for w, its lease over by now.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', locked_by = 'w', attempts = attempts + 1,
+		fence = fence + 1, locked_at = now() - interval '2 seconds', lease_until = now() - interval '500 milliseconds',
+		run_at = now() WHERE id = $1`), job.ID)
+	require.NoError(t, err)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 15*time.Second, "job %d, claimed for w without w's knowing, ran", job.ID)
+	assert.Equal(t, int64(1), ran.Load())
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts, "the lost claim's attempt was given back")
+}

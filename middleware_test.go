@@ -76,6 +76,8 @@ func TestUse_WrapsHandlersInOrderAndUseKindInside(t *testing.T) {
 	defer stop()
 	<-done
 	require.Error(t, skiplock.Use(w, named(tr, "late")), "after Run")
+	// done is sent from inside the handler: the middleware's after-parts run once it returns.
+	eventually(t, 10*time.Second, func() bool { return len(tr.get()) == 9 }, "the noop job's middleware returned")
 	assert.Equal(t, []string{"a>noop", "b>noop", "c>noop", "k>noop", "noop", "<k", "<c", "<b", "<a"}, tr.get())
 
 	tr.mu.Lock()

@@ -413,6 +413,11 @@ func TestOwnership_AClaimWhoseReplyNeverArrivedIsPutBack(t *testing.T) {
 		return nil
 	}))
 	runWorker(t, w)
+	// Once w's row is written, its start-up take-back of its predecessor's jobs is done
+	// (that one counts the attempt): only the heartbeats' can find the job below.
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'w'`) == 1
+	}, "w registered")
 	job, err := b.client.Enqueue(b.ctx, lostClaimArgs{}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	// What the lost claim committed: the job running for w, its lease over by now.

@@ -230,6 +230,14 @@ func (h *heldJobs) count() int {
 	return n
 }
 
+// holds reports whether the worker holds attempt k.
+func (h *heldJobs) holds(k jobKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[k]
+	return ok
+}
+
 // renewable lists the held attempts, whose leases are renewed, by ascending id: batched
 // statements lock rows in the order given, and one order everywhere means they cannot
 // deadlock. Every held attempt is renewed until its outcome is written: a handler that
@@ -352,16 +360,19 @@ type lease struct {
 	heartbeat    string // heartbeatSQL, rendered
 	release      string // releaseSQL, rendered
 	orphans      string // orphansSQL, rendered (orphan.go)
-	loop         *lifecycle.Loop
+	// orphanCandidates is orphanCandidatesSQL, rendered (orphan.go).
+	orphanCandidates string
+	loop             *lifecycle.Loop
 }
 
 func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *lease {
 	return &lease{
 		pool: pool, workerID: workerID, logger: logger, visibility: visibility, interval: visibility / 3, held: held,
-		sinceRenewal: sinceRenewal,
-		heartbeat:    renderSQL(schema, heartbeatSQL),
-		release:      renderSQL(schema, releaseSQL),
-		orphans:      renderSQL(schema, orphansSQL),
+		sinceRenewal:     sinceRenewal,
+		heartbeat:        renderSQL(schema, heartbeatSQL),
+		release:          renderSQL(schema, releaseSQL),
+		orphans:          renderSQL(schema, orphansSQL),
+		orphanCandidates: renderSQL(schema, orphanCandidatesSQL),
 	}
 }
 

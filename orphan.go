@@ -9,39 +9,62 @@ package skiplock
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// orphansSQL puts back in the queue, with their attempts given back (their handlers never
-// ran here), the running jobs of worker $1 whose lease has ended and that are none of the
-// attempts ($2, $3) it holds.
-//
-//   - lease_until < now(): a claim this worker is still reading (its reply on the way) has
-//     a lease from its own now() on, so it is never taken; every held attempt is renewed
-//     by the heartbeat, and is in the pairs anyway.
-//   - The pairs are matched as in fenceSQL (a hashed subplan).
-//   - FOR UPDATE SKIP LOCKED: a row another statement is writing is left for the next
-//     heartbeat.
-const orphansSQL = `WITH orphan AS (
-	SELECT id FROM {s}.jobs
-	WHERE status = 'running' AND locked_by = $1 AND lease_until < now()
-		AND NOT ((id, fence) IN (SELECT * FROM unnest($2::bigint[], $3::bigint[])) OR false)
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {s}.jobs SET status = 'queued', attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
-	lease_until = NULL
-WHERE id = ANY (ARRAY(SELECT id FROM orphan))`
+// orphanCandidatesSQL lists the running jobs of worker $1 whose lease has ended. The
+// worker then keeps those it does not hold, looked up after this statement returned: a
+// held attempt is renewed by the heartbeat, but while the database was out of reach its
+// lease may have ended, and a list of held attempts taken before a statement that waited
+// out the outage would miss the attempts claimed meanwhile. A job whose lease has ended
+// cannot become held later: its claim began over a visibility timeout ago, and a claim's
+// reply that late is put back, not run (queueRunner.dispatch: staleAfter).
+const orphanCandidatesSQL = `SELECT id, fence FROM {s}.jobs
+WHERE status = 'running' AND locked_by = $1 AND lease_until < now()`
 
-// takeBackOrphans runs orphansSQL for this worker once.
+// orphansSQL puts the attempts ($1, $2) of worker $3 back in the queue, with their
+// attempts given back (their handlers never ran here); fenced like every other write.
+// A row another statement is writing is left for the next heartbeat.
+const orphansSQL = `UPDATE {s}.jobs SET status = 'queued', attempts = attempts - 1, locked_at = NULL,
+	locked_by = NULL, lease_until = NULL
+WHERE id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + ` FOR UPDATE SKIP LOCKED))`
+
+// takeBackOrphans puts back this worker's orphans once.
 func (l *lease) takeBackOrphans(ctx context.Context) {
-	ids, fences := l.held.renewable()
 	ctx, cancel := context.WithTimeout(ctx, l.interval)
 	defer cancel()
-	tag, err := l.pool.Exec(ctx, l.orphans, l.workerID, ids, fences)
+	rows, err := l.pool.Query(ctx, l.orphanCandidates, l.workerID)
+	if err != nil {
+		l.orphanErr(ctx, err)
+		return
+	}
+	var orphans []jobKey
+	var k jobKey
+	_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence}, func() error {
+		if !l.held.holds(k) {
+			orphans = append(orphans, k)
+		}
+		return nil
+	})
+	if err != nil || len(orphans) == 0 {
+		l.orphanErr(ctx, err)
+		return
+	}
+	ids, fences := sortedKeys(orphans)
+	tag, err := l.pool.Exec(ctx, l.orphans, ids, fences, l.workerID)
 	switch {
-	case err != nil && ctx.Err() == nil:
-		l.logger.Warn("skiplock: looking for claimed jobs this worker never received failed; trying again at the next heartbeat", "err", err)
-	case err == nil && tag.RowsAffected() > 0:
+	case err != nil:
+		l.orphanErr(ctx, err)
+	case tag.RowsAffected() > 0:
 		l.logger.Warn("skiplock: put back jobs claimed for this worker whose claim's reply never arrived",
 			"jobs", tag.RowsAffected())
+	}
+}
+
+// orphanErr logs a failed look for orphans; the next heartbeat looks again.
+func (l *lease) orphanErr(ctx context.Context, err error) {
+	if err != nil && ctx.Err() == nil {
+		l.logger.Warn("skiplock: looking for claimed jobs this worker never received failed; trying again at the next heartbeat", "err", err)
 	}
 }

@@ -106,7 +106,7 @@ type batchListeners struct {
 	// database only from then on (flow control claims again then: flowWatch.slotsFreed).
 	freed func(n int)
 	// unrecorded is called, before written, with the attempts whose outcome could not be
-	// written: they are put back in the queue (lease.releaseJobs). Left running, no one
+	// written: they are put back in the queue (lease.putBackUnrecorded). Left running, no one
 	// would take them while this worker lives (ownership is by liveness).
 	unrecorded func(keys []jobKey)
 }

@@ -297,9 +297,7 @@ func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
 }
 
 // releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue
-// and gives back the attempt: the job did not fail, the worker stopped. So does it for
-// jobs whose outcome could not be written: their handlers ran, but the database does
-// not know what they came to, so they run again. Its run_at is
+// and gives back the attempt: the job did not fail, the worker stopped. Its run_at is
 // kept: it was due when it was claimed, so it goes back to its place in line, not behind
 // the jobs queued since (a rolling deploy would otherwise send every running job to the
 // back of a backlog). The fence token stays: the next claim takes a new one. Fenced like
@@ -362,6 +360,7 @@ type lease struct {
 	orphans      string // orphansSQL, rendered (orphan.go)
 	// orphanCandidates is orphanCandidatesSQL, rendered (orphan.go).
 	orphanCandidates string
+	unrecorded       string // unrecordedSQL, rendered (orphan.go)
 	loop             *lifecycle.Loop
 }
 
@@ -373,6 +372,7 @@ func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Durat
 		release:          renderSQL(schema, releaseSQL),
 		orphans:          renderSQL(schema, orphansSQL),
 		orphanCandidates: renderSQL(schema, orphanCandidatesSQL),
+		unrecorded:       renderSQL(schema, unrecordedSQL),
 	}
 }
 
@@ -487,9 +487,11 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 const releaseTimeout = 10 * time.Second
 
 // releaseJobs puts back in the queue, with their attempts given back, the jobs cut off
-// by shutdown whose handlers have returned, and those whose outcome could not be written
-// (batchListeners.unrecorded).
-func (l *lease) releaseJobs(keys []jobKey) {
+// by shutdown whose handlers have returned.
+func (l *lease) releaseJobs(keys []jobKey) { l.putBack(l.release, keys) }
+
+// putBack runs the put-back statement q (releaseSQL, unrecordedSQL) for keys.
+func (l *lease) putBack(q string, keys []jobKey) {
 	if len(keys) == 0 {
 		return
 	}
@@ -500,7 +502,7 @@ func (l *lease) releaseJobs(keys []jobKey) {
 	// committed, made the rows stop matching the fence.
 	var n int64
 	err := retryDB(ctx, func() error {
-		tag, err := l.pool.Exec(ctx, l.release, ids, fences, l.workerID)
+		tag, err := l.pool.Exec(ctx, q, ids, fences, l.workerID)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -68,3 +68,14 @@ func (l *lease) orphanErr(ctx context.Context, err error) {
 		l.logger.Warn("skiplock: looking for claimed jobs this worker never received failed; trying again at the next heartbeat", "err", err)
 	}
 }
+
+// unrecordedSQL puts back in the queue the attempts ($1, $2) of worker $3 whose outcome
+// could not be written (batchListeners.unrecorded): their handlers ran, but the database
+// does not know what they came to, so the jobs run again. The attempt counts (it ran);
+// the next claim takes a new token. Fenced like every other write.
+const unrecordedSQL = `UPDATE {s}.jobs SET status = 'queued', locked_at = NULL, locked_by = NULL,
+	lease_until = NULL
+WHERE ` + fenceSQL
+
+// putBackUnrecorded puts back the jobs whose outcome could not be written.
+func (l *lease) putBackUnrecorded(keys []jobKey) { l.putBack(l.unrecorded, keys) }

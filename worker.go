@@ -157,7 +157,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.pause = newPauseWatcher(c, w.queues, w.logger)
 	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
-	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed, unrecorded: w.lease.releaseJobs}
+	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed, unrecorded: w.lease.putBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
 	flows := attempt.flows
 	w.completer = newCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)

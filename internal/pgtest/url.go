@@ -27,8 +27,11 @@ const (
 	poolTimeout = 30 * time.Second
 )
 
-// localURL is the server step 2 of URL probes; the database is filled in.
-const localURL = "postgres://postgres@127.0.0.1:5432/%s?sslmode=disable&connect_timeout=2"
+// localURL is the server step 2 of URL probes; the database is filled in. Its
+// connect_timeout bounds every connection the tests open later, not the probe (which has
+// localProbeTimeout): on a loaded 2-core machine under -race, 32 connections opened at once
+// have taken over 2 s to be forked.
+const localURL = "postgres://postgres@127.0.0.1:5432/%s?sslmode=disable&connect_timeout=15"
 
 // Values of $PGTEST_FORCE.
 const (

@@ -22,6 +22,7 @@ var ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by thi
 type attemptRef struct {
 	workerID string
 	complete map[Completion]string               // completeSQL of each mode, rendered
+	report   map[Completion]string               // the same writing output and progress; absent for delete
 	modeOf   func(queue, kind string) Completion // the mode of a job's queue and kind
 	lost     string                              // attemptLostSQL
 	flows    *workflowSettler                    // settles a workflow task's dependents in tx
@@ -38,8 +39,9 @@ const attemptLostSQL = `DO $$ BEGIN RAISE EXCEPTION 'skiplock: attempt lost' USI
 // (job.Fence) as every write of the worker is: the job's success and the handler's
 // business writes commit together or not at all. It writes what the job's completion
 // mode says (archive, delete or keep: its kind's, its queue's or the worker's), as the
-// worker's own success batch would, and settles a workflow task's dependents in tx;
-// output set with [SetOutput] is not written by it.
+// worker's own success batch would, with the output set by [SetOutput] and the last
+// [SetProgress] (when ctx is the handler's, or derived from it), and settles a workflow
+// task's dependents in tx.
 //
 // If the attempt is no longer this worker's (its worker's lease ended and the job was
 // taken back, the job was cancelled, or the attempt already completed), CompleteTx
@@ -71,7 +73,14 @@ func completeRowTx(ctx context.Context, tx DBTX, row *JobRow) error {
 	if ref == nil {
 		return fmt.Errorf("skiplock: CompleteTx: job %d is not an attempt this process runs (pass the job the handler was given)", row.ID)
 	}
-	tag, err := tx.Exec(ctx, ref.complete[ref.modeOf(row.Queue, row.Kind)], []int64{row.ID}, []int64{row.Fence}, ref.workerID)
+	mode := ref.modeOf(row.Queue, row.Kind)
+	q, args := ref.complete[mode], []any{[]int64{row.ID}, []int64{row.Fence}, ref.workerID}
+	if st, ok := ctx.Value(jobStateKey{}).(*jobState); ok {
+		if p, o := st.reported(); (p != nil || o != nil) && ref.report[mode] != "" {
+			q, args = ref.report[mode], append(args, []*string{o}, []*string{p})
+		}
+	}
+	tag, err := tx.Exec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", row.ID, err)
 	}

@@ -136,9 +136,12 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
-	attempt := &attemptRef{workerID: cfg.ID, complete: map[Completion]string{}, modeOf: modeOf, lost: attemptLostSQL, flows: newWorkflowSettler(c.schema)}
+	attempt := &attemptRef{workerID: cfg.ID, complete: map[Completion]string{}, report: map[Completion]string{}, modeOf: modeOf, lost: attemptLostSQL, flows: newWorkflowSettler(c.schema)}
 	for _, m := range completionModes {
 		attempt.complete[m] = renderSQL(c.schema, completeSQL(m, false, false))
+		if m != CompletionDelete {
+			attempt.report[m] = renderSQL(c.schema, completeSQL(m, true, false))
+		}
 	}
 	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue

@@ -616,3 +616,40 @@ func TestWorkflow_ReclaimOfADeadWorkersLastAttemptSettlesDependents(t *testing.T
 		})
 	}
 }
+
+// An enqueued workflow wakes the workers of its root tasks' queues at commit, and a
+// released task wakes them again: with an hourly poll, a two-task chain runs at once.
+func TestWorkflow_EnqueueAndReleaseWakeTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := make(chan string, 4)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: time.Hour, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[stepArgs]) error {
+		ran <- job.Metadata["skiplock_task"]
+		return nil
+	}))
+	runWorker(t, w)
+	// Claims start once the listener listens and the worker's row is written.
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers`) == 1
+	}, "the worker registered")
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "wake", Tasks: []skiplock.WorkflowTask{
+		{Name: "first", Args: stepArgs{}},
+		{Name: "second", Args: stepArgs{}, DependsOn: []string{"first"}},
+	}})
+	require.NoError(t, err)
+	require.NotZero(t, info.Task("first").JobID, "the root task has its job")
+	assert.Zero(t, info.Task("second").JobID)
+	for _, want := range []string{"first", "second"} {
+		select {
+		case got := <-ran:
+			assert.Equal(t, want, got)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("task %s did not run within 15 s: no wake-up (the poll is hourly)", want)
+		}
+	}
+	got := waitSettled(t, b, info.ID)
+	assert.Equal(t, map[string]string{"first": "succeeded", "second": "succeeded"}, states(got))
+	// The tasks name their jobs: the root's at enqueue, the dependent's at its release.
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.workflow_tasks WHERE job_id IS NOT NULL`))
+}

@@ -123,10 +123,11 @@ func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind str
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
 	}
 	for _, mode := range completionModes {
-		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
+		st := completeStmts{sql: newReplanned(renderSQL(schema, completeSQL(mode, false, false))),
+			sqlSkip: newReplanned(renderSQL(schema, completeSQL(mode, false, true)))}
 		if mode != CompletionDelete {
-			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
-			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
+			st.sqlReport = newReplanned(renderSQL(schema, completeSQL(mode, true, false)))
+			st.sqlReportSkip = newReplanned(renderSQL(schema, completeSQL(mode, true, true)))
 		}
 		c.stmts[mode] = st
 	}
@@ -378,7 +379,7 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 	if skip {
 		q = st.sqlSkip
 	}
-	if report && st.sqlReport != "" {
+	if report && st.sqlReport != nil {
 		outputs, progress := make([]*string, len(batch)), make([]*string, len(batch))
 		for i, k := range batch {
 			outputs[i], progress[i] = k.output, k.progress
@@ -388,7 +389,7 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 			q = st.sqlReportSkip
 		}
 	}
-	return q, args
+	return q.text(), args
 }
 
 // skipping reports whether success batches pass over locked rows now.

@@ -83,10 +83,10 @@ FROM done` + returning
 
 // completeStmts are the statements of one completion mode, rendered (completeSQL).
 type completeStmts struct {
-	sql       string // plain
-	sqlReport string // writing outputs and progress; "" when the mode keeps none
+	sql       *replanned // plain
+	sqlReport *replanned // writing outputs and progress; nil when the mode keeps none
 	// sqlSkip and sqlReportSkip are sql and sqlReport passing over locked rows.
-	sqlSkip, sqlReportSkip string
+	sqlSkip, sqlReportSkip *replanned
 }
 
 // completionModes are the modes a success is recorded with, in the order a flush writes

@@ -73,15 +73,13 @@ RETURNING ` + jobColumns + `, fence, timeout_ms`
 // claimer runs the claim statement, rendered for one schema.
 type claimer struct {
 	pool       *pgxpool.Pool
-	sql        string        // claimSQL, rendered
-	stmt       *replanned    // sql, replanned
+	sql        string
 	visibility time.Duration // the lease a claim writes
 	wrapErr    func(op string, err error) error
 }
 
 func newClaimer(c *Client, visibility time.Duration) *claimer {
-	sql := renderSQL(c.schema, claimSQL)
-	return &claimer{pool: c.pool, sql: sql, stmt: newReplanned(sql), visibility: visibility, wrapErr: c.wrapErr}
+	return &claimer{pool: c.pool, sql: renderSQL(c.schema, claimSQL), visibility: visibility, wrapErr: c.wrapErr}
 }
 
 // claimedJob is one job a claim returned: the row, the fencing token the claim took, the
@@ -97,7 +95,7 @@ type claimedJob struct {
 // claim takes up to limit due jobs of queue for the worker id.
 func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
 	began := time.Now()
-	rows, err := c.pool.Query(ctx, c.stmt.text(), queue, limit, workerID, c.visibility)
+	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID, c.visibility)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}

@@ -123,11 +123,10 @@ func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind str
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
 	}
 	for _, mode := range completionModes {
-		st := completeStmts{sql: newReplanned(renderSQL(schema, completeSQL(mode, false, false))),
-			sqlSkip: newReplanned(renderSQL(schema, completeSQL(mode, false, true)))}
+		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
 		if mode != CompletionDelete {
-			st.sqlReport = newReplanned(renderSQL(schema, completeSQL(mode, true, false)))
-			st.sqlReportSkip = newReplanned(renderSQL(schema, completeSQL(mode, true, true)))
+			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
+			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
 		}
 		c.stmts[mode] = st
 	}
@@ -379,7 +378,7 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 	if skip {
 		q = st.sqlSkip
 	}
-	if report && st.sqlReport != nil {
+	if report && st.sqlReport != "" {
 		outputs, progress := make([]*string, len(batch)), make([]*string, len(batch))
 		for i, k := range batch {
 			outputs[i], progress[i] = k.output, k.progress
@@ -389,7 +388,7 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 			q = st.sqlReportSkip
 		}
 	}
-	return q.text(), args
+	return q, args
 }
 
 // skipping reports whether success batches pass over locked rows now.

@@ -83,10 +83,10 @@ FROM done` + returning
 
 // completeStmts are the statements of one completion mode, rendered (completeSQL).
 type completeStmts struct {
-	sql       *replanned // plain
-	sqlReport *replanned // writing outputs and progress; nil when the mode keeps none
+	sql       string // plain
+	sqlReport string // writing outputs and progress; "" when the mode keeps none
 	// sqlSkip and sqlReportSkip are sql and sqlReport passing over locked rows.
-	sqlSkip, sqlReportSkip *replanned
+	sqlSkip, sqlReportSkip string
 }
 
 // completionModes are the modes a success is recorded with, in the order a flush writes

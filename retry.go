@@ -216,7 +216,7 @@ type failureRecorder struct {
 	pool     *pgxpool.Pool
 	workerID string
 	logger   *slog.Logger
-	sql      *replanned // failureSQL, rendered
+	sql      string // failureSQL, rendered
 	batch    *groupCommit[*failedAttempt]
 	mu       sync.RWMutex // record holds it to read; stop to close
 	closed   bool
@@ -249,7 +249,7 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 	if dueAgain == nil {
 		dueAgain = func(string) {}
 	}
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: newReplanned(renderSQL(schema, failureSQL)),
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL),
 		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
 	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
 	return f
@@ -389,7 +389,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 		return f.gate.do(ctx, func() error {
 			return f.flows.run(ctx, f.pool, tasks, func(db DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-				rows, err := db.Query(ctx, f.sql.text(), ids, fences, f.workerID, string(perJob))
+				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
 				if err != nil {
 					return err
 				}

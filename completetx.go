@@ -40,7 +40,7 @@ const attemptLostSQL = `DO $$ BEGIN RAISE EXCEPTION 'skiplock: attempt lost' USI
 // business writes commit together or not at all. It writes what the job's completion
 // mode says (archive, delete or keep: its kind's, its queue's or the worker's), as the
 // worker's own success batch would, with the output set by [SetOutput] and the last
-// [SetProgress] (when ctx is the handler's, or derived from it), and settles a workflow
+// [RecordProgress] (when ctx is the handler's, or derived from it), and settles a workflow
 // task's dependents in tx.
 //
 // If the attempt is no longer this worker's (its worker's lease ended and the job was

@@ -80,6 +80,12 @@ type Sweeper struct {
 	// vacuumAfter (Unix ns) is when the jobs table may be vacuumed again: vacuumDuty
 	// times the last vacuum's duration after it ended.
 	vacuumAfter atomic.Int64
+	// analyzed is the last ANALYZE for growth (analyzeIfGrown): the table's pages then and
+	// the pages its statistics recorded then. Until the statistics change, the next one
+	// waits for a fourfold growth from there: a role that may not analyze the table (only
+	// its owner may) tries once per fourfold growth, not at every check.
+	analyzedMu sync.Mutex
+	analyzed   struct{ pages, recorded int64 }
 
 	// rulesMu guards the retention rules and how far each has purged the archive.
 	rulesMu sync.Mutex

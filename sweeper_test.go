@@ -378,3 +378,34 @@ func TestSweeper_VacuumIsSpacedAndLeavesNoSettingBehind(t *testing.T) {
 	skiplock.SetSweeperVacuumAfter(s, time.Time{})
 	assert.True(t, sweepVacuums(), "the vacuum once its spacing ran out")
 }
+
+// A backlog written into an empty queue gets the jobs table analyzed, which makes Postgres
+// plan the claims anew: a plan cached on the empty table read the whole table for each
+// claim (bench/README, "A worker started on an empty queue").
+func TestSweeper_AnalyzesTheJobsTableOnceABacklogHasGrownIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: time.Second, PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	for i := range 10 { // the worker's statements run, and are cached, on the empty table
+		job, err := b.client.Enqueue(b.ctx, noopArgs{N: i}, nil)
+		require.NoError(t, err)
+		waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 20*time.Second, "job %d ran", job.ID)
+	}
+	analyzed := func() int {
+		return b.count(t, `SELECT analyze_count::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, `"`+b.schema+`".jobs`)
+	}
+	before := analyzed()
+	// A backlog for later: it grows the table and stays queued.
+	params := make([]skiplock.EnqueueParams, 20_000)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: noopArgs{N: i}, Options: &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool {
+		return analyzed() > before &&
+			b.count(t, `SELECT relpages FROM pg_class WHERE oid = $1::regclass`, `"`+b.schema+`".jobs`) > 32
+	}, "the leading worker analyzed the grown jobs table")
+}

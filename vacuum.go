@@ -1,6 +1,7 @@
 // This file holds the sweeper's maintenance vacuum: with autovacuum off or behind, the
 // jobs table (and the small tables that churn with it) is vacuumed when its dead tuples
-// pile up, throttled and spaced by its own duration.
+// pile up, and analyzed when it has grown many times over, throttled and spaced by its
+// own duration.
 
 package skiplock
 
@@ -11,9 +12,22 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// deadTuplesSQL reads how many dead row versions the jobs table holds, from the
-// statistics Postgres keeps for autovacuum.
-const deadTuplesSQL = `SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`
+// deadTuplesSQL reads how many dead and live row versions the jobs table holds, from the
+// statistics Postgres keeps for autovacuum, and its size in pages: as its last VACUUM or
+// ANALYZE recorded it (pg_class.relpages) and as it is now (the file's size, known at
+// once, where the statistics lag by up to seconds).
+const deadTuplesSQL = `SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0), c.relpages::bigint,
+	pg_relation_size(c.oid) / current_setting('block_size')::bigint
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid WHERE s.relid = $1::regclass`
+
+// analyzeGrowth and analyzeFloor: the jobs table is analyzed when it holds more than
+// analyzeGrowth times the pages its statistics recorded (counting at least analyzeFloor
+// pages, 256 kB), so that Postgres plans the claims anew for a table that has grown (see
+// analyzeIfGrown).
+const (
+	analyzeGrowth = 4
+	analyzeFloor  = 32
+)
 
 // vacuumDeadTuples is the dead row count past which a sweep vacuums the jobs table (and a
 // quarter of the live rows: a big backlog is not vacuumed over and over).
@@ -53,9 +67,12 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	defer cancel()
 	c := s.client
 	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
-	var dead, live int64
-	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead, &live); err != nil ||
-		dead < vacuumDeadTuples || dead < live/4 {
+	var dead, live, recorded, pages int64
+	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead, &live, &recorded, &pages); err != nil {
+		return
+	}
+	if dead < vacuumDeadTuples || dead < live/4 {
+		s.analyzeIfGrown(ctx, table, recorded, pages)
 		return
 	}
 	// SKIP_LOCKED: never wait behind a long lock on the table; the next sweep tries again.
@@ -74,6 +91,42 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 		return
 	}
 	res.Vacuumed = true
+}
+
+// analyzeIfGrown analyzes the jobs table (table, sanitized) when it has many times the
+// pages its statistics recorded: a backlog written into a queue that was empty. The
+// ANALYZE makes Postgres drop every session's cached plans of statements on the table.
+//
+// Why: pgx prepares each statement once per connection, and after five runs Postgres
+// keeps a generic plan for it, made for the table as it was then. A worker that started
+// on an empty queue had its claims planned for a table of a few pages, where reading the
+// whole table is cheaper than following the claimed rows' ctids, and that plan stayed
+// while a burst filled the table, until an ANALYZE (autovacuum's, up to a minute or more
+// later; never with autovacuum off). auto_explain showed a claim reading 98,724 rows to
+// update 48; such a worker drained a 100,000-job burst at 11-13k jobs/s, against 23-30k
+// for a worker started after the burst (bench/README.md, "A worker started on an empty
+// queue"). The check costs nothing but the read above; the ANALYZE reads a sample of at
+// most 30,000 rows, once per fourfold growth of the table's file, spaced like the vacuum.
+func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pages int64) {
+	s.analyzedMu.Lock()
+	base := max(recorded, analyzeFloor)
+	if s.analyzed.recorded == recorded {
+		base = max(base, s.analyzed.pages)
+	}
+	grown := pages > analyzeGrowth*base
+	if grown {
+		s.analyzed.pages, s.analyzed.recorded = pages, recorded
+	}
+	s.analyzedMu.Unlock()
+	if !grown {
+		return
+	}
+	began := time.Now()
+	err := s.vacuum(ctx, `ANALYZE `+table)
+	s.vacuumAfter.Store(time.Now().Add(vacuumDuty * time.Since(began)).UnixNano())
+	if err != nil {
+		s.logger.Debug("skiplock: analyzing the jobs table failed", "err", err)
+	}
 }
 
 // vacuum runs the maintenance VACUUM statement stmt with autovacuum's cost delay

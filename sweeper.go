@@ -85,7 +85,7 @@ type Sweeper struct {
 	// waits for a fourfold growth from there: a role that may not analyze the table (only
 	// its owner may) tries once per fourfold growth, not at every check.
 	analyzedMu sync.Mutex
-	analyzed   struct{ pages, recorded int64 }
+	analyzed   map[string]analyzedSize // by table, sanitized
 
 	// rulesMu guards the retention rules and how far each has purged the archive.
 	rulesMu sync.Mutex
@@ -129,7 +129,7 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = client.logger
 	}
-	s := &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
+	s := &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, analyzed: map[string]analyzedSize{}, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
 		reclaim:        renderSQL(client.schema, reclaimSQL),
 		purgeArchive:   renderSQL(client.schema, purgeArchiveSQL),
 		purgeWorkflows: renderSQL(client.schema, purgeWorkflowsSQL),

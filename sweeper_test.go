@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -408,4 +409,38 @@ func TestSweeper_AnalyzesTheJobsTableOnceABacklogHasGrownIt(t *testing.T) {
 		return analyzed() > before &&
 			b.count(t, `SELECT relpages FROM pg_class WHERE oid = $1::regclass`, `"`+b.schema+`".jobs`) > 32
 	}, "the leading worker analyzed the grown jobs table")
+}
+
+// The same for the workflow tasks the settler reads and writes by job id and task name.
+func TestSweeper_AnalyzesTheWorkflowTasksOnceWorkflowsHaveGrownThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: time.Second, PollInterval: time.Hour, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	analyzed := func() int {
+		return b.count(t, `SELECT analyze_count::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, `"`+b.schema+`".workflow_tasks`)
+	}
+	before := analyzed()
+	// 3,000 five-task workflows due in an hour: 15,000 task rows.
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for i := range 3000 {
+			wf := skiplock.Workflow{Name: fmt.Sprint("wf-", i)}
+			for j, name := range []string{"a", "b", "c", "d", "e"} {
+				task := skiplock.WorkflowTask{Name: name, Args: noopArgs{N: i}, Options: &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)}}
+				if j > 0 {
+					task.DependsOn = []string{"a"}
+				}
+				wf.Tasks = append(wf.Tasks, task)
+			}
+			if _, err := b.client.EnqueueWorkflowTx(b.ctx, tx, wf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	eventually(t, 30*time.Second, func() bool {
+		return analyzed() > before &&
+			b.count(t, `SELECT relpages FROM pg_class WHERE oid = $1::regclass`, `"`+b.schema+`".workflow_tasks`) > 32
+	}, "the leading worker analyzed the grown workflow_tasks table")
 }

@@ -73,6 +73,7 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	}
 	if dead < vacuumDeadTuples || dead < live/4 {
 		s.analyzeIfGrown(ctx, table, recorded, pages)
+		s.analyzeOthersIfGrown(ctx)
 		return
 	}
 	// SKIP_LOCKED: never wait behind a long lock on the table; the next sweep tries again.
@@ -93,9 +94,10 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	res.Vacuumed = true
 }
 
-// analyzeIfGrown analyzes the jobs table (table, sanitized) when it has many times the
-// pages its statistics recorded: a backlog written into a queue that was empty. The
-// ANALYZE makes Postgres drop every session's cached plans of statements on the table.
+// analyzeIfGrown analyzes table (sanitized: the jobs table, or one of analyzeWithJobs)
+// when it has many times the pages its statistics recorded: a backlog written into a
+// queue that was empty. The ANALYZE makes Postgres drop every session's cached plans of
+// statements on the table.
 //
 // Why: pgx prepares each statement once per connection, and after five runs Postgres
 // keeps a generic plan for it, made for the table as it was then. A worker that started
@@ -109,13 +111,14 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 // most 30,000 rows, once per fourfold growth of the table's file, spaced like the vacuum.
 func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pages int64) {
 	s.analyzedMu.Lock()
+	last := s.analyzed[table]
 	base := max(recorded, analyzeFloor)
-	if s.analyzed.recorded == recorded {
-		base = max(base, s.analyzed.pages)
+	if last.recorded == recorded {
+		base = max(base, last.pages)
 	}
 	grown := pages > analyzeGrowth*base
 	if grown {
-		s.analyzed.pages, s.analyzed.recorded = pages, recorded
+		s.analyzed[table] = analyzedSize{pages: pages, recorded: recorded}
 	}
 	s.analyzedMu.Unlock()
 	if !grown {
@@ -125,7 +128,32 @@ func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pa
 	err := s.vacuum(ctx, `ANALYZE `+table)
 	s.vacuumAfter.Store(time.Now().Add(vacuumDuty * time.Since(began)).UnixNano())
 	if err != nil {
-		s.logger.Debug("skiplock: analyzing the jobs table failed", "err", err)
+		s.logger.Debug("skiplock: analyzing a grown table failed", "table", table, "err", err)
+	}
+}
+
+// analyzedSize is a table's size when analyzeIfGrown last analyzed it: its pages, and the
+// pages its statistics recorded then.
+type analyzedSize struct{ pages, recorded int64 }
+
+// tableSizeSQL reads a table's pages as its statistics recorded them and as they are now.
+const tableSizeSQL = `SELECT relpages::bigint, pg_relation_size(oid) / current_setting('block_size')::bigint
+FROM pg_class WHERE oid = $1::regclass`
+
+// analyzeWithJobs are the tables analyzeIfGrown also watches: workflow_tasks, which the
+// settler reads and writes by job id and task name in every outcome batch that holds
+// workflow tasks, and which grows from empty as workflows are enqueued.
+var analyzeWithJobs = []string{"workflow_tasks"}
+
+// analyzeOthersIfGrown runs analyzeIfGrown for the tables of analyzeWithJobs.
+func (s *Sweeper) analyzeOthersIfGrown(ctx context.Context) {
+	for _, name := range analyzeWithJobs {
+		table := pgx.Identifier{s.client.schema, name}.Sanitize()
+		var recorded, pages int64
+		if err := s.client.pool.QueryRow(ctx, tableSizeSQL, table).Scan(&recorded, &pages); err != nil {
+			return
+		}
+		s.analyzeIfGrown(ctx, table, recorded, pages)
 	}
 }
 

@@ -52,6 +52,10 @@ type claimLoopConfig struct {
 	// release puts stale claims back in the queue, fenced: one already taken back is left
 	// alone (lease.releaseJobs).
 	release func(keys []jobKey)
+	// leaseEnding reports whether the worker's own lease has gone unrenewed for longer
+	// than workerCancelAfter: its handlers are being cancelled (lease.watch), so it claims
+	// nothing, and starts no job a claim returns, until a renewal lands. nil: never.
+	leaseEnding func() bool
 }
 
 // dispatched is a claimed job on its way to a runner.
@@ -254,7 +258,7 @@ func (q *queueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
 // (0: none). errDelay is the loop's backoff after a failed claim.
 func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration) (next time.Duration) {
 	for ctx.Err() == nil && !q.paused.Load() {
-		if !q.awaitSlots(ctx) {
+		if !q.awaitRenewal(ctx) || !q.awaitSlots(ctx) {
 			break
 		}
 		free, ok := q.takeTurn(ctx)
@@ -283,6 +287,20 @@ func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration
 	}
 	return next
 }
+
+// awaitRenewal waits while the worker's own lease is ending (claimLoopConfig.leaseEnding),
+// and reports whether it may claim: false when ctx ended first. A black-holed worker
+// whose path came back before its renewal did claimed jobs only for the watchdog to
+// cancel them at once, spending an attempt of each (the chaos run's black-holed worker).
+func (q *queueRunner) awaitRenewal(ctx context.Context) bool {
+	for q.cfg.leaseEnding != nil && q.cfg.leaseEnding() && ctx.Err() == nil {
+		sleepCtx(ctx, leaseEndingPoll)
+	}
+	return ctx.Err() == nil
+}
+
+// leaseEndingPoll is how often a claim loop held by an ending lease looks again.
+const leaseEndingPoll = 50 * time.Millisecond
 
 // awaitSlots reports whether the queue has a free slot. With a backlog and few free
 // slots, it first lets a few more handlers finish (FetchCooldown), so that the next claim
@@ -345,7 +363,8 @@ func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJ
 }
 
 // dispatch hands the claimed jobs to the runners, except those whose claim came back too
-// late to run them safely (staleAfter): it puts them back in the queue.
+// late to run them safely (staleAfter), or all of them while the worker's own lease is
+// ending (leaseEnding): it puts those back in the queue.
 func (q *queueRunner) dispatch(jobs []claimedJob) {
 	if len(jobs) == 0 {
 		return
@@ -353,9 +372,10 @@ func (q *queueRunner) dispatch(jobs []claimedJob) {
 	// The jobs of one claim share its start (leased) and its path: one clock reading
 	// and one look at the path serve them all.
 	now, slot := time.Now(), q.holdsSlot()
+	ending := q.cfg.leaseEnding != nil && q.cfg.leaseEnding()
 	var stale []jobKey
 	for _, j := range jobs {
-		if now.Sub(j.leased) > q.cfg.staleAfter {
+		if ending || now.Sub(j.leased) > q.cfg.staleAfter {
 			stale = append(stale, jobKey{j.row.ID, j.fence})
 			continue
 		}

@@ -274,3 +274,56 @@ func proxiedPool(t *testing.T, maxConns int32) (*blackhole.Proxy, *pgxpool.Pool)
 	t.Cleanup(pool.Close)
 	return proxy, pool
 }
+
+// A worker whose own lease went unrenewed past the point where it cancels its handlers
+// claims nothing, and starts nothing a claim returns, until a renewal lands. When its path
+// to the database came back before its renewal did, it claimed jobs only for its watchdog
+// to cancel them at once, spending an attempt of each (the chaos run's black-holed worker:
+// three jobs ran again 18 s later, at their second attempt).
+func TestLease_AWorkerWhoseLeaseIsEndingStartsNoJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, attempt int, ok bool)`))
+	require.NoError(t, err)
+	proxy, pool := proxiedPool(t, 6)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "cut-off", SweepInterval: -1,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[holdArgs]) error {
+		var err error
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		_, aerr := b.pool.Exec(context.Background(), b.q(`INSERT INTO {s}.audit VALUES ($1, $2, $3)`),
+			job.ID, job.Attempts, err == nil)
+		require.NoError(t, aerr)
+		return err
+	}))
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'cut-off'`) == 1
+	}, "the worker registered")
+
+	// Its path goes silent for longer than it waits before cancelling its handlers (6.7 s
+	// after the start of its last renewal, which may have been sent up to ~2.5 s before the
+	// silence and come back after it). Jobs arrive meanwhile.
+	proxy.Blackhole()
+	const jobs = 6
+	for i := range jobs {
+		_, err := b.client.Enqueue(b.ctx, holdArgs{N: i}, nil)
+		require.NoError(t, err)
+	}
+	time.Sleep(9500 * time.Millisecond)
+	proxy.Restore()
+
+	eventually(t, 60*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+	}, "every job succeeded")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.audit WHERE NOT ok`), "no handler was cancelled")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts = 1`),
+		"every job succeeded at its first attempt")
+}

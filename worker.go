@@ -152,6 +152,10 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 		logger: w.logger, conns: make(chan struct{}, maxClaimConns), gate: w.gate,
 		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
 		release: w.lease.releaseJobs,
+		leaseEnding: func() bool {
+			d, ok := w.elector.sinceRenewal()
+			return ok && d > workerCancelAfter
+		},
 	}
 	for name, q := range cfg.Queues {
 		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)

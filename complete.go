@@ -117,18 +117,10 @@ type batchListeners struct {
 func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
 	gate *stmtGate, done batchListeners, flows *workflowSettler, logger *slog.Logger) *completer {
 	c := &completer{
-		pool: pool, stmts: map[Completion]completeStmts{}, modeOf: modeOf, workerID: workerID, flows: flows,
+		pool: pool, stmts: renderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
 		ch: make(chan completion, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
-	}
-	for _, mode := range completionModes {
-		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
-		if mode != CompletionDelete {
-			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
-			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
-		}
-		c.stmts[mode] = st
 	}
 	// Slot-holding successes wait for locks: their slots are free only once written.
 	c.urgent = &groupCommit[completion]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, hold: true,

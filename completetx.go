@@ -21,8 +21,7 @@ var ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by thi
 // worker's id (locked_by) and its success statement per completion mode.
 type attemptRef struct {
 	workerID string
-	complete map[Completion]string               // completeSQL of each mode, rendered
-	report   map[Completion]string               // the same writing output and progress; absent for delete
+	stmts    map[Completion]completeStmts        // the success statements of each mode, as the completer's
 	modeOf   func(queue, kind string) Completion // the mode of a job's queue and kind
 	lost     string                              // attemptLostSQL
 	flows    *workflowSettler                    // settles a workflow task's dependents in tx
@@ -73,12 +72,10 @@ func completeRowTx(ctx context.Context, tx DBTX, row *JobRow) error {
 	if ref == nil {
 		return fmt.Errorf("skiplock: CompleteTx: job %d is not an attempt this process runs (pass the job the handler was given)", row.ID)
 	}
-	mode := ref.modeOf(row.Queue, row.Kind)
-	q, args := ref.complete[mode], []any{[]int64{row.ID}, []int64{row.Fence}, ref.workerID}
-	if st, ok := ctx.Value(jobStateKey{}).(*jobState); ok {
-		if p, o := st.reported(); (p != nil || o != nil) && ref.report[mode] != "" {
-			q, args = ref.report[mode], append(args, []*string{o}, []*string{p})
-		}
+	st := ref.stmts[ref.modeOf(row.Queue, row.Kind)]
+	q, args := st.sql, []any{[]int64{row.ID}, []int64{row.Fence}, ref.workerID}
+	if p, o := stateOf(ctx).reported(); (p != nil || o != nil) && st.sqlReport != "" {
+		q, args = st.sqlReport, append(args, []*string{o}, []*string{p})
 	}
 	tag, err := tx.Exec(ctx, q, args...)
 	if err != nil {

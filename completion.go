@@ -89,6 +89,21 @@ type completeStmts struct {
 	sqlSkip, sqlReportSkip string
 }
 
+// renderCompleteStmts renders the success statements of every mode for schema: the
+// completer's batches and CompleteTx write a success with the same ones.
+func renderCompleteStmts(schema string) map[Completion]completeStmts {
+	stmts := map[Completion]completeStmts{}
+	for _, mode := range completionModes {
+		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
+		if mode != CompletionDelete {
+			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
+			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
+		}
+		stmts[mode] = st
+	}
+	return stmts
+}
+
 // completionModes are the modes a success is recorded with, in the order a flush writes
 // their groups.
 var completionModes = [...]Completion{CompletionArchive, CompletionDelete, CompletionKeep}

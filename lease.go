@@ -419,10 +419,7 @@ func (l *lease) watch(ctx context.Context) {
 			l.logger.Warn("skiplock: heartbeats are not landing; cancelling handlers before their leases end",
 				"jobs", len(lost))
 		}
-		if l.sinceRenewal == nil {
-			continue
-		}
-		if d, ok := l.sinceRenewal(); ok && d > workerCancelAfter {
+		if d, ending := l.sinceOwnRenewal(); ending {
 			// Every attempt held now: the worker's lease covers them all.
 			if lost := l.held.expiring(time.Now().Add(time.Hour), errWorkerLeaseExpiring); len(lost) > 0 {
 				l.logger.Warn("skiplock: this worker's lease is not being renewed; cancelling its handlers before other workers may take their jobs",
@@ -430,6 +427,24 @@ func (l *lease) watch(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// sinceOwnRenewal returns how long ago the last committed renewal of the worker's own
+// lease (its row in the workers table) started, and whether that is past
+// workerCancelAfter: the lease is ending, the worker's handlers are cancelled (watch) and
+// it claims nothing (claimLoopConfig.leaseEnding) until a renewal lands.
+func (l *lease) sinceOwnRenewal() (time.Duration, bool) {
+	if l.sinceRenewal == nil {
+		return 0, false
+	}
+	d, ok := l.sinceRenewal()
+	return d, ok && d > workerCancelAfter
+}
+
+// ownLeaseEnding reports whether the worker's own lease is ending (sinceOwnRenewal).
+func (l *lease) ownLeaseEnding() bool {
+	_, ending := l.sinceOwnRenewal()
+	return ending
 }
 
 // beat renews the lease of every held job and cancels, with errJobLost, the context of

@@ -136,13 +136,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
-	attempt := &attemptRef{workerID: cfg.ID, complete: map[Completion]string{}, report: map[Completion]string{}, modeOf: modeOf, lost: attemptLostSQL, flows: newWorkflowSettler(c.schema)}
-	for _, m := range completionModes {
-		attempt.complete[m] = renderSQL(c.schema, completeSQL(m, false, false))
-		if m != CompletionDelete {
-			attempt.report[m] = renderSQL(c.schema, completeSQL(m, true, false))
-		}
-	}
+	attempt := &attemptRef{workerID: cfg.ID, stmts: renderCompleteStmts(c.schema), modeOf: modeOf, lost: attemptLostSQL,
+		flows: newWorkflowSettler(c.schema)}
 	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
@@ -151,11 +146,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
 		logger: w.logger, conns: make(chan struct{}, maxClaimConns), gate: w.gate,
 		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
-		release: w.lease.releaseJobs,
-		leaseEnding: func() bool {
-			d, ok := w.elector.sinceRenewal()
-			return ok && d > workerCancelAfter
-		},
+		release:     w.lease.releaseJobs,
+		leaseEnding: w.lease.ownLeaseEnding,
 	}
 	for name, q := range cfg.Queues {
 		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)

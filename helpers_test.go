@@ -115,3 +115,15 @@ func waitStatus(t *testing.T, b *bundle, id int64, status skiplock.JobStatus, ti
 		return j.Status == status
 	}, msg, args...)
 }
+
+// forKeepingModes runs f as a parallel subtest for each completion mode that keeps the
+// job's row after its success, so its output and progress stay readable: archive, keep.
+func forKeepingModes(t *testing.T, f func(t *testing.T, mode skiplock.Completion)) {
+	t.Helper()
+	for name, mode := range map[string]skiplock.Completion{"archive": skiplock.CompletionArchive, "keep": skiplock.CompletionKeep} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, mode)
+		})
+	}
+}

@@ -140,38 +140,35 @@ func TestCompleteTx_AttemptTakenAwayDuringTheHandlerCommitsNothing(t *testing.T)
 // CompleteTx writes, in the archive and in the kept row.
 func TestCompleteTx_WritesTheHandlersOutputAndProgress(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []skiplock.Completion{skiplock.CompletionArchive, skiplock.CompletionKeep} {
-		t.Run(map[skiplock.Completion]string{skiplock.CompletionArchive: "archive", skiplock.CompletionKeep: "keep"}[mode], func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			businessSetup(t, b)
-			w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, PollInterval: 50 * time.Millisecond,
-				Completion: mode, Logger: testLogger()})
-			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[orderArgs]) error {
-				if err := skiplock.RecordProgress(ctx, 100, "paid"); err != nil {
+	forKeepingModes(t, func(t *testing.T, mode skiplock.Completion) {
+		b := setup(t)
+		businessSetup(t, b)
+		w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, PollInterval: 50 * time.Millisecond,
+			Completion: mode, Logger: testLogger()})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[orderArgs]) error {
+			if err := skiplock.RecordProgress(ctx, 100, "paid"); err != nil {
+				return err
+			}
+			if err := skiplock.SetOutput(ctx, map[string]int{"receipt": job.Args.Order * 10}); err != nil {
+				return err
+			}
+			return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, b.q(`INSERT INTO {s}.payments VALUES ($1, $2, $3, $4)`),
+					job.Args.Order, job.ID, job.Attempts, job.Fence); err != nil {
 					return err
 				}
-				if err := skiplock.SetOutput(ctx, map[string]int{"receipt": job.Args.Order * 10}); err != nil {
-					return err
-				}
-				return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, b.q(`INSERT INTO {s}.payments VALUES ($1, $2, $3, $4)`),
-						job.Args.Order, job.ID, job.Attempts, job.Fence); err != nil {
-						return err
-					}
-					return skiplock.CompleteTx(ctx, tx, job)
-				})
-			}))
-			job, err := b.client.Enqueue(b.ctx, orderArgs{Order: 4}, nil)
-			require.NoError(t, err)
-			runWorker(t, w)
-			waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the job succeeded")
-			got, err := b.client.Get(b.ctx, job.ID)
-			require.NoError(t, err)
-			assert.JSONEq(t, `{"receipt": 40}`, string(got.Output), "the output commits with the success")
-			require.NotNil(t, got.Progress)
-			assert.Equal(t, skiplock.Progress{Value: 100, Message: "paid"}, *got.Progress)
-			assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.payments WHERE order_id = 4`))
-		})
-	}
+				return skiplock.CompleteTx(ctx, tx, job)
+			})
+		}))
+		job, err := b.client.Enqueue(b.ctx, orderArgs{Order: 4}, nil)
+		require.NoError(t, err)
+		runWorker(t, w)
+		waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the job succeeded")
+		got, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		assert.JSONEq(t, `{"receipt": 40}`, string(got.Output), "the output commits with the success")
+		require.NotNil(t, got.Progress)
+		assert.Equal(t, skiplock.Progress{Value: 100, Message: "paid"}, *got.Progress)
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.payments WHERE order_id = 4`))
+	})
 }

@@ -16,52 +16,49 @@ import (
 
 func TestProgress_VisibleViaGetWhileTheJobRunsAndOutputStoredWithTheSuccess(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []skiplock.Completion{skiplock.CompletionArchive, skiplock.CompletionKeep} {
-		t.Run(map[skiplock.Completion]string{skiplock.CompletionArchive: "archive", skiplock.CompletionKeep: "keep"}[mode], func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			// A short visibility timeout: heartbeats every 200ms.
-			w := newWorker(t, b, skiplock.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, SweepInterval: -1, Completion: mode, Logger: testLogger()})
-			release := make(chan struct{})
-			checks := make(chan error, 8)
-			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
-				checks <- skiplock.RecordProgress(ctx, 50, "half of the "+strings.Repeat("images ", 100))
-				<-release
-				checks <- skiplock.RecordProgress(ctx, 100, "done")
-				checks <- skiplock.SetOutput(ctx, map[string]int{"thumbnails": 3})
-				return nil
-			}))
-			job, err := b.client.Enqueue(b.ctx, noopArgs{N: 1}, nil)
+	forKeepingModes(t, func(t *testing.T, mode skiplock.Completion) {
+		b := setup(t)
+		// A short visibility timeout: heartbeats every 200ms.
+		w := newWorker(t, b, skiplock.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, SweepInterval: -1, Completion: mode, Logger: testLogger()})
+		release := make(chan struct{})
+		checks := make(chan error, 8)
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+			checks <- skiplock.RecordProgress(ctx, 50, "half of the "+strings.Repeat("images ", 100))
+			<-release
+			checks <- skiplock.RecordProgress(ctx, 100, "done")
+			checks <- skiplock.SetOutput(ctx, map[string]int{"thumbnails": 3})
+			return nil
+		}))
+		job, err := b.client.Enqueue(b.ctx, noopArgs{N: 1}, nil)
+		require.NoError(t, err)
+		runWorker(t, w)
+
+		var running *skiplock.JobRow
+		eventually(t, 20*time.Second, func() bool {
+			running, err = b.client.Get(b.ctx, job.ID)
 			require.NoError(t, err)
-			runWorker(t, w)
+			return running.Progress != nil
+		}, "the heartbeat writes the progress")
+		assert.Equal(t, skiplock.StatusRunning, running.Status)
+		assert.Equal(t, 50.0, running.Progress.Value)
+		assert.Len(t, running.Progress.Message, skiplock.MaxProgressMessage, "long messages are cut")
+		assert.True(t, strings.HasPrefix(running.Progress.Message, "half of the images"))
+		assert.Nil(t, running.Output)
+		close(release)
 
-			var running *skiplock.JobRow
-			eventually(t, 20*time.Second, func() bool {
-				running, err = b.client.Get(b.ctx, job.ID)
-				require.NoError(t, err)
-				return running.Progress != nil
-			}, "the heartbeat writes the progress")
-			assert.Equal(t, skiplock.StatusRunning, running.Status)
-			assert.Equal(t, 50.0, running.Progress.Value)
-			assert.Len(t, running.Progress.Message, skiplock.MaxProgressMessage, "long messages are cut")
-			assert.True(t, strings.HasPrefix(running.Progress.Message, "half of the images"))
-			assert.Nil(t, running.Output)
-			close(release)
-
-			var done *skiplock.JobRow
-			eventually(t, 20*time.Second, func() bool {
-				done, err = b.client.Get(b.ctx, job.ID)
-				require.NoError(t, err)
-				return done.Status == skiplock.StatusSucceeded
-			}, "the job succeeds")
-			for range 3 {
-				require.NoError(t, <-checks)
-			}
-			require.NotNil(t, done.Progress)
-			assert.Equal(t, skiplock.Progress{Value: 100, Message: "done"}, *done.Progress, "the last progress is written with the success")
-			assert.JSONEq(t, `{"thumbnails": 3}`, string(done.Output))
-		})
-	}
+		var done *skiplock.JobRow
+		eventually(t, 20*time.Second, func() bool {
+			done, err = b.client.Get(b.ctx, job.ID)
+			require.NoError(t, err)
+			return done.Status == skiplock.StatusSucceeded
+		}, "the job succeeds")
+		for range 3 {
+			require.NoError(t, <-checks)
+		}
+		require.NotNil(t, done.Progress)
+		assert.Equal(t, skiplock.Progress{Value: 100, Message: "done"}, *done.Progress, "the last progress is written with the success")
+		assert.JSONEq(t, `{"thumbnails": 3}`, string(done.Output))
+	})
 }
 
 func TestProgress_RefusesBadInputAndContextsOfNoJob(t *testing.T) {

@@ -12,13 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// deadTuplesSQL reads how many dead and live row versions the jobs table holds, from the
-// statistics Postgres keeps for autovacuum, and its size in pages: as its last VACUUM or
-// ANALYZE recorded it (pg_class.relpages) and as it is now (the file's size, known at
-// once, where the statistics lag by up to seconds).
-const deadTuplesSQL = `SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0), c.relpages::bigint,
-	pg_relation_size(c.oid) / current_setting('block_size')::bigint
-FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid WHERE s.relid = $1::regclass`
+// deadTuplesSQL reads how many dead and live row versions the jobs table ($1) holds, from
+// the statistics Postgres keeps for autovacuum, and the size in pages of it and of the
+// workflow tasks table ($2): as their last VACUUM or ANALYZE recorded it (relpages) and
+// as it is now (the file's size, known at once, where the statistics lag by seconds).
+const deadTuplesSQL = `SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0),
+	c.relpages::bigint, pg_relation_size(c.oid) / current_setting('block_size')::bigint,
+	w.relpages::bigint, pg_relation_size(w.oid) / current_setting('block_size')::bigint
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid, pg_class w
+WHERE s.relid = $1::regclass AND w.oid = $2::regclass`
 
 // analyzeGrowth and analyzeFloor: the jobs table is analyzed when it holds more than
 // analyzeGrowth times the pages its statistics recorded (counting at least analyzeFloor
@@ -67,13 +69,18 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	defer cancel()
 	c := s.client
 	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
-	var dead, live, recorded, pages int64
-	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table).Scan(&dead, &live, &recorded, &pages); err != nil {
+	tasks := pgx.Identifier{c.schema, "workflow_tasks"}.Sanitize()
+	var dead, live, recorded, pages, tasksRecorded, tasksPages int64
+	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table, tasks).Scan(&dead, &live, &recorded, &pages,
+		&tasksRecorded, &tasksPages); err != nil {
 		return
 	}
 	if dead < vacuumDeadTuples || dead < live/4 {
 		s.analyzeIfGrown(ctx, table, recorded, pages)
-		s.analyzeOthersIfGrown(ctx)
+		// workflow_tasks, which the settler reads and writes by job id and task name in
+		// every outcome batch that holds workflow tasks, grows from empty the same way as
+		// workflows are enqueued.
+		s.analyzeIfGrown(ctx, tasks, tasksRecorded, tasksPages)
 		return
 	}
 	// SKIP_LOCKED: never wait behind a long lock on the table; the next sweep tries again.
@@ -94,7 +101,7 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	res.Vacuumed = true
 }
 
-// analyzeIfGrown analyzes table (sanitized: the jobs table, or one of analyzeWithJobs)
+// analyzeIfGrown analyzes table (sanitized: the jobs table, or workflow_tasks)
 // when it has many times the pages its statistics recorded: a backlog written into a
 // queue that was empty. The ANALYZE makes Postgres drop every session's cached plans of
 // statements on the table.
@@ -135,27 +142,6 @@ func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pa
 // analyzedSize is a table's size when analyzeIfGrown last analyzed it: its pages, and the
 // pages its statistics recorded then.
 type analyzedSize struct{ pages, recorded int64 }
-
-// tableSizeSQL reads a table's pages as its statistics recorded them and as they are now.
-const tableSizeSQL = `SELECT relpages::bigint, pg_relation_size(oid) / current_setting('block_size')::bigint
-FROM pg_class WHERE oid = $1::regclass`
-
-// analyzeWithJobs are the tables analyzeIfGrown also watches: workflow_tasks, which the
-// settler reads and writes by job id and task name in every outcome batch that holds
-// workflow tasks, and which grows from empty as workflows are enqueued.
-var analyzeWithJobs = []string{"workflow_tasks"}
-
-// analyzeOthersIfGrown runs analyzeIfGrown for the tables of analyzeWithJobs.
-func (s *Sweeper) analyzeOthersIfGrown(ctx context.Context) {
-	for _, name := range analyzeWithJobs {
-		table := pgx.Identifier{s.client.schema, name}.Sanitize()
-		var recorded, pages int64
-		if err := s.client.pool.QueryRow(ctx, tableSizeSQL, table).Scan(&recorded, &pages); err != nil {
-			return
-		}
-		s.analyzeIfGrown(ctx, table, recorded, pages)
-	}
-}
 
 // vacuum runs the maintenance VACUUM statement stmt with autovacuum's cost delay
 // (vacuumCostDelay), on a connection of its own: a VACUUM statement runs at full speed

@@ -41,6 +41,7 @@ type options struct {
 	workflows  bool
 	serverWork bool
 	latSplit   bool
+	statements bool
 }
 
 func main() {
@@ -87,6 +88,7 @@ func run() error {
 	flag.BoolVar(&o.allSystems, "all-systems", false, "run the skiplock-only workloads (size1m, scheduled) for River and gue too")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the skiplock runs to this file")
 	flag.StringVar(&o.out, "out", "results", "folder for latest.json and latest.md (empty: don't write)")
+	flag.BoolVar(&o.statements, "statements", false, "print each workload's server statements per system to stderr (pg_stat_statements, reset before the workload's first run; the server must preload it, e.g. a throwaway cluster)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench_<system> databases after the run for inspection")
 	flag.IntVar(&o.poolSize, "pool", 40, "pgxpool MaxConns for every system")
 	var passes string
@@ -274,6 +276,9 @@ func runPass(ctx context.Context, o options, sizes Sizes, dsn string, rep *Repor
 			runs = 1
 		}
 		vals := map[string]map[string][]float64{} // system -> metric -> runs
+		if o.statements && len(systems) > 0 {
+			statementsStart(ctx, systems[0].pool)
+		}
 		for r := 1; r <= runs; r++ {
 			for _, s := range systems {
 				if (w.SkiplockOnly && s.name != "skiplock" && !o.allSystems) || s.skip[w.Name] {
@@ -318,6 +323,9 @@ func runPass(ctx context.Context, o options, sizes Sizes, dsn string, rep *Repor
 					rep.add(w.Name, m, s.name, v)
 				}
 			}
+		}
+		if o.statements && len(systems) > 0 {
+			statementsByDatabase(ctx, systems[0].pool, rep.Pass+" "+w.Name, runs)
 		}
 		if o.out != "" {
 			if err := all.Write(o.out, all.Markdown()); err != nil {

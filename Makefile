@@ -14,7 +14,7 @@ FUZZ_DECODE ?= 300x
 
 ## ENGINE_FILES: the engine's files, none of which may use another that uses it back
 ## (README, "Architecture"); `make vet` checks it.
-ENGINE_FILES ?= claim,claimloop,flow,flowclaim,flowwatch,execute,outcome,complete,retry,lease,hook,progress,middleware
+ENGINE_FILES ?= claim,claimloop,flow,flowclaim,flowwatch,execute,outcome,complete,retry,lease,held,hook,progress,middleware
 
 .PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos chaos-failover env env-test ui
 

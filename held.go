@@ -1,0 +1,239 @@
+// This file holds the attempts a worker runs (heldJobs), keyed by the fencing token: what
+// the lease (lease.go) renews, the watchdog cancels, and the outcome batches end.
+
+package skiplock
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// jobKey identifies one claimed attempt of a job: its id and the fencing token the claim
+// took. The token grows at every claim and never goes back, so a key is never reused.
+type jobKey struct {
+	id    int64
+	fence int64
+}
+
+// heldJob is one attempt the worker runs.
+type heldJob struct {
+	cancel context.CancelCauseFunc
+	// renewed is when the statement that last wrote this row's lease (the claim, then each
+	// heartbeat that renewed it) started, by the worker's clock: the lease lasts at least
+	// the visibility timeout from then.
+	renewed time.Time
+	// expiring: the watchdog cancelled the handler, its lease about to end.
+	expiring bool
+	// recording: the handler returned and its outcome waits in a batch to be written.
+	// The lease is still renewed, so that a slow batch (a busy database, a pool with
+	// no free connection) does not let the lease end and the job run again; there is no
+	// handler left to cancel. The batch removes the attempt once written.
+	recording bool
+	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
+	state *jobState
+	// row and began name the attempt in the log of a shutdown waiting for it.
+	row   *JobRow
+	began time.Time
+}
+
+// heldJobs is the set of attempts a worker runs. It is safe for concurrent use. The
+// attempts are held by value: an attempt costs no allocation of its own.
+type heldJobs struct {
+	mu sync.Mutex
+	m  map[jobKey]heldJob
+}
+
+func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]heldJob{}} }
+
+// add registers the attempt k of row, whose lease was written by a statement started at
+// renewed.
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
+	h.mu.Lock()
+	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
+	h.mu.Unlock()
+}
+
+// runningJob names one attempt whose handler still runs, for the log of a shutdown
+// waiting for it.
+type runningJob struct {
+	ID      int64  `json:"id"`
+	Kind    string `json:"kind"`
+	Attempt int    `json:"attempt"`
+	For     string `json:"running_for"`
+}
+
+// running lists the held attempts whose handlers have not returned, by id.
+func (h *heldJobs) running() []runningJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []runningJob
+	for k, j := range h.m {
+		if j.recording {
+			continue
+		}
+		r := runningJob{ID: k.id, For: time.Since(j.began).Round(time.Millisecond).String()}
+		if j.row != nil {
+			r.Kind, r.Attempt = j.row.Kind, j.row.Attempts
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b runningJob) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// progress returns the latest progress each attempt's handler recorded, in the order of
+// the keys (nil where none, or where the attempt is no longer held).
+func (h *heldJobs) progress(ids, fences []int64) []*string {
+	out := make([]*string, len(ids))
+	h.mu.Lock()
+	states := make([]*jobState, len(ids))
+	for i := range ids {
+		if j, ok := h.m[jobKey{ids[i], fences[i]}]; ok {
+			states[i] = j.state
+		}
+	}
+	h.mu.Unlock()
+	for i, st := range states {
+		out[i], _ = st.reported()
+	}
+	return out
+}
+
+func (h *heldJobs) remove(k jobKey) {
+	h.mu.Lock()
+	delete(h.m, k)
+	h.mu.Unlock()
+}
+
+// removeKeys removes the attempts keys: their outcomes were written (or writing them
+// failed, and the sweeper takes them back when their leases end).
+func (h *heldJobs) removeKeys(keys []jobKey) {
+	h.mu.Lock()
+	for _, k := range keys {
+		delete(h.m, k)
+	}
+	h.mu.Unlock()
+}
+
+// recorded marks the attempt k as returned, its outcome on its way to the database: its
+// lease is still renewed until the batch that writes the outcome removes it.
+func (h *heldJobs) recorded(k jobKey) {
+	h.mu.Lock()
+	if j, ok := h.m[k]; ok {
+		j.recording = true
+		h.m[k] = j
+	}
+	h.mu.Unlock()
+}
+
+// cancel cancels the context of the attempt k, if held and its handler still runs, with
+// cause, and reports whether it did.
+func (h *heldJobs) cancel(k jobKey, cause error) bool {
+	h.mu.Lock()
+	j, ok := h.m[k]
+	ok = ok && !j.recording
+	h.mu.Unlock()
+	if ok {
+		j.cancel(cause)
+	}
+	return ok
+}
+
+// cancelID cancels every held attempt of job id with cause (a remote cancel knows the id
+// only) and reports whether there was one.
+func (h *heldJobs) cancelID(id int64, cause error) bool {
+	var cancels []context.CancelCauseFunc
+	h.mu.Lock()
+	for k, j := range h.m {
+		if k.id == id && !j.recording {
+			cancels = append(cancels, j.cancel)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+	return len(cancels) > 0
+}
+
+// count is how many held attempts still run their handlers.
+func (h *heldJobs) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, j := range h.m {
+		if !j.recording {
+			n++
+		}
+	}
+	return n
+}
+
+// holds reports whether the worker holds attempt k.
+func (h *heldJobs) holds(k jobKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[k]
+	return ok
+}
+
+// renewable lists the held attempts, whose leases are renewed, by ascending id: batched
+// statements lock rows in the order given, and one order everywhere means they cannot
+// deadlock. Every held attempt is renewed until its outcome is written: a handler that
+// overruns its timeout, or ignores a shutdown, keeps its job while the worker lives.
+func (h *heldJobs) renewable() (ids, fences []int64) {
+	h.mu.Lock()
+	keys := make([]jobKey, 0, len(h.m))
+	for k := range h.m {
+		keys = append(keys, k)
+	}
+	h.mu.Unlock()
+	return sortedKeys(keys)
+}
+
+// sortedKeys splits keys into ids and fences, by ascending id.
+func sortedKeys(keys []jobKey) (ids, fences []int64) {
+	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.id, b.id) })
+	ids = make([]int64, len(keys))
+	fences = make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i], fences[i] = k.id, k.fence
+	}
+	return ids, fences
+}
+
+// renewedAt records that the leases of keys were renewed by a statement started at t.
+func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
+	h.mu.Lock()
+	for _, k := range keys {
+		if j, ok := h.m[k]; ok && t.After(j.renewed) {
+			j.renewed = t
+			h.m[k] = j
+		}
+	}
+	h.mu.Unlock()
+}
+
+// expiring cancels, with cause, every held attempt whose lease was last renewed before
+// cutoff and whose handler still runs, and returns their keys; each attempt once.
+func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
+	var out []jobKey
+	var cancels []context.CancelCauseFunc
+	h.mu.Lock()
+	for k, j := range h.m {
+		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
+			j.expiring = true
+			h.m[k] = j
+			out = append(out, k)
+			cancels = append(cancels, j.cancel)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+	return out
+}

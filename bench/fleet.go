@@ -359,7 +359,7 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 			return 0, err
 		}
 		if fleetStatements {
-			statementsReset(e)
+			statementsStart(e.ctx, e.pool, "-fleet-statements")
 		}
 		t0 := time.Now()
 		c0, w0 := e.cpuNow(), f.cpu()
@@ -566,41 +566,12 @@ func fleetSchemasSetup(e *env, procs int) (insert func(int) error, wait func(tim
 	return insert, wait, nil
 }
 
-// statementsReset makes sure pg_stat_statements is there and empties it, for
-// -fleet-statements. A server that does not preload the module gets a note, not an error.
-func statementsReset(e *env) {
-	if _, err := e.pool.Exec(e.ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
-		return
-	}
-	if _, err := e.pool.Exec(e.ctx, `SELECT pg_stat_statements_reset()`); err != nil {
-		fmt.Fprintf(os.Stderr, "-fleet-statements: %v (is pg_stat_statements in shared_preload_libraries?)\n", err)
-	}
-}
-
 // statementsPrint writes the ten statements that took the server the most time since
-// statementsReset: calls, plans (counted only with pg_stat_statements.track_planning on),
+// statementsStart: calls, plans (counted only with pg_stat_statements.track_planning on),
 // planning and execution milliseconds, rows, shared buffers hit, and the statement's start.
 func statementsPrint(e *env, label string) {
 	rows, err := e.pool.Query(e.ctx, `SELECT calls, plans, round(total_plan_time)::bigint,
 		round(total_exec_time)::bigint, rows, shared_blks_hit, left(regexp_replace(query, '\s+', ' ', 'g'), 70)
 		FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 10`)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
-		return
-	}
-	defer rows.Close()
-	fmt.Fprintf(os.Stderr, "%s: calls, plans, plan ms, exec ms, rows, buffers hit, statement\n", label)
-	for rows.Next() {
-		var calls, plans, planMs, execMs, n, hit int64
-		var q string
-		if err := rows.Scan(&calls, &plans, &planMs, &execMs, &n, &hit, &q); err != nil {
-			fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
-			return
-		}
-		fmt.Fprintf(os.Stderr, "  %d, %d, %d, %d, %d, %d, %s\n", calls, plans, planMs, execMs, n, hit, q)
-	}
-	if err := rows.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "-fleet-statements: %v\n", err)
-	}
+	printStatements(rows, err, "-fleet-statements", label+": calls, plans, plan ms, exec ms, rows, buffers hit, statement")
 }

@@ -277,7 +277,7 @@ func runPass(ctx context.Context, o options, sizes Sizes, dsn string, rep *Repor
 		}
 		vals := map[string]map[string][]float64{} // system -> metric -> runs
 		if o.statements && len(systems) > 0 {
-			statementsStart(ctx, systems[0].pool)
+			statementsStart(ctx, systems[0].pool, "-statements")
 		}
 		for r := 1; r <= runs; r++ {
 			for _, s := range systems {

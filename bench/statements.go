@@ -4,20 +4,49 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// statementsStart empties pg_stat_statements before a workload's runs (-statements),
-// creating the extension in the database of pool first. A server that does not preload
-// the module gets a note on stderr, and the run goes on.
-func statementsStart(ctx context.Context, pool *pgxpool.Pool) {
+// statementsStart empties pg_stat_statements, creating the extension in the database of
+// pool first: before a workload's runs (-statements) or a fleet drain (-fleet-statements,
+// named by flag in the notes). A server that does not preload the module gets a note on
+// stderr, and the run goes on.
+func statementsStart(ctx context.Context, pool *pgxpool.Pool, flag string) {
 	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		fmt.Fprintf(os.Stderr, "-statements: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", flag, err)
 		return
 	}
 	if _, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
-		fmt.Fprintf(os.Stderr, "-statements: %v (is pg_stat_statements in shared_preload_libraries?)\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v (is pg_stat_statements in shared_preload_libraries?)\n", flag, err)
+	}
+}
+
+// printStatements writes header, then each row of a query on pg_stat_statements as its
+// values joined by commas, indented; errors become notes prefixed with flag.
+func printStatements(rows pgx.Rows, err error, flag, header string) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", flag, err)
+		return
+	}
+	defer rows.Close()
+	fmt.Fprintln(os.Stderr, header)
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", flag, err)
+			return
+		}
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			parts[i] = fmt.Sprint(v)
+		}
+		fmt.Fprintf(os.Stderr, "  %s\n", strings.Join(parts, ", "))
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", flag, err)
 	}
 }
 
@@ -36,22 +65,6 @@ func statementsByDatabase(ctx context.Context, pool *pgxpool.Pool, label string,
 			FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
 			WHERE d.datname LIKE 'bench\_%') top
 		WHERE n <= 6 ORDER BY datname, n`)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "-statements: %v\n", err)
-		return
-	}
-	defer rows.Close()
-	fmt.Fprintf(os.Stderr, "%s, %d run(s): database, calls, rows, exec ms, plan ms, WAL bytes, statement\n", label, runs)
-	for rows.Next() {
-		var db, q string
-		var calls, n, execMs, planMs, wal int64
-		if err := rows.Scan(&db, &calls, &n, &execMs, &planMs, &wal, &q); err != nil {
-			fmt.Fprintf(os.Stderr, "-statements: %v\n", err)
-			return
-		}
-		fmt.Fprintf(os.Stderr, "  %s, %d, %d, %d, %d, %d, %s\n", db, calls, n, execMs, planMs, wal, q)
-	}
-	if err := rows.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "-statements: %v\n", err)
-	}
+	printStatements(rows, err, "-statements",
+		fmt.Sprintf("%s, %d run(s): database, calls, rows, exec ms, plan ms, WAL bytes, statement", label, runs))
 }

@@ -88,7 +88,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 		if row, err = scanJob(tx.QueryRow(ctx, c.admin.cancel, id)); err != nil || !isTask(row) {
 			return err
 		}
-		return newWorkflowSettler(c.schema).settle(ctx, tx, []int64{id})
+		return c.flows.settle(ctx, tx, []int64{id})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c.Get(ctx, id)

@@ -40,8 +40,12 @@ type notifier struct {
 	throttle *notifyThrottle
 }
 
+// jobsChannel is the channel that wakes the workers of schema's queues; the payload is
+// the queue's name.
+func jobsChannel(schema string) string { return schema + "_jobs" }
+
 func newNotifier(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *notifier {
-	n := &notifier{pool: pool, channel: schema + "_jobs", control: schema + "_control", logger: logger}
+	n := &notifier{pool: pool, channel: jobsChannel(schema), control: schema + "_control", logger: logger}
 	n.throttle = &notifyThrottle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.sendOne}
 	return n
 }

@@ -129,6 +129,8 @@ type Client struct {
 	notify   *notifier                     // wake-ups: the channel, the throttle of Enqueue's notifications
 	sql      enqueueSQL                    // rendered for schema by NewClient
 	admin    adminSQL                      // the operator calls' statements (admin.go)
+	wf       workflowSQL                   // the workflow and sequence enqueues' statements (workflow.go)
+	flows    *workflowSettler              // settles workflow tasks' dependents (workflowsettle.go)
 	batch    *groupCommit[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
 
 	hooks        []Hook        // Config.Hooks
@@ -168,6 +170,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		notify:   newNotifier(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
 		sql:      newEnqueueSQL(cfg.Schema),
 		admin:    newAdminSQL(cfg.Schema),
+		wf:       newWorkflowSQL(cfg.Schema),
+		flows:    newWorkflowSettler(cfg.Schema),
 	}
 	if cfg.CoalesceWindow > 0 {
 		c.batch = newEnqueueCoalescer(c, cfg.CoalesceWindow)

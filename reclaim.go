@@ -135,7 +135,7 @@ type reclaimer struct {
 
 func newReclaimer(c *Client) *reclaimer {
 	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL), predecessor: renderSQL(c.schema, reclaimPredecessorSQL),
-		flows: newWorkflowSettler(c.schema)}
+		flows: c.flows}
 }
 
 // takeBack runs one batch of reclaimPredecessorSQL and settles the workflow tasks it

@@ -162,15 +162,14 @@ func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, arg
 
 // insertSequenced runs the statements of EnqueueSequenceTx through tx.
 func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *newJob, policy SequencePolicy) (*WorkflowTaskInfo, error) {
-	r := func(q string) string { return renderSQL(c.schema, q) }
 	var wf *int64
 	var tail *string
-	if err := tx.QueryRow(ctx, r(seqLockSQL), key).Scan(&wf, &tail); err != nil {
+	if err := tx.QueryRow(ctx, c.wf.seqLock, key).Scan(&wf, &tail); err != nil {
 		return nil, err
 	}
 	if wf == nil {
 		wf = new(int64)
-		if err := tx.QueryRow(ctx, r(seqWorkflowSQL), key).Scan(wf); err != nil {
+		if err := tx.QueryRow(ctx, c.wf.seqWorkflow, key).Scan(wf); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +177,7 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 	if tail != nil {
 		var state string
 		var movedOn bool
-		err := tx.QueryRow(ctx, r(seqTailSQL), *wf, *tail).Scan(&state, &movedOn)
+		err := tx.QueryRow(ctx, c.wf.seqTail, *wf, *tail).Scan(&state, &movedOn)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
@@ -187,7 +186,7 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 		}
 	}
 	info := &WorkflowTaskInfo{}
-	err := tx.QueryRow(ctx, r(seqInsertSQL), *wf, tail, waiting, j.queue, j.kind, string(j.payload), j.priority,
+	err := tx.QueryRow(ctx, c.wf.seqInsert, *wf, tail, waiting, j.queue, j.kind, string(j.payload), j.priority,
 		j.runAt, j.maxAttempts, j.timeoutMs, j.metadataText(), j.partitionKey, sequencePolicies[policy]).Scan(&info.Name, &info.JobID, &info.State)
 	if err != nil {
 		return nil, err
@@ -197,7 +196,7 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 	}
 	if info.JobID != 0 {
 		ins := insertedJobs{ids: []int64{info.JobID}, workflows: []int64{*wf}, names: []string{info.Name}, queues: []string{j.queue}}
-		if err := mapJobs(ctx, tx, c.schema, &ins, j.dueNow()); err != nil {
+		if err := c.flows.mapper.run(ctx, tx, &ins, j.dueNow()); err != nil {
 			return nil, err
 		}
 	}

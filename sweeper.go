@@ -300,7 +300,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		// The dependents of workflow tasks that died here are settled (cancelled, or
 		// released under RunDependents) in the same transaction (workflowsettle.go).
-		return newWorkflowSettler(c.schema).settle(ctx, tx, dead)
+		return c.flows.settle(ctx, tx, dead)
 	})
 	if err != nil {
 		return SweepResult{}, c.wrapErr("sweep", err)

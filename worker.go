@@ -137,7 +137,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &attemptRef{workerID: cfg.ID, stmts: renderCompleteStmts(c.schema), modeOf: modeOf, lost: attemptLostSQL,
-		flows: newWorkflowSettler(c.schema)}
+		flows: c.flows}
 	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and

@@ -334,11 +334,24 @@ func (c *Client) writeWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (*
 	return info, nil
 }
 
+// workflowSQL holds the statements of EnqueueWorkflow and EnqueueSequence, rendered once
+// for a Client's schema.
+type workflowSQL struct {
+	enqueue                                  string // enqueueWorkflowSQL
+	seqLock, seqWorkflow, seqTail, seqInsert string // sequence.go
+}
+
+func newWorkflowSQL(schema string) workflowSQL {
+	r := func(q string) string { return renderSQL(schema, q) }
+	return workflowSQL{enqueue: r(enqueueWorkflowSQL),
+		seqLock: r(seqLockSQL), seqWorkflow: r(seqWorkflowSQL), seqTail: r(seqTailSQL), seqInsert: r(seqInsertSQL)}
+}
+
 // insertWorkflow runs enqueueWorkflowSQL and the wake-up (delivered at commit).
 func (c *Client) insertWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (*WorkflowInfo, error) {
-	rows, err := db.Query(ctx, renderSQL(c.schema, enqueueWorkflowSQL), p.name, p.onFailure, p.names, p.waiting,
+	rows, err := db.Query(ctx, c.wf.enqueue, p.name, p.onFailure, p.names, p.waiting,
 		p.queue, p.kind, p.payload, p.priority, p.runAt, p.maxAttempts, p.timeoutMs, p.meta, p.partition,
-		p.parents, p.childs, c.schema+"_jobs", p.dueQueues)
+		p.parents, p.childs, c.notify.channel, p.dueQueues)
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 			&ins.ids, &ins.workflows, &ins.names, &ins.queues); err != nil {
 			return err
 		}
-		if err := mapJobs(ctx, tx, c.schema, &ins, true); err != nil {
+		if err := c.flows.mapper.run(ctx, tx, &ins, true); err != nil {
 			return err
 		}
 		if len(queues) == 0 {

@@ -149,8 +149,17 @@ func (j *insertedJobs) scan(rows pgx.Rows) error {
 	return err
 }
 
-// mapJobs runs mapJobsSQL for j through db; nothing when j is empty.
-func mapJobs(ctx context.Context, db DBTX, schema string, j *insertedJobs, wake bool) error {
+// jobMapper runs mapJobsSQL, rendered once for a schema, with the channel that wakes
+// the queues of the jobs it maps.
+type jobMapper struct{ sql, channel string }
+
+func newJobMapper(schema string) jobMapper {
+	return jobMapper{sql: renderSQL(schema, mapJobsSQL), channel: jobsChannel(schema)}
+}
+
+// run runs mapJobsSQL for j through db, waking the jobs' queues when wake; nothing when
+// j is empty.
+func (m jobMapper) run(ctx context.Context, db DBTX, j *insertedJobs, wake bool) error {
 	if len(j.ids) == 0 {
 		return nil
 	}
@@ -158,7 +167,7 @@ func mapJobs(ctx context.Context, db DBTX, schema string, j *insertedJobs, wake 
 	if !wake {
 		queues = nil
 	}
-	_, err := db.Exec(ctx, renderSQL(schema, mapJobsSQL), j.ids, j.workflows, j.names, schema+"_jobs", queues)
+	_, err := db.Exec(ctx, m.sql, j.ids, j.workflows, j.names, m.channel, queues)
 	return err
 }
 
@@ -176,11 +185,14 @@ ORDER BY key FOR UPDATE`
 type workflowSettler struct {
 	sql     string // settleSQL, rendered
 	lockSQL string // lockSequencesSQL, rendered
-	schema  string
+	mapper  jobMapper
 }
 
+// newWorkflowSettler renders the settle statements for schema; a Client builds one
+// (Client.flows), which its workers, sweepers and operator calls share.
 func newWorkflowSettler(schema string) *workflowSettler {
-	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL), schema: schema}
+	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL),
+		mapper: newJobMapper(schema)}
 }
 
 // run runs write on pool. When tasks (job ids of workflow tasks in the batch write
@@ -213,5 +225,5 @@ func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) erro
 	if err := ins.scan(rows); err != nil {
 		return err
 	}
-	return mapJobs(ctx, tx, s.schema, &ins, true)
+	return s.mapper.run(ctx, tx, &ins, true)
 }

@@ -120,11 +120,11 @@ func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]claimedJob, error
 			timeoutMs pgtype.Int8
 		}
 		s := &cs // one allocation per row: the row and its destinations
-		dest = append(s.dest(dest), &s.fence, &s.timeoutMs)
+		dest = append(s.Dest(dest), &s.fence, &s.timeoutMs)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		cj := claimedJob{row: s.job(), fence: s.fence, leased: began}
+		cj := claimedJob{row: s.Job(), fence: s.fence, leased: began}
 		if s.timeoutMs.Valid {
 			cj.timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
 		}

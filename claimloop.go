@@ -376,7 +376,7 @@ func (q *queueRunner) dispatch(jobs []claimedJob) {
 	var stale []jobKey
 	for _, j := range jobs {
 		if ending || now.Sub(j.leased) > q.cfg.staleAfter {
-			stale = append(stale, jobKey{j.row.ID, j.fence})
+			stale = append(stale, jobKey{ID: j.row.ID, Fence: j.fence})
 			continue
 		}
 		q.jobs <- q.cfg.start(j, slot)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // completerLoops is how many success batches may be in flight at once.
@@ -144,8 +145,8 @@ type completion struct {
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
 // goes now. A workflow task's success also settles its dependents (workflow*.go), in the
 // same transaction.
-func (c *completer) add(k jobKey, row *JobRow, st *jobState, urgent, last bool) bool {
-	p, o := st.reported()
+func (c *completer) add(k jobKey, row *JobRow, st *jobtype.State, urgent, last bool) bool {
+	p, o := st.Reported()
 	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: isTask(row)}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -327,7 +328,7 @@ func (c *completer) flush(batch []completion, carry bool) []completion {
 // written with the statement that waits for locks.
 func (c *completer) flushMode(batch []completion, carry bool) []completion {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.key.id, b.key.id) })
+	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.key.ID, b.key.ID) })
 	var wait, carried []completion
 	if carry && !c.skipping() {
 		// The waiting statement costs less (it locks each row once, by deleting or
@@ -363,7 +364,7 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 	fences := make([]int64, len(batch))
 	report := false
 	for i, k := range batch {
-		ids[i], fences[i] = k.key.id, k.key.fence
+		ids[i], fences[i] = k.key.ID, k.key.Fence
 		report = report || k.output != nil || k.progress != nil
 	}
 	q, args := st.sql, []any{ids, fences, c.workerID}
@@ -425,7 +426,7 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	done := batch[:0:0]
 	now := time.Now()
 	for _, k := range batch {
-		if recorded[k.key.id] {
+		if recorded[k.key.ID] {
 			done = append(done, k)
 			continue
 		}
@@ -497,7 +498,7 @@ func taskIDs(batch []completion) []int64 {
 	var ids []int64
 	for _, k := range batch {
 		if k.task {
-			ids = append(ids, k.key.id)
+			ids = append(ids, k.key.ID)
 		}
 	}
 	return ids

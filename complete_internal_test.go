@@ -44,9 +44,9 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			slices.SortFunc(jobs, func(a, b claimedJob) int { return int(a.row.ID - b.row.ID) })
 			keys := make([]jobKey, 4)
 			for i, j := range jobs {
-				keys[i] = jobKey{j.row.ID, j.fence}
+				keys[i] = jobKey{ID: j.row.ID, Fence: j.fence}
 			}
-			keys[3].fence++ // a stale attempt: the row holds another fence
+			keys[3].Fence++ // a stale attempt: the row holds another fence
 
 			var mu sync.Mutex
 			var written []jobKey
@@ -77,25 +77,25 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx) //nolint:errcheck // ends the lock early on failure
-			_, err = tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+` WHERE id = $1 FOR UPDATE`, keys[1].id)
+			_, err = tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+` WHERE id = $1 FOR UPDATE`, keys[1].ID)
 			require.NoError(t, err)
 
 			for _, k := range keys {
 				require.True(t, comp.add(k, &JobRow{}, nil, false, false))
 			}
-			require.Eventually(t, func() bool { return recorded(keys[0].id) && recorded(keys[2].id) }, 10*time.Second, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return recorded(keys[0].ID) && recorded(keys[2].ID) }, 10*time.Second, 10*time.Millisecond,
 				"the successes of unlocked rows are written without waiting for the lock")
 			time.Sleep(100 * time.Millisecond)
-			assert.False(t, recorded(keys[1].id), "the locked row")
+			assert.False(t, recorded(keys[1].ID), "the locked row")
 			assert.False(t, isWritten(keys[1]), "the locked row's success is still on its way (its lease renewed)")
 			assert.True(t, isWritten(keys[0]) && isWritten(keys[2]))
 
 			require.NoError(t, tx.Rollback(ctx))
-			require.Eventually(t, func() bool { return recorded(keys[1].id) && isWritten(keys[1]) }, 10*time.Second, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return recorded(keys[1].ID) && isWritten(keys[1]) }, 10*time.Second, 10*time.Millisecond,
 				"the success is written once the lock is gone")
 			require.Eventually(t, func() bool { return isWritten(keys[3]) }, skipLockedFor+10*time.Second, 50*time.Millisecond,
 				"the stale success ends")
-			assert.False(t, recorded(keys[3].id), "the stale success changed nothing")
+			assert.False(t, recorded(keys[3].ID), "the stale success changed nothing")
 		})
 	}
 }
@@ -128,7 +128,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, jobs, 100)
 		for _, j := range jobs {
-			keys = append(keys, jobKey{j.row.ID, j.fence})
+			keys = append(keys, jobKey{ID: j.row.ID, Fence: j.fence})
 		}
 	}
 	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
@@ -150,7 +150,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 	comp := newCompleter(cpool, schema, func(queue, _ string) Completion { return modes[queue] }, "w",
 		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, k := range keys {
-		require.True(t, comp.add(k, &JobRow{Queue: queueOf[k.id]}, nil, false, false))
+		require.True(t, comp.add(k, &JobRow{Queue: queueOf[k.ID]}, nil, false, false))
 	}
 	comp.flushNow()
 	assert.EqualValues(t, 3, counter.n.Load(), "statements for one batch of 300 successes in 3 modes")

@@ -10,12 +10,13 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // ErrAttemptLost is returned by [CompleteTx] when the attempt is no longer held by the
 // worker that runs the handler: its worker's lease ended and the job was taken back (it
 // may run elsewhere), the job was cancelled, or the attempt already completed.
-var ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by this worker")
+var ErrAttemptLost = jobtype.ErrAttemptLost
 
 // attemptRef ties a claimed JobRow to the worker that runs it, for CompleteTx: the
 // worker's id (locked_by) and its success statement per completion mode.
@@ -68,13 +69,18 @@ func completeRowTx(ctx context.Context, tx DBTX, row *JobRow) error {
 	if tx == nil {
 		return errors.New("skiplock: CompleteTx: tx is nil")
 	}
-	ref := row.attempt
+	ref := jobtype.AttemptOf(row)
 	if ref == nil {
 		return fmt.Errorf("skiplock: CompleteTx: job %d is not an attempt this process runs (pass the job the handler was given)", row.ID)
 	}
+	return ref.CompleteTx(ctx, tx, row)
+}
+
+// CompleteTx implements jobtype.Attempt: the fenced success of row's attempt in tx.
+func (ref *attemptRef) CompleteTx(ctx context.Context, tx DBTX, row *JobRow) error {
 	st := ref.stmts[ref.modeOf(row.Queue, row.Kind)]
 	q, args := st.sql, []any{[]int64{row.ID}, []int64{row.Fence}, ref.workerID}
-	if p, o := stateOf(ctx).reported(); (p != nil || o != nil) && st.sqlReport != "" {
+	if p, o := jobtype.StateOf(ctx).Reported(); (p != nil || o != nil) && st.sqlReport != "" {
 		q, args = st.sqlReport, append(args, []*string{o}, []*string{p})
 	}
 	tag, err := tx.Exec(ctx, q, args...)

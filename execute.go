@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 type handler struct {
@@ -54,9 +56,12 @@ func (s *jobStarter) start(cj claimedJob, slot bool) dispatched {
 // claim.
 func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dispatched {
 	jobCtx, cancel := context.WithCancelCause(base)
-	jobCtx, st := withJobState(jobCtx, s.maxBytes)
-	key := jobKey{cj.row.ID, cj.fence}
-	cj.row.Fence, cj.row.attempt = cj.fence, s.attempt
+	jobCtx, st := jobtype.WithState(jobCtx, s.maxBytes)
+	key := jobKey{ID: cj.row.ID, Fence: cj.fence}
+	cj.row.Fence = cj.fence
+	if s.attempt != nil {
+		jobtype.SetAttempt(cj.row, s.attempt)
+	}
 	s.held.add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {

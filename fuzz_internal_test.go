@@ -147,7 +147,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobKey{row.ID, fence}, row: row}, nil)
+		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobKey{ID: row.ID, Fence: fence}, row: row}, nil)
 		w.failures.flush() // failures are written in the background
 
 		var status, lastErr string

@@ -9,14 +9,13 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // jobKey identifies one claimed attempt of a job: its id and the fencing token the claim
-// took. The token grows at every claim and never goes back, so a key is never reused.
-type jobKey struct {
-	id    int64
-	fence int64
-}
+// took (jobtype.AttemptKey).
+type jobKey = jobtype.AttemptKey
 
 // heldJob is one attempt the worker runs.
 type heldJob struct {
@@ -33,7 +32,7 @@ type heldJob struct {
 	// handler left to cancel. The batch removes the attempt once written.
 	recording bool
 	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
-	state *jobState
+	state *jobtype.State
 	// row and began name the attempt in the log of a shutdown waiting for it.
 	row   *JobRow
 	began time.Time
@@ -50,7 +49,7 @@ func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]heldJob{}} }
 
 // add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobState, row *JobRow) {
+func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *JobRow) {
 	h.mu.Lock()
 	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
@@ -74,7 +73,7 @@ func (h *heldJobs) running() []runningJob {
 		if j.recording {
 			continue
 		}
-		r := runningJob{ID: k.id, For: time.Since(j.began).Round(time.Millisecond).String()}
+		r := runningJob{ID: k.ID, For: time.Since(j.began).Round(time.Millisecond).String()}
 		if j.row != nil {
 			r.Kind, r.Attempt = j.row.Kind, j.row.Attempts
 		}
@@ -89,15 +88,15 @@ func (h *heldJobs) running() []runningJob {
 func (h *heldJobs) progress(ids, fences []int64) []*string {
 	out := make([]*string, len(ids))
 	h.mu.Lock()
-	states := make([]*jobState, len(ids))
+	states := make([]*jobtype.State, len(ids))
 	for i := range ids {
-		if j, ok := h.m[jobKey{ids[i], fences[i]}]; ok {
+		if j, ok := h.m[jobKey{ID: ids[i], Fence: fences[i]}]; ok {
 			states[i] = j.state
 		}
 	}
 	h.mu.Unlock()
 	for i, st := range states {
-		out[i], _ = st.reported()
+		out[i], _ = st.Reported()
 	}
 	return out
 }
@@ -148,7 +147,7 @@ func (h *heldJobs) cancelID(id int64, cause error) bool {
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {
-		if k.id == id && !j.recording {
+		if k.ID == id && !j.recording {
 			cancels = append(cancels, j.cancel)
 		}
 	}
@@ -196,11 +195,11 @@ func (h *heldJobs) renewable() (ids, fences []int64) {
 
 // sortedKeys splits keys into ids and fences, by ascending id.
 func sortedKeys(keys []jobKey) (ids, fences []int64) {
-	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.ID, b.ID) })
 	ids = make([]int64, len(keys))
 	fences = make([]int64, len(keys))
 	for i, k := range keys {
-		ids[i], fences[i] = k.id, k.fence
+		ids[i], fences[i] = k.ID, k.Fence
 	}
 	return ids, fences
 }

@@ -6,77 +6,38 @@ package skiplock
 
 import (
 	"context"
-	"time"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
-// Hook observes job execution. Methods are called from the job's goroutine and must be
-// safe for concurrent use. Put hooks in [WorkerConfig].Hooks for one worker, or in
-// [Config].Hooks for every worker of a client (which runs them first). A hook in
-// [Config].Hooks that also implements [EnqueueHook] sees the client's enqueues too.
-type Hook interface {
-	// JobStarted is called before the handler; the context it returns is the handler's
-	// (return ctx unchanged if there is nothing to add, e.g. a tracing span).
-	JobStarted(ctx context.Context, job *JobRow) context.Context
-	// JobFinished is called once after every JobStarted, with the outcome.
-	JobFinished(ctx context.Context, job *JobRow, res JobResult)
-}
+// Hook observes jobs as a worker runs them, for metrics and tracing. See
+// [jobtype.Hook] for the contract of its methods.
+type Hook = jobtype.Hook
 
-// EnqueueHook is implemented by a [Hook] in [Config].Hooks that wants to see enqueues: a
-// tracing integration starts a span and puts its trace context in the job's metadata, a
-// metrics one counts jobs enqueued.
-type EnqueueHook interface {
-	// JobEnqueuing is called for each job before it is inserted, in the enqueuing
-	// goroutine. It may add entries to e.Metadata, which is stored with the job. It
-	// returns a function called once when the insert is done — with the inserted row (nil
-	// for [Client.EnqueueMany], which returns no rows) or the error — or nil.
-	// A job inserted by [Client.EnqueueTx] may still be rolled back with its transaction.
-	JobEnqueuing(ctx context.Context, e *EnqueueEvent) (done func(row *JobRow, err error))
-}
+// EnqueueHook is a [Hook] that also observes enqueues. See [jobtype.EnqueueHook].
+type EnqueueHook = jobtype.EnqueueHook
 
-// EnqueueEvent is a job about to be inserted, as an [EnqueueHook] sees it.
-type EnqueueEvent struct {
-	Kind  string
-	Queue string
-	// Metadata is the job's metadata ([EnqueueOptions].Metadata, copied); a hook may add
-	// to it. It is never nil.
-	Metadata map[string]string
-}
+// EnqueueEvent is what an [EnqueueHook] sees of a job being enqueued.
+type EnqueueEvent = jobtype.EnqueueEvent
 
-// Outcome is how one attempt ended, as a [Hook] sees it. It is finer than the job's new
-// status: a job queued again was retried or snoozed, a dead one may have timed out.
-type Outcome string
+// Outcome is how an attempt ended, as hooks see it.
+type Outcome = jobtype.Outcome
 
 // The outcomes of an attempt.
 const (
-	OutcomeSucceeded Outcome = "succeeded" // the handler returned nil
-	OutcomeRetry     Outcome = "retry"     // failed; queued again after the retry policy's delay
-	OutcomeSnoozed   Outcome = "snoozed"   // Snooze: queued again, the attempt given back
-	OutcomeDead      Outcome = "dead"      // failed with no attempts left
-	OutcomeFailed    Outcome = "failed"    // Permanent, or a payload that does not decode
-	OutcomeCancelled Outcome = "cancelled" // CancelJob
-	// OutcomeTimedOut: the handler's context reached its deadline and the handler failed.
-	// JobResult.Status says whether the job was queued for a retry or is dead.
-	OutcomeTimedOut Outcome = "timed_out"
-	// OutcomeReleased: cut off by the worker's shutdown and put back in the queue without
-	// using an attempt.
-	OutcomeReleased Outcome = "released"
-	// OutcomeLost: the result was not recorded, because the worker no longer held the job
-	// (cancelled or taken back by the sweeper) or the write failed; the job's row says
-	// what happens next.
-	OutcomeLost Outcome = "lost"
+	OutcomeSucceeded = jobtype.OutcomeSucceeded // the handler returned nil
+	OutcomeRetry     = jobtype.OutcomeRetry     // failed; queued again after the retry policy's delay
+	OutcomeSnoozed   = jobtype.OutcomeSnoozed   // Snooze: queued again, the attempt given back
+	OutcomeDead      = jobtype.OutcomeDead      // failed with no attempts left
+	OutcomeFailed    = jobtype.OutcomeFailed    // Permanent, or a payload that does not decode
+	OutcomeCancelled = jobtype.OutcomeCancelled // CancelJob
+	OutcomeTimedOut  = jobtype.OutcomeTimedOut  // ran past its timeout
+	OutcomeReleased  = jobtype.OutcomeReleased  // put back unfinished by shutdown
+	OutcomeLost      = jobtype.OutcomeLost      // no longer this worker's
 )
 
-// JobResult is what a handler run came to, as a [Hook] sees it.
-type JobResult struct {
-	// Status is the job's new state: succeeded, queued (retry or snooze), failed, dead or
-	// cancelled. A success is reported when it is handed to the batch that records it.
-	Status JobStatus
-	// Outcome is how the attempt ended.
-	Outcome  Outcome
-	Err      error         // the handler's error, nil on success
-	Duration time.Duration // time spent in the handler
-	Panicked bool
-}
+// JobResult is what a [Hook] learns of a finished attempt.
+type JobResult = jobtype.JobResult
 
 // enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata.
 // The returned function must be called once with the insert's result; on error it has

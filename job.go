@@ -5,11 +5,9 @@
 package skiplock
 
 import (
-	"encoding/json"
-	"time"
-
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // JobArgs is the payload of a job. Its Kind names the handler that runs it; the value
@@ -27,24 +25,20 @@ type JobArgsWithOptions interface {
 }
 
 // JobStatus is the state of a job. See the package documentation for the state machine.
-type JobStatus string
+type JobStatus = jobtype.JobStatus
 
 // The job states.
 const (
-	StatusQueued    JobStatus = "queued"    // waiting for run_at and a free worker
-	StatusRunning   JobStatus = "running"   // claimed by a worker
-	StatusSucceeded JobStatus = "succeeded" // finished without error
-	StatusFailed    JobStatus = "failed"    // a permanent error: never retried
-	StatusDead      JobStatus = "dead"      // attempts exhausted
-	StatusCancelled JobStatus = "cancelled" // cancelled by an operator or its handler
+	StatusQueued    = jobtype.StatusQueued    // waiting for run_at and a free worker
+	StatusRunning   = jobtype.StatusRunning   // claimed by a worker
+	StatusSucceeded = jobtype.StatusSucceeded // finished without error
+	StatusFailed    = jobtype.StatusFailed    // a permanent error: never retried
+	StatusDead      = jobtype.StatusDead      // attempts exhausted
+	StatusCancelled = jobtype.StatusCancelled // cancelled by an operator or its handler
 )
 
-// AttemptError is one entry of a job's error history.
-type AttemptError struct {
-	Attempt int       `json:"attempt"`
-	At      time.Time `json:"at"`
-	Error   string    `json:"error"`
-}
+// AttemptError is one entry of a job's error history ([JobRow].Errors).
+type AttemptError = jobtype.AttemptError
 
 // Job is a claimed job with its args decoded into T, as a handler receives it.
 type Job[T JobArgs] struct {
@@ -52,134 +46,21 @@ type Job[T JobArgs] struct {
 	Args T
 }
 
-// JobRow is a job as stored in the database.
-type JobRow struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Payload     []byte // the args as JSON
-	Status      JobStatus
-	Priority    int
-	RunAt       time.Time
-	Attempts    int // attempts started so far, including a running one
-	MaxAttempts int
-	LockedAt    time.Time // zero unless running
-	LockedBy    string    // the worker holding the job, empty unless running
-	LastError   string
-	Errors      []AttemptError // the latest errors, oldest first, at most 10
-	UniqueKey   string
-	CreatedAt   time.Time
-	FinishedAt  time.Time // zero until the job reaches a final state
-	// Duplicate is set on the job an enqueue returns when it inserted nothing because
-	// this existing job holds the unique key ([UniqueOpts], [EnqueueOptions].UniqueKey).
-	// It is not stored.
-	Duplicate bool
-	// Metadata is the string map given at enqueue ([EnqueueOptions].Metadata, plus what
-	// enqueue hooks added, such as a trace context). Empty when none.
-	Metadata map[string]string
-	// Progress is the latest progress the handler recorded with [RecordProgress], as the
-	// heartbeat or the completion last wrote it; nil when none was recorded.
-	Progress *Progress
-	// Output is the JSON the handler set with [SetOutput], stored with its success; nil
-	// when none.
-	Output json.RawMessage
-	// Fence is the token of the attempt a handler runs: it grows with every claim of any
-	// job and never goes back, and every write about the attempt is fenced on it. Give it
-	// to another system as a fencing token (README, "Exactly once"): a downstream that
-	// keeps, per job ID, the highest token it accepted and refuses lower ones cannot be
-	// written by an attempt that lost its job to a newer one. Zero outside a handler.
-	Fence int64
+// JobRow is a job as stored: its id, queue, kind, JSON payload, state, attempts, error
+// history, metadata, progress and output. See [jobtype.JobRow] for its fields.
+type JobRow = jobtype.JobRow
 
-	attempt *attemptRef // the worker running this attempt, for CompleteTx; nil outside a handler
-}
+// Progress is what a handler last reported with [RecordProgress].
+type Progress = jobtype.Progress
 
-// Progress is a running job's progress as its handler last recorded it with
-// [RecordProgress]: a number (a percentage, a count of items — the handler decides) and a
-// short message.
-type Progress struct {
-	Value   float64 `json:"value"`
-	Message string  `json:"message,omitempty"`
-}
+// jobColumns are the columns scanJob reads, in its order.
+const jobColumns = jobtype.Columns
 
-// jobColumns is the column list every statement returning a JobRow selects, in scanJob's order.
-const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-	locked_at, locked_by, last_error, errors, unique_key, created_at, finished_at,
-	metadata, progress, output`
+// scanJob scans one row of jobColumns.
+func scanJob(row pgx.Row) (*JobRow, error) { return jobtype.ScanJob(row) }
 
-// scanJob reads one row of jobColumns.
-func scanJob(row pgx.Row) (*JobRow, error) {
-	s := new(jobScan)
-	if err := row.Scan(s.dest(nil)...); err != nil {
-		return nil, err
-	}
-	return s.job(), nil
-}
+// jobScan is the scan buffer of one row of jobColumns.
+type jobScan = jobtype.Scan
 
-// jobScan is one row of jobColumns on its way to a JobRow: the row and the nullable
-// columns' destinations in one allocation, which the row keeps. The nullable columns
-// scan into values with a validity flag, not into pointers that pgx would allocate.
-type jobScan struct {
-	row                          JobRow
-	status                       string
-	lockedAt, finishedAt         pgtype.Timestamptz
-	lockedBy, lastErr, uniqueKey pgtype.Text
-	errs, meta, progress, output []byte
-}
-
-// dest returns the scan destinations of jobColumns, in buf's storage (nil: a new slice).
-func (s *jobScan) dest(buf []any) []any {
-	j := &s.row
-	return append(buf[:0], &j.ID, &j.Queue, &j.Kind, &j.Payload, &s.status, &j.Priority, &j.RunAt, &j.Attempts,
-		&j.MaxAttempts, &s.lockedAt, &s.lockedBy, &s.lastErr, &s.errs, &s.uniqueKey, &j.CreatedAt, &s.finishedAt,
-		&s.meta, &s.progress, &s.output)
-}
-
-// job finishes the row from the scanned columns and returns it.
-func (s *jobScan) job() *JobRow {
-	j := &s.row
-	j.Status = JobStatus(s.status)
-	if s.lockedAt.Valid {
-		j.LockedAt = s.lockedAt.Time
-	}
-	if s.finishedAt.Valid {
-		j.FinishedAt = s.finishedAt.Time
-	}
-	j.LockedBy, j.LastError, j.UniqueKey = s.lockedBy.String, s.lastErr.String, s.uniqueKey.String
-	if len(s.errs) > 0 {
-		// A history that does not decode (edited by hand) is dropped from the row rather
-		// than failing it: a claimed job must always reach its handler.
-		if json.Unmarshal(s.errs, &j.Errors) != nil {
-			j.Errors = nil
-		}
-	}
-	// Like the history, metadata or progress that does not decode (non-string values
-	// written by hand) is dropped rather than failing the row. "{}" is the common case and
-	// costs no decoding.
-	if len(s.meta) > 2 && json.Unmarshal(s.meta, &j.Metadata) != nil {
-		j.Metadata = nil
-	}
-	if len(s.progress) > 0 {
-		var p Progress
-		if json.Unmarshal(s.progress, &p) == nil {
-			j.Progress = &p
-		}
-	}
-	if len(s.output) > 0 {
-		j.Output = json.RawMessage(s.output)
-	}
-	return j
-}
-
-// collectJobs reads all rows of a jobColumns query.
-func collectJobs(rows pgx.Rows) ([]*JobRow, error) {
-	defer rows.Close()
-	var out []*JobRow
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
+// collectJobs scans every row of jobColumns and closes rows.
+func collectJobs(rows pgx.Rows) ([]*JobRow, error) { return jobtype.CollectJobs(rows) }

@@ -246,7 +246,7 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 	var renewed []jobKey
 	var key jobKey
 	var ok bool
-	_, err = pgx.ForEachRow(rows, []any{&key.id, &key.fence, &ok}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&key.ID, &key.Fence, &ok}, func() error {
 		still[key] = true
 		if ok {
 			renewed = append(renewed, key)
@@ -259,12 +259,12 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 	}
 	l.held.renewedAt(renewed, began)
 	for i := range ids {
-		k := jobKey{ids[i], fences[i]}
+		k := jobKey{ID: ids[i], Fence: fences[i]}
 		if still[k] {
 			continue
 		}
 		if l.held.cancel(k, errJobLost) {
-			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.id, "fence", k.fence)
+			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.ID, "fence", k.Fence)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
 	first := claimOne(t, cl, "w")
-	k1 := jobKey{first.row.ID, first.fence}
+	k1 := jobKey{ID: first.row.ID, Fence: first.fence}
 	require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
 	// w claims it again: the same attempt number, by the same worker.
 	second := claimOne(t, cl, "w")
@@ -60,7 +60,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	assert.Equal(t, "w", got.LockedBy)
 
 	// The live run's own writes still land.
-	require.Equal(t, StatusQueued, recordNow(f, jobKey{second.row.ID, second.fence}, second.row, Snooze(0), BackoffPolicy{}))
+	require.Equal(t, StatusQueued, recordNow(f, jobKey{ID: second.row.ID, Fence: second.fence}, second.row, Snooze(0), BackoffPolicy{}))
 }
 
 // heartbeatHook runs start when the pool starts a heartbeat statement and end when it has
@@ -96,7 +96,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	held := newHeldJobs()
 
 	first := claimOne(t, cl, "w")
-	k1 := jobKey{first.row.ID, first.fence}
+	k1 := jobKey{ID: first.row.ID, Fence: first.fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
 	held.add(k1, cancel1, first.leased, nil, first.row)
@@ -113,7 +113,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.add(jobKey{second.row.ID, second.fence}, cancel2, second.leased, nil, second.row)
+			held.add(jobKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
 		},
 	}
 	cfg := pool.Config()
@@ -131,9 +131,9 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	// The next heartbeat renews the second run's lease.
 	var before, after time.Time
 	lease := renderSQL(schema, `SELECT lease_until FROM {s}.jobs WHERE id = $1`)
-	require.NoError(t, pool.QueryRow(ctx, lease, k1.id).Scan(&before))
+	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&before))
 	l.beat(ctx)
-	require.NoError(t, pool.QueryRow(ctx, lease, k1.id).Scan(&after))
+	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&after))
 	assert.True(t, after.After(before), "lease renewed: %v -> %v", before, after)
 	assert.NoError(t, ctx2.Err())
 }

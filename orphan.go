@@ -41,7 +41,7 @@ func (l *lease) takeBackOrphans(ctx context.Context) {
 	}
 	var orphans []jobKey
 	var k jobKey
-	_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence}, func() error {
 		if !l.held.holds(k) {
 			orphans = append(orphans, k)
 		}

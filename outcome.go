@@ -16,15 +16,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
 // the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
 // [EnqueueOptions].Timeout). The attempt counts as failed.
-var ErrJobTimeout = errors.New("skiplock: job timeout")
+var ErrJobTimeout = jobtype.ErrJobTimeout
 
 // errShutdown is the cancel cause of job contexts cut off by shutdown.
-var errShutdown = errors.New("skiplock: worker shutting down")
+var errShutdown = jobtype.ErrShutdown
 
 // attemptResult is what one attempt's handler came to, as the executor hands it over.
 type attemptResult struct {
@@ -142,7 +144,7 @@ func (r *outcomeRecorder) releaseCutOff() {
 // and its lease renewed; the batch that writes it removes it.
 func (r *outcomeRecorder) success(k jobKey, a attemptResult, lastSlot bool) JobResult {
 	r.held.recorded(k)
-	if !r.completer.add(k, a.row, stateOf(a.ctx), a.slot, lastSlot) {
+	if !r.completer.add(k, a.row, jobtype.StateOf(a.ctx), a.slot, lastSlot) {
 		r.held.remove(k)
 		r.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 			"job", a.row.ID, "attempt", a.row.Attempts)
@@ -180,12 +182,11 @@ func (r *outcomeRecorder) report(ctx context.Context, row *JobRow, res JobResult
 // outcomeOf names how an attempt that failed with herr ended, given the status its
 // failure was recorded with.
 func outcomeOf(ctx context.Context, status JobStatus, herr error) Outcome {
-	var re *resultError
-	isVerdict := errors.As(herr, &re)
+	verdict, _ := jobtype.VerdictOf(herr)
 	switch {
 	case status == StatusRunning:
 		return OutcomeLost // the write failed; the sweeper takes the job back
-	case isVerdict && re.kind == resultSnooze && status == StatusQueued:
+	case verdict == jobtype.VerdictSnooze && status == StatusQueued:
 		return OutcomeSnoozed
 	case status == StatusFailed:
 		return OutcomeFailed

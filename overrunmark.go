@@ -54,8 +54,8 @@ func (m *overrunMarks) write(k jobKey) {
 	defer m.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), overrunMarkTimeout)
 	defer cancel()
-	if _, err := m.pool.Exec(ctx, m.sql, k.id, k.fence, m.workerID); err != nil {
-		m.logger.Warn("skiplock: could not mark an overrunning job in the database; Stats does not count it", "job", k.id, "err", err)
+	if _, err := m.pool.Exec(ctx, m.sql, k.ID, k.Fence, m.workerID); err != nil {
+		m.logger.Warn("skiplock: could not mark an overrunning job in the database; Stats does not count it", "job", k.ID, "err", err)
 	}
 }
 

@@ -10,8 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"unicode/utf8"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // ErrNotInJob is returned by [RecordProgress] and [SetOutput] when their context is not a
@@ -29,8 +30,8 @@ const MaxProgressMessage = 255
 // on the row after the attempt. A message is cut to [MaxProgressMessage] bytes, with NUL
 // bytes and invalid UTF-8 replaced. ctx is the handler's; value must be finite.
 func RecordProgress(ctx context.Context, value float64, message string) error {
-	st, ok := ctx.Value(jobStateKey{}).(*jobState)
-	if !ok {
+	st := jobtype.StateOf(ctx)
+	if st == nil {
 		return ErrNotInJob
 	}
 	if math.IsNaN(value) || math.IsInf(value, 0) {
@@ -48,9 +49,7 @@ func RecordProgress(ctx context.Context, value float64, message string) error {
 	if err != nil {
 		return fmt.Errorf("%w: progress: %v", ErrInvalidPayload, err)
 	}
-	st.mu.Lock()
-	st.progress = string(b)
-	st.mu.Unlock()
+	st.SetProgress(string(b))
 	return nil
 }
 
@@ -61,8 +60,8 @@ func RecordProgress(ctx context.Context, value float64, message string) error {
 // marshal to JSON that Postgres's jsonb takes, and [ErrPayloadTooLarge] when it is larger
 // than [Config].MaxPayloadBytes. ctx is the handler's.
 func SetOutput(ctx context.Context, v any) error {
-	st, ok := ctx.Value(jobStateKey{}).(*jobState)
-	if !ok {
+	st := jobtype.StateOf(ctx)
+	if st == nil {
 		return ErrNotInJob
 	}
 	b, err := json.Marshal(v)
@@ -72,68 +71,9 @@ func SetOutput(ctx context.Context, v any) error {
 	if err := checkJSONB(b); err != nil {
 		return fmt.Errorf("%w: output: %v", ErrInvalidPayload, err)
 	}
-	if st.maxBytes > 0 && len(b) > st.maxBytes {
-		return fmt.Errorf("%w: output is %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(b), st.maxBytes)
+	if st.MaxBytes > 0 && len(b) > st.MaxBytes {
+		return fmt.Errorf("%w: output is %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(b), st.MaxBytes)
 	}
-	st.mu.Lock()
-	st.output = string(b)
-	st.mu.Unlock()
+	st.SetOutput(string(b))
 	return nil
-}
-
-// jobState is what one attempt's handler reported, carried in its context.
-type jobState struct {
-	maxBytes int // the client's MaxPayloadBytes, for the output
-
-	mu       sync.Mutex
-	progress string // latest progress as JSON; "" when none
-	output   string // output as JSON; "" when none
-}
-
-type jobStateKey struct{}
-
-// stateCtx is a context carrying a jobState: what context.WithValue would make, with the
-// state in the same allocation.
-type stateCtx struct {
-	context.Context
-	st jobState
-}
-
-// Value returns the state for jobStateKey, and asks the parent for any other key.
-func (c *stateCtx) Value(key any) any {
-	if key == (jobStateKey{}) {
-		return &c.st
-	}
-	return c.Context.Value(key)
-}
-
-// withJobState returns ctx carrying a fresh state for one attempt.
-func withJobState(ctx context.Context, maxBytes int) (context.Context, *jobState) {
-	c := &stateCtx{Context: ctx}
-	c.st.maxBytes = maxBytes
-	return c, &c.st
-}
-
-// stateOf returns the attempt state ctx carries, or nil.
-func stateOf(ctx context.Context) *jobState {
-	st, _ := ctx.Value(jobStateKey{}).(*jobState)
-	return st
-}
-
-// reported returns the progress and output as statement arguments: nil for none.
-func (s *jobState) reported() (progress, output *string) {
-	if s == nil {
-		return nil, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.progress != "" {
-		p := s.progress
-		progress = &p
-	}
-	if s.output != "" {
-		o := s.output
-		output = &o
-	}
-	return progress, output
 }

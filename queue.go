@@ -12,9 +12,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
@@ -112,12 +112,7 @@ type Config struct {
 
 // DBTX is what enqueueing inside the caller's transaction needs; pgx.Tx satisfies it.
 // skiplock never begins, commits or rolls back a DBTX it is given.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error)
-}
+type DBTX = jobtype.DBTX
 
 // Client enqueues and inspects jobs. It wraps a pool the caller owns and is safe for
 // concurrent use. Create one with [NewClient].

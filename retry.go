@@ -8,11 +8,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,107 +18,31 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // Permanent wraps a handler error to say the job must not be retried: the job ends in
 // status failed with the error recorded. Use it for bad input that no retry can fix.
-func Permanent(err error) error {
-	if err == nil {
-		err = errors.New("permanent failure")
-	}
-	return &resultError{kind: resultPermanent, err: err}
-}
+func Permanent(err error) error { return jobtype.Permanent(err) }
 
 // CancelJob wraps a handler error to end the job in status cancelled, without retry.
-func CancelJob(err error) error {
-	if err == nil {
-		err = errors.New("cancelled by handler")
-	}
-	return &resultError{kind: resultCancel, err: err}
-}
+func CancelJob(err error) error { return jobtype.CancelJob(err) }
 
 // Snooze returned by a handler puts the job back in the queue to run again after d,
 // without using up an attempt. d <= 0 means run again as soon as possible.
-func Snooze(d time.Duration) error {
-	if d < 0 {
-		d = 0
-	}
-	return &resultError{kind: resultSnooze, snooze: d}
-}
-
-type resultKind int
-
-const (
-	resultPermanent resultKind = iota + 1
-	resultCancel
-	resultSnooze
-)
-
-// resultError carries a handler's verdict through the error return.
-type resultError struct {
-	kind   resultKind
-	err    error
-	snooze time.Duration
-}
-
-// Error describes the verdict and the handler's error.
-func (e *resultError) Error() string {
-	switch e.kind {
-	case resultPermanent:
-		return "permanent: " + e.err.Error()
-	case resultCancel:
-		return "cancel: " + e.err.Error()
-	default:
-		return fmt.Sprintf("snooze %s", e.snooze)
-	}
-}
-
-// Unwrap returns the handler's error, so errors.Is and errors.As see through the verdict.
-func (e *resultError) Unwrap() error { return e.err }
+func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
 // (job.Attempts is the attempt that just failed, starting at 1) and returns the delay from
 // now, by the database clock. It is not asked when the job has no attempts left.
 //
 // A kind can have its own policy: give its args type a method RetryPolicy() RetryPolicy.
-type RetryPolicy interface {
-	NextRetry(job *JobRow) time.Duration
-}
+type RetryPolicy = jobtype.RetryPolicy
 
 // BackoffPolicy is the default [RetryPolicy]: jittered exponential backoff,
-// min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The jitter spreads jobs that
-// failed together (a database blip, a downstream outage) so they do not retry together.
-// The zero value is the default policy. It is safe for concurrent use.
-type BackoffPolicy struct {
-	// Base is the delay unit. Defaults to 1s: the first retry waits 1-2 s, the tenth
-	// 8.5-17 min. Zero or negative means the default.
-	Base time.Duration
-	// Max caps the delay before jitter. Defaults to 1h; zero or negative means the default.
-	Max time.Duration
-	// Rand returns a number in [0, 1). Defaults to math/rand/v2's Float64; tests inject their own.
-	Rand func() float64
-}
-
-// NextRetry implements [RetryPolicy].
-func (p BackoffPolicy) NextRetry(job *JobRow) time.Duration {
-	base, maxD := p.Base, p.Max
-	if base <= 0 {
-		base = time.Second
-	}
-	if maxD <= 0 {
-		maxD = time.Hour
-	}
-	attempt := max(job.Attempts, 1)
-	d := float64(base) * math.Pow(2, float64(attempt))
-	if d > float64(maxD) {
-		d = float64(maxD)
-	}
-	r := rand.Float64
-	if p.Rand != nil {
-		r = p.Rand
-	}
-	return time.Duration(d * (0.5 + r()*0.5))
-}
+// min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The zero value is the
+// default policy (Base 1s, Max 1h). It is safe for concurrent use.
+type BackoffPolicy = jobtype.BackoffPolicy
 
 // retryPolicyArgs is implemented by args types with a kind-specific policy.
 type retryPolicyArgs interface {
@@ -263,16 +183,13 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
 	status := StatusQueued
-	var re *resultError
-	if errors.As(herr, &re) {
-		switch re.kind {
-		case resultSnooze:
-			a.verdict, a.delay = verdictSnooze, re.snooze
-		case resultPermanent:
-			a.verdict, status = string(StatusFailed), StatusFailed
-		case resultCancel:
-			a.verdict, status = string(StatusCancelled), StatusCancelled
-		}
+	switch v, snooze := jobtype.VerdictOf(herr); v {
+	case jobtype.VerdictSnooze:
+		a.verdict, a.delay = verdictSnooze, snooze
+	case jobtype.VerdictPermanent:
+		a.verdict, status = string(StatusFailed), StatusFailed
+	case jobtype.VerdictCancel:
+		a.verdict, status = string(StatusCancelled), StatusCancelled
 	}
 	if a.verdict == verdictRetry {
 		if row.Attempts < row.MaxAttempts {
@@ -311,7 +228,7 @@ func (f *failureRecorder) Stop() {
 // refuses cannot keep the others from being recorded.
 func (f *failureRecorder) write(batch []*failedAttempt) {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	slices.SortFunc(batch, func(a, b *failedAttempt) int { return cmp.Compare(a.key.id, b.key.id) })
+	slices.SortFunc(batch, func(a, b *failedAttempt) int { return cmp.Compare(a.key.ID, b.key.ID) })
 	errs := make([]error, len(batch))
 	if err := f.exec(batch); err != nil {
 		for i := range errs {
@@ -363,8 +280,8 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	ids, fences := make([]int64, n), make([]int64, n)
 	values := make(map[string][3]any, n)
 	for i, a := range batch {
-		ids[i], fences[i] = a.key.id, a.key.fence
-		values[strconv.FormatInt(a.key.id, 10)+":"+strconv.FormatInt(a.key.fence, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
+		ids[i], fences[i] = a.key.ID, a.key.Fence
+		values[strconv.FormatInt(a.key.ID, 10)+":"+strconv.FormatInt(a.key.Fence, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
 	}
 	perJob, err := json.Marshal(values)
 	if err != nil {
@@ -380,7 +297,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	var tasks []int64
 	for _, a := range batch {
 		if isTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
-			tasks = append(tasks, a.key.id)
+			tasks = append(tasks, a.key.ID)
 		}
 	}
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
@@ -396,7 +313,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 				got = make(map[jobKey]recorded, n)
 				var k jobKey
 				var r recorded
-				_, err = pgx.ForEachRow(rows, []any{&k.id, &k.fence, &r.status, &r.runAt}, func() error {
+				_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence, &r.status, &r.runAt}, func() error {
 					got[k] = r
 					return nil
 				})

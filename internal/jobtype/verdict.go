@@ -1,0 +1,131 @@
+package jobtype
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Permanent wraps a handler error to say the job must not be retried: the job ends in
+// status failed with the error recorded. Use it for bad input that no retry can fix.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &verdictError{kind: resultPermanent, err: err}
+}
+
+// CancelJob wraps a handler error to end the job in status cancelled, without retry.
+func CancelJob(err error) error {
+	if err == nil {
+		err = errors.New("cancelled by handler")
+	}
+	return &verdictError{kind: resultCancel, err: err}
+}
+
+// Snooze returned by a handler puts the job back in the queue to run again after d,
+// without using up an attempt. d <= 0 means run again as soon as possible.
+func Snooze(d time.Duration) error {
+	if d < 0 {
+		d = 0
+	}
+	return &verdictError{kind: resultSnooze, snooze: d}
+}
+
+type resultKind int
+
+const (
+	resultPermanent resultKind = iota + 1
+	resultCancel
+	resultSnooze
+)
+
+// verdictError carries a handler's verdict through the error return.
+type verdictError struct {
+	kind   resultKind
+	err    error
+	snooze time.Duration
+}
+
+// Error describes the verdict and the handler's error.
+func (e *verdictError) Error() string {
+	switch e.kind {
+	case resultPermanent:
+		return "permanent: " + e.err.Error()
+	case resultCancel:
+		return "cancel: " + e.err.Error()
+	default:
+		return fmt.Sprintf("snooze %s", e.snooze)
+	}
+}
+
+// Unwrap returns the handler's error, so errors.Is and errors.As see through the verdict.
+func (e *verdictError) Unwrap() error { return e.err }
+
+// RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
+// (job.Attempts is the attempt that just failed, starting at 1) and returns the delay from
+// now, by the database clock. It is not asked when the job has no attempts left.
+//
+// A kind can have its own policy: give its args type a method RetryPolicy() RetryPolicy.
+type RetryPolicy interface {
+	NextRetry(job *JobRow) time.Duration
+}
+
+// BackoffPolicy is the default [RetryPolicy]: jittered exponential backoff,
+// min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The jitter spreads jobs that
+// failed together (a database blip, a downstream outage) so they do not retry together.
+// The zero value is the default policy. It is safe for concurrent use.
+type BackoffPolicy struct {
+	// Base is the delay unit. Defaults to 1s: the first retry waits 1-2 s, the tenth
+	// 8.5-17 min. Zero or negative means the default.
+	Base time.Duration
+	// Max caps the delay before jitter. Defaults to 1h; zero or negative means the default.
+	Max time.Duration
+	// Rand returns a number in [0, 1). Defaults to math/rand/v2's Float64; tests inject their own.
+	Rand func() float64
+}
+
+// NextRetry implements [RetryPolicy].
+func (p BackoffPolicy) NextRetry(job *JobRow) time.Duration {
+	base, maxD := p.Base, p.Max
+	if base <= 0 {
+		base = time.Second
+	}
+	if maxD <= 0 {
+		maxD = time.Hour
+	}
+	attempt := max(job.Attempts, 1)
+	d := float64(base) * math.Pow(2, float64(attempt))
+	if d > float64(maxD) {
+		d = float64(maxD)
+	}
+	r := rand.Float64
+	if p.Rand != nil {
+		r = p.Rand
+	}
+	return time.Duration(d * (0.5 + r()*0.5))
+}
+
+// Verdict is a handler's verdict carried by its error: none, Permanent, CancelJob or
+// Snooze.
+type Verdict int
+
+// The verdicts.
+const (
+	VerdictNone Verdict = iota
+	VerdictPermanent
+	VerdictCancel
+	VerdictSnooze
+)
+
+// VerdictOf returns the verdict err carries (looking through wrapping) and, for Snooze,
+// the delay.
+func VerdictOf(err error) (Verdict, time.Duration) {
+	var ve *verdictError
+	if !errors.As(err, &ve) {
+		return VerdictNone, 0
+	}
+	return Verdict(ve.kind), ve.snooze
+}

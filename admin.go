@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
@@ -28,20 +29,20 @@ type adminSQL struct {
 
 func newAdminSQL(schema string) adminSQL {
 	return adminSQL{
-		get:        renderSQL(schema, getSQL),
-		cancel:     renderSQL(schema, cancelSQL),
-		requeue:    renderSQL(schema, requeueSQL),
-		stats:      renderSQL(schema, statsSQL),
-		list:       [2]string{renderSQL(schema, listSQL(false)), renderSQL(schema, listSQL(true))},
-		del:        renderSQL(schema, deleteSQL),
-		deleteMany: renderSQL(schema, deleteManySQL),
-		pause:      renderSQL(schema, pauseSQL),
-		resume:     renderSQL(schema, resumeSQL),
-		paused:     renderSQL(schema, pausedQueuesSQL),
+		get:        pgutil.Render(schema, getSQL),
+		cancel:     pgutil.Render(schema, cancelSQL),
+		requeue:    pgutil.Render(schema, requeueSQL),
+		stats:      pgutil.Render(schema, statsSQL),
+		list:       [2]string{pgutil.Render(schema, listSQL(false)), pgutil.Render(schema, listSQL(true))},
+		del:        pgutil.Render(schema, deleteSQL),
+		deleteMany: pgutil.Render(schema, deleteManySQL),
+		pause:      pgutil.Render(schema, pauseSQL),
+		resume:     pgutil.Render(schema, resumeSQL),
+		paused:     pgutil.Render(schema, pausedQueuesSQL),
 
-		listPeriodic: renderSQL(schema, listPeriodicSQL),
-		cachedStats:  renderSQL(schema, cachedStatsSQL),
-		workers:      renderSQL(schema, workersSQL),
+		listPeriodic: pgutil.Render(schema, listPeriodicSQL),
+		cachedStats:  pgutil.Render(schema, cachedStatsSQL),
+		workers:      pgutil.Render(schema, workersSQL),
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // prioritiesCTE walks the distinct priorities of queue $1's queued jobs, highest first,
@@ -79,7 +80,7 @@ type claimer struct {
 }
 
 func newClaimer(c *Client, visibility time.Duration) *claimer {
-	return &claimer{pool: c.pool, sql: renderSQL(c.schema, claimSQL), visibility: visibility, wrapErr: c.wrapErr}
+	return &claimer{pool: c.pool, sql: pgutil.Render(c.schema, claimSQL), visibility: visibility, wrapErr: c.wrapErr}
 }
 
 // claimedJob is one job a claim returned: the row, the fencing token the claim took, the

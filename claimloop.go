@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // fetchersPerQueue is how many claim loops each queue runs. While one loop's claim is in
@@ -41,7 +42,7 @@ type claimLoopConfig struct {
 	conns chan struct{}
 	// gate bounds the claims and outcome batches in flight by the number of processes
 	// serving the queues (fleet.go); a claim takes a turn after its connection token.
-	gate *stmtGate
+	gate *pgutil.Gate
 	// start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners (jobStarter, execute.go); slot: it holds a slot of a concurrency limit.
 	start func(job claimedJob, slot bool) dispatched
@@ -294,7 +295,7 @@ func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration
 // cancel them at once, spending an attempt of each (the chaos run's black-holed worker).
 func (q *queueRunner) awaitRenewal(ctx context.Context) bool {
 	for q.cfg.leaseEnding != nil && q.cfg.leaseEnding() && ctx.Err() == nil {
-		sleepCtx(ctx, leaseEndingPoll)
+		pgutil.Sleep(ctx, leaseEndingPoll)
 	}
 	return ctx.Err() == nil
 }
@@ -312,7 +313,7 @@ func (q *queueRunner) awaitSlots(ctx context.Context) bool {
 		return false
 	}
 	if free < (max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
-		sleepCtx(ctx, q.cfg.fetchCooldown)
+		pgutil.Sleep(ctx, q.cfg.fetchCooldown)
 	}
 	return true
 }
@@ -326,14 +327,14 @@ func (q *queueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 	case <-ctx.Done():
 		return 0, false
 	}
-	if q.cfg.gate.acquire(ctx) != nil {
+	if q.cfg.gate.Acquire(ctx) != nil {
 		<-q.cfg.conns
 		return 0, false
 	}
 	// Slots are counted once the turn is ours: slots freed while waiting for it join
 	// this claim.
 	if free = q.reserve(q.claimSize()); free == 0 {
-		q.cfg.gate.release()
+		q.cfg.gate.Release()
 		<-q.cfg.conns
 		return 0, false
 	}
@@ -356,7 +357,7 @@ func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJ
 	}
 	jobs, hint, err := q.claim(cctx, int(free))
 	q.claims.Add(-1)
-	q.cfg.gate.release()
+	q.cfg.gate.Release()
 	<-q.cfg.conns
 	q.active.Add(int64(len(jobs)) - free)
 	return jobs, hint, err
@@ -397,7 +398,7 @@ const firstClaimRetry = 10 * time.Millisecond
 // dead connection; then it backs off, up to 5 s.
 func (q *queueRunner) backoff(ctx context.Context, err error, delay *time.Duration) {
 	q.cfg.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", *delay)
-	sleepCtx(ctx, *delay)
+	pgutil.Sleep(ctx, *delay)
 	if *delay < 40*time.Millisecond {
 		*delay += firstClaimRetry / 2
 	} else {

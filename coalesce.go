@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/groupcommit"
 )
 
 // DefaultCoalesceWindow is the default of [Config].CoalesceWindow.
@@ -55,9 +56,9 @@ type enqueueRequest struct {
 }
 
 // newEnqueueCoalescer returns the group commit of a client's enqueues.
-func newEnqueueCoalescer(c *Client, window time.Duration) *groupCommit[*enqueueRequest] {
-	return &groupCommit[*enqueueRequest]{
-		window: window, maxRows: coalesceMaxRows, maxInFlight: coalesceMaxInFlight, write: c.writeBatch,
+func newEnqueueCoalescer(c *Client, window time.Duration) *groupcommit.Batcher[*enqueueRequest] {
+	return &groupcommit.Batcher[*enqueueRequest]{
+		Window: window, MaxRows: coalesceMaxRows, MaxInFlight: coalesceMaxInFlight, Write: c.writeBatch,
 	}
 }
 
@@ -70,7 +71,7 @@ func newEnqueueCoalescer(c *Client, window time.Duration) *groupCommit[*enqueueR
 // refuses it — as with any statement whose reply a cancelled caller stops waiting for. The
 // error says which of the two happened.
 func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, error) {
-	sent, err := c.batch.submit(ctx, req, len(req.jobs))
+	sent, err := c.batch.Submit(ctx, req, len(req.jobs))
 	switch {
 	case err == nil:
 		return req.rows, req.err

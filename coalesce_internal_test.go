@@ -1,13 +1,10 @@
 package skiplock
 
 import (
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 // insertColumns returns the column list of the first INSERT INTO {s}.jobs in sql.
@@ -35,40 +32,5 @@ func TestCoalescedInsert_WritesEveryColumnTheSingleInsertWrites(t *testing.T) {
 	if !slices.Equal(single, coalesced) {
 		t.Fatalf("the single insert writes %v (unique_key aside), the coalesced insert %v: add the missing columns to coalescedInsertSQL and writeBatch",
 			single, coalesced)
-	}
-}
-
-// With hold, a batch is not sent because nothing is in flight: it waits for an item
-// given with postLast (or for maxRows, or its window), so that the items of one burst go
-// together (the completer's successes of jobs holding a concurrency slot).
-func TestGroupCommit_HoldSendsOnLastOrMaxRows(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var writes [][]int
-	g := &groupCommit[int]{window: time.Hour, maxRows: 3, maxInFlight: 2, hold: true, write: func(items []int) {
-		mu.Lock()
-		defer mu.Unlock()
-		writes = append(writes, slices.Clone(items))
-	}}
-	sent := func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return g.open == nil
-	}
-	g.post(1, 1)
-	g.post(2, 1)
-	if sent() {
-		t.Fatal("a held batch was sent before its last item")
-	}
-	g.postLast(3, 1)
-	g.wait()
-	g.post(4, 1)
-	g.post(5, 1)
-	g.post(6, 1) // maxRows
-	g.wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if want := [][]int{{1, 2, 3}, {4, 5, 6}}; !reflect.DeepEqual(writes, want) {
-		t.Fatalf("batches written: %v, want %v", writes, want)
 	}
 }

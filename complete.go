@@ -14,7 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // completerLoops is how many success batches may be in flight at once.
@@ -80,10 +82,10 @@ type completer struct {
 	// it, or for the interval, so that the jobs of one claim are recorded together and
 	// their slots come back together: recorded one by one (tried: flush size 1, claims of
 	// 3 jobs), each freed slot made a claim of its own, and per-statement costs took over.
-	urgent *groupCommit[completion]
+	urgent *groupcommit.Batcher[completion]
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
-	gate *stmtGate
+	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
 	// (workflowsettle.go); nil: none.
 	flows *workflowSettler
@@ -116,7 +118,7 @@ type batchListeners struct {
 // most batchSize per statement, a success waiting at most flushEvery for others; each
 // statement takes a turn of gate.
 func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
-	gate *stmtGate, done batchListeners, flows *workflowSettler, logger *slog.Logger) *completer {
+	gate *pgutil.Gate, done batchListeners, flows *workflowSettler, logger *slog.Logger) *completer {
 	c := &completer{
 		pool: pool, stmts: renderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
@@ -124,8 +126,8 @@ func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind str
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
 	}
 	// Slot-holding successes wait for locks: their slots are free only once written.
-	c.urgent = &groupCommit[completion]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, hold: true,
-		write: func(batch []completion) { c.flush(batch, false) }}
+	c.urgent = &groupcommit.Batcher[completion]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: completerLoops, Hold: true,
+		Write: func(batch []completion) { c.flush(batch, false) }}
 	return c
 }
 
@@ -155,10 +157,10 @@ func (c *completer) add(k jobKey, row *JobRow, st *jobtype.State, urgent, last b
 	}
 	switch {
 	case urgent && last:
-		c.urgent.postLast(cp, 1)
+		c.urgent.PostLast(cp, 1)
 		return true
 	case urgent:
-		c.urgent.post(cp, 1)
+		c.urgent.Post(cp, 1)
 		return true
 	}
 	c.ch <- cp
@@ -205,7 +207,7 @@ func (c *completer) run() {
 		go func() { defer wg.Done(); c.loop() }()
 	}
 	wg.Wait()
-	c.urgent.wait()
+	c.urgent.Wait()
 }
 
 // loop is one batching loop. Idle, it waits for a success; the first one starts a batch,
@@ -290,7 +292,7 @@ func (c *completer) flushNow() {
 			batch = append(batch, k)
 		default:
 			c.flush(batch, false)
-			c.urgent.wait()
+			c.urgent.Wait()
 			return
 		}
 	}
@@ -400,8 +402,8 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
 	// match the fence. They are carried, and after skipLockedFor the waiting statement
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
-	err := retryDB(ctx, func() error {
-		return c.gate.do(ctx, func() error {
+	err := pgutil.Retry(ctx, func() error {
+		return c.gate.Do(ctx, func() error {
 			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
 				recorded = make(map[int64]bool, len(batch))
 				rows, err := db.Query(ctx, q, args...)
@@ -448,8 +450,8 @@ func (c *completer) write(batch []completion) {
 	var began time.Time
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
 	// match the fence.
-	err := retryDB(ctx, func() error {
-		return c.gate.do(ctx, func() error {
+	err := pgutil.Retry(ctx, func() error {
+		return c.gate.Do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
 			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
 				tag, err := db.Exec(ctx, q, args...)

@@ -4,7 +4,10 @@
 
 package skiplock
 
-import "github.com/skiplock/skiplock/internal/jobtype"
+import (
+	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
+)
 
 // Completion says what happens to a job row when its handler succeeds. The zero value
 // means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
@@ -96,10 +99,10 @@ type completeStmts struct {
 func renderCompleteStmts(schema string) map[Completion]completeStmts {
 	stmts := map[Completion]completeStmts{}
 	for _, mode := range completionModes {
-		st := completeStmts{sql: renderSQL(schema, completeSQL(mode, false, false)), sqlSkip: renderSQL(schema, completeSQL(mode, false, true))}
+		st := completeStmts{sql: pgutil.Render(schema, completeSQL(mode, false, false)), sqlSkip: pgutil.Render(schema, completeSQL(mode, false, true))}
 		if mode != CompletionDelete {
-			st.sqlReport = renderSQL(schema, completeSQL(mode, true, false))
-			st.sqlReportSkip = renderSQL(schema, completeSQL(mode, true, true))
+			st.sqlReport = pgutil.Render(schema, completeSQL(mode, true, false))
+			st.sqlReportSkip = pgutil.Render(schema, completeSQL(mode, true, true))
 		}
 		stmts[mode] = st
 	}

@@ -13,11 +13,11 @@ const CoalesceMaxInFlight = coalesceMaxInFlight
 
 // CoalescerIdle reports whether c's coalescer has no batch collecting, waiting or being
 // written (and so no goroutine running).
-func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.idle() }
+func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.Idle() }
 
 // WorkerFleet returns how many processes w last learned serve its queues (itself
 // included) and the bound on its statements in flight that follows (0: none).
-func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.fleet() }
+func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.Fleet() }
 
 // SetSweeperVacuumAfter sets when s may vacuum the jobs table again.
 func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.vacuumAfter.Store(at.UnixNano()) }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // QueueLimits are a queue's flow-control limits. They hold across every worker of every
@@ -133,7 +134,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if l.RatePeriod > 0 {
 		periodMs = l.RatePeriod.Milliseconds()
 	}
-	_, err = c.pool.Exec(ctx, renderSQL(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
+	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
 		c.notify.control, controlMsg{Op: controlLimits, Queue: queue}.payload())
 	if err != nil {
@@ -148,7 +149,7 @@ func (c *Client) ResetQueueLimits(ctx context.Context, queue string) error {
 	if err := validQueue(queue); err != nil {
 		return err
 	}
-	_, err := c.pool.Exec(ctx, renderSQL(c.schema, resetLimitsSQL), queue,
+	_, err := c.pool.Exec(ctx, pgutil.Render(c.schema, resetLimitsSQL), queue,
 		c.notify.control, controlMsg{Op: controlLimits, Queue: queue}.payload())
 	if err != nil {
 		return c.wrapErr("reset queue limits", err)
@@ -159,7 +160,7 @@ func (c *Client) ResetQueueLimits(ctx context.Context, queue string) error {
 // QueueLimitsSet returns the limits set at run time with [Client.SetQueueLimits], by
 // queue. Queues that only have the limits their workers declare are not in it.
 func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, error) {
-	rows, err := c.pool.Query(ctx, renderSQL(c.schema, listLimitsSQL))
+	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, listLimitsSQL))
 	if err != nil {
 		return nil, c.wrapErr("list queue limits", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // flowLockSQL takes the queue's claim lock for the rest of the (implicit) transaction.
@@ -359,12 +360,12 @@ func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
 		pool: c.pool, schema: c.schema, wrapErr: c.wrapErr, visibility: visibility,
 		lock:       flowLockSQL,
 		sharedLock: flowSharedLockSQL,
-		plain:      renderSQL(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
-		keyed:      renderSQL(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
-		st:         renderSQL(c.schema, flowStateSQL),
-		slots:      renderSQL(c.schema, slotClaimSQL),
-		ensure:     renderSQL(c.schema, ensureSlotsSQL),
-		adopt:      renderSQL(c.schema, adoptRunningSQL),
+		plain:      pgutil.Render(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
+		keyed:      pgutil.Render(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
+		st:         pgutil.Render(c.schema, flowStateSQL),
+		slots:      pgutil.Render(c.schema, slotClaimSQL),
+		ensure:     pgutil.Render(c.schema, ensureSlotsSQL),
+		adopt:      pgutil.Render(c.schema, adoptRunningSQL),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // A keyed queue looks for its jobs without a key only among its first 64 queued jobs (in
@@ -21,7 +22,7 @@ func TestFlow_KeyedQueueLooksForJobsWithoutAKeyAmongTheFirst64(t *testing.T) {
 	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
 	c, err := NewClient(pool, Config{Schema: schema})
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, renderSQL(schema, `
+	_, err = pool.Exec(ctx, pgutil.Render(schema, `
 		INSERT INTO {s}.jobs (queue, kind, partition_key, run_at)
 		SELECT 'keyed', 'k', 'key' || g, now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 100) g;
 		INSERT INTO {s}.jobs (queue, kind, run_at) VALUES ('keyed', 'nokey', now() - interval '1 minute');`))

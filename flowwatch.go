@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // flowRefreshInterval is how often a worker reads the limits set at run time regardless.
@@ -194,7 +195,7 @@ func (fw *flowWatch) run(ctx context.Context) {
 // Start reads the limits set at run time, so that they apply from the first claim, then
 // watches them until Stop.
 func (fw *flowWatch) Start(ctx context.Context) error {
-	if err := retryAtStart(ctx, fw.refresh); err != nil {
+	if err := pgutil.RetryAtStart(ctx, fw.refresh); err != nil {
 		return fw.client.wrapErr("worker start: reading queue limits", err)
 	}
 	fw.loop = lifecycle.NewLoop(fw.run, lifecycle.UntilStop)

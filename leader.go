@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // leaderTTL is how long a leader's term lasts without a renewal: the longest a fleet goes
@@ -159,8 +160,8 @@ type elector struct {
 func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 	return &elector{
 		pool: c.pool, id: id, role: role, logger: logger,
-		elect:      renderSQL(c.schema, electSQL),
-		resign:     renderSQL(c.schema, resignSQL),
+		elect:      pgutil.Render(c.schema, electSQL),
+		resign:     pgutil.Render(c.schema, resignSQL),
 		changed:    make(chan struct{}),
 		registered: make(chan struct{}),
 	}
@@ -174,11 +175,11 @@ func newWorkerElector(c *Client, id string, queues func() []string, campaign boo
 	e := newElector(c, id, maintenanceRole, logger)
 	e.expireOnLeave = expireOnLeave
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
-	e.electFleet = renderSQL(c.schema, fleetElectSQL)
-	e.leave = renderSQL(c.schema, leaveSQL)
-	e.registerSQL = renderSQL(c.schema, registerSQL)
+	e.electFleet = pgutil.Render(c.schema, fleetElectSQL)
+	e.leave = pgutil.Render(c.schema, leaveSQL)
+	e.registerSQL = pgutil.Render(c.schema, registerSQL)
 	e.reclaim = newReclaimer(c)
-	e.expire = renderSQL(c.schema, expireWorkerSQL)
+	e.expire = pgutil.Render(c.schema, expireWorkerSQL)
 	return e
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // fenceSQL is the condition that picks, among the attempts given as pairs of an id in $1
@@ -139,11 +140,11 @@ func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Durat
 	return &lease{
 		pool: pool, workerID: workerID, logger: logger, visibility: visibility, interval: visibility / 3, held: held,
 		sinceRenewal:     sinceRenewal,
-		heartbeat:        renderSQL(schema, heartbeatSQL),
-		release:          renderSQL(schema, releaseSQL),
-		orphans:          renderSQL(schema, orphansSQL),
-		orphanCandidates: renderSQL(schema, orphanCandidatesSQL),
-		unrecorded:       renderSQL(schema, unrecordedSQL),
+		heartbeat:        pgutil.Render(schema, heartbeatSQL),
+		release:          pgutil.Render(schema, releaseSQL),
+		orphans:          pgutil.Render(schema, orphansSQL),
+		orphanCandidates: pgutil.Render(schema, orphanCandidatesSQL),
+		unrecorded:       pgutil.Render(schema, unrecordedSQL),
 	}
 }
 
@@ -287,7 +288,7 @@ func (l *lease) putBack(q string, keys []jobKey) {
 	// Replaying the release after a lost reply is harmless: the first one, if it
 	// committed, made the rows stop matching the fence.
 	var n int64
-	err := retryDB(ctx, func() error {
+	err := pgutil.Retry(ctx, func() error {
 		tag, err := l.pool.Exec(ctx, q, ids, fences, l.workerID)
 		n = tag.RowsAffected()
 		return err

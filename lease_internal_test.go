@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -130,7 +131,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 
 	// The next heartbeat renews the second run's lease.
 	var before, after time.Time
-	lease := renderSQL(schema, `SELECT lease_until FROM {s}.jobs WHERE id = $1`)
+	lease := pgutil.Render(schema, `SELECT lease_until FROM {s}.jobs WHERE id = $1`)
 	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&before))
 	l.beat(ctx)
 	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&after))

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // notifyOneSQL wakes the workers of one queue. The payload is the queue name.
@@ -227,7 +228,7 @@ func (l *listener) run(ctx context.Context) {
 		}
 		l.logger.Warn("skiplock: listener connection lost; reconnecting (the fallback poll keeps jobs moving)",
 			"err", err, "retry_in", delay)
-		sleepCtx(ctx, delay)
+		pgutil.Sleep(ctx, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
 }

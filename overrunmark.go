@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // markOverrunSQL marks the attempt ($1, $2) of worker $3 overrunning; fenced like every
@@ -35,7 +36,7 @@ type overrunMarks struct {
 }
 
 func newOverrunMarks(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *overrunMarks {
-	return &overrunMarks{pool: pool, sql: renderSQL(schema, markOverrunSQL), workerID: workerID, logger: logger}
+	return &overrunMarks{pool: pool, sql: pgutil.Render(schema, markOverrunSQL), workerID: workerID, logger: logger}
 }
 
 // begin counts a mark about to be written; it is called while the handler still runs,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // pauseSQL marks queue $1 paused (keeping the time of a pause already in force) and
@@ -159,7 +160,7 @@ func (p *pauseWatcher) control(msg controlMsg) {
 
 // Start reads the paused queues, so that they are known before the first claim. The
 // watcher owns no goroutine: the listener and the poller bring it what changes.
-func (p *pauseWatcher) Start(ctx context.Context) error { return retryAtStart(ctx, p.load) }
+func (p *pauseWatcher) Start(ctx context.Context) error { return pgutil.RetryAtStart(ctx, p.load) }
 
 // Stop does nothing.
 func (p *pauseWatcher) Stop() {}

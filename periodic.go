@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // Schedule says when a periodic job runs: Next returns the first occurrence after t.
@@ -245,7 +246,7 @@ func newPeriodicRunner(c *Client, entries map[string]*periodicEntry, logger *slo
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	r := func(q string) string { return renderSQL(c.schema, q) }
+	r := func(q string) string { return pgutil.Render(c.schema, q) }
 	return &periodicRunner{client: c, pool: c.pool, entries: entries, names: names, logger: logger, sql: periodicSQL{
 		declare: r(declarePeriodicSQL), retire: r(retirePeriodicSQL), due: r(duePeriodicSQL),
 		advance: r(advancePeriodicSQL), next: r(nextPeriodicSQL),
@@ -312,7 +313,7 @@ func (p *periodicRunner) run(ctx context.Context) {
 			}
 		}
 		if wait > 0 {
-			sleepCtx(ctx, wait)
+			pgutil.Sleep(ctx, wait)
 		}
 		if ctx.Err() != nil {
 			return
@@ -513,7 +514,7 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 // shutting down enqueues nothing more, and a transaction cut off by it rolls back whole,
 // so that another worker enqueues that occurrence.
 func (p *periodicRunner) Start(ctx context.Context) error {
-	if err := retryAtStart(ctx, p.declare); err != nil {
+	if err := pgutil.RetryAtStart(ctx, p.declare); err != nil {
 		return err
 	}
 	p.loop = lifecycle.NewLoop(p.run, lifecycle.UntilCancel)

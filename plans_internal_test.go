@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -83,7 +84,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		}
 	}
 	for _, c := range cases {
-		rows, err := pool.Query(ctx, "EXPLAIN "+renderSQL(schema, c.sql), c.args...)
+		rows, err := pool.Query(ctx, "EXPLAIN "+pgutil.Render(schema, c.sql), c.args...)
 		require.NoError(t, err, c.name)
 		var plan []string
 		for rows.Next() {
@@ -135,7 +136,7 @@ func TestPlans_FencedStatementsProbeTheirPairsInAHashInGenericPlans(t *testing.T
 		_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)
 		require.NoError(t, err)
 		for name, c := range cases {
-			rows, err := conn.Query(ctx, "EXPLAIN "+renderSQL(schema, c.sql), c.args...)
+			rows, err := conn.Query(ctx, "EXPLAIN "+pgutil.Render(schema, c.sql), c.args...)
 			require.NoError(t, err, name)
 			var plan []string
 			for rows.Next() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // pollSQL is the fallback poll: for each of the worker's queues in $1 it returns whether
@@ -81,7 +82,7 @@ type poller struct {
 
 func newPoller(c *Client, interval time.Duration, queues *queueSet, pause *pauseWatcher, logger *slog.Logger) *poller {
 	return &poller{
-		pool: c.pool, sql: renderSQL(c.schema, pollSQL), interval: interval,
+		pool: c.pool, sql: pgutil.Render(c.schema, pollSQL), interval: interval,
 		queues: queues, pause: pause, logger: logger, kicks: make(chan struct{}, 1), wrapErr: c.wrapErr,
 	}
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
@@ -121,12 +123,12 @@ type Client struct {
 	schema   string
 	maxBytes int
 	logger   *slog.Logger
-	notify   *notifier                     // wake-ups: the channel, the throttle of Enqueue's notifications
-	sql      enqueueSQL                    // rendered for schema by NewClient
-	admin    adminSQL                      // the operator calls' statements (admin.go)
-	wf       workflowSQL                   // the workflow and sequence enqueues' statements (workflow.go)
-	flows    *workflowSettler              // settles workflow tasks' dependents (workflowsettle.go)
-	batch    *groupCommit[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
+	notify   *notifier                             // wake-ups: the channel, the throttle of Enqueue's notifications
+	sql      enqueueSQL                            // rendered for schema by NewClient
+	admin    adminSQL                              // the operator calls' statements (admin.go)
+	wf       workflowSQL                           // the workflow and sequence enqueues' statements (workflow.go)
+	flows    *workflowSettler                      // settles workflow tasks' dependents (workflowsettle.go)
+	batch    *groupcommit.Batcher[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
 
 	hooks        []Hook        // Config.Hooks
 	enqueueHooks []EnqueueHook // those of hooks that implement EnqueueHook
@@ -313,7 +315,7 @@ type enqueueSQL struct {
 }
 
 func newEnqueueSQL(schema string) enqueueSQL {
-	r := func(q string) string { return renderSQL(schema, q) }
+	r := func(q string) string { return pgutil.Render(schema, q) }
 	return enqueueSQL{
 		insert:       r(insertSQL(false)),
 		insertNotify: r(insertSQL(true)),

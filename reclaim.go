@@ -15,6 +15,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // reclaimDeadSQL takes back running jobs whose owner's row in the workers table has
@@ -134,7 +135,7 @@ type reclaimer struct {
 }
 
 func newReclaimer(c *Client) *reclaimer {
-	return &reclaimer{c: c, sql: renderSQL(c.schema, reclaimDeadSQL), predecessor: renderSQL(c.schema, reclaimPredecessorSQL),
+	return &reclaimer{c: c, sql: pgutil.Render(c.schema, reclaimDeadSQL), predecessor: pgutil.Render(c.schema, reclaimPredecessorSQL),
 		flows: c.flows}
 }
 

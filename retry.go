@@ -18,7 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // Permanent wraps a handler error to say the job must not be retried: the job ends in
@@ -137,7 +139,7 @@ type failureRecorder struct {
 	workerID string
 	logger   *slog.Logger
 	sql      string // failureSQL, rendered
-	batch    *groupCommit[*failedAttempt]
+	batch    *groupcommit.Batcher[*failedAttempt]
 	mu       sync.RWMutex // record holds it to read; stop to close
 	closed   bool
 	// dueAgain is called with the queue of a job written back due at once (a retry or a
@@ -149,7 +151,7 @@ type failureRecorder struct {
 	done batchListeners
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
-	gate *stmtGate
+	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
 	// (workflowsettle.go); nil: none.
 	flows *workflowSettler
@@ -159,7 +161,7 @@ type failureRecorder struct {
 // most flushEvery for others when a batch is already being written. Each statement takes
 // a turn of gate; done and dueAgain (either may be nil) are told what each batch did.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
-	gate *stmtGate, done batchListeners, dueAgain func(queue string), flows *workflowSettler, logger *slog.Logger) *failureRecorder {
+	gate *pgutil.Gate, done batchListeners, dueAgain func(queue string), flows *workflowSettler, logger *slog.Logger) *failureRecorder {
 	if done.written == nil {
 		done.written = func([]jobKey) {}
 	}
@@ -169,9 +171,9 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 	if dueAgain == nil {
 		dueAgain = func(string) {}
 	}
-	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: renderSQL(schema, failureSQL),
+	f := &failureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, failureSQL),
 		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
-	f.batch = &groupCommit[*failedAttempt]{window: flushEvery, maxRows: batchSize, maxInFlight: completerLoops, write: f.write}
+	f.batch = &groupcommit.Batcher[*failedAttempt]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: completerLoops, Write: f.write}
 	return f
 }
 
@@ -205,12 +207,12 @@ func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy Retry
 			"job", row.ID, "attempt", row.Attempts)
 		return StatusRunning
 	}
-	f.batch.post(a, 1)
+	f.batch.Post(a, 1)
 	return status
 }
 
 // flush waits until every failure recorded so far is written.
-func (f *failureRecorder) flush() { f.batch.wait() }
+func (f *failureRecorder) flush() { f.batch.Wait() }
 
 // Start does nothing: the failure batches own no long-lived goroutine (groupCommit).
 func (f *failureRecorder) Start(context.Context) error { return nil }
@@ -234,7 +236,7 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 		for i := range errs {
 			errs[i] = err
 		}
-		if len(batch) > 1 && !transient(err) {
+		if len(batch) > 1 && !pgutil.Transient(err) {
 			for i, a := range batch {
 				errs[i] = f.exec([]*failedAttempt{a})
 			}
@@ -302,8 +304,8 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	}
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
-	err = retryDB(ctx, func() error {
-		return f.gate.do(ctx, func() error {
+	err = pgutil.Retry(ctx, func() error {
+		return f.gate.Do(ctx, func() error {
 			return f.flows.run(ctx, f.pool, tasks, func(db DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
 				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // SweeperConfig configures a [Sweeper]. The zero value is valid.
@@ -130,9 +131,9 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 		cfg.Logger = client.logger
 	}
 	s := &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, analyzed: map[string]analyzedSize{}, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
-		reclaim:        renderSQL(client.schema, reclaimSQL),
-		purgeArchive:   renderSQL(client.schema, purgeArchiveSQL),
-		purgeWorkflows: renderSQL(client.schema, purgeWorkflowsSQL),
+		reclaim:        pgutil.Render(client.schema, reclaimSQL),
+		purgeArchive:   pgutil.Render(client.schema, purgeArchiveSQL),
+		purgeWorkflows: pgutil.Render(client.schema, purgeWorkflowsSQL),
 	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
@@ -63,7 +64,7 @@ type Worker struct {
 	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
 	starter  *jobStarter
 	outcomes *outcomeRecorder
-	gate     *stmtGate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
+	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
 }
 
 // NewWorker returns a Worker for client configured by cfg. A field out of range is an
@@ -107,7 +108,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		tasks = append(tasks, sw.maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: renderSQL(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw, runDone: make(chan struct{})}
+		checkSQL: pgutil.Render(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw, runDone: make(chan struct{})}
 	w.buildExecution(declared, len(tasks) > 0)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
@@ -125,13 +126,13 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 // the flow watcher what they wrote.
 func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) {
 	c, cfg := w.client, w.cfg
-	w.gate = newStmtGate(cfg.FleetStatements)
+	w.gate = pgutil.NewGate(cfg.FleetStatements)
 	held := newHeldJobs()
 	w.queues = newQueueSet() // filled below; the elector reads its names when it registers
 	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
 	// while handlers still run expires it rather than deleting it, and the job lease
 	// cancels the handlers before that row can end (lease.go).
-	w.elector = newWorkerElector(c, w.id, w.queues.names, campaign, w.gate.setFleet,
+	w.elector = newWorkerElector(c, w.id, w.queues.names, campaign, w.gate.SetFleet,
 		func() bool { return held.count() > 0 }, w.logger)
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
@@ -332,14 +333,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancel()
 	w.cancelRun = cancel
 	w.mu.Unlock()
-	if err := retryAtStart(ctx, func(ctx context.Context) error {
+	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) error {
 		_, err := w.client.pool.Exec(ctx, w.checkSQL)
 		return err
 	}); err != nil {
 		return w.client.wrapErr("worker start", err)
 	}
 	var taken int64
-	if err := retryAtStart(ctx, func(ctx context.Context) (err error) {
+	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) (err error) {
 		taken, err = w.elector.reclaim.predecessors(ctx, w.id)
 		return err
 	}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // ErrInvalidWorkflow is matched (errors.Is) by every error that refuses a workflow or a
@@ -342,7 +343,7 @@ type workflowSQL struct {
 }
 
 func newWorkflowSQL(schema string) workflowSQL {
-	r := func(q string) string { return renderSQL(schema, q) }
+	r := func(q string) string { return pgutil.Render(schema, q) }
 	return workflowSQL{enqueue: r(enqueueWorkflowSQL),
 		seqLock: r(seqLockSQL), seqWorkflow: r(seqWorkflowSQL), seqTail: r(seqTailSQL), seqInsert: r(seqInsertSQL)}
 }

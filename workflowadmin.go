@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // getWorkflowSQL reads a workflow's tasks with their dependencies.
@@ -23,7 +24,7 @@ WHERE w.id = $1 ORDER BY t.name`
 // GetWorkflow returns the workflow id with the state of each task, or an error that
 // matches [ErrWorkflowNotFound].
 func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
-	rows, err := c.pool.Query(ctx, renderSQL(c.schema, getWorkflowSQL), id)
+	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, getWorkflowSQL), id)
 	if err != nil {
 		return nil, c.wrapErr("get workflow", err)
 	}
@@ -77,7 +78,7 @@ SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
 // cancelled with the rest. It returns how many tasks it cancelled.
 func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
-	if err := c.pool.QueryRow(ctx, renderSQL(c.schema, cancelWorkflowSQL), id).Scan(&n); err != nil {
+	if err := c.pool.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n); err != nil {
 		return 0, c.wrapErr("cancel workflow", err)
 	}
 	return n, nil
@@ -135,7 +136,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var queues []string
 		var ins insertedJobs
-		if err := tx.QueryRow(ctx, renderSQL(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
+		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
 			&ins.ids, &ins.workflows, &ins.names, &ins.queues); err != nil {
 			return err
 		}
@@ -172,7 +173,7 @@ func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string
 	if err != nil {
 		return out, nil
 	}
-	rows, err := c.pool.Query(ctx, renderSQL(c.schema, dependencyOutputsSQL), wf, row.Metadata[metaTask])
+	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, dependencyOutputsSQL), wf, row.Metadata[metaTask])
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
 	}

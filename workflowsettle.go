@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // Metadata keys that mark a job as a workflow task; a batch's callback also gets the
@@ -154,7 +155,7 @@ func (j *insertedJobs) scan(rows pgx.Rows) error {
 type jobMapper struct{ sql, channel string }
 
 func newJobMapper(schema string) jobMapper {
-	return jobMapper{sql: renderSQL(schema, mapJobsSQL), channel: jobsChannel(schema)}
+	return jobMapper{sql: pgutil.Render(schema, mapJobsSQL), channel: jobsChannel(schema)}
 }
 
 // run runs mapJobsSQL for j through db, waking the jobs' queues when wake; nothing when
@@ -191,7 +192,7 @@ type workflowSettler struct {
 // newWorkflowSettler renders the settle statements for schema; a Client builds one
 // (Client.flows), which its workers, sweepers and operator calls share.
 func newWorkflowSettler(schema string) *workflowSettler {
-	return &workflowSettler{sql: renderSQL(schema, settleSQL), lockSQL: renderSQL(schema, lockSequencesSQL),
+	return &workflowSettler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSequencesSQL),
 		mapper: newJobMapper(schema)}
 }
 

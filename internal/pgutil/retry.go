@@ -1,8 +1,4 @@
-// This file holds the retrying of the engine's own statements: which database errors are
-// transient (a lost connection, a restarting server, a deadlock) and the loop that retries
-// a fenced statement through them.
-
-package skiplock
+package pgutil
 
 import (
 	"context"
@@ -14,20 +10,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// retryDB retries fn while its error is transient (see [transient]), with backoff, until
-// ctx ends. A statement whose reply was lost may have committed, so retryDB runs only
+// Retry retries fn while its error is transient (see [transient]), with backoff, until
+// ctx ends. A statement whose reply was lost may have committed, so Retry runs only
 // statements whose replay is harmless: each is fenced on (id, fence, locked_by) and takes
 // the row out of that fence when it commits (success, failure, snooze, release), so a
 // replay after a commit matches nothing — not even a later claim of the same job by the
 // same worker, which took a new fence token.
-func retryDB(ctx context.Context, fn func() error) error {
+func Retry(ctx context.Context, fn func() error) error {
 	delay := 20 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		if err == nil || !Transient(err) || ctx.Err() != nil {
 			return err
 		}
-		sleepCtx(ctx, delay)
+		Sleep(ctx, delay)
 		if ctx.Err() != nil {
 			return err
 		}
@@ -38,7 +34,7 @@ func retryDB(ctx context.Context, fn func() error) error {
 // transient reports whether err may go away on retry: a lost or refused connection, a
 // server shutting down or restarting, a deadlock or serialization failure. A Postgres
 // verdict on the statement itself (a constraint, a syntax error) is not transient.
-func transient(err error) bool {
+func Transient(err error) bool {
 	if err == nil || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
@@ -57,8 +53,8 @@ func transient(err error) bool {
 	return false
 }
 
-// sleepCtx sleeps for d or until ctx ends, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) {
+// Sleep sleeps for d or until ctx ends, whichever comes first.
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -67,14 +63,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// startTimeout bounds each of a worker's start-up statements, retries included.
-const startTimeout = 30 * time.Second
+// StartTimeout bounds each of a worker's start-up statements, retries included.
+const StartTimeout = 30 * time.Second
 
-// retryAtStart runs fn, a start-up statement, retrying what may pass (a pooled connection
-// the server closed, a server restarting; see transient) for up to startTimeout, and
+// RetryAtStart runs fn, a start-up statement, retrying what may pass (a pooled connection
+// the server closed, a server restarting; see transient) for up to StartTimeout, and
 // failing at once on the rest (a schema not migrated). ctx's cancellation does not cut it.
-func retryAtStart(ctx context.Context, fn func(ctx context.Context) error) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+func RetryAtStart(ctx context.Context, fn func(ctx context.Context) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
 	defer cancel()
-	return retryDB(sctx, func() error { return fn(sctx) })
+	return Retry(sctx, func() error { return fn(sctx) })
 }

@@ -1,8 +1,7 @@
-// This file holds the batcher (groupCommit): it groups concurrent callers' items into
+// Package groupcommit holds the Batcher: it groups concurrent callers' items into
 // batches that share one statement and one commit. The coalesced enqueues (coalesce.go),
 // the success batches (complete.go) and the failure batches (retry.go) use it.
-
-package skiplock
+package groupcommit
 
 import (
 	"context"
@@ -11,7 +10,7 @@ import (
 	"time"
 )
 
-// groupCommit groups concurrent callers' items into batches and writes each batch with one
+// Batcher groups concurrent callers' items into batches and writes each batch with one
 // statement (write), so one commit serves them all; a caller either waits for the batch
 // that holds its item (submit) or leaves it to be written (post, and wait to flush). It
 // serves the coalesced enqueues (coalesce.go), the urgent successes (complete.go) and the
@@ -24,20 +23,20 @@ import (
 //
 // and at most maxInFlight batches are written at once. With hold set, the first two do
 // not apply: a batch waits for its window, for maxRows, or for an item given with
-// postLast, whose caller knows that no other item is coming soon.
+// PostLast, whose caller knows that no other item is coming soon.
 //
 // It owns no long-lived goroutine: a batch is written by a goroutine started for it, which
 // writes the batches that are ready when it finishes and ends when none is; a timer's
 // function only seals a batch. So nothing needs closing, and no goroutine outlives the
 // statements in flight.
-type groupCommit[T any] struct {
-	window      time.Duration
-	maxRows     int
-	maxInFlight int
-	hold        bool
+type Batcher[T any] struct {
+	Window      time.Duration
+	MaxRows     int
+	MaxInFlight int
+	Hold        bool
 	// write writes items with one statement and stores each one's result in it. It must
 	// bound its own time: the callers wait for it.
-	write func(items []T)
+	Write func(items []T)
 
 	mu       sync.Mutex
 	open     *commitBatch[T]   // collecting items; nil when none
@@ -60,16 +59,16 @@ type commitEntry[T any] struct {
 	item      T
 	rows      int
 	done      chan struct{}   // closed once the batch is written; nil for a posted item
-	batch     *commitBatch[T] // guarded by groupCommit.mu
-	withdrawn bool            // guarded by groupCommit.mu: the caller left before the batch was sent
+	batch     *commitBatch[T] // guarded by Batcher.mu
+	withdrawn bool            // guarded by Batcher.mu: the caller left before the batch was sent
 }
 
-// submit adds item (rows rows of the statement) to a batch and waits until the batch has
+// Submit adds item (rows rows of the statement) to a batch and waits until the batch has
 // been written, or until ctx ends. It returns nil once item holds its result. If ctx ends
 // first it returns ctx.Err() at once, and sent says whether the item had gone out with its
 // batch (which then still commits it, or not, with the others) or was withdrawn (it is
 // never written).
-func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent bool, err error) {
+func (g *Batcher[T]) Submit(ctx context.Context, item T, rows int) (sent bool, err error) {
 	e := &commitEntry[T]{item: item, rows: rows, done: make(chan struct{})}
 	g.add(e, false)
 	select {
@@ -87,25 +86,25 @@ func (g *groupCommit[T]) submit(ctx context.Context, item T, rows int) (sent boo
 	return sent, ctx.Err()
 }
 
-// post adds item to a batch and returns at once; wait waits until every posted item has
+// Post adds item to a batch and returns at once; wait waits until every posted item has
 // been written.
-func (g *groupCommit[T]) post(item T, rows int) {
+func (g *Batcher[T]) Post(item T, rows int) {
 	g.posted.Add(1)
 	g.add(&commitEntry[T]{item: item, rows: rows}, false)
 }
 
-// postLast is post, and sends the batch that holds item now, whatever is in flight.
-func (g *groupCommit[T]) postLast(item T, rows int) {
+// PostLast is post, and sends the batch that holds item now, whatever is in flight.
+func (g *Batcher[T]) PostLast(item T, rows int) {
 	g.posted.Add(1)
 	g.add(&commitEntry[T]{item: item, rows: rows}, true)
 }
 
-// wait returns once every item given to post before the call has been written.
-func (g *groupCommit[T]) wait() { g.posted.Wait() }
+// Wait returns once every item given to post before the call has been written.
+func (g *Batcher[T]) Wait() { g.posted.Wait() }
 
 // add puts e in the open batch (opening one if needed) and sends what is due; with
 // last, that batch is due.
-func (g *groupCommit[T]) add(e *commitEntry[T], last bool) {
+func (g *Batcher[T]) add(e *commitEntry[T], last bool) {
 	rows := e.rows
 	g.mu.Lock()
 	b := g.open
@@ -118,10 +117,10 @@ func (g *groupCommit[T]) add(e *commitEntry[T], last bool) {
 	b.rows += rows
 	e.batch = b
 	switch {
-	case b.rows >= g.maxRows || last || g.inFlight == 0 && !g.hold:
+	case b.rows >= g.MaxRows || last || g.inFlight == 0 && !g.Hold:
 		g.seal(b)
 	case fresh:
-		b.timer = time.AfterFunc(g.window, func() {
+		b.timer = time.AfterFunc(g.Window, func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			if g.open == b {
@@ -135,7 +134,7 @@ func (g *groupCommit[T]) add(e *commitEntry[T], last bool) {
 }
 
 // seal closes the open batch b to new items and queues it for writing. g.mu is held.
-func (g *groupCommit[T]) seal(b *commitBatch[T]) {
+func (g *Batcher[T]) seal(b *commitBatch[T]) {
 	if b.timer != nil {
 		b.timer.Stop()
 	}
@@ -147,8 +146,8 @@ func (g *groupCommit[T]) seal(b *commitBatch[T]) {
 
 // dispatch starts a writing goroutine for each ready batch while slots are free. g.mu is
 // held.
-func (g *groupCommit[T]) dispatch() {
-	for g.inFlight < g.maxInFlight {
+func (g *Batcher[T]) dispatch() {
+	for g.inFlight < g.MaxInFlight {
 		b := g.next()
 		if b == nil {
 			return
@@ -160,7 +159,7 @@ func (g *groupCommit[T]) dispatch() {
 
 // next takes the first ready batch and fixes its entries (marks it sent), or returns nil.
 // g.mu is held.
-func (g *groupCommit[T]) next() *commitBatch[T] {
+func (g *Batcher[T]) next() *commitBatch[T] {
 	if len(g.ready) == 0 {
 		return nil
 	}
@@ -174,7 +173,7 @@ func (g *groupCommit[T]) next() *commitBatch[T] {
 // run writes b, then every batch that is ready, or sealed because this one finished, and
 // ends when there is none. An entry's fields are read without the lock once its batch is
 // sent: nothing changes them after that.
-func (g *groupCommit[T]) run(b *commitBatch[T]) {
+func (g *Batcher[T]) run(b *commitBatch[T]) {
 	for b != nil {
 		live := slices.DeleteFunc(b.entries, func(e *commitEntry[T]) bool { return e.withdrawn })
 		if len(live) > 0 {
@@ -182,7 +181,7 @@ func (g *groupCommit[T]) run(b *commitBatch[T]) {
 			for i, e := range live {
 				items[i] = e.item
 			}
-			g.write(items)
+			g.Write(items)
 			for _, e := range live {
 				if e.done != nil {
 					close(e.done)
@@ -192,7 +191,7 @@ func (g *groupCommit[T]) run(b *commitBatch[T]) {
 			}
 		}
 		g.mu.Lock()
-		if len(g.ready) == 0 && g.open != nil && !g.hold {
+		if len(g.ready) == 0 && g.open != nil && !g.Hold {
 			// The items that arrived while this batch was written go now.
 			g.seal(g.open)
 		}
@@ -204,8 +203,8 @@ func (g *groupCommit[T]) run(b *commitBatch[T]) {
 	}
 }
 
-// idle reports whether no batch is collecting, waiting or being written.
-func (g *groupCommit[T]) idle() bool {
+// Idle reports whether no batch is collecting, waiting or being written.
+func (g *Batcher[T]) Idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.open == nil && len(g.ready) == 0 && g.inFlight == 0

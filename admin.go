@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -99,7 +100,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	}
 	if row.LockedBy != "" {
 		// It was running: tell its worker now rather than at its next heartbeat.
-		if err := c.notify.sendControl(ctx, c.pool, controlMsg{Op: controlCancel, ID: id}); err != nil {
+		if err := c.notify.SendControl(ctx, c.pool, notify.ControlMsg{Op: notify.ControlCancel, ID: id}); err != nil {
 			c.logger.Debug("skiplock: cancel message not sent; the worker learns at its next heartbeat", "job", id, "err", err)
 		}
 	}
@@ -194,7 +195,7 @@ func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, e
 	}
 	res.Skipped = matched - res.Requeued
 	if len(queues) > 0 {
-		if err := c.notify.queues(ctx, c.pool, queues); err != nil {
+		if err := c.notify.Queues(ctx, c.pool, queues); err != nil {
 			c.logger.Debug("skiplock: wake-up after requeue failed", "err", err)
 		}
 	}

@@ -200,7 +200,7 @@ func (c *Client) insertMany(ctx context.Context, db DBTX, jobs []newJob, callerT
 		for q := range queues {
 			names = append(names, q)
 		}
-		if err := c.notify.queues(ctx, db, names); err != nil {
+		if err := c.notify.Queues(ctx, db, names); err != nil {
 			return 0, c.wrapErr("enqueue many", err)
 		}
 	}

@@ -156,7 +156,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 	notify, trailing := c.notifyPlan(due)
 	q := c.sql.coalesced
 	if len(notify) > 0 {
-		q, args = c.sql.coalescedNotify, append(args, c.notify.channel, notify)
+		q, args = c.sql.coalescedNotify, append(args, c.notify.Channel, notify)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), coalesceTimeout)
@@ -171,7 +171,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 			return
 		}
 		for _, q := range trailing {
-			c.notify.throttle.trailing(q)
+			c.notify.Throttle.Trailing(q)
 		}
 		r.rows = []*JobRow{row}
 		return
@@ -189,7 +189,7 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		return
 	}
 	for _, q := range trailing {
-		c.notify.throttle.trailing(q)
+		c.notify.Throttle.Trailing(q)
 	}
 	slices.SortFunc(got, func(a, b *JobRow) int { return cmp.Compare(a.ID, b.ID) })
 	for _, r := range reqs {
@@ -236,7 +236,7 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 // trailing notification once the batch committed.
 func (c *Client) notifyPlan(due map[string]bool) (notify, trailing []string) {
 	for q, forced := range due {
-		if forced || c.notify.throttle.takeNow(q) {
+		if forced || c.notify.Throttle.TakeNow(q) {
 			notify = append(notify, q)
 		} else {
 			trailing = append(trailing, q)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -136,7 +137,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	}
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
-		c.notify.control, controlMsg{Op: controlLimits, Queue: queue}.payload())
+		c.notify.Control, notify.ControlMsg{Op: controlLimits, Queue: queue}.Payload())
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -150,7 +151,7 @@ func (c *Client) ResetQueueLimits(ctx context.Context, queue string) error {
 		return err
 	}
 	_, err := c.pool.Exec(ctx, pgutil.Render(c.schema, resetLimitsSQL), queue,
-		c.notify.control, controlMsg{Op: controlLimits, Queue: queue}.payload())
+		c.notify.Control, notify.ControlMsg{Op: controlLimits, Queue: queue}.Payload())
 	if err != nil {
 		return c.wrapErr("reset queue limits", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -162,7 +163,7 @@ func (fw *flowWatch) kick() {
 }
 
 // notify is the control callback: a queue's limits changed.
-func (fw *flowWatch) notify(msg controlMsg) {
+func (fw *flowWatch) notify(msg notify.ControlMsg) {
 	if msg.Op != controlLimits {
 		return
 	}

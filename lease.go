@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -318,8 +319,8 @@ func (l *lease) Stop() { l.loop.Stop() }
 
 // control acts on a control message from another process: a job cancelled remotely has
 // its handler's context cancelled at once, not at the next heartbeat.
-func (l *lease) control(m controlMsg) {
-	if m.Op == controlCancel && l.held.cancelID(m.ID, errJobLost) {
+func (l *lease) control(m notify.ControlMsg) {
+	if m.Op == notify.ControlCancel && l.held.cancelID(m.ID, errJobLost) {
 		l.logger.Info("skiplock: job cancelled remotely; cancelling its context", "job", m.ID)
 	}
 }

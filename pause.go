@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -57,11 +58,11 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 	if err := validQueue(queue); err != nil {
 		return err
 	}
-	q, op, name := c.admin.pause, controlPause, "pause queue"
+	q, op, name := c.admin.pause, notify.ControlPause, "pause queue"
 	if !paused {
-		q, op, name = c.admin.resume, controlResume, "resume queue"
+		q, op, name = c.admin.resume, notify.ControlResume, "resume queue"
 	}
-	if _, err := c.pool.Exec(ctx, q, queue, c.notify.control, controlMsg{Op: op, Queue: queue}.payload()); err != nil {
+	if _, err := c.pool.Exec(ctx, q, queue, c.notify.Control, notify.ControlMsg{Op: op, Queue: queue}.Payload()); err != nil {
 		return c.wrapErr(name, err)
 	}
 	return nil
@@ -149,13 +150,13 @@ func (p *pauseWatcher) set(q *queueRunner, paused bool) {
 }
 
 // control applies a pause or resume message.
-func (p *pauseWatcher) control(msg controlMsg) {
+func (p *pauseWatcher) control(msg notify.ControlMsg) {
 	q := p.queues.get(msg.Queue)
-	if q == nil || msg.Op != controlPause && msg.Op != controlResume {
+	if q == nil || msg.Op != notify.ControlPause && msg.Op != notify.ControlResume {
 		return
 	}
 	p.gen.Add(1)
-	p.set(q, msg.Op == controlPause)
+	p.set(q, msg.Op == notify.ControlPause)
 }
 
 // Start reads the paused queues, so that they are known before the first claim. The

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -123,7 +124,7 @@ type Client struct {
 	schema   string
 	maxBytes int
 	logger   *slog.Logger
-	notify   *notifier                             // wake-ups: the channel, the throttle of Enqueue's notifications
+	notify   *notify.Notifier                      // wake-ups: the channel, the throttle of Enqueue's notifications
 	sql      enqueueSQL                            // rendered for schema by NewClient
 	admin    adminSQL                              // the operator calls' statements (admin.go)
 	wf       workflowSQL                           // the workflow and sequence enqueues' statements (workflow.go)
@@ -164,7 +165,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		schema:   cfg.Schema,
 		maxBytes: cfg.MaxPayloadBytes,
 		logger:   cfg.Logger,
-		notify:   newNotifier(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
+		notify:   notify.New(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
 		sql:      newEnqueueSQL(cfg.Schema),
 		admin:    newAdminSQL(cfg.Schema),
 		wf:       newWorkflowSQL(cfg.Schema),
@@ -240,10 +241,10 @@ func (c *Client) enqueueJob(ctx context.Context, j newJob) (*JobRow, error) {
 
 // enqueueAlone writes one job in a statement of its own (and so a transaction of its own).
 func (c *Client) enqueueAlone(ctx context.Context, j *newJob) (*JobRow, error) {
-	notify := j.dueNow() && c.notify.throttle.takeNow(j.queue)
+	notify := j.dueNow() && c.notify.Throttle.TakeNow(j.queue)
 	row, err := c.insertOne(ctx, c.pool, j, notify, false)
 	if err == nil && j.dueNow() && !notify {
-		c.notify.throttle.trailing(j.queue)
+		c.notify.Throttle.Trailing(j.queue)
 	}
 	return row, err
 }
@@ -284,7 +285,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 	q := c.sql.insert
 	if notify {
 		q = c.sql.insertNotify
-		args = append(args, c.notify.channel)
+		args = append(args, c.notify.Channel)
 	}
 	row, err := scanJob(db.QueryRow(ctx, q, args...))
 	if err != nil {

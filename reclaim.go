@@ -163,7 +163,7 @@ func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err err
 func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
-		n, err := r.takeBack(ctx, reclaimDeadBatch, r.c.notify.channel, workerID)
+		n, err := r.takeBack(ctx, reclaimDeadBatch, r.c.notify.Channel, workerID)
 		if err != nil {
 			return total, err
 		}
@@ -180,6 +180,6 @@ func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	defer cancel()
 	var n, queues int64
 	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to the sweeper
-	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.channel, workerID).Scan(&n, &queues, &dead)
+	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.Channel, workerID).Scan(&n, &queues, &dead)
 	return n, err
 }

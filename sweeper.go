@@ -373,7 +373,7 @@ func (s *Sweeper) wake(ctx context.Context, queues map[string]bool) {
 	}
 	nctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
 	defer cancel()
-	if err := s.client.notify.queues(nctx, s.client.pool, names); err != nil {
+	if err := s.client.notify.Queues(nctx, s.client.pool, names); err != nil {
 		s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
 	}
 }

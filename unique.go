@@ -144,7 +144,7 @@ func canonicalArgs(payload []byte, fields []string) (any, error) {
 func (c *Client) insertUnique(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
 	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, *j.uniqueKey, j.uniqueStates, j.timeoutMs, j.metadataText(), j.partitionKey}
 	if notify {
-		args = append(args, c.notify.channel)
+		args = append(args, c.notify.Channel)
 	}
 	q := c.sql.insertUnique[b2i(callerTx)][b2i(notify)]
 	// A holder that finishes between the insert and the lookup frees the key (unless its

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -55,7 +56,7 @@ type Worker struct {
 	flow        *flowWatch    // which queues claim under limits, and with which
 	elector     *elector      // registers the worker, and campaigns when it has leaderTasks
 	leaderTasks *leaderTasks  // per-fleet work, run only while this worker leads (leader.go)
-	listener    *listener
+	listener    *notify.Listener
 	executor    *executor
 	periodic    *periodicRunner // nil without PeriodicJobs
 	mw          *middlewares    // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
@@ -187,20 +188,20 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 func (w *Worker) buildListener() error {
 	// The callbacks hold the parts they call, not the Worker.
 	queues, pause, lease, flow, poller := w.queues, w.pause, w.lease, w.flow, w.poller
-	l, err := newListener(listenerConfig{
-		pool: w.client.pool, listenURL: w.cfg.ListenURL, workerID: w.id,
-		channel: w.client.notify.channel, control: w.client.notify.control, logger: w.logger,
-		onNotify: func(queue string) {
+	l, err := notify.NewListener(notify.ListenerConfig{
+		Pool: w.client.pool, ListenURL: w.cfg.ListenURL, WorkerID: w.id,
+		Channel: w.client.notify.Channel, Control: w.client.notify.Control, Logger: w.logger,
+		OnNotify: func(queue string) {
 			if q := queues.get(queue); q != nil {
 				q.signal()
 			}
 		},
-		onControl: func(msg controlMsg) {
+		OnControl: func(msg notify.ControlMsg) {
 			pause.control(msg)
 			lease.control(msg)
 			flow.notify(msg)
 		},
-		onListen: func() {
+		OnListen: func() {
 			poller.kick() // the poll reads the paused queues too
 			flow.kick()   // limits changed while the listener was away
 		},

@@ -352,7 +352,7 @@ func newWorkflowSQL(schema string) workflowSQL {
 func (c *Client) insertWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (*WorkflowInfo, error) {
 	rows, err := db.Query(ctx, c.wf.enqueue, p.name, p.onFailure, p.names, p.waiting,
 		p.queue, p.kind, p.payload, p.priority, p.runAt, p.maxAttempts, p.timeoutMs, p.meta, p.partition,
-		p.parents, p.childs, c.notify.channel, p.dueQueues)
+		p.parents, p.childs, c.notify.Channel, p.dueQueues)
 	if err != nil {
 		return nil, err
 	}

@@ -146,7 +146,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 		if len(queues) == 0 {
 			return nil
 		}
-		return c.notify.queues(ctx, tx, queues)
+		return c.notify.Queues(ctx, tx, queues)
 	})
 	if err != nil {
 		return 0, c.wrapErr("retry workflow", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -155,7 +156,7 @@ func (j *insertedJobs) scan(rows pgx.Rows) error {
 type jobMapper struct{ sql, channel string }
 
 func newJobMapper(schema string) jobMapper {
-	return jobMapper{sql: pgutil.Render(schema, mapJobsSQL), channel: jobsChannel(schema)}
+	return jobMapper{sql: pgutil.Render(schema, mapJobsSQL), channel: notify.JobsChannel(schema)}
 }
 
 // run runs mapJobsSQL for j through db, waking the jobs' queues when wake; nothing when

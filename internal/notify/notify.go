@@ -1,9 +1,9 @@
-// This file holds both ends of the notifications: the sending side (the notifier: the
+// Package notify holds both ends of the notifications: the sending side (the Notifier: the
 // wake-up channel per schema, the throttle of Enqueue's notifications, and the control
-// channel) and the receiving side (the listener: one LISTEN session that calls back per
+// channel) and the receiving side (the Listener: one LISTEN session that calls back per
 // queue woken and per control message).
 
-package skiplock
+package notify
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,49 +28,49 @@ const notifyOneSQL = `SELECT pg_notify($1, $2)`
 // notifyQueuesSQL wakes the workers of several queues in one statement.
 const notifyQueuesSQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
 
-// execer is what sending a notification needs: a pool, or the caller's transaction.
-type execer interface {
+// Execer is what sending a notification needs: a pool, or the caller's transaction.
+type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// notifier sends the wake-ups of one schema's channel.
-type notifier struct {
+// Notifier sends the wake-ups of one schema's channel.
+type Notifier struct {
 	pool     *pgxpool.Pool
-	channel  string // "<schema>_jobs"
-	control  string // "<schema>_control": controlMsg payloads
+	Channel  string // "<schema>_jobs"
+	Control  string // "<schema>_control": ControlMsg payloads
 	logger   *slog.Logger
-	throttle *notifyThrottle
+	Throttle *Throttle
 }
 
-// jobsChannel is the channel that wakes the workers of schema's queues; the payload is
+// JobsChannel is the channel that wakes the workers of schema's queues; the payload is
 // the queue's name.
-func jobsChannel(schema string) string { return schema + "_jobs" }
+func JobsChannel(schema string) string { return schema + "_jobs" }
 
-func newNotifier(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *notifier {
-	n := &notifier{pool: pool, channel: jobsChannel(schema), control: schema + "_control", logger: logger}
-	n.throttle = &notifyThrottle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.sendOne}
+func New(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *Notifier {
+	n := &Notifier{pool: pool, Channel: JobsChannel(schema), Control: schema + "_control", logger: logger}
+	n.Throttle = &Throttle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.SendOne}
 	return n
 }
 
-// queues notifies each of queues through db. Inside a transaction the notifications are
+// Queues notifies each of queues through db. Inside a transaction the notifications are
 // delivered at its commit, and not at all if it rolls back.
-func (n *notifier) queues(ctx context.Context, db execer, queues []string) error {
-	_, err := db.Exec(ctx, notifyQueuesSQL, n.channel, queues)
+func (n *Notifier) Queues(ctx context.Context, db Execer, queues []string) error {
+	_, err := db.Exec(ctx, notifyQueuesSQL, n.Channel, queues)
 	return err
 }
 
-// sendOne sends a wake-up for queue outside any transaction.
-func (n *notifier) sendOne(queue string) {
+// SendOne sends a wake-up for queue outside any transaction.
+func (n *Notifier) SendOne(queue string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := n.pool.Exec(ctx, notifyOneSQL, n.channel, queue); err != nil {
+	if _, err := n.pool.Exec(ctx, notifyOneSQL, n.Channel, queue); err != nil {
 		n.logger.Debug("skiplock: trailing notify failed", "queue", queue, "err", err)
 	}
 }
 
-// notifyThrottle lets one notification per queue through per interval; the enqueues it
+// Throttle lets one notification per queue through per interval; the enqueues it
 // holds back are covered by a trailing notification at the end of the interval.
-type notifyThrottle struct {
+type Throttle struct {
 	interval time.Duration
 	send     func(queue string)
 
@@ -78,8 +79,8 @@ type notifyThrottle struct {
 	pending map[string]bool
 }
 
-// takeNow reports whether the caller should notify with its insert, and if so records it.
-func (t *notifyThrottle) takeNow(queue string) bool {
+// TakeNow reports whether the caller should notify with its insert, and if so records it.
+func (t *Throttle) TakeNow(queue string) bool {
 	if t.interval < 0 {
 		return true
 	}
@@ -93,8 +94,8 @@ func (t *notifyThrottle) takeNow(queue string) bool {
 	return false
 }
 
-// trailing schedules one notification at the end of the current interval, once.
-func (t *notifyThrottle) trailing(queue string) {
+// Trailing schedules one notification at the end of the current interval, once.
+func (t *Throttle) Trailing(queue string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pending[queue] {
@@ -111,10 +112,10 @@ func (t *notifyThrottle) trailing(queue string) {
 	})
 }
 
-// controlMsg is the payload of a notification on the control channel, as JSON:
+// ControlMsg is the payload of a notification on the control channel, as JSON:
 // {"op":"pause","queue":"q"}, {"op":"resume","queue":"q"}, {"op":"cancel","id":123}.
 // Receivers ignore ops they do not know, so senders may add new ones.
-type controlMsg struct {
+type ControlMsg struct {
 	Op    string `json:"op"`
 	Queue string `json:"queue,omitempty"`
 	ID    int64  `json:"id,omitempty"`
@@ -122,38 +123,38 @@ type controlMsg struct {
 
 // The control ops.
 const (
-	controlPause  = "pause"
-	controlResume = "resume"
-	// controlCancel: job ID was cancelled; the worker running it cancels its handler's
+	ControlPause  = "pause"
+	ControlResume = "resume"
+	// ControlCancel: job ID was cancelled; the worker running it cancels its handler's
 	// context at once rather than at its next heartbeat.
-	controlCancel = "cancel"
+	ControlCancel = "cancel"
 )
 
-// sendControl sends m on the control channel through db. Inside a transaction it is
+// SendControl sends m on the control channel through db. Inside a transaction it is
 // delivered at its commit.
-func (n *notifier) sendControl(ctx context.Context, db execer, m controlMsg) error {
-	_, err := db.Exec(ctx, notifyOneSQL, n.control, m.payload())
+func (n *Notifier) SendControl(ctx context.Context, db Execer, m ControlMsg) error {
+	_, err := db.Exec(ctx, notifyOneSQL, n.Control, m.Payload())
 	return err
 }
 
-// payload returns m as the JSON a control notification carries.
-func (m controlMsg) payload() string {
+// Payload returns m as the JSON a control notification carries.
+func (m ControlMsg) Payload() string {
 	b, _ := json.Marshal(m) // strings and an int: cannot fail
 	return string(b)
 }
 
-// listener holds a worker's LISTEN session. LISTEN is session state, so it runs on a
+// Listener holds a worker's LISTEN session. LISTEN is session state, so it runs on a
 // dedicated connection of its own, never a pooled one (a transaction-pooling PgBouncer
 // would hand the session to someone else); WorkerConfig.ListenURL may point it straight
 // at Postgres. On any error it reconnects with backoff, and after every (re)connect it
 // calls onListen: notifications sent while it was away are lost, so a claim must look.
-type listener struct {
+type Listener struct {
 	config    *pgx.ConnConfig
 	channel   string
 	control   string // the control channel; empty: not listened to
 	logger    *slog.Logger
 	onNotify  func(queue string)   // a notification for queue arrived
-	onControl func(msg controlMsg) // a control message arrived
+	onControl func(msg ControlMsg) // a control message arrived
 	onListen  func()               // the session (re)started listening
 	// tried is closed once the first session listens, or has failed: Start returns then.
 	tried     chan struct{}
@@ -161,34 +162,34 @@ type listener struct {
 	loop      *lifecycle.Loop
 }
 
-// listenerConfig is what a listener is built from.
-type listenerConfig struct {
-	pool      *pgxpool.Pool // its connection settings are used when listenURL is empty
-	listenURL string
-	workerID  string // names the session in pg_stat_activity
-	channel   string
-	control   string // the control channel; empty: not listened to
-	logger    *slog.Logger
-	onNotify  func(queue string)
-	onControl func(msg controlMsg) // nil when control is empty
-	onListen  func()
+// ListenerConfig is what a Listener is built from.
+type ListenerConfig struct {
+	Pool      *pgxpool.Pool // its connection settings are used when listenURL is empty
+	ListenURL string
+	WorkerID  string // names the session in pg_stat_activity
+	Channel   string
+	Control   string // the control channel; empty: not listened to
+	Logger    *slog.Logger
+	OnNotify  func(queue string)
+	OnControl func(msg ControlMsg) // nil when control is empty
+	OnListen  func()
 }
 
-func newListener(lc listenerConfig) (*listener, error) {
+func NewListener(lc ListenerConfig) (*Listener, error) {
 	var cfg *pgx.ConnConfig
-	if lc.listenURL != "" {
-		c, err := pgx.ParseConfig(lc.listenURL)
+	if lc.ListenURL != "" {
+		c, err := pgx.ParseConfig(lc.ListenURL)
 		if err != nil {
 			return nil, fmt.Errorf("skiplock: WorkerConfig.ListenURL: %w", err)
 		}
 		cfg = c
 	} else {
-		cfg = lc.pool.Config().ConnConfig.Copy()
+		cfg = lc.Pool.Config().ConnConfig.Copy()
 	}
 	// Name the session so operators (and tests) can find it in pg_stat_activity.
-	cfg.RuntimeParams["application_name"] = listenerAppName(lc.workerID)
-	l := &listener{config: cfg, channel: lc.channel, control: lc.control, logger: lc.logger,
-		onNotify: lc.onNotify, onControl: lc.onControl, onListen: lc.onListen, tried: make(chan struct{})}
+	cfg.RuntimeParams["application_name"] = AppName(lc.WorkerID)
+	l := &Listener{config: cfg, channel: lc.Channel, control: lc.Control, logger: lc.Logger,
+		onNotify: lc.OnNotify, onControl: lc.OnControl, onListen: lc.OnListen, tried: make(chan struct{})}
 	l.loop = lifecycle.NewLoop(l.run, lifecycle.UntilStop)
 	return l, nil
 }
@@ -196,13 +197,13 @@ func newListener(lc listenerConfig) (*listener, error) {
 // listenStartWait bounds how long Start waits for the first session to listen.
 const listenStartWait = 5 * time.Second
 
-// Start starts the listener and returns once its first session listens (or has failed,
+// Start starts the Listener and returns once its first session listens (or has failed,
 // or listenStartWait passed; the fallback poll then keeps jobs moving). The parts started
 // after it read, at their start, what a notification would change (the paused queues,
 // the limits set at run time): read after LISTEN, nothing changed in between is missed.
 // Read before, a change committed before the session listened reached them only at its
 // first (re)connect's look, while the claims already ran under the old limits.
-func (l *listener) Start(ctx context.Context) error {
+func (l *Listener) Start(ctx context.Context) error {
 	if err := l.loop.Start(ctx); err != nil {
 		return err
 	}
@@ -210,11 +211,11 @@ func (l *listener) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the session and waits for it; the listener runs until Stop, so that a
+// Stop ends the session and waits for it; the Listener runs until Stop, so that a
 // remote cancel still reaches a handler that the shutdown waits for.
-func (l *listener) Stop() { l.loop.Stop() }
+func (l *Listener) Stop() { l.loop.Stop() }
 
-func (l *listener) run(ctx context.Context) {
+func (l *Listener) run(ctx context.Context) {
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		began := time.Now()
@@ -226,7 +227,7 @@ func (l *listener) run(ctx context.Context) {
 		if time.Since(began) > 30*time.Second {
 			delay = 100 * time.Millisecond // it had been healthy: retry quickly
 		}
-		l.logger.Warn("skiplock: listener connection lost; reconnecting (the fallback poll keeps jobs moving)",
+		l.logger.Warn("skiplock: Listener connection lost; reconnecting (the fallback poll keeps jobs moving)",
 			"err", err, "retry_in", delay)
 		pgutil.Sleep(ctx, delay)
 		delay = min(delay*2, 5*time.Second)
@@ -234,7 +235,7 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // session runs one LISTEN connection until it fails or ctx ends.
-func (l *listener) session(ctx context.Context) error {
+func (l *Listener) session(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.ConnectConfig(cctx, l.config)
 	cancel()
@@ -261,7 +262,7 @@ func (l *listener) session(ctx context.Context) error {
 			l.onNotify(n.Payload)
 			continue
 		}
-		var msg controlMsg
+		var msg ControlMsg
 		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
 			l.logger.Warn("skiplock: ignoring a control message that is not JSON", "payload", truncate(n.Payload, 100))
 			continue
@@ -270,11 +271,22 @@ func (l *listener) session(ctx context.Context) error {
 	}
 }
 
-// listenerAppName is the application_name of a worker's LISTEN session.
-func listenerAppName(workerID string) string {
+// AppName is the application_name of a worker's LISTEN session.
+func AppName(workerID string) string {
 	name := "skiplock-listen " + workerID
 	if len(name) > 63 {
 		name = name[:63]
 	}
 	return name
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // adminSQL holds the operator calls' statements, rendered for the client's schema.
@@ -87,10 +88,10 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	// (workflowsettle.go), as a worker settles them with an outcome.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		if row, err = scanJob(tx.QueryRow(ctx, c.admin.cancel, id)); err != nil || !isTask(row) {
+		if row, err = scanJob(tx.QueryRow(ctx, c.admin.cancel, id)); err != nil || !settle.IsTask(row) {
 			return err
 		}
-		return c.flows.settle(ctx, tx, []int64{id})
+		return c.flows.Settle(ctx, tx, []int64{id})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c.Get(ctx, id)

@@ -17,6 +17,7 @@ import (
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // completerLoops is how many success batches may be in flight at once.
@@ -88,7 +89,7 @@ type completer struct {
 	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
 	// (workflowsettle.go); nil: none.
-	flows *workflowSettler
+	flows *settle.Settler
 
 	ch      chan completion
 	full    chan struct{} // add signals that fullAt successes wait in ch
@@ -118,7 +119,7 @@ type batchListeners struct {
 // most batchSize per statement, a success waiting at most flushEvery for others; each
 // statement takes a turn of gate.
 func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
-	gate *pgutil.Gate, done batchListeners, flows *workflowSettler, logger *slog.Logger) *completer {
+	gate *pgutil.Gate, done batchListeners, flows *settle.Settler, logger *slog.Logger) *completer {
 	c := &completer{
 		pool: pool, stmts: renderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
 		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
@@ -149,7 +150,7 @@ type completion struct {
 // same transaction.
 func (c *completer) add(k jobKey, row *JobRow, st *jobtype.State, urgent, last bool) bool {
 	p, o := st.Reported()
-	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: isTask(row)}
+	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row)}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -404,7 +405,7 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := pgutil.Retry(ctx, func() error {
 		return c.gate.Do(ctx, func() error {
-			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
 				recorded = make(map[int64]bool, len(batch))
 				rows, err := db.Query(ctx, q, args...)
 				if err != nil {
@@ -453,7 +454,7 @@ func (c *completer) write(batch []completion) {
 	err := pgutil.Retry(ctx, func() error {
 		return c.gate.Do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
-			return c.flows.run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
 				tag, err := db.Exec(ctx, q, args...)
 				n = tag.RowsAffected()
 				return err

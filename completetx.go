@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // ErrAttemptLost is returned by [CompleteTx] when the attempt is no longer held by the
@@ -25,7 +26,7 @@ type attemptRef struct {
 	stmts    map[Completion]completeStmts        // the success statements of each mode, as the completer's
 	modeOf   func(queue, kind string) Completion // the mode of a job's queue and kind
 	lost     string                              // attemptLostSQL
-	flows    *workflowSettler                    // settles a workflow task's dependents in tx
+	flows    *settle.Settler                     // settles a workflow task's dependents in tx
 }
 
 // attemptLostSQL aborts the caller's transaction when CompleteTx matched no row, so that
@@ -88,10 +89,10 @@ func (ref *attemptRef) CompleteTx(ctx context.Context, tx DBTX, row *JobRow) err
 		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", row.ID, err)
 	}
 	if tag.RowsAffected() > 0 {
-		if isTask(row) {
+		if settle.IsTask(row) {
 			// A workflow task's dependents are settled in the same transaction, as the
 			// worker's own success batch does (workflowsettle.go).
-			if err := ref.flows.settle(ctx, tx, []int64{row.ID}); err != nil {
+			if err := ref.flows.Settle(ctx, tx, []int64{row.ID}); err != nil {
 				return fmt.Errorf("skiplock: CompleteTx: job %d: settling its workflow: %w", row.ID, err)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
@@ -128,7 +129,7 @@ type Client struct {
 	sql      enqueueSQL                            // rendered for schema by NewClient
 	admin    adminSQL                              // the operator calls' statements (admin.go)
 	wf       workflowSQL                           // the workflow and sequence enqueues' statements (workflow.go)
-	flows    *workflowSettler                      // settles workflow tasks' dependents (workflowsettle.go)
+	flows    *settle.Settler                       // settles workflow tasks' dependents (workflowsettle.go)
 	batch    *groupcommit.Batcher[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
 
 	hooks        []Hook        // Config.Hooks
@@ -169,7 +170,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		sql:      newEnqueueSQL(cfg.Schema),
 		admin:    newAdminSQL(cfg.Schema),
 		wf:       newWorkflowSQL(cfg.Schema),
-		flows:    newWorkflowSettler(cfg.Schema),
+		flows:    settle.New(cfg.Schema),
 	}
 	if cfg.CoalesceWindow > 0 {
 		c.batch = newEnqueueCoalescer(c, cfg.CoalesceWindow)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // reclaimDeadSQL takes back running jobs whose owner's row in the workers table has
@@ -55,7 +56,7 @@ var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
 	WHERE j.status = 'running' AND w.expires_at < now()
 		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
-		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + metaWorkflow + `')
+		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `')
 		AND j.locked_by <> $3
 	ORDER BY j.locked_at
 	LIMIT $1
@@ -81,7 +82,7 @@ var reclaimPredecessorSQL = `WITH dead AS (
 var takeBackCTE = `, back AS (
 	UPDATE {s}.jobs SET ` + takeBackSet(`'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended'`) + `
 	WHERE id = ANY (ARRAY(SELECT id FROM dead))
-	RETURNING id, queue, status, metadata ? '` + metaWorkflow + `' AS task
+	RETURNING id, queue, status, metadata ? '` + settle.MetaWorkflow + `' AS task
 )
 SELECT (SELECT count(*) FROM back),
 	(SELECT count(pg_notify($2, q)) FROM (SELECT DISTINCT queue AS q FROM back) d),
@@ -131,7 +132,7 @@ type reclaimer struct {
 	c           *Client
 	sql         string // reclaimDeadSQL, rendered
 	predecessor string // reclaimPredecessorSQL, rendered
-	flows       *workflowSettler
+	flows       *settle.Settler
 }
 
 func newReclaimer(c *Client) *reclaimer {
@@ -153,7 +154,7 @@ func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err err
 		if len(dead) == 0 {
 			return nil
 		}
-		return r.flows.settle(ctx, tx, dead)
+		return r.flows.Settle(ctx, tx, dead)
 	})
 	return n, err
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // Permanent wraps a handler error to say the job must not be retried: the job ends in
@@ -154,14 +155,14 @@ type failureRecorder struct {
 	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
 	// (workflowsettle.go); nil: none.
-	flows *workflowSettler
+	flows *settle.Settler
 }
 
 // newFailureRecorder batches at most batchSize failures per statement; a failure waits at
 // most flushEvery for others when a batch is already being written. Each statement takes
 // a turn of gate; done and dueAgain (either may be nil) are told what each batch did.
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
-	gate *pgutil.Gate, done batchListeners, dueAgain func(queue string), flows *workflowSettler, logger *slog.Logger) *failureRecorder {
+	gate *pgutil.Gate, done batchListeners, dueAgain func(queue string), flows *settle.Settler, logger *slog.Logger) *failureRecorder {
 	if done.written == nil {
 		done.written = func([]jobKey) {}
 	}
@@ -298,7 +299,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	var got map[jobKey]recorded
 	var tasks []int64
 	for _, a := range batch {
-		if isTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
+		if settle.IsTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
 			tasks = append(tasks, a.key.ID)
 		}
 	}
@@ -306,7 +307,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 	// run recorded, so retrying is harmless.
 	err = pgutil.Retry(ctx, func() error {
 		return f.gate.Do(ctx, func() error {
-			return f.flows.run(ctx, f.pool, tasks, func(db DBTX) error {
+			return f.flows.Run(ctx, f.pool, tasks, func(db DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
 				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
 				if err != nil {

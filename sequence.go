@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // SequencePolicy is what a failed attempt of a sequence job does to the jobs enqueued
@@ -33,7 +34,7 @@ const (
 )
 
 // sequencePolicies names the policies as the metadata of a sequence task stores them
-// (metaSequence), which the settle statement reads.
+// (settle.MetaSequence), which the settle statement reads.
 var sequencePolicies = map[SequencePolicy]string{SequenceHold: "hold", SequenceMoveOn: "move_on"}
 
 // Statements of EnqueueSequenceTx, run in this order inside a savepoint.
@@ -54,7 +55,7 @@ UPDATE {s}.sequences SET workflow_id = (SELECT id FROM w) WHERE key = $1::text R
 	// it has moved the sequence on already: a "move on" task whose job has a failed
 	// attempt recorded (its error history) released its successor when that failure was
 	// recorded, so a job enqueued after it does not wait for it either.
-	seqTailSQL = `SELECT t.state, coalesce(t.metadata ->> '` + metaSequence + `' = 'move_on'
+	seqTailSQL = `SELECT t.state, coalesce(t.metadata ->> '` + settle.MetaSequence + `' = 'move_on'
 		AND jsonb_array_length(coalesce(j.errors, '[]'::jsonb)) > 0, false)
 FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
 WHERE t.workflow_id = $1 AND t.name = $2`
@@ -67,8 +68,8 @@ WHERE t.workflow_id = $1 AND t.name = $2`
 		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
 	SELECT $1::bigint, n.name, CASE WHEN $3::int = 0 THEN 'released' ELSE 'waiting' END, $3::int,
 		$4, $5, $6::jsonb, $7, $8, $9, $10,
-		$11::jsonb || jsonb_build_object('` + metaWorkflow + `', $1::bigint::text, '` + metaTask + `', n.name,
-			'` + metaSequence + `', $13::text), $12
+		$11::jsonb || jsonb_build_object('` + settle.MetaWorkflow + `', $1::bigint::text, '` + settle.MetaTask + `', n.name,
+			'` + settle.MetaSequence + `', $13::text), $12
 	FROM (SELECT coalesce(($2::text)::bigint + 1, 1)::text AS name) n
 	RETURNING *
 ),
@@ -195,8 +196,8 @@ func (c *Client) insertSequenced(ctx context.Context, tx DBTX, key string, j *ne
 		info.DependsOn = []string{*tail}
 	}
 	if info.JobID != 0 {
-		ins := insertedJobs{ids: []int64{info.JobID}, workflows: []int64{*wf}, names: []string{info.Name}, queues: []string{j.queue}}
-		if err := c.flows.mapper.run(ctx, tx, &ins, j.dueNow()); err != nil {
+		ins := settle.Inserted{IDs: []int64{info.JobID}, Workflows: []int64{*wf}, Names: []string{info.Name}, Queues: []string{j.queue}}
+		if err := c.flows.Mapper.Run(ctx, tx, &ins, j.dueNow()); err != nil {
 			return nil, err
 		}
 	}

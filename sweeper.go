@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // SweeperConfig configures a [Sweeper]. The zero value is valid.
@@ -236,7 +237,7 @@ var reclaimSQL = `WITH expired AS (
 )
 UPDATE {s}.jobs SET ` + takeBackSet(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `
 WHERE id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING id, status, queue, metadata ? '` + metaWorkflow + `'`
+RETURNING id, status, queue, metadata ? '` + settle.MetaWorkflow + `'`
 
 // Limits of one sweep. The sweep lock is held by a transaction: if that transaction
 // hangs (its connection half-open, a statement stuck), no one sweeps until it ends, so
@@ -301,7 +302,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		// The dependents of workflow tasks that died here are settled (cancelled, or
 		// released under RunDependents) in the same transaction (workflowsettle.go).
-		return c.flows.settle(ctx, tx, dead)
+		return c.flows.Settle(ctx, tx, dead)
 	})
 	if err != nil {
 		return SweepResult{}, c.wrapErr("sweep", err)

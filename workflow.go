@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // ErrInvalidWorkflow is matched (errors.Is) by every error that refuses a workflow or a
@@ -281,7 +282,7 @@ const enqueueWorkflowSQL = `WITH wf AS (
 u AS (
 	SELECT wf.id AS workflow_id, u.name, u.waiting, u.queue, u.kind, u.payload::jsonb AS payload,
 		u.priority, u.run_at, u.max_attempts, u.timeout_ms,
-		u.metadata::jsonb || jsonb_build_object('` + metaWorkflow + `', wf.id::text, '` + metaTask + `', u.name) AS metadata,
+		u.metadata::jsonb || jsonb_build_object('` + settle.MetaWorkflow + `', wf.id::text, '` + settle.MetaTask + `', u.name) AS metadata,
 		u.partition_key
 	FROM wf, unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::smallint[],
 		$9::timestamptz[], $10::int[], $11::bigint[], $12::text[], $13::text[])
@@ -292,7 +293,7 @@ j AS (
 	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
 		metadata, partition_key
 	FROM u WHERE waiting = 0
-	RETURNING id, metadata ->> '` + metaTask + `' AS task, queue
+	RETURNING id, metadata ->> '` + settle.MetaTask + `' AS task, queue
 ),
 t AS (
 	INSERT INTO {s}.workflow_tasks (workflow_id, name, job_id, state, waiting, queue, kind, payload,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // getWorkflowSQL reads a workflow's tasks with their dependencies.
@@ -121,7 +122,7 @@ ins AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
 	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
 	FROM back WHERE state = 'released'
-	RETURNING ` + insertedTaskColumns + `
+	RETURNING ` + settle.InsertedTaskColumns + `
 )
 SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 	ARRAY(SELECT queue FROM req),
@@ -135,12 +136,12 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var queues []string
-		var ins insertedJobs
+		var ins settle.Inserted
 		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
-			&ins.ids, &ins.workflows, &ins.names, &ins.queues); err != nil {
+			&ins.IDs, &ins.Workflows, &ins.Names, &ins.Queues); err != nil {
 			return err
 		}
-		if err := c.flows.mapper.run(ctx, tx, &ins, true); err != nil {
+		if err := c.flows.Mapper.Run(ctx, tx, &ins, true); err != nil {
 			return err
 		}
 		if len(queues) == 0 {
@@ -169,11 +170,11 @@ WHERE e.workflow_id = $1 AND e.child = $2`
 // workflow task has no dependencies: the map is empty.
 func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
-	wf, err := strconv.ParseInt(row.Metadata[metaWorkflow], 10, 64)
+	wf, err := strconv.ParseInt(row.Metadata[settle.MetaWorkflow], 10, 64)
 	if err != nil {
 		return out, nil
 	}
-	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, dependencyOutputsSQL), wf, row.Metadata[metaTask])
+	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, dependencyOutputsSQL), wf, row.Metadata[settle.MetaTask])
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
 	}

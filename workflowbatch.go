@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // batchCallbackTask is the name of a batch's callback task; the jobs are "job-<i>".
@@ -41,7 +43,7 @@ type BatchCounts struct {
 // BatchCountsOf returns the counts a batch's callback job carries (in its metadata), and
 // false for a job that is not a batch's callback.
 func BatchCountsOf(row *JobRow) (BatchCounts, bool) {
-	if row == nil || row.Metadata[metaBatch] != batchCallbackTask {
+	if row == nil || row.Metadata[settle.MetaBatch] != batchCallbackTask {
 		return BatchCounts{}, false
 	}
 	n := func(k string) int { v, _ := strconv.Atoi(row.Metadata[k]); return v }
@@ -95,7 +97,7 @@ func batchWorkflow(b Batch) (Workflow, error) {
 	if opts.Metadata == nil {
 		opts.Metadata = map[string]string{}
 	}
-	opts.Metadata[metaBatch] = batchCallbackTask
+	opts.Metadata[settle.MetaBatch] = batchCallbackTask
 	wf.Tasks = append(wf.Tasks, WorkflowTask{Name: batchCallbackTask, Args: b.Callback, Options: &opts, DependsOn: deps})
 	return wf, nil
 }

@@ -46,6 +46,8 @@ type Notifier struct {
 // the queue's name.
 func JobsChannel(schema string) string { return schema + "_jobs" }
 
+// New returns the notifier of schema's channels; Enqueue's notifications are throttled to
+// one per queue per interval.
 func New(pool *pgxpool.Pool, schema string, interval time.Duration, logger *slog.Logger) *Notifier {
 	n := &Notifier{pool: pool, Channel: JobsChannel(schema), Control: schema + "_control", logger: logger}
 	n.Throttle = &Throttle{interval: interval, last: map[string]time.Time{}, pending: map[string]bool{}, send: n.SendOne}
@@ -175,6 +177,7 @@ type ListenerConfig struct {
 	OnListen  func()
 }
 
+// NewListener builds a listener from lc; it connects when started.
 func NewListener(lc ListenerConfig) (*Listener, error) {
 	var cfg *pgx.ConnConfig
 	if lc.ListenURL != "" {

@@ -106,4 +106,3 @@ func (g *Gate) Do(ctx context.Context, fn func() error) error {
 	defer g.Release()
 	return fn()
 }
-

@@ -1,16 +1,16 @@
-// This file holds the workflow settler: the collaborator the completer and the failure
+// Package settle holds the workflow settler: the collaborator the completer and the failure
 // recorder call, inside the transaction that records a batch of outcomes, when the batch
 // holds workflow tasks. Its one statement settles the finished tasks, releases the
 // dependents whose last dependency this was (inserting their jobs), and cancels the
 // dependents of failed tasks. See docs/workflows.md.
-
-package skiplock
+package settle
 
 import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
@@ -18,16 +18,16 @@ import (
 // Metadata keys that mark a job as a workflow task; a batch's callback also gets the
 // outcome counts of the batch (see [BatchCountsOf]).
 const (
-	metaWorkflow = "skiplock_workflow"
-	metaTask     = "skiplock_task"
-	metaBatch    = "skiplock_batch"    // "callback" on a batch's callback task
-	metaSequence = "skiplock_sequence" // a sequence task's policy: "hold" or "move_on"
+	MetaWorkflow = "skiplock_workflow"
+	MetaTask     = "skiplock_task"
+	MetaBatch    = "skiplock_batch"    // "callback" on a batch's callback task
+	MetaSequence = "skiplock_sequence" // a sequence task's policy: "hold" or "move_on"
 )
 
-// isTask reports whether row is a workflow task. It is a hint only: a plain job that
+// IsTask reports whether row is a workflow task. It is a hint only: a plain job that
 // carries the key costs its batch a transaction, and the settle statement finds no task.
-func isTask(row *JobRow) bool {
-	_, ok := row.Metadata[metaWorkflow]
+func IsTask(row *jobtype.JobRow) bool {
+	_, ok := row.Metadata[MetaWorkflow]
 	return ok
 }
 
@@ -53,7 +53,7 @@ func isTask(row *JobRow) bool {
 //     them for mapJobsSQL, which writes their ids into their tasks and wakes their queues.
 const settleSQL = `WITH RECURSIVE st AS (
 	SELECT t.workflow_id, t.name, coalesce(j.status, 'succeeded') AS status,
-		t.metadata ->> '` + metaSequence + `' AS seq
+		t.metadata ->> '` + MetaSequence + `' AS seq
 	FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
 	WHERE t.job_id = ANY ($1::bigint[]) AND t.state = 'released'
 ),
@@ -102,20 +102,20 @@ dec AS (
 ins AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
 	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
-		CASE WHEN metadata ? '` + metaBatch + `' THEN metadata || jsonb_build_object(
+		CASE WHEN metadata ? '` + MetaBatch + `' THEN metadata || jsonb_build_object(
 			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
 			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
 		ELSE metadata END,
 		partition_key
 	FROM dec WHERE state = 'released'
-	RETURNING ` + insertedTaskColumns + `
+	RETURNING ` + InsertedTaskColumns + `
 )
 SELECT * FROM ins`
 
-// insertedTaskColumns are what a statement that inserts the jobs of released tasks
+// InsertedTaskColumns are what a statement that inserts the jobs of released tasks
 // returns of each: the job's id, its task, its queue (for mapJobsSQL).
-const insertedTaskColumns = `id, (metadata ->> '` + metaWorkflow + `')::bigint AS workflow_id,
-	metadata ->> '` + metaTask + `' AS name, queue`
+const InsertedTaskColumns = `id, (metadata ->> '` + MetaWorkflow + `')::bigint AS workflow_id,
+	metadata ->> '` + MetaTask + `' AS name, queue`
 
 // mapJobsSQL writes the ids of the jobs just inserted for released tasks ($1) into their
 // task rows ($2 workflow, $3 name), and wakes the queues $5 (on channel $4) at commit. A
@@ -129,47 +129,48 @@ const mapJobsSQL = `WITH m AS (
 )
 SELECT (SELECT count(*) FROM m), count(n.*) FROM unnest($5::text[]) AS q CROSS JOIN LATERAL pg_notify($4, q) AS n`
 
-// insertedJobs are the jobs a statement inserted for released tasks.
-type insertedJobs struct {
-	ids, workflows []int64
-	names, queues  []string
+// Inserted are the jobs a statement inserted for released tasks.
+type Inserted struct {
+	IDs, Workflows []int64
+	Names, Queues  []string
 }
 
-// scan reads rows of insertedTaskColumns.
-func (j *insertedJobs) scan(rows pgx.Rows) error {
+// Scan reads rows of insertedTaskColumns.
+func (j *Inserted) Scan(rows pgx.Rows) error {
 	var id, wf int64
 	var name, queue string
 	seen := map[string]bool{}
 	_, err := pgx.ForEachRow(rows, []any{&id, &wf, &name, &queue}, func() error {
-		j.ids, j.workflows, j.names = append(j.ids, id), append(j.workflows, wf), append(j.names, name)
+		j.IDs, j.Workflows, j.Names = append(j.IDs, id), append(j.Workflows, wf), append(j.Names, name)
 		if !seen[queue] {
 			seen[queue] = true
-			j.queues = append(j.queues, queue)
+			j.Queues = append(j.Queues, queue)
 		}
 		return nil
 	})
 	return err
 }
 
-// jobMapper runs mapJobsSQL, rendered once for a schema, with the channel that wakes
+// JobMapper runs mapJobsSQL, rendered once for a schema, with the channel that wakes
 // the queues of the jobs it maps.
-type jobMapper struct{ sql, channel string }
+type JobMapper struct{ sql, channel string }
 
-func newJobMapper(schema string) jobMapper {
-	return jobMapper{sql: pgutil.Render(schema, mapJobsSQL), channel: notify.JobsChannel(schema)}
+// NewJobMapper renders mapJobsSQL for schema.
+func NewJobMapper(schema string) JobMapper {
+	return JobMapper{sql: pgutil.Render(schema, mapJobsSQL), channel: notify.JobsChannel(schema)}
 }
 
-// run runs mapJobsSQL for j through db, waking the jobs' queues when wake; nothing when
+// Run runs mapJobsSQL for j through db, waking the jobs' queues when wake; nothing when
 // j is empty.
-func (m jobMapper) run(ctx context.Context, db DBTX, j *insertedJobs, wake bool) error {
-	if len(j.ids) == 0 {
+func (m JobMapper) Run(ctx context.Context, db jobtype.DBTX, j *Inserted, wake bool) error {
+	if len(j.IDs) == 0 {
 		return nil
 	}
-	queues := j.queues
+	queues := j.Queues
 	if !wake {
 		queues = nil
 	}
-	_, err := db.Exec(ctx, m.sql, j.ids, j.workflows, j.names, m.channel, queues)
+	_, err := db.Exec(ctx, m.sql, j.IDs, j.Workflows, j.Names, m.channel, queues)
 	return err
 }
 
@@ -182,26 +183,26 @@ const lockSequencesSQL = `SELECT 1 FROM {s}.sequences
 WHERE workflow_id = ANY (ARRAY(SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])))
 ORDER BY key FOR UPDATE`
 
-// workflowSettler runs settleSQL for outcome batches that hold workflow tasks. A nil
+// Settler runs settleSQL for outcome batches that hold workflow tasks. A nil
 // settler settles nothing (batches run as they would without workflows).
-type workflowSettler struct {
+type Settler struct {
 	sql     string // settleSQL, rendered
 	lockSQL string // lockSequencesSQL, rendered
-	mapper  jobMapper
+	Mapper  JobMapper
 }
 
-// newWorkflowSettler renders the settle statements for schema; a Client builds one
+// New renders the settle statements for schema; a Client builds one
 // (Client.flows), which its workers, sweepers and operator calls share.
-func newWorkflowSettler(schema string) *workflowSettler {
-	return &workflowSettler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSequencesSQL),
-		mapper: newJobMapper(schema)}
+func New(schema string) *Settler {
+	return &Settler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSequencesSQL),
+		Mapper: NewJobMapper(schema)}
 }
 
-// run runs write on pool. When tasks (job ids of workflow tasks in the batch write
+// Run runs write on pool. When tasks (job ids of workflow tasks in the batch write
 // records) is empty, write runs alone, exactly as without workflows; otherwise write
 // and the settle statement share one transaction, so a dependency is released exactly
 // when the outcome that satisfies it commits, and not at all if it does not.
-func (s *workflowSettler) run(ctx context.Context, pool *pgxpool.Pool, tasks []int64, write func(db DBTX) error) error {
+func (s *Settler) Run(ctx context.Context, pool *pgxpool.Pool, tasks []int64, write func(db jobtype.DBTX) error) error {
 	if s == nil || len(tasks) == 0 {
 		return write(pool)
 	}
@@ -209,13 +210,13 @@ func (s *workflowSettler) run(ctx context.Context, pool *pgxpool.Pool, tasks []i
 		if err := write(tx); err != nil {
 			return err
 		}
-		return s.settle(ctx, tx, tasks)
+		return s.Settle(ctx, tx, tasks)
 	})
 }
 
-// settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
+// Settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
 // written; ids that are not workflow tasks, or not finished, settle nothing.
-func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) error {
+func (s *Settler) Settle(ctx context.Context, tx jobtype.DBTX, ids []int64) error {
 	if _, err := tx.Exec(ctx, s.lockSQL, ids); err != nil {
 		return err
 	}
@@ -223,9 +224,9 @@ func (s *workflowSettler) settle(ctx context.Context, tx DBTX, ids []int64) erro
 	if err != nil {
 		return err
 	}
-	var ins insertedJobs
-	if err := ins.scan(rows); err != nil {
+	var ins Inserted
+	if err := ins.Scan(rows); err != nil {
 		return err
 	}
-	return s.mapper.run(ctx, tx, &ins, true)
+	return s.Mapper.Run(ctx, tx, &ins, true)
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
@@ -52,7 +53,7 @@ type claimLoopConfig struct {
 	staleAfter time.Duration
 	// release puts stale claims back in the queue, fenced: one already taken back is left
 	// alone (lease.releaseJobs).
-	release func(keys []jobKey)
+	release func(keys []jobtype.AttemptKey)
 	// leaseEnding reports whether the worker's own lease has gone unrenewed for longer
 	// than workerCancelAfter: its handlers are being cancelled (lease.watch), so it claims
 	// nothing, and starts no job a claim returns, until a renewal lands. nil: never.
@@ -63,7 +64,7 @@ type claimLoopConfig struct {
 type dispatched struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	key     jobKey
+	key     jobtype.AttemptKey
 	row     *JobRow
 	timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
 	slot    bool          // claimed under a concurrency limit (queueRunner.holdsSlot)
@@ -374,10 +375,10 @@ func (q *queueRunner) dispatch(jobs []claimedJob) {
 	// and one look at the path serve them all.
 	now, slot := time.Now(), q.holdsSlot()
 	ending := q.cfg.leaseEnding != nil && q.cfg.leaseEnding()
-	var stale []jobKey
+	var stale []jobtype.AttemptKey
 	for _, j := range jobs {
 		if ending || now.Sub(j.leased) > q.cfg.staleAfter {
-			stale = append(stale, jobKey{ID: j.row.ID, Fence: j.fence})
+			stale = append(stale, jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence})
 			continue
 		}
 		q.jobs <- q.cfg.start(j, slot)

@@ -105,14 +105,14 @@ type completer struct {
 type batchListeners struct {
 	// written is called with the attempts of each batch once its statement ended, written
 	// or not: the worker stops renewing their leases (heldJobs.removeKeys).
-	written func(keys []jobKey)
+	written func(keys []jobtype.AttemptKey)
 	// freed is called after each batch is recorded: the jobs' slots are free in the
 	// database only from then on (flow control claims again then: flowWatch.slotsFreed).
 	freed func(n int)
 	// unrecorded is called, before written, with the attempts whose outcome could not be
 	// written: they are put back in the queue (lease.putBackUnrecorded). Left running, no one
 	// would take them while this worker lives (ownership is by liveness).
-	unrecorded func(keys []jobKey)
+	unrecorded func(keys []jobtype.AttemptKey)
 }
 
 // newCompleter records successes in the mode modeOf gives each job's queue and kind, at
@@ -134,7 +134,7 @@ func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind str
 
 // completion is one success to record, with what its handler reported (nil: nothing).
 type completion struct {
-	key              jobKey
+	key              jobtype.AttemptKey
 	mode             Completion // how it is recorded (completer.modeOf)
 	progress, output *string
 	task             bool      // a workflow task: its batch settles it (workflowsettle.go)
@@ -148,7 +148,7 @@ type completion struct {
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
 // goes now. A workflow task's success also settles its dependents (workflow*.go), in the
 // same transaction.
-func (c *completer) add(k jobKey, row *JobRow, st *jobtype.State, urgent, last bool) bool {
+func (c *completer) add(k jobtype.AttemptKey, row *JobRow, st *jobtype.State, urgent, last bool) bool {
 	p, o := st.Reported()
 	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row)}
 	c.mu.RLock()
@@ -484,7 +484,7 @@ func (c *completer) finish(batch []completion, ok bool) {
 	if ok && c.done.freed != nil {
 		c.done.freed(len(batch))
 	}
-	keys := make([]jobKey, len(batch))
+	keys := make([]jobtype.AttemptKey, len(batch))
 	for i, k := range batch {
 		keys[i] = k.key
 	}

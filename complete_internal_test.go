@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -42,16 +43,16 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, jobs, 4)
 			slices.SortFunc(jobs, func(a, b claimedJob) int { return int(a.row.ID - b.row.ID) })
-			keys := make([]jobKey, 4)
+			keys := make([]jobtype.AttemptKey, 4)
 			for i, j := range jobs {
-				keys[i] = jobKey{ID: j.row.ID, Fence: j.fence}
+				keys[i] = jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence}
 			}
 			keys[3].Fence++ // a stale attempt: the row holds another fence
 
 			var mu sync.Mutex
-			var written []jobKey
+			var written []jobtype.AttemptKey
 			comp := newCompleter(pool, schema, func(string, string) Completion { return mode }, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
-				nil, batchListeners{written: func(k []jobKey) {
+				nil, batchListeners{written: func(k []jobtype.AttemptKey) {
 					mu.Lock()
 					written = append(written, k...)
 					mu.Unlock()
@@ -67,7 +68,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 				require.NoError(t, err)
 				return !running
 			}
-			isWritten := func(k jobKey) bool {
+			isWritten := func(k jobtype.AttemptKey) bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return slices.Contains(written, k)
@@ -118,7 +119,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
 	modes := map[string]Completion{"a": CompletionArchive, "d": CompletionDelete, "k": CompletionKeep}
-	var keys []jobKey
+	var keys []jobtype.AttemptKey
 	for q := range modes {
 		for range 100 {
 			_, err := c.Enqueue(ctx, fenceArgs{}, &EnqueueOptions{Queue: q})
@@ -128,7 +129,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, jobs, 100)
 		for _, j := range jobs {
-			keys = append(keys, jobKey{ID: j.row.ID, Fence: j.fence})
+			keys = append(keys, jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence})
 		}
 	}
 	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })

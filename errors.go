@@ -4,7 +4,11 @@
 
 package skiplock
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/skiplock/skiplock/internal/pgutil"
+)
 
 // Input errors. Every one is returned before anything is written, wrapped with a message
 // that names the bad value; test for them with [errors.Is].
@@ -39,7 +43,7 @@ var (
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].
-	ErrNotMigrated = errors.New("skiplock: schema is not migrated")
+	ErrNotMigrated = pgutil.ErrNotMigrated
 )
 
 // Limits on enqueued jobs.

@@ -57,7 +57,7 @@ func (s *jobStarter) start(cj claimedJob, slot bool) dispatched {
 func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dispatched {
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := jobtype.WithState(jobCtx, s.maxBytes)
-	key := jobKey{ID: cj.row.ID, Fence: cj.fence}
+	key := jobtype.AttemptKey{ID: cj.row.ID, Fence: cj.fence}
 	cj.row.Fence = cj.fence
 	if s.attempt != nil {
 		jobtype.SetAttempt(cj.row, s.attempt)

@@ -24,15 +24,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// workerTTL is how long a worker counts as serving its queues after its last
-// registration (with its election statement, every 1.7–3 s): a process that died stops
-// counting within this.
-const workerTTL = 2 * leaderTTL
-
-// pruneWorkersAfter is how long after its expiry a worker's row is deleted (by any
-// other worker's election statement).
-const pruneWorkersAfter = time.Minute
-
 // WorkerInfo is one worker of the fleet as the workers table knows it (see
 // [Client.Workers]).
 type WorkerInfo struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -147,7 +148,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobKey{ID: row.ID, Fence: fence}, row: row}, nil)
+		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, row: row}, nil)
 		w.failures.flush() // failures are written in the background
 
 		var status, lastErr string

@@ -13,10 +13,6 @@ import (
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
-// jobKey identifies one claimed attempt of a job: its id and the fencing token the claim
-// took (jobtype.AttemptKey).
-type jobKey = jobtype.AttemptKey
-
 // heldJob is one attempt the worker runs.
 type heldJob struct {
 	cancel context.CancelCauseFunc
@@ -42,14 +38,14 @@ type heldJob struct {
 // attempts are held by value: an attempt costs no allocation of its own.
 type heldJobs struct {
 	mu sync.Mutex
-	m  map[jobKey]heldJob
+	m  map[jobtype.AttemptKey]heldJob
 }
 
-func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobKey]heldJob{}} }
+func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobtype.AttemptKey]heldJob{}} }
 
 // add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
-func (h *heldJobs) add(k jobKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *JobRow) {
+func (h *heldJobs) add(k jobtype.AttemptKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *JobRow) {
 	h.mu.Lock()
 	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
@@ -90,7 +86,7 @@ func (h *heldJobs) progress(ids, fences []int64) []*string {
 	h.mu.Lock()
 	states := make([]*jobtype.State, len(ids))
 	for i := range ids {
-		if j, ok := h.m[jobKey{ID: ids[i], Fence: fences[i]}]; ok {
+		if j, ok := h.m[jobtype.AttemptKey{ID: ids[i], Fence: fences[i]}]; ok {
 			states[i] = j.state
 		}
 	}
@@ -101,7 +97,7 @@ func (h *heldJobs) progress(ids, fences []int64) []*string {
 	return out
 }
 
-func (h *heldJobs) remove(k jobKey) {
+func (h *heldJobs) remove(k jobtype.AttemptKey) {
 	h.mu.Lock()
 	delete(h.m, k)
 	h.mu.Unlock()
@@ -109,7 +105,7 @@ func (h *heldJobs) remove(k jobKey) {
 
 // removeKeys removes the attempts keys: their outcomes were written (or writing them
 // failed, and the sweeper takes them back when their leases end).
-func (h *heldJobs) removeKeys(keys []jobKey) {
+func (h *heldJobs) removeKeys(keys []jobtype.AttemptKey) {
 	h.mu.Lock()
 	for _, k := range keys {
 		delete(h.m, k)
@@ -119,7 +115,7 @@ func (h *heldJobs) removeKeys(keys []jobKey) {
 
 // recorded marks the attempt k as returned, its outcome on its way to the database: its
 // lease is still renewed until the batch that writes the outcome removes it.
-func (h *heldJobs) recorded(k jobKey) {
+func (h *heldJobs) recorded(k jobtype.AttemptKey) {
 	h.mu.Lock()
 	if j, ok := h.m[k]; ok {
 		j.recording = true
@@ -130,7 +126,7 @@ func (h *heldJobs) recorded(k jobKey) {
 
 // cancel cancels the context of the attempt k, if held and its handler still runs, with
 // cause, and reports whether it did.
-func (h *heldJobs) cancel(k jobKey, cause error) bool {
+func (h *heldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 	h.mu.Lock()
 	j, ok := h.m[k]
 	ok = ok && !j.recording
@@ -172,7 +168,7 @@ func (h *heldJobs) count() int {
 }
 
 // holds reports whether the worker holds attempt k.
-func (h *heldJobs) holds(k jobKey) bool {
+func (h *heldJobs) holds(k jobtype.AttemptKey) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.m[k]
@@ -185,7 +181,7 @@ func (h *heldJobs) holds(k jobKey) bool {
 // overruns its timeout, or ignores a shutdown, keeps its job while the worker lives.
 func (h *heldJobs) renewable() (ids, fences []int64) {
 	h.mu.Lock()
-	keys := make([]jobKey, 0, len(h.m))
+	keys := make([]jobtype.AttemptKey, 0, len(h.m))
 	for k := range h.m {
 		keys = append(keys, k)
 	}
@@ -194,8 +190,8 @@ func (h *heldJobs) renewable() (ids, fences []int64) {
 }
 
 // sortedKeys splits keys into ids and fences, by ascending id.
-func sortedKeys(keys []jobKey) (ids, fences []int64) {
-	slices.SortFunc(keys, func(a, b jobKey) int { return cmp.Compare(a.ID, b.ID) })
+func sortedKeys(keys []jobtype.AttemptKey) (ids, fences []int64) {
+	slices.SortFunc(keys, func(a, b jobtype.AttemptKey) int { return cmp.Compare(a.ID, b.ID) })
 	ids = make([]int64, len(keys))
 	fences = make([]int64, len(keys))
 	for i, k := range keys {
@@ -205,7 +201,7 @@ func sortedKeys(keys []jobKey) (ids, fences []int64) {
 }
 
 // renewedAt records that the leases of keys were renewed by a statement started at t.
-func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
+func (h *heldJobs) renewedAt(keys []jobtype.AttemptKey, t time.Time) {
 	h.mu.Lock()
 	for _, k := range keys {
 		if j, ok := h.m[k]; ok && t.After(j.renewed) {
@@ -218,8 +214,8 @@ func (h *heldJobs) renewedAt(keys []jobKey, t time.Time) {
 
 // expiring cancels, with cause, every held attempt whose lease was last renewed before
 // cutoff and whose handler still runs, and returns their keys; each attempt once.
-func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobKey {
-	var out []jobKey
+func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey {
+	var out []jobtype.AttemptKey
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {

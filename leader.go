@@ -21,6 +21,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // leaderTTL is how long a leader's term lasts without a renewal: the longest a fleet goes
@@ -157,11 +158,11 @@ type elector struct {
 	changed chan struct{}      // closed (and replaced) whenever a term starts or ends
 }
 
-func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
+func newElector(db pgutil.DB, id, role string, logger *slog.Logger) *elector {
 	return &elector{
-		pool: c.pool, id: id, role: role, logger: logger,
-		elect:      pgutil.Render(c.schema, electSQL),
-		resign:     pgutil.Render(c.schema, resignSQL),
+		pool: db.Pool, id: id, role: role, logger: logger,
+		elect:      db.Render(electSQL),
+		resign:     db.Render(resignSQL),
 		changed:    make(chan struct{}),
 		registered: make(chan struct{}),
 	}
@@ -171,15 +172,15 @@ func newElector(c *Client, id, role string, logger *slog.Logger) *elector {
 // with each statement, and fleet is told the number of processes serving them.
 // campaign: it also campaigns for the lead in the same statement; otherwise it only
 // registers, at a follower's pace.
-func newWorkerElector(c *Client, id string, queues func() []string, campaign bool, fleet func(n int), expireOnLeave func() bool, logger *slog.Logger) *elector {
-	e := newElector(c, id, maintenanceRole, logger)
+func newWorkerElector(db pgutil.DB, flows *settle.Settler, id string, queues func() []string, campaign bool, fleet func(n int), expireOnLeave func() bool, logger *slog.Logger) *elector {
+	e := newElector(db, id, maintenanceRole, logger)
 	e.expireOnLeave = expireOnLeave
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
-	e.electFleet = pgutil.Render(c.schema, fleetElectSQL)
-	e.leave = pgutil.Render(c.schema, leaveSQL)
-	e.registerSQL = pgutil.Render(c.schema, registerSQL)
-	e.reclaim = newReclaimer(c)
-	e.expire = pgutil.Render(c.schema, expireWorkerSQL)
+	e.electFleet = db.Render(fleetElectSQL)
+	e.leave = db.Render(leaveSQL)
+	e.registerSQL = db.Render(registerSQL)
+	e.reclaim = newReclaimer(db, flows)
+	e.expire = db.Render(expireWorkerSQL)
 	return e
 }
 
@@ -425,3 +426,12 @@ func (r *registeredElector) Start(ctx context.Context) error {
 
 // Stop ends the elector: it resigns and unregisters.
 func (r *registeredElector) Stop() { r.loop.Stop() }
+
+// workerTTL is how long a worker counts as serving its queues after its last
+// registration (with its election statement, every 1.7–3 s): a process that died stops
+// counting within this.
+const workerTTL = 2 * leaderTTL
+
+// pruneWorkersAfter is how long after its expiry a worker's row is deleted (by any
+// other worker's election statement).
+const pruneWorkersAfter = time.Minute

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -244,9 +245,9 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 		l.logger.Warn("skiplock: heartbeat failed", "jobs", len(ids), "err", err)
 		return
 	}
-	still := map[jobKey]bool{}
-	var renewed []jobKey
-	var key jobKey
+	still := map[jobtype.AttemptKey]bool{}
+	var renewed []jobtype.AttemptKey
+	var key jobtype.AttemptKey
 	var ok bool
 	_, err = pgx.ForEachRow(rows, []any{&key.ID, &key.Fence, &ok}, func() error {
 		still[key] = true
@@ -261,7 +262,7 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 	}
 	l.held.renewedAt(renewed, began)
 	for i := range ids {
-		k := jobKey{ID: ids[i], Fence: fences[i]}
+		k := jobtype.AttemptKey{ID: ids[i], Fence: fences[i]}
 		if still[k] {
 			continue
 		}
@@ -276,10 +277,10 @@ const releaseTimeout = 10 * time.Second
 
 // releaseJobs puts back in the queue, with their attempts given back, the jobs cut off
 // by shutdown whose handlers have returned.
-func (l *lease) releaseJobs(keys []jobKey) { l.putBack(l.release, keys) }
+func (l *lease) releaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, keys) }
 
 // putBack runs the put-back statement q (releaseSQL, unrecordedSQL) for keys.
-func (l *lease) putBack(q string, keys []jobKey) {
+func (l *lease) putBack(q string, keys []jobtype.AttemptKey) {
 	if len(keys) == 0 {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,7 +46,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
 	first := claimOne(t, cl, "w")
-	k1 := jobKey{ID: first.row.ID, Fence: first.fence}
+	k1 := jobtype.AttemptKey{ID: first.row.ID, Fence: first.fence}
 	require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
 	// w claims it again: the same attempt number, by the same worker.
 	second := claimOne(t, cl, "w")
@@ -61,7 +62,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	assert.Equal(t, "w", got.LockedBy)
 
 	// The live run's own writes still land.
-	require.Equal(t, StatusQueued, recordNow(f, jobKey{ID: second.row.ID, Fence: second.fence}, second.row, Snooze(0), BackoffPolicy{}))
+	require.Equal(t, StatusQueued, recordNow(f, jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, second.row, Snooze(0), BackoffPolicy{}))
 }
 
 // heartbeatHook runs start when the pool starts a heartbeat statement and end when it has
@@ -97,7 +98,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	held := newHeldJobs()
 
 	first := claimOne(t, cl, "w")
-	k1 := jobKey{ID: first.row.ID, Fence: first.fence}
+	k1 := jobtype.AttemptKey{ID: first.row.ID, Fence: first.fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
 	held.add(k1, cancel1, first.leased, nil, first.row)
@@ -114,7 +115,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.add(jobKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
+			held.add(jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
 		},
 	}
 	cfg := pool.Config()
@@ -140,7 +141,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 }
 
 // recordNow records a failure and waits until it is written.
-func recordNow(f *failureRecorder, k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
+func recordNow(f *failureRecorder, k jobtype.AttemptKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	status := f.record(k, row, herr, policy)
 	f.flush()
 	return status

@@ -11,6 +11,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // orphanCandidatesSQL lists the running jobs of worker $1 whose lease has ended. The
@@ -39,8 +40,8 @@ func (l *lease) takeBackOrphans(ctx context.Context) {
 		l.orphanErr(ctx, err)
 		return
 	}
-	var orphans []jobKey
-	var k jobKey
+	var orphans []jobtype.AttemptKey
+	var k jobtype.AttemptKey
 	_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence}, func() error {
 		if !l.held.holds(k) {
 			orphans = append(orphans, k)
@@ -78,4 +79,4 @@ const unrecordedSQL = `UPDATE {s}.jobs SET status = 'queued', locked_at = NULL, 
 WHERE ` + fenceSQL
 
 // putBackUnrecorded puts back the jobs whose outcome could not be written.
-func (l *lease) putBackUnrecorded(keys []jobKey) { l.putBack(l.unrecorded, keys) }
+func (l *lease) putBackUnrecorded(keys []jobtype.AttemptKey) { l.putBack(l.unrecorded, keys) }

@@ -55,22 +55,22 @@ func (s *slotJobs) give() (last bool) { return s.n.Add(-1) == 0 }
 
 // outcomeRecorder decides what becomes of each finished attempt.
 type outcomeRecorder struct {
-	held      *heldJobs        // the attempts this worker runs, their leases renewed
-	completer *completer       // success batches
-	failures  *failureRecorder // failure batches
-	release   func([]jobKey)   // puts jobs cut off by shutdown back in the queue (lease.go)
+	held      *heldJobs                  // the attempts this worker runs, their leases renewed
+	completer *completer                 // success batches
+	failures  *failureRecorder           // failure batches
+	release   func([]jobtype.AttemptKey) // puts jobs cut off by shutdown back in the queue (lease.go)
 	slots     *slotJobs
 	hooks     []Hook
 	logger    *slog.Logger
 
 	// The jobs cut off by shutdown whose handlers returned, to put back in the queue.
 	relMu     sync.Mutex
-	toRelease []jobKey
+	toRelease []jobtype.AttemptKey
 	relClosed bool        // the first release is done; later returns are put back one by one
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
 }
 
-func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, release func([]jobKey), slots *slotJobs, hooks []Hook, logger *slog.Logger) *outcomeRecorder {
+func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, release func([]jobtype.AttemptKey), slots *slotJobs, hooks []Hook, logger *slog.Logger) *outcomeRecorder {
 	return &outcomeRecorder{held: held, completer: c, failures: f, release: release, slots: slots, hooks: hooks, logger: logger}
 }
 
@@ -79,7 +79,7 @@ func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, releas
 // of a job the worker no longer holds is dropped, and so is one that comes after Run
 // returned; both are logged. Every write is fenced on the claim's token. It tells the
 // hooks, and returns what it told them.
-func (r *outcomeRecorder) record(k jobKey, a attemptResult) JobResult {
+func (r *outcomeRecorder) record(k jobtype.AttemptKey, a attemptResult) JobResult {
 	lastSlot := a.slot && r.slots.give()
 	cause := context.Cause(a.ctx)
 	if a.err == nil && errors.Is(cause, ErrJobTimeout) {
@@ -112,7 +112,7 @@ func (r *outcomeRecorder) record(k jobKey, a attemptResult) JobResult {
 // lease renewed, until Run puts it back with the others cut off once the grace after
 // the cancel has passed. A handler that returns later, while Run still waits for the
 // rest, has its job put back at once, on its own.
-func (r *outcomeRecorder) cutOff(k jobKey, row *JobRow) {
+func (r *outcomeRecorder) cutOff(k jobtype.AttemptKey, row *JobRow) {
 	r.relMu.Lock()
 	late := r.relClosed
 	if !late {
@@ -120,7 +120,7 @@ func (r *outcomeRecorder) cutOff(k jobKey, row *JobRow) {
 	}
 	r.relMu.Unlock()
 	if late {
-		r.release([]jobKey{k})
+		r.release([]jobtype.AttemptKey{k})
 		r.held.remove(k)
 		r.logger.Info("skiplock: a handler cut off by shutdown returned; its job is put back", "job", row.ID, "attempt", row.Attempts)
 	}
@@ -142,7 +142,7 @@ func (r *outcomeRecorder) releaseCutOff() {
 
 // success hands a success to the completer. Until it is written, the attempt stays held
 // and its lease renewed; the batch that writes it removes it.
-func (r *outcomeRecorder) success(k jobKey, a attemptResult, lastSlot bool) JobResult {
+func (r *outcomeRecorder) success(k jobtype.AttemptKey, a attemptResult, lastSlot bool) JobResult {
 	r.held.recorded(k)
 	if !r.completer.add(k, a.row, jobtype.StateOf(a.ctx), a.slot, lastSlot) {
 		r.held.remove(k)
@@ -155,7 +155,7 @@ func (r *outcomeRecorder) success(k jobKey, a attemptResult, lastSlot bool) JobR
 
 // failure hands a failure to the failure recorder, which computes its retry; the attempt
 // stays held until its batch is written, like a success's.
-func (r *outcomeRecorder) failure(k jobKey, a attemptResult, cause error) JobResult {
+func (r *outcomeRecorder) failure(k jobtype.AttemptKey, a attemptResult, cause error) JobResult {
 	r.held.recorded(k)
 	err := a.err
 	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {

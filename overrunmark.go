@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -48,7 +49,7 @@ func (m *overrunMarks) begin() {
 }
 
 // write marks attempt k overrunning; begin was called for it.
-func (m *overrunMarks) write(k jobKey) {
+func (m *overrunMarks) write(k jobtype.AttemptKey) {
 	if m == nil {
 		return
 	}

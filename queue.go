@@ -12,7 +12,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -121,6 +120,7 @@ type DBTX = jobtype.DBTX
 // Client enqueues and inspects jobs. It wraps a pool the caller owns and is safe for
 // concurrent use. Create one with [NewClient].
 type Client struct {
+	db       pgutil.DB // the pool, the schema and the wake-up channel, as the engine takes them
 	pool     *pgxpool.Pool
 	schema   string
 	maxBytes int
@@ -162,6 +162,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		cfg.CoalesceWindow = DefaultCoalesceWindow
 	}
 	c := &Client{
+		db:       pgutil.DB{Pool: pool, Schema: cfg.Schema, Channel: notify.JobsChannel(cfg.Schema)},
 		pool:     pool,
 		schema:   cfg.Schema,
 		maxBytes: cfg.MaxPayloadBytes,
@@ -296,13 +297,7 @@ func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, call
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
-func (c *Client) wrapErr(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return fmt.Errorf("skiplock: %s: %w: run skiplock.Migrate for schema %q (%v)", op, ErrNotMigrated, c.schema, err)
-	}
-	return fmt.Errorf("skiplock: %s: %w", op, err)
-}
+func (c *Client) wrapErr(op string, err error) error { return c.db.WrapErr(op, err) }
 
 // enqueueSQL holds the enqueue statements, rendered for the client's schema.
 type enqueueSQL struct {

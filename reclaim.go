@@ -129,15 +129,15 @@ const workerCancelAfter = workerTTL - workerTTL/cancelMargin
 
 // reclaimer runs reclaimDeadSQL for one worker, after each renewal of its row.
 type reclaimer struct {
-	c           *Client
+	db          pgutil.DB
 	sql         string // reclaimDeadSQL, rendered
 	predecessor string // reclaimPredecessorSQL, rendered
 	flows       *settle.Settler
 }
 
-func newReclaimer(c *Client) *reclaimer {
-	return &reclaimer{c: c, sql: pgutil.Render(c.schema, reclaimDeadSQL), predecessor: pgutil.Render(c.schema, reclaimPredecessorSQL),
-		flows: c.flows}
+func newReclaimer(db pgutil.DB, flows *settle.Settler) *reclaimer {
+	return &reclaimer{db: db, sql: db.Render(reclaimDeadSQL), predecessor: db.Render(reclaimPredecessorSQL),
+		flows: flows}
 }
 
 // takeBack runs one batch of reclaimPredecessorSQL and settles the workflow tasks it
@@ -145,7 +145,7 @@ func newReclaimer(c *Client) *reclaimer {
 // it, never left waiting. (It runs at start only; reclaimDeadSQL leaves such tasks to
 // the sweeper.)
 func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err error) {
-	err = pgx.BeginFunc(ctx, r.c.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, r.db.Pool, func(tx pgx.Tx) error {
 		var queues int64
 		var dead []int64
 		if err := tx.QueryRow(ctx, r.predecessor, args...).Scan(&n, &queues, &dead); err != nil {
@@ -164,7 +164,7 @@ func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err err
 func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
-		n, err := r.takeBack(ctx, reclaimDeadBatch, r.c.notify.Channel, workerID)
+		n, err := r.takeBack(ctx, reclaimDeadBatch, r.db.Channel, workerID)
 		if err != nil {
 			return total, err
 		}
@@ -181,6 +181,16 @@ func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	defer cancel()
 	var n, queues int64
 	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to the sweeper
-	err := r.c.pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.c.notify.Channel, workerID).Scan(&n, &queues, &dead)
+	err := r.db.Pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.db.Channel, workerID).Scan(&n, &queues, &dead)
 	return n, err
 }
+
+// appendHistory starts the expression that appends an entry to the error history (the
+// attempt, when it ended, the worker that ran it, the error), keeping the latest 10
+// ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
+// afresh rather than failing the statement: a broken history must never keep a job from
+// being retried or reclaimed.
+const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
+		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
+		ELSE errors END)
+	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'worker', locked_by, 'error', `

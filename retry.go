@@ -52,16 +52,6 @@ type retryPolicyArgs interface {
 	RetryPolicy() RetryPolicy
 }
 
-// appendHistory starts the expression that appends an entry to the error history (the
-// attempt, when it ended, the worker that ran it, the error), keeping the latest 10
-// ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
-// afresh rather than failing the statement: a broken history must never keep a job from
-// being retried or reclaimed.
-const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
-		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
-		ELSE errors END)
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'worker', locked_by, 'error', `
-
 // failureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
 // ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each
 // attempt, keyed "id:fence", [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
@@ -120,7 +110,7 @@ const (
 
 // failedAttempt is one failed attempt on its way to the database, and what was recorded.
 type failedAttempt struct {
-	key     jobKey
+	key     jobtype.AttemptKey
 	row     *JobRow
 	verdict string
 	delay   time.Duration
@@ -164,7 +154,7 @@ type failureRecorder struct {
 func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
 	gate *pgutil.Gate, done batchListeners, dueAgain func(queue string), flows *settle.Settler, logger *slog.Logger) *failureRecorder {
 	if done.written == nil {
-		done.written = func([]jobKey) {}
+		done.written = func([]jobtype.AttemptKey) {}
 	}
 	if done.freed == nil {
 		done.freed = func(int) {}
@@ -183,7 +173,7 @@ func newFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 // written with (the job's claimed status is kept if the attempt turns out stale). The
 // retry delay is computed here, per job, by policy. After stop it writes nothing and
 // returns StatusRunning: the job is taken back when its lease ends.
-func (f *failureRecorder) record(k jobKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
+func (f *failureRecorder) record(k jobtype.AttemptKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
 	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: storableMessage(herr.Error())}
 	status := StatusQueued
 	switch v, snooze := jobtype.VerdictOf(herr); v {
@@ -246,8 +236,8 @@ func (f *failureRecorder) write(batch []*failedAttempt) {
 	if slices.Contains(errs, nil) {
 		f.done.freed(len(batch))
 	}
-	keys := make([]jobKey, len(batch))
-	var unrecorded []jobKey
+	keys := make([]jobtype.AttemptKey, len(batch))
+	var unrecorded []jobtype.AttemptKey
 	for i, a := range batch {
 		keys[i] = a.key
 		if errs[i] != nil {
@@ -296,7 +286,7 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 		status string
 		runAt  time.Time
 	}
-	var got map[jobKey]recorded
+	var got map[jobtype.AttemptKey]recorded
 	var tasks []int64
 	for _, a := range batch {
 		if settle.IsTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
@@ -313,8 +303,8 @@ func (f *failureRecorder) exec(batch []*failedAttempt) error {
 				if err != nil {
 					return err
 				}
-				got = make(map[jobKey]recorded, n)
-				var k jobKey
+				got = make(map[jobtype.AttemptKey]recorded, n)
+				var k jobtype.AttemptKey
 				var r recorded
 				_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence, &r.status, &r.runAt}, func() error {
 					got[k] = r

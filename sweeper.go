@@ -151,7 +151,7 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 // over. A Sweeper that leads when ctx ends gives up the lead, so another takes over at
 // once.
 func (s *Sweeper) Run(ctx context.Context) error {
-	e := newElector(s.client, s.id, maintenanceRole, s.logger)
+	e := newElector(s.client.db, s.id, maintenanceRole, s.logger)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.run(ctx) }()

@@ -133,7 +133,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
 	// while handlers still run expires it rather than deleting it, and the job lease
 	// cancels the handlers before that row can end (lease.go).
-	w.elector = newWorkerElector(c, w.id, w.queues.names, campaign, w.gate.SetFleet,
+	w.elector = newWorkerElector(c.db, c.flows, w.id, w.queues.names, campaign, w.gate.SetFleet,
 		func() bool { return held.count() > 0 }, w.logger)
 	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.

@@ -6,6 +6,7 @@ package skiplock
 
 import (
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -46,18 +47,18 @@ const (
 // then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
 // nested-loop semi join over the whole table when its statistics said it was empty).
 func completeSQL(mode Completion, report, skipLocked bool) string {
-	where := fenceSQL
+	where := ownership.FenceSQL
 	returning := ``
 	if skipLocked {
-		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
+		where = `id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + ownership.FenceSQL + `
 	FOR UPDATE SKIP LOCKED))`
 		returning = `
 RETURNING id`
 	}
 	output, progress := `output`, `progress`
 	if report {
-		output = pairOutput
-		progress = `coalesce(` + pairProgress + `, progress)`
+		output = ownership.PairOutput
+		progress = `coalesce(` + ownership.PairProgress + `, progress)`
 	}
 	switch mode {
 	case CompletionDelete:

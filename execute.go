@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 )
 
 type handler struct {
@@ -33,7 +34,7 @@ type timeoutArgs interface {
 // jobStarter registers claimed jobs: the claim loops call it for each job they claim,
 // before handing it to a runner.
 type jobStarter struct {
-	held     *heldJobs
+	held     *ownership.HeldJobs
 	slots    *slotJobs
 	maxBytes int         // the client's MaxPayloadBytes, for outputs (progress.go)
 	attempt  *attemptRef // given to every claimed row, for CompleteTx
@@ -62,7 +63,7 @@ func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dis
 	if s.attempt != nil {
 		jobtype.SetAttempt(cj.row, s.attempt)
 	}
-	s.held.add(key, cancel, cj.leased, st, cj.row)
+	s.held.Add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {
 		s.slots.take()
@@ -79,8 +80,8 @@ type executorConfig struct {
 	leaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
 	shutdownTimeout time.Duration
 	logger          *slog.Logger
-	mw              *middlewares  // Use, UseKind, HandleErrors (middleware.go)
-	marks           *overrunMarks // marks overrunning attempts in the database (overrunmark.go)
+	mw              *middlewares            // Use, UseKind, HandleErrors (middleware.go)
+	marks           *ownership.OverrunMarks // marks overrunning attempts in the database (overrunmark.go)
 }
 
 // executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
@@ -90,7 +91,7 @@ type executor struct {
 	cfg      executorConfig
 	starter  *jobStarter
 	outcomes *outcomeRecorder
-	held     *heldJobs
+	held     *ownership.HeldJobs
 	queues   *queueSet
 	runners  sync.WaitGroup
 	mu       sync.Mutex // guards queueRunner.runners
@@ -144,7 +145,7 @@ func (e *executor) Stop() {
 	for _, q := range e.queues.all() {
 		q.closeJobs() // runners exit once their current job is done
 	}
-	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.count())
+	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.Count())
 	done := e.handlersDone()
 	if !e.waitFor(done, e.cfg.shutdownTimeout, e.hard) {
 		e.starter.cancel(errShutdown)
@@ -159,15 +160,15 @@ func (e *executor) Stop() {
 		case <-done:
 			e.starter.cancel(errShutdown)
 			e.runners.Wait()
-			e.cfg.marks.wait()
+			e.cfg.marks.Wait()
 			return
 		case <-e.giveUp:
 			e.cfg.logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
-				"running", e.held.running())
+				"running", e.held.Running())
 			return
 		case <-t.C:
 			e.cfg.logger.Warn("skiplock: shutdown waits for handlers that ignore their cancelled context; their jobs stay with this worker, leases renewed, until they return (Worker.StopAndCancel gives up)",
-				"running", e.held.running())
+				"running", e.held.Running())
 		}
 	}
 }
@@ -345,7 +346,7 @@ func (o *overrunWatch) fire() {
 	if first {
 		o.counted = true
 		o.e.overrunning.Add(1)
-		o.e.cfg.marks.begin() // while the handler runs: before Stop waits for the marks
+		o.e.cfg.marks.Begin() // while the handler runs: before Stop waits for the marks
 	}
 	gen, d, timeout, overBy := o.gen, o.d, o.timeout, now.Sub(o.began)-o.timeout
 	o.mu.Unlock()
@@ -354,7 +355,7 @@ func (o *overrunWatch) fire() {
 		"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
 		"over_by", overBy)
 	if first {
-		e.cfg.marks.write(d.key)              // counted in Stats (overrunmark.go)
+		e.cfg.marks.Write(d.key)              // counted in Stats (overrunmark.go)
 		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
 	}
 	o.mu.Lock()

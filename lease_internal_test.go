@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,13 +96,13 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl := newClaimer(c, time.Minute)
 	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, nil, logger)
-	held := newHeldJobs()
+	held := ownership.NewHeldJobs()
 
 	first := claimOne(t, cl, "w")
 	k1 := jobtype.AttemptKey{ID: first.row.ID, Fence: first.fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
-	held.add(k1, cancel1, first.leased, nil, first.row)
+	held.Add(k1, cancel1, first.leased, nil, first.row)
 
 	// The heartbeat has read the keys it renews (k1) when the first run's snooze commits;
 	// its statement then finds the job queued. Before it acts on that, the job is claimed
@@ -110,12 +111,12 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	defer cancel2(nil)
 	hook := &heartbeatHook{
 		start: func() {
-			held.remove(k1)
+			held.Remove(k1)
 			require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.add(jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
+			held.Add(jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
 		},
 	}
 	cfg := pool.Config()
@@ -123,18 +124,18 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	traced, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer traced.Close()
-	l := newLease(traced, schema, "w", time.Minute, held, nil, logger)
+	l := ownership.NewLease(traced, schema, "w", time.Minute, held, nil, logger)
 
-	l.beat(ctx)
+	l.Beat(ctx)
 	// The heartbeat found the first run gone: that must not cancel the second.
 	assert.NoError(t, ctx2.Err(), "the new run was cancelled: %v", context.Cause(ctx2))
-	assert.Equal(t, 1, held.count())
+	assert.Equal(t, 1, held.Count())
 
 	// The next heartbeat renews the second run's lease.
 	var before, after time.Time
 	lease := pgutil.Render(schema, `SELECT lease_until FROM {s}.jobs WHERE id = $1`)
 	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&before))
-	l.beat(ctx)
+	l.Beat(ctx)
 	require.NoError(t, pool.QueryRow(ctx, lease, k1.ID).Scan(&after))
 	assert.True(t, after.After(before), "lease renewed: %v -> %v", before, after)
 	assert.NoError(t, ctx2.Err())

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 )
 
 // ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
@@ -55,7 +56,7 @@ func (s *slotJobs) give() (last bool) { return s.n.Add(-1) == 0 }
 
 // outcomeRecorder decides what becomes of each finished attempt.
 type outcomeRecorder struct {
-	held      *heldJobs                  // the attempts this worker runs, their leases renewed
+	held      *ownership.HeldJobs        // the attempts this worker runs, their leases renewed
 	completer *completer                 // success batches
 	failures  *failureRecorder           // failure batches
 	release   func([]jobtype.AttemptKey) // puts jobs cut off by shutdown back in the queue (lease.go)
@@ -70,7 +71,7 @@ type outcomeRecorder struct {
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
 }
 
-func newOutcomeRecorder(held *heldJobs, c *completer, f *failureRecorder, release func([]jobtype.AttemptKey), slots *slotJobs, hooks []Hook, logger *slog.Logger) *outcomeRecorder {
+func newOutcomeRecorder(held *ownership.HeldJobs, c *completer, f *failureRecorder, release func([]jobtype.AttemptKey), slots *slotJobs, hooks []Hook, logger *slog.Logger) *outcomeRecorder {
 	return &outcomeRecorder{held: held, completer: c, failures: f, release: release, slots: slots, hooks: hooks, logger: logger}
 }
 
@@ -91,14 +92,14 @@ func (r *outcomeRecorder) record(k jobtype.AttemptKey, a attemptResult) JobResul
 	res := JobResult{Status: row.Status, Outcome: OutcomeLost, Err: err, Duration: a.duration, Panicked: a.panicked}
 	switch {
 	case r.stopped.Load():
-		r.held.remove(k)
+		r.held.Remove(k)
 		r.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
 			"job", row.ID, "attempt", row.Attempts, "err", err)
 	case err != nil && errors.Is(cause, errShutdown):
 		r.cutOff(k, row)
 		res.Status, res.Outcome = StatusQueued, OutcomeReleased
-	case errors.Is(cause, errJobLost):
-		r.held.remove(k)
+	case errors.Is(cause, ownership.ErrJobLost):
+		r.held.Remove(k)
 		r.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
 	case err == nil:
 		res = r.success(k, a, lastSlot)
@@ -121,7 +122,7 @@ func (r *outcomeRecorder) cutOff(k jobtype.AttemptKey, row *JobRow) {
 	r.relMu.Unlock()
 	if late {
 		r.release([]jobtype.AttemptKey{k})
-		r.held.remove(k)
+		r.held.Remove(k)
 		r.logger.Info("skiplock: a handler cut off by shutdown returned; its job is put back", "job", row.ID, "attempt", row.Attempts)
 	}
 }
@@ -136,16 +137,16 @@ func (r *outcomeRecorder) releaseCutOff() {
 	r.relMu.Unlock()
 	r.release(keys)
 	for _, k := range keys {
-		r.held.remove(k)
+		r.held.Remove(k)
 	}
 }
 
 // success hands a success to the completer. Until it is written, the attempt stays held
 // and its lease renewed; the batch that writes it removes it.
 func (r *outcomeRecorder) success(k jobtype.AttemptKey, a attemptResult, lastSlot bool) JobResult {
-	r.held.recorded(k)
+	r.held.Recorded(k)
 	if !r.completer.add(k, a.row, jobtype.StateOf(a.ctx), a.slot, lastSlot) {
-		r.held.remove(k)
+		r.held.Remove(k)
 		r.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 			"job", a.row.ID, "attempt", a.row.Attempts)
 		return JobResult{Status: a.row.Status, Outcome: OutcomeLost, Duration: a.duration}
@@ -156,14 +157,14 @@ func (r *outcomeRecorder) success(k jobtype.AttemptKey, a attemptResult, lastSlo
 // failure hands a failure to the failure recorder, which computes its retry; the attempt
 // stays held until its batch is written, like a success's.
 func (r *outcomeRecorder) failure(k jobtype.AttemptKey, a attemptResult, cause error) JobResult {
-	r.held.recorded(k)
+	r.held.Recorded(k)
 	err := a.err
 	if errors.Is(cause, ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, a.timeout, err)
 	}
 	status := r.failures.record(k, a.row, err, a.policy)
 	if status == StatusRunning { // not taken: the recorder stopped
-		r.held.remove(k)
+		r.held.Remove(k)
 	}
 	return JobResult{Status: status, Outcome: outcomeOf(a.ctx, status, err), Err: err, Duration: a.duration, Panicked: a.panicked}
 }

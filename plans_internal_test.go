@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,7 +63,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		seqScan bool
 	}
 	cases := []statement{
-		{name: "heartbeat", sql: heartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
+		{name: "heartbeat", sql: ownership.HeartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
 		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
 		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, time.Time{}, nil, nil,
 			[]string{"q"}, []string{"k2"}, enqueueKeyRetention}, seqScan: true},
@@ -72,7 +73,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 			[]string{}, []string{}, enqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
 		{name: "failure", sql: failureSQL, args: []any{ids, fences, "w", `{}`}},
-		{name: "release", sql: releaseSQL, args: []any{ids, fences, "w"}},
+		{name: "release", sql: ownership.ReleaseSQL, args: []any{ids, fences, "w"}},
 	}
 	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
 		for _, skip := range []bool{false, true} {
@@ -126,9 +127,9 @@ func TestPlans_FencedStatementsProbeTheirPairsInAHashInGenericPlans(t *testing.T
 		sql  string
 		args []any
 	}{
-		"heartbeat": {heartbeatSQL, []any{ids, fences, "w", time.Minute, progress}},
+		"heartbeat": {ownership.HeartbeatSQL, []any{ids, fences, "w", time.Minute, progress}},
 		"failure":   {failureSQL, []any{ids, fences, "w", `{}`}},
-		"release":   {releaseSQL, []any{ids, fences, "w"}},
+		"release":   {ownership.ReleaseSQL, []any{ids, fences, "w"}},
 		"success":   {completeSQL(CompletionArchive, true, false), []any{ids, fences, "w", progress, progress}},
 		"skipping":  {completeSQL(CompletionKeep, true, true), []any{ids, fences, "w", progress, progress}},
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
 )
@@ -91,8 +92,8 @@ const failureSQL = `UPDATE {s}.jobs SET
 	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
 		THEN NULL ELSE locked_by END,
 	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
-	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + appendHistory + `left(` + fMsg + `, 2048))) END
-WHERE ` + fenceSQL + `
+	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + ownership.AppendHistory + `left(` + fMsg + `, 2048))) END
+WHERE ` + ownership.FenceSQL + `
 RETURNING id, fence, status, run_at`
 
 // The per-attempt values of failureSQL, looked up in $4 by the row's id and token.

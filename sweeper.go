@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
 )
@@ -151,11 +152,11 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 // over. A Sweeper that leads when ctx ends gives up the lead, so another takes over at
 // once.
 func (s *Sweeper) Run(ctx context.Context) error {
-	e := newElector(s.client.db, s.id, maintenanceRole, s.logger)
+	e := ownership.NewElector(s.client.db, s.id, ownership.MaintenanceRole, s.logger)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); e.run(ctx) }()
-	e.whileLeader(ctx, s.maintain)
+	go func() { defer wg.Done(); e.Run(ctx) }()
+	e.WhileLeader(ctx, s.maintain)
 	wg.Wait()
 	return nil
 }
@@ -235,7 +236,7 @@ var reclaimSQL = `WITH expired AS (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE {s}.jobs SET ` + takeBackSet(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `
+UPDATE {s}.jobs SET ` + ownership.TakeBackSet(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `
 WHERE id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING id, status, queue, metadata ? '` + settle.MetaWorkflow + `'`
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -49,13 +50,13 @@ type Worker struct {
 	checkSQL string // checkSchemaSQL, rendered
 	// The parts, each built with the collaborators it needs (NewWorker), started and
 	// stopped by Run in the order of services.
-	lease       *lease
+	lease       *ownership.Lease
 	completer   *completer
 	failures    *failureRecorder
-	pause       *pauseWatcher // the paused flags of the queues
-	flow        *flowWatch    // which queues claim under limits, and with which
-	elector     *elector      // registers the worker, and campaigns when it has leaderTasks
-	leaderTasks *leaderTasks  // per-fleet work, run only while this worker leads (leader.go)
+	pause       *pauseWatcher          // the paused flags of the queues
+	flow        *flowWatch             // which queues claim under limits, and with which
+	elector     *ownership.Elector     // registers the worker, and campaigns when it has leaderTasks
+	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (leader.go)
 	listener    *notify.Listener
 	executor    *executor
 	periodic    *periodicRunner // nil without PeriodicJobs
@@ -114,7 +115,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
-	w.leaderTasks = &leaderTasks{elector: w.elector, tasks: tasks}
+	w.leaderTasks = &ownership.LeaderTasks{Elector: w.elector, Tasks: tasks}
 	if err := w.buildListener(); err != nil {
 		return nil, err
 	}
@@ -128,14 +129,14 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) {
 	c, cfg := w.client, w.cfg
 	w.gate = pgutil.NewGate(cfg.FleetStatements)
-	held := newHeldJobs()
+	held := ownership.NewHeldJobs()
 	w.queues = newQueueSet() // filled below; the elector reads its names when it registers
 	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
 	// while handlers still run expires it rather than deleting it, and the job lease
 	// cancels the handlers before that row can end (lease.go).
-	w.elector = newWorkerElector(c.db, c.flows, w.id, w.queues.names, campaign, w.gate.SetFleet,
-		func() bool { return held.count() > 0 }, w.logger)
-	w.lease = newLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.sinceRenewal, w.logger)
+	w.elector = ownership.NewWorkerElector(c.db, c.flows, w.id, w.queues.names, campaign, w.gate.SetFleet,
+		func() bool { return held.Count() > 0 }, w.logger)
+	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &attemptRef{workerID: cfg.ID, stmts: renderCompleteStmts(c.schema), modeOf: modeOf, lost: attemptLostSQL,
@@ -147,9 +148,9 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.loops = claimLoopConfig{
 		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
 		logger: w.logger, conns: make(chan struct{}, maxClaimConns), gate: w.gate,
-		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/cancelMargin,
-		release:     w.lease.releaseJobs,
-		leaseEnding: w.lease.ownLeaseEnding,
+		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
+		release:     w.lease.ReleaseJobs,
+		leaseEnding: w.lease.OwnLeaseEnding,
 	}
 	for name, q := range cfg.Queues {
 		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
@@ -158,7 +159,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.pause = newPauseWatcher(c, w.queues, w.logger)
 	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
-	done := batchListeners{written: held.removeKeys, freed: w.flow.slotsFreed, unrecorded: w.lease.putBackUnrecorded}
+	done := batchListeners{written: held.RemoveKeys, freed: w.flow.slotsFreed, unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
 	flows := attempt.flows
 	w.completer = newCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
@@ -173,11 +174,11 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
-	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.releaseJobs, w.starter.slots, hooks, w.logger)
+	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.slots, hooks, w.logger)
 	w.executor = newExecutor(executorConfig{
 		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
-		leaseInterval: w.lease.interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
-		marks: newOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
+		leaseInterval: w.lease.Interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
+		marks: ownership.NewOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
 	}, w.starter, w.outcomes, w.queues)
 }
 
@@ -198,7 +199,7 @@ func (w *Worker) buildListener() error {
 		},
 		OnControl: func(msg notify.ControlMsg) {
 			pause.control(msg)
-			lease.control(msg)
+			lease.Control(msg)
 			flow.notify(msg)
 		},
 		OnListen: func() {
@@ -235,7 +236,7 @@ func (w *Worker) buildListener() error {
 func (w *Worker) services() []lifecycle.Service {
 	s := []lifecycle.Service{
 		w.lease, w.completer, w.failures, w.listener, w.pause, w.flow,
-		newRegisteredElector(w.elector), w.leaderTasks, w.executor,
+		ownership.NewRegisteredElector(w.elector), w.leaderTasks, w.executor,
 	}
 	if w.periodic != nil {
 		s = append(s, w.periodic)
@@ -342,7 +343,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var taken int64
 	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) (err error) {
-		taken, err = w.elector.reclaim.predecessors(ctx, w.id)
+		taken, err = w.elector.Reclaim.Predecessors(ctx, w.id)
 		return err
 	}); err != nil {
 		return w.client.wrapErr("worker start", err)
@@ -367,7 +368,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.qmu.Unlock()
 	parts.Stop()
 	w.outcomes.stop()
-	if n := w.held().count(); n > 0 {
+	if n := w.held().Count(); n > 0 {
 		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
 		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
 		return w.runErr
@@ -411,7 +412,7 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 }
 
 // held is the set of attempts the worker runs.
-func (w *Worker) held() *heldJobs { return w.starter.held }
+func (w *Worker) held() *ownership.HeldJobs { return w.starter.held }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
 // leader and workers tables of migrations 6 and 7, which the election needs).
@@ -424,9 +425,9 @@ func (w *Worker) connsNeeded() (int, string) {
 	claims := claimConns(w.queues.len())
 	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
-	if len(w.leaderTasks.tasks) > 0 {
-		n += 1 + len(w.leaderTasks.tasks)
-		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks.tasks))
+	if len(w.leaderTasks.Tasks) > 0 {
+		n += 1 + len(w.leaderTasks.Tasks)
+		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks.Tasks))
 	} else {
 		n++
 		why += " + 1 registration (no election)"

@@ -3,7 +3,7 @@
 // token into the job's overrun_fence, once, so that Stats, the dashboard and every
 // process see the job (QueueStats.Overrunning). The job is not taken from its worker.
 
-package skiplock
+package ownership
 
 import (
 	"context"
@@ -25,10 +25,10 @@ WHERE id = $1 AND fence = $2 AND (status || '') = 'running' AND locked_by = $3`
 // overrunMarkTimeout bounds one mark.
 const overrunMarkTimeout = 10 * time.Second
 
-// overrunMarks writes the marks of one worker's overrunning attempts. Each mark is
+// OverrunMarks writes the marks of one worker's overrunning attempts. Each mark is
 // written by the goroutine that reports the overrun (execute.go); the executor's Stop
 // waits for those in flight, so none outlives the worker.
-type overrunMarks struct {
+type OverrunMarks struct {
 	pool     *pgxpool.Pool
 	sql      string // markOverrunSQL, rendered
 	workerID string
@@ -36,20 +36,20 @@ type overrunMarks struct {
 	wg       sync.WaitGroup
 }
 
-func newOverrunMarks(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *overrunMarks {
-	return &overrunMarks{pool: pool, sql: pgutil.Render(schema, markOverrunSQL), workerID: workerID, logger: logger}
+func NewOverrunMarks(pool *pgxpool.Pool, schema, workerID string, logger *slog.Logger) *OverrunMarks {
+	return &OverrunMarks{pool: pool, sql: pgutil.Render(schema, markOverrunSQL), workerID: workerID, logger: logger}
 }
 
-// begin counts a mark about to be written; it is called while the handler still runs,
+// Begin counts a mark about to be written; it is called while the handler still runs,
 // so before the executor's Stop waits.
-func (m *overrunMarks) begin() {
+func (m *OverrunMarks) Begin() {
 	if m != nil {
 		m.wg.Add(1)
 	}
 }
 
-// write marks attempt k overrunning; begin was called for it.
-func (m *overrunMarks) write(k jobtype.AttemptKey) {
+// Write marks attempt k overrunning; begin was called for it.
+func (m *OverrunMarks) Write(k jobtype.AttemptKey) {
 	if m == nil {
 		return
 	}
@@ -61,8 +61,8 @@ func (m *overrunMarks) write(k jobtype.AttemptKey) {
 	}
 }
 
-// wait returns once every mark begun has been written.
-func (m *overrunMarks) wait() {
+// Wait returns once every mark begun has been written.
+func (m *OverrunMarks) Wait() {
 	if m != nil {
 		m.wg.Wait()
 	}

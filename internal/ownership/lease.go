@@ -5,7 +5,7 @@
 // renewed in time, the release of jobs cut off by shutdown, and the remote cancel of a
 // held job (control).
 
-package skiplock
+package ownership
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// fenceSQL is the condition that picks, among the attempts given as pairs of an id in $1
+// FenceSQL is the condition that picks, among the attempts given as pairs of an id in $1
 // (ascending) and the fencing token in $2 at the same place, the rows this worker ($3)
 // still holds: the fence of every statement about a worker's own jobs (heartbeat,
 // release, success, failure, snooze). A job that was reclaimed by the sweeper,
@@ -55,7 +55,7 @@ import (
 //     updated (by a heartbeat, say) after the statement's snapshot would be invisible at
 //     its new ctid, and its success silently dropped. By id, Postgres waits for the other
 //     update, rechecks this condition on the newest row version and acts on it.
-const fenceSQL = `id = ANY ($1::bigint[]) AND (status || '') = 'running' AND locked_by = $3
+const FenceSQL = `id = ANY ($1::bigint[]) AND (status || '') = 'running' AND locked_by = $3
 	AND ((id, fence) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) OR false)`
 
 // pairProgress and pairOutput give, for the row's attempt, the JSON at its pair's place in
@@ -64,24 +64,24 @@ const fenceSQL = `id = ANY ($1::bigint[]) AND (status || '') = 'running' AND loc
 // each row looks up by its own id and token: of two attempts of one job, the row's token
 // picks whose value it gets.
 const (
-	pairProgress = `((SELECT jsonb_object_agg(i || ':' || f, v::jsonb) FILTER (WHERE v IS NOT NULL)
+	PairProgress = `((SELECT jsonb_object_agg(i || ':' || f, v::jsonb) FILTER (WHERE v IS NOT NULL)
 		FROM unnest($1::bigint[], $2::bigint[], $5::text[]) AS u (i, f, v)) -> (id || ':' || fence))`
-	pairOutput = `((SELECT jsonb_object_agg(i || ':' || f, v::jsonb) FILTER (WHERE v IS NOT NULL)
+	PairOutput = `((SELECT jsonb_object_agg(i || ':' || f, v::jsonb) FILTER (WHERE v IS NOT NULL)
 		FROM unnest($1::bigint[], $2::bigint[], $4::text[]) AS u (i, f, v)) -> (id || ':' || fence))`
 )
 
-// releaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue
+// ReleaseSQL gives jobs cut off by shutdown (their handlers returned) back to the queue
 // and gives back the attempt: the job did not fail, the worker stopped. Its run_at is
 // kept: it was due when it was claimed, so it goes back to its place in line, not behind
 // the jobs queued since (a rolling deploy would otherwise send every running job to the
 // back of a backlog). The fence token stays: the next claim takes a new one. Fenced like
 // every other update.
-const releaseSQL = `UPDATE {s}.jobs SET
+const ReleaseSQL = `UPDATE {s}.jobs SET
 	status = 'queued', attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
 	lease_until = NULL
-WHERE ` + fenceSQL
+WHERE ` + FenceSQL
 
-// heartbeatSQL renews the lease of this worker's running jobs to now() + $4 and returns the
+// HeartbeatSQL renews the lease of this worker's running jobs to now() + $4 and returns the
 // ones it still holds, each with whether its lease was renewed; a job missing from the
 // result was cancelled or reclaimed.
 //
@@ -102,29 +102,29 @@ WHERE ` + fenceSQL
 //   - $5 holds each job's latest progress, at its pair's place (NULL: none recorded,
 //     keep the column): written by the update that renews the lease, so progress costs no
 //     statement of its own.
-const heartbeatSQL = `WITH lockable AS (
-	SELECT id FROM {s}.jobs WHERE ` + fenceSQL + `
+const HeartbeatSQL = `WITH lockable AS (
+	SELECT id FROM {s}.jobs WHERE ` + FenceSQL + `
 	FOR UPDATE SKIP LOCKED
 ), refreshed AS (
 	UPDATE {s}.jobs SET locked_at = now(), lease_until = now() + $4::interval,
-		progress = coalesce(` + pairProgress + `, progress)
+		progress = coalesce(` + PairProgress + `, progress)
 	WHERE id = ANY (ARRAY(SELECT id FROM lockable))
 	RETURNING id
 )
-SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + fenceSQL
+SELECT id, fence, id IN (SELECT id FROM refreshed) FROM {s}.jobs WHERE ` + FenceSQL
 
 // errLeaseExpiring is the cancel cause of a job whose lease this worker could not renew in
 // time (its database connection is down or hanging): another worker may soon hold it.
 var errLeaseExpiring = errors.New("skiplock: the lease of this job could not be renewed (database unreachable); another worker may run it")
 
-// lease renews and gives back the leases of one worker's held jobs.
-type lease struct {
+// Lease renews and gives back the leases of one worker's held jobs.
+type Lease struct {
 	pool       *pgxpool.Pool
 	workerID   string
 	logger     *slog.Logger
 	visibility time.Duration // the lease each claim and heartbeat writes
-	interval   time.Duration // between heartbeats: a third of the visibility timeout
-	held       *heldJobs
+	Interval   time.Duration // between heartbeats: a third of the visibility timeout
+	held       *HeldJobs
 	// sinceRenewal, when set, says how long ago the worker's own lease (its row in the
 	// workers table) was last renewed: the watchdog cancels every handler
 	// workerCancelAfter after that, before the row can expire (reclaim.go).
@@ -138,37 +138,37 @@ type lease struct {
 	loop             *lifecycle.Loop
 }
 
-func newLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *heldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *lease {
-	return &lease{
-		pool: pool, workerID: workerID, logger: logger, visibility: visibility, interval: visibility / 3, held: held,
+func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {
+	return &Lease{
+		pool: pool, workerID: workerID, logger: logger, visibility: visibility, Interval: visibility / 3, held: held,
 		sinceRenewal:     sinceRenewal,
-		heartbeat:        pgutil.Render(schema, heartbeatSQL),
-		release:          pgutil.Render(schema, releaseSQL),
+		heartbeat:        pgutil.Render(schema, HeartbeatSQL),
+		release:          pgutil.Render(schema, ReleaseSQL),
 		orphans:          pgutil.Render(schema, orphansSQL),
 		orphanCandidates: pgutil.Render(schema, orphanCandidatesSQL),
 		unrecorded:       pgutil.Render(schema, unrecordedSQL),
 	}
 }
 
-// cancelMargin is how long before a held job's lease could end the watchdog cancels its
+// CancelMargin is how long before a held job's lease could end the watchdog cancels its
 // handler, as a fraction of the visibility timeout: a lease renewed at t lasts until at
 // least t + visibility, and the handler is told at t + visibility - visibility/cancelMargin.
-const cancelMargin = 3
+const CancelMargin = 3
 
 // run heartbeats every interval, and watches the leases, until ctx ends.
-func (l *lease) run(ctx context.Context) {
+func (l *Lease) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); l.watch(ctx) }()
 	defer wg.Wait()
-	t := time.NewTicker(l.interval)
+	t := time.NewTicker(l.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			l.beat(ctx)
+			l.Beat(ctx)
 			l.takeBackOrphans(ctx)
 		}
 	}
@@ -178,8 +178,8 @@ func (l *lease) run(ctx context.Context) {
 // visibility - visibility/cancelMargin: their heartbeats are not landing (the database
 // is unreachable, or the connection black-holed), and once the lease ends another worker
 // may claim the job. Told in time, a handler stops before anyone else can start it.
-func (l *lease) watch(ctx context.Context) {
-	every := max(min(l.visibility, workerTTL)/(4*cancelMargin), time.Millisecond)
+func (l *Lease) watch(ctx context.Context) {
+	every := max(min(l.visibility, workerTTL)/(4*CancelMargin), time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -188,7 +188,7 @@ func (l *lease) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		cutoff := time.Now().Add(-(l.visibility - l.visibility/cancelMargin))
+		cutoff := time.Now().Add(-(l.visibility - l.visibility/CancelMargin))
 		if lost := l.held.expiring(cutoff, errLeaseExpiring); len(lost) > 0 {
 			l.logger.Warn("skiplock: heartbeats are not landing; cancelling handlers before their leases end",
 				"jobs", len(lost))
@@ -207,7 +207,7 @@ func (l *lease) watch(ctx context.Context) {
 // lease (its row in the workers table) started, and whether that is past
 // workerCancelAfter: the lease is ending, the worker's handlers are cancelled (watch) and
 // it claims nothing (claimLoopConfig.leaseEnding) until a renewal lands.
-func (l *lease) sinceOwnRenewal() (time.Duration, bool) {
+func (l *Lease) sinceOwnRenewal() (time.Duration, bool) {
 	if l.sinceRenewal == nil {
 		return 0, false
 	}
@@ -215,17 +215,17 @@ func (l *lease) sinceOwnRenewal() (time.Duration, bool) {
 	return d, ok && d > workerCancelAfter
 }
 
-// ownLeaseEnding reports whether the worker's own lease is ending (sinceOwnRenewal).
-func (l *lease) ownLeaseEnding() bool {
+// OwnLeaseEnding reports whether the worker's own lease is ending (sinceOwnRenewal).
+func (l *Lease) OwnLeaseEnding() bool {
 	_, ending := l.sinceOwnRenewal()
 	return ending
 }
 
-// beat renews the lease of every held job and cancels, with errJobLost, the context of
+// Beat renews the lease of every held job and cancels, with errJobLost, the context of
 // each one the worker no longer holds. The statement may take at most one heartbeat
 // interval: a heartbeat that hangs (a half-open connection) is given up, and the next one
 // gets a fresh try.
-func (l *lease) beat(ctx context.Context) {
+func (l *Lease) Beat(ctx context.Context) {
 	ids, fences := l.held.renewable()
 	if len(ids) == 0 {
 		return
@@ -236,8 +236,8 @@ func (l *lease) beat(ctx context.Context) {
 // renew runs the heartbeat statement for the attempts (ids, fences) and acts on its
 // result. Between reading those keys and the statement, an attempt may end and a new
 // claim of the same job begin; the new claim has its own key, which this never touches.
-func (l *lease) renew(ctx context.Context, ids, fences []int64) {
-	ctx, cancel := context.WithTimeout(ctx, l.interval)
+func (l *Lease) renew(ctx context.Context, ids, fences []int64) {
+	ctx, cancel := context.WithTimeout(ctx, l.Interval)
 	defer cancel()
 	began := time.Now()
 	rows, err := l.pool.Query(ctx, l.heartbeat, ids, fences, l.workerID, l.visibility, l.held.progress(ids, fences))
@@ -266,7 +266,7 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 		if still[k] {
 			continue
 		}
-		if l.held.cancel(k, errJobLost) {
+		if l.held.cancel(k, ErrJobLost) {
 			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.ID, "fence", k.Fence)
 		}
 	}
@@ -275,12 +275,12 @@ func (l *lease) renew(ctx context.Context, ids, fences []int64) {
 // releaseTimeout bounds the shutdown release statement.
 const releaseTimeout = 10 * time.Second
 
-// releaseJobs puts back in the queue, with their attempts given back, the jobs cut off
+// ReleaseJobs puts back in the queue, with their attempts given back, the jobs cut off
 // by shutdown whose handlers have returned.
-func (l *lease) releaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, keys) }
+func (l *Lease) ReleaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, keys) }
 
 // putBack runs the put-back statement q (releaseSQL, unrecordedSQL) for keys.
-func (l *lease) putBack(q string, keys []jobtype.AttemptKey) {
+func (l *Lease) putBack(q string, keys []jobtype.AttemptKey) {
 	if len(keys) == 0 {
 		return
 	}
@@ -303,25 +303,25 @@ func (l *lease) putBack(q string, keys []jobtype.AttemptKey) {
 	l.logger.Info("skiplock: unfinished jobs put back in the queue", "jobs", n)
 }
 
-// errJobLost is the cancel cause of a job whose lease this worker no longer holds
+// ErrJobLost is the cancel cause of a job whose lease this worker no longer holds
 // (reclaimed by the sweeper, or cancelled).
-var errJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
+var ErrJobLost = errors.New("skiplock: job is no longer held by this worker (cancelled or reclaimed)")
 
 // Start starts the heartbeat and the watchdog. They outlive Run's ctx: an attempt keeps
 // its lease renewed until its outcome is written, and the leases of handlers that ignore
 // shutdown run out only once Stop ends the heartbeats.
-func (l *lease) Start(ctx context.Context) error {
+func (l *Lease) Start(ctx context.Context) error {
 	l.loop = lifecycle.NewLoop(l.run, lifecycle.UntilStop)
 	return l.loop.Start(ctx)
 }
 
 // Stop ends the heartbeats and the watchdog.
-func (l *lease) Stop() { l.loop.Stop() }
+func (l *Lease) Stop() { l.loop.Stop() }
 
-// control acts on a control message from another process: a job cancelled remotely has
+// Control acts on a control message from another process: a job cancelled remotely has
 // its handler's context cancelled at once, not at the next heartbeat.
-func (l *lease) control(m notify.ControlMsg) {
-	if m.Op == notify.ControlCancel && l.held.cancelID(m.ID, errJobLost) {
+func (l *Lease) Control(m notify.ControlMsg) {
+	if m.Op == notify.ControlCancel && l.held.cancelID(m.ID, ErrJobLost) {
 		l.logger.Info("skiplock: job cancelled remotely; cancelling its context", "job", m.ID)
 	}
 }

@@ -5,7 +5,7 @@
 // takes it over. Each statement is a single autocommit statement, and nothing is held on a
 // session between them, so the election works through a transaction-pooling PgBouncer.
 
-package skiplock
+package ownership
 
 import (
 	"context"
@@ -42,8 +42,8 @@ const (
 	leaderStatementTimeout = leaderTTL / 3
 )
 
-// maintenanceRole names the leader row of the per-fleet maintenance.
-const maintenanceRole = "maintenance"
+// MaintenanceRole names the leader row of the per-fleet maintenance.
+const MaintenanceRole = "maintenance"
 
 // electSQL takes or renews the lead of role $1 for the process $2, for a term of $3.
 //
@@ -112,7 +112,7 @@ const leaveSQL = `DELETE FROM {s}.workers WHERE id = $1`
 // the lead meanwhile cannot end its successor's term.
 const resignSQL = `UPDATE {s}.leader SET expires_at = '-infinity' WHERE name = $1 AND leader_id = $2`
 
-// elector campaigns for one role on behalf of one process and runs tasks while the
+// Elector campaigns for one role on behalf of one process and runs tasks while the
 // process leads. A leader thinks it leads until the end of its term measured from the
 // moment it sent its last successful renewal, which is never later than the term written
 // in the database: it steps down before anyone else can take over. (Maintenance
@@ -121,7 +121,7 @@ const resignSQL = `UPDATE {s}.leader SET expires_at = '-infinity' WHERE name = $
 //
 // Internal API for per-fleet work: [elector.whileLeader] runs a function only while this
 // process leads, with a context that ends when it stops leading.
-type elector struct {
+type Elector struct {
 	pool   *pgxpool.Pool
 	id     string // this process's leader_id: the worker or sweeper id
 	role   string
@@ -147,7 +147,7 @@ type elector struct {
 	renewed       atomic.Pointer[time.Time]
 	registered    chan struct{} // closed at the first committed registration
 	regOnce       sync.Once
-	reclaim       *reclaimer
+	Reclaim       *reclaimer
 	expireOnLeave func() bool
 	expire        string // expireWorkerSQL, rendered
 
@@ -158,8 +158,8 @@ type elector struct {
 	changed chan struct{}      // closed (and replaced) whenever a term starts or ends
 }
 
-func newElector(db pgutil.DB, id, role string, logger *slog.Logger) *elector {
-	return &elector{
+func NewElector(db pgutil.DB, id, role string, logger *slog.Logger) *Elector {
+	return &Elector{
 		pool: db.Pool, id: id, role: role, logger: logger,
 		elect:      db.Render(electSQL),
 		resign:     db.Render(resignSQL),
@@ -168,38 +168,38 @@ func newElector(db pgutil.DB, id, role string, logger *slog.Logger) *elector {
 	}
 }
 
-// newWorkerElector is newElector for a worker: the worker registers as serving queues
+// NewWorkerElector is newElector for a worker: the worker registers as serving queues
 // with each statement, and fleet is told the number of processes serving them.
 // campaign: it also campaigns for the lead in the same statement; otherwise it only
 // registers, at a follower's pace.
-func newWorkerElector(db pgutil.DB, flows *settle.Settler, id string, queues func() []string, campaign bool, fleet func(n int), expireOnLeave func() bool, logger *slog.Logger) *elector {
-	e := newElector(db, id, maintenanceRole, logger)
+func NewWorkerElector(db pgutil.DB, flows *settle.Settler, id string, queues func() []string, campaign bool, fleet func(n int), expireOnLeave func() bool, logger *slog.Logger) *Elector {
+	e := NewElector(db, id, MaintenanceRole, logger)
 	e.expireOnLeave = expireOnLeave
 	e.queues, e.fleet, e.registerOnly = queues, fleet, !campaign
 	e.electFleet = db.Render(fleetElectSQL)
 	e.leave = db.Render(leaveSQL)
 	e.registerSQL = db.Render(registerSQL)
-	e.reclaim = newReclaimer(db, flows)
+	e.Reclaim = newReclaimer(db, flows)
 	e.expire = db.Render(expireWorkerSQL)
 	return e
 }
 
 // current returns the context of the current term (nil when not leading) and a channel
 // closed at the next change.
-func (e *elector) current() (context.Context, <-chan struct{}) {
+func (e *Elector) current() (context.Context, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.term, e.changed
 }
 
 // leading reports whether this process leads now.
-func (e *elector) leading() bool {
+func (e *Elector) leading() bool {
 	term, _ := e.current()
 	return term != nil
 }
 
 // extend starts a term, or extends the current one, to end at deadline.
-func (e *elector) extend(parent context.Context, deadline time.Time) {
+func (e *Elector) extend(parent context.Context, deadline time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.term != nil {
@@ -215,7 +215,7 @@ func (e *elector) extend(parent context.Context, deadline time.Time) {
 }
 
 // stepDown ends the term term if it is still the current one.
-func (e *elector) stepDown(term context.Context, why string) {
+func (e *Elector) stepDown(term context.Context, why string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.term == nil || e.term != term {
@@ -229,10 +229,10 @@ func (e *elector) stepDown(term context.Context, why string) {
 	e.logger.Info("skiplock: this process no longer leads the fleet's maintenance", "role", e.role, "reason", why)
 }
 
-// run campaigns until ctx ends: a follower tries to take the lead every leaderRetryEvery,
+// Run campaigns until ctx ends: a follower tries to take the lead every leaderRetryEvery,
 // a leader renews every leaderRenewEvery. When ctx ends it steps down and resigns, so
 // another process takes over without waiting for the term to run out.
-func (e *elector) run(ctx context.Context) {
+func (e *Elector) Run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -271,7 +271,7 @@ func (e *elector) run(ctx context.Context) {
 }
 
 // try takes or renews the lead once.
-func (e *elector) try(ctx context.Context) {
+func (e *Elector) try(ctx context.Context) {
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
 	if e.registerOnly {
@@ -319,13 +319,13 @@ func (e *elector) try(ctx context.Context) {
 
 // renewedAt records that this worker's row was renewed by a statement sent at sent, and
 // takes back the jobs of the workers whose rows have expired (reclaim.go).
-func (e *elector) renewedAt(ctx context.Context, sent time.Time) {
+func (e *Elector) renewedAt(ctx context.Context, sent time.Time) {
 	e.renewed.Store(&sent)
 	e.regOnce.Do(func() { close(e.registered) })
-	if e.reclaim == nil {
+	if e.Reclaim == nil {
 		return
 	}
-	n, err := e.reclaim.run(ctx, e.id)
+	n, err := e.Reclaim.run(ctx, e.id)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		e.logger.Warn("skiplock: taking back the jobs of dead workers failed; trying again at the next renewal", "err", err)
@@ -334,9 +334,9 @@ func (e *elector) renewedAt(ctx context.Context, sent time.Time) {
 	}
 }
 
-// sinceRenewal is how long ago the last committed renewal of this worker's row started;
+// SinceRenewal is how long ago the last committed renewal of this worker's row started;
 // ok is false before the first.
-func (e *elector) sinceRenewal() (d time.Duration, ok bool) {
+func (e *Elector) SinceRenewal() (d time.Duration, ok bool) {
 	t := e.renewed.Load()
 	if t == nil {
 		return 0, false
@@ -344,10 +344,10 @@ func (e *elector) sinceRenewal() (d time.Duration, ok bool) {
 	return time.Since(*t), true
 }
 
-// whileLeader runs task each time this process becomes leader, with a context that ends
+// WhileLeader runs task each time this process becomes leader, with a context that ends
 // when the term ends or ctx ends, until ctx ends. A task that returns early is not run
 // again in the same term. It returns once ctx ended and task returned.
-func (e *elector) whileLeader(ctx context.Context, task func(ctx context.Context)) {
+func (e *Elector) WhileLeader(ctx context.Context, task func(ctx context.Context)) {
 	for {
 		term, changed := e.current()
 		if term == nil {
@@ -371,26 +371,26 @@ func (e *elector) whileLeader(ctx context.Context, task func(ctx context.Context
 	}
 }
 
-// leaderTasks is the Service of the per-fleet tasks of a worker (the embedded sweeper's
+// LeaderTasks is the Service of the per-fleet tasks of a worker (the embedded sweeper's
 // maintenance): each runs in a goroutine of its own, only while the worker leads
 // (elector.whileLeader), until Stop.
-type leaderTasks struct {
-	elector *elector
-	tasks   []func(ctx context.Context)
+type LeaderTasks struct {
+	Elector *Elector
+	Tasks   []func(ctx context.Context)
 	g       lifecycle.Goroutines
 }
 
 // Start starts a goroutine per task.
-func (t *leaderTasks) Start(ctx context.Context) error {
+func (t *LeaderTasks) Start(ctx context.Context) error {
 	ctx = t.g.Begin(ctx, lifecycle.UntilStop)
-	for _, task := range t.tasks {
-		t.g.Go(func() { t.elector.whileLeader(ctx, task) })
+	for _, task := range t.Tasks {
+		t.g.Go(func() { t.Elector.WhileLeader(ctx, task) })
 	}
 	return nil
 }
 
 // Stop ends the tasks' terms and waits for them.
-func (t *leaderTasks) Stop() { t.g.Stop() }
+func (t *LeaderTasks) Stop() { t.g.Stop() }
 
 // registerStartWait bounds how long a worker's start waits for its first registration.
 const registerStartWait = 5 * time.Second
@@ -404,12 +404,12 @@ const registerStartWait = 5 * time.Second
 // recovery run: a worker killed 2 s after its start, its 16 jobs running elsewhere after
 // 71 s).
 type registeredElector struct {
-	e    *elector
+	e    *Elector
 	loop *lifecycle.Loop
 }
 
-func newRegisteredElector(e *elector) *registeredElector {
-	return &registeredElector{e: e, loop: lifecycle.NewLoop(e.run, lifecycle.UntilStop)}
+func NewRegisteredElector(e *Elector) *registeredElector {
+	return &registeredElector{e: e, loop: lifecycle.NewLoop(e.Run, lifecycle.UntilStop)}
 }
 
 // Start starts the elector and waits for the worker's first registration.

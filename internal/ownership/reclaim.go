@@ -8,7 +8,7 @@
 // vacuum, and the sweeper's lease-based reclaim stays for rows whose owner has no row
 // in the workers table (a worker of an earlier release, during a rolling deploy).
 
-package skiplock
+package ownership
 
 import (
 	"context"
@@ -80,7 +80,7 @@ var reclaimPredecessorSQL = `WITH dead AS (
 // that went dead (their dependents are settled in the same transaction, as the
 // sweeper's reclaim does).
 var takeBackCTE = `, back AS (
-	UPDATE {s}.jobs SET ` + takeBackSet(`'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended'`) + `
+	UPDATE {s}.jobs SET ` + TakeBackSet(`'worker ' || coalesce(locked_by, '?') || ' is gone: its worker lease ended'`) + `
 	WHERE id = ANY (ARRAY(SELECT id FROM dead))
 	RETURNING id, queue, status, metadata ? '` + settle.MetaWorkflow + `' AS task
 )
@@ -88,17 +88,17 @@ SELECT (SELECT count(*) FROM back),
 	(SELECT count(pg_notify($2, q)) FROM (SELECT DISTINCT queue AS q FROM back) d),
 	coalesce((SELECT array_agg(id) FROM back WHERE status = 'dead' AND task), '{}')`
 
-// takeBackSet is the SET list of every statement that takes a running job back from a
+// TakeBackSet is the SET list of every statement that takes a running job back from a
 // worker that is gone (reclaimDeadSQL, reclaimPredecessorSQL, the sweeper's reclaimSQL):
 // the lost attempt counts, so a job with none left goes dead (keeping locked_by, the
 // worker it was lost on), any other goes back to the queue; reason, an SQL expression, is
 // its last error and joins its error history. The fence token and run_at are kept (the
 // next claim takes a new token; the job goes back to its place in line).
-func takeBackSet(reason string) string {
+func TakeBackSet(reason string) string {
 	return `status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
 		finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
 		last_error = ` + reason + `,
-		errors = ` + appendHistory + reason + `)),
+		errors = ` + AppendHistory + reason + `)),
 		locked_at = NULL, lease_until = NULL,
 		locked_by = CASE WHEN attempts >= max_attempts THEN locked_by END`
 }
@@ -125,7 +125,7 @@ var errWorkerLeaseExpiring = errors.New("skiplock: this worker's lease could not
 // cancels its handlers: a third of its lease before the row can expire, by the margins
 // measured under CPU starvation (docs/ownership.md §7: a renewal came at most 4.2 s
 // after the previous one with a follower stopped for 3 s).
-const workerCancelAfter = workerTTL - workerTTL/cancelMargin
+const workerCancelAfter = workerTTL - workerTTL/CancelMargin
 
 // reclaimer runs reclaimDeadSQL for one worker, after each renewal of its row.
 type reclaimer struct {
@@ -159,9 +159,9 @@ func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err err
 	return n, err
 }
 
-// predecessors takes back the running jobs left under this worker's id by an earlier
+// Predecessors takes back the running jobs left under this worker's id by an earlier
 // process (reclaimPredecessorSQL), at start, until none is left.
-func (r *reclaimer) predecessors(ctx context.Context, workerID string) (int64, error) {
+func (r *reclaimer) Predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
 		n, err := r.takeBack(ctx, reclaimDeadBatch, r.db.Channel, workerID)
@@ -185,12 +185,12 @@ func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	return n, err
 }
 
-// appendHistory starts the expression that appends an entry to the error history (the
+// AppendHistory starts the expression that appends an entry to the error history (the
 // attempt, when it ended, the worker that ran it, the error), keeping the latest 10
 // ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
 // afresh rather than failing the statement: a broken history must never keep a job from
 // being retried or reclaimed.
-const appendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
+const AppendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
 		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
 		ELSE errors END)
 	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'worker', locked_by, 'error', `

@@ -5,7 +5,7 @@
 // is by liveness: reclaim.go), and the worker never runs them, so it puts them back
 // itself, at each heartbeat.
 
-package skiplock
+package ownership
 
 import (
 	"context"
@@ -29,11 +29,11 @@ WHERE status = 'running' AND locked_by = $1 AND lease_until < now()`
 // A row another statement is writing is left for the next heartbeat.
 const orphansSQL = `UPDATE {s}.jobs SET status = 'queued', attempts = attempts - 1, locked_at = NULL,
 	locked_by = NULL, lease_until = NULL
-WHERE id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + fenceSQL + ` FOR UPDATE SKIP LOCKED))`
+WHERE id = ANY (ARRAY(SELECT id FROM {s}.jobs WHERE ` + FenceSQL + ` FOR UPDATE SKIP LOCKED))`
 
 // takeBackOrphans puts back this worker's orphans once.
-func (l *lease) takeBackOrphans(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, l.interval)
+func (l *Lease) takeBackOrphans(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, l.Interval)
 	defer cancel()
 	rows, err := l.pool.Query(ctx, l.orphanCandidates, l.workerID)
 	if err != nil {
@@ -64,7 +64,7 @@ func (l *lease) takeBackOrphans(ctx context.Context) {
 }
 
 // orphanErr logs a failed look for orphans; the next heartbeat looks again.
-func (l *lease) orphanErr(ctx context.Context, err error) {
+func (l *Lease) orphanErr(ctx context.Context, err error) {
 	if err != nil && ctx.Err() == nil {
 		l.logger.Warn("skiplock: looking for claimed jobs this worker never received failed; trying again at the next heartbeat", "err", err)
 	}
@@ -76,7 +76,7 @@ func (l *lease) orphanErr(ctx context.Context, err error) {
 // the next claim takes a new token. Fenced like every other write.
 const unrecordedSQL = `UPDATE {s}.jobs SET status = 'queued', locked_at = NULL, locked_by = NULL,
 	lease_until = NULL
-WHERE ` + fenceSQL
+WHERE ` + FenceSQL
 
-// putBackUnrecorded puts back the jobs whose outcome could not be written.
-func (l *lease) putBackUnrecorded(keys []jobtype.AttemptKey) { l.putBack(l.unrecorded, keys) }
+// PutBackUnrecorded puts back the jobs whose outcome could not be written.
+func (l *Lease) PutBackUnrecorded(keys []jobtype.AttemptKey) { l.putBack(l.unrecorded, keys) }

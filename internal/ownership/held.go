@@ -1,7 +1,7 @@
 // This file holds the attempts a worker runs (heldJobs), keyed by the fencing token: what
 // the lease (lease.go) renews, the watchdog cancels, and the outcome batches end.
 
-package skiplock
+package ownership
 
 import (
 	"cmp"
@@ -30,22 +30,22 @@ type heldJob struct {
 	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
 	state *jobtype.State
 	// row and began name the attempt in the log of a shutdown waiting for it.
-	row   *JobRow
+	row   *jobtype.JobRow
 	began time.Time
 }
 
-// heldJobs is the set of attempts a worker runs. It is safe for concurrent use. The
+// HeldJobs is the set of attempts a worker runs. It is safe for concurrent use. The
 // attempts are held by value: an attempt costs no allocation of its own.
-type heldJobs struct {
+type HeldJobs struct {
 	mu sync.Mutex
 	m  map[jobtype.AttemptKey]heldJob
 }
 
-func newHeldJobs() *heldJobs { return &heldJobs{m: map[jobtype.AttemptKey]heldJob{}} }
+func NewHeldJobs() *HeldJobs { return &HeldJobs{m: map[jobtype.AttemptKey]heldJob{}} }
 
-// add registers the attempt k of row, whose lease was written by a statement started at
+// Add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
-func (h *heldJobs) add(k jobtype.AttemptKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *JobRow) {
+func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) {
 	h.mu.Lock()
 	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
@@ -60,8 +60,8 @@ type runningJob struct {
 	For     string `json:"running_for"`
 }
 
-// running lists the held attempts whose handlers have not returned, by id.
-func (h *heldJobs) running() []runningJob {
+// Running lists the held attempts whose handlers have not returned, by id.
+func (h *HeldJobs) Running() []runningJob {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []runningJob
@@ -81,7 +81,7 @@ func (h *heldJobs) running() []runningJob {
 
 // progress returns the latest progress each attempt's handler recorded, in the order of
 // the keys (nil where none, or where the attempt is no longer held).
-func (h *heldJobs) progress(ids, fences []int64) []*string {
+func (h *HeldJobs) progress(ids, fences []int64) []*string {
 	out := make([]*string, len(ids))
 	h.mu.Lock()
 	states := make([]*jobtype.State, len(ids))
@@ -97,15 +97,15 @@ func (h *heldJobs) progress(ids, fences []int64) []*string {
 	return out
 }
 
-func (h *heldJobs) remove(k jobtype.AttemptKey) {
+func (h *HeldJobs) Remove(k jobtype.AttemptKey) {
 	h.mu.Lock()
 	delete(h.m, k)
 	h.mu.Unlock()
 }
 
-// removeKeys removes the attempts keys: their outcomes were written (or writing them
+// RemoveKeys removes the attempts keys: their outcomes were written (or writing them
 // failed, and the sweeper takes them back when their leases end).
-func (h *heldJobs) removeKeys(keys []jobtype.AttemptKey) {
+func (h *HeldJobs) RemoveKeys(keys []jobtype.AttemptKey) {
 	h.mu.Lock()
 	for _, k := range keys {
 		delete(h.m, k)
@@ -113,9 +113,9 @@ func (h *heldJobs) removeKeys(keys []jobtype.AttemptKey) {
 	h.mu.Unlock()
 }
 
-// recorded marks the attempt k as returned, its outcome on its way to the database: its
+// Recorded marks the attempt k as returned, its outcome on its way to the database: its
 // lease is still renewed until the batch that writes the outcome removes it.
-func (h *heldJobs) recorded(k jobtype.AttemptKey) {
+func (h *HeldJobs) Recorded(k jobtype.AttemptKey) {
 	h.mu.Lock()
 	if j, ok := h.m[k]; ok {
 		j.recording = true
@@ -126,7 +126,7 @@ func (h *heldJobs) recorded(k jobtype.AttemptKey) {
 
 // cancel cancels the context of the attempt k, if held and its handler still runs, with
 // cause, and reports whether it did.
-func (h *heldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
+func (h *HeldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 	h.mu.Lock()
 	j, ok := h.m[k]
 	ok = ok && !j.recording
@@ -139,7 +139,7 @@ func (h *heldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 
 // cancelID cancels every held attempt of job id with cause (a remote cancel knows the id
 // only) and reports whether there was one.
-func (h *heldJobs) cancelID(id int64, cause error) bool {
+func (h *HeldJobs) cancelID(id int64, cause error) bool {
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()
 	for k, j := range h.m {
@@ -154,8 +154,8 @@ func (h *heldJobs) cancelID(id int64, cause error) bool {
 	return len(cancels) > 0
 }
 
-// count is how many held attempts still run their handlers.
-func (h *heldJobs) count() int {
+// Count is how many held attempts still run their handlers.
+func (h *HeldJobs) Count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -168,7 +168,7 @@ func (h *heldJobs) count() int {
 }
 
 // holds reports whether the worker holds attempt k.
-func (h *heldJobs) holds(k jobtype.AttemptKey) bool {
+func (h *HeldJobs) holds(k jobtype.AttemptKey) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.m[k]
@@ -179,7 +179,7 @@ func (h *heldJobs) holds(k jobtype.AttemptKey) bool {
 // statements lock rows in the order given, and one order everywhere means they cannot
 // deadlock. Every held attempt is renewed until its outcome is written: a handler that
 // overruns its timeout, or ignores a shutdown, keeps its job while the worker lives.
-func (h *heldJobs) renewable() (ids, fences []int64) {
+func (h *HeldJobs) renewable() (ids, fences []int64) {
 	h.mu.Lock()
 	keys := make([]jobtype.AttemptKey, 0, len(h.m))
 	for k := range h.m {
@@ -201,7 +201,7 @@ func sortedKeys(keys []jobtype.AttemptKey) (ids, fences []int64) {
 }
 
 // renewedAt records that the leases of keys were renewed by a statement started at t.
-func (h *heldJobs) renewedAt(keys []jobtype.AttemptKey, t time.Time) {
+func (h *HeldJobs) renewedAt(keys []jobtype.AttemptKey, t time.Time) {
 	h.mu.Lock()
 	for _, k := range keys {
 		if j, ok := h.m[k]; ok && t.After(j.renewed) {
@@ -214,7 +214,7 @@ func (h *heldJobs) renewedAt(keys []jobtype.AttemptKey, t time.Time) {
 
 // expiring cancels, with cause, every held attempt whose lease was last renewed before
 // cutoff and whose handler still runs, and returns their keys; each attempt once.
-func (h *heldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey {
+func (h *HeldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey {
 	var out []jobtype.AttemptKey
 	var cancels []context.CancelCauseFunc
 	h.mu.Lock()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/record"
 )
 
 // TestCompleter_PassesOverLockedRowsAndWritesThemLater: while the completer passes over
@@ -51,13 +52,13 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 
 			var mu sync.Mutex
 			var written []jobtype.AttemptKey
-			comp := newCompleter(pool, schema, func(string, string) Completion { return mode }, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
-				nil, batchListeners{written: func(k []jobtype.AttemptKey) {
+			comp := record.NewCompleter(pool, schema, func(string, string) Completion { return mode }, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval,
+				nil, record.BatchListeners{Written: func(k []jobtype.AttemptKey) {
 					mu.Lock()
 					written = append(written, k...)
 					mu.Unlock()
 				}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			comp.skipFor()
+			comp.SkipFor()
 			require.NoError(t, comp.Start(ctx))
 			defer comp.Stop()
 
@@ -82,7 +83,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			require.NoError(t, err)
 
 			for _, k := range keys {
-				require.True(t, comp.add(k, &JobRow{}, nil, false, false))
+				require.True(t, comp.Add(k, &JobRow{}, nil, false, false))
 			}
 			require.Eventually(t, func() bool { return recorded(keys[0].ID) && recorded(keys[2].ID) }, 10*time.Second, 10*time.Millisecond,
 				"the successes of unlocked rows are written without waiting for the lock")
@@ -94,7 +95,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 			require.NoError(t, tx.Rollback(ctx))
 			require.Eventually(t, func() bool { return recorded(keys[1].ID) && isWritten(keys[1]) }, 10*time.Second, 10*time.Millisecond,
 				"the success is written once the lock is gone")
-			require.Eventually(t, func() bool { return isWritten(keys[3]) }, skipLockedFor+10*time.Second, 50*time.Millisecond,
+			require.Eventually(t, func() bool { return isWritten(keys[3]) }, record.SkipLockedFor+10*time.Second, 50*time.Millisecond,
 				"the stale success ends")
 			assert.False(t, recorded(keys[3].ID), "the stale success changed nothing")
 		})
@@ -148,12 +149,12 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 	cpool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer cpool.Close()
-	comp := newCompleter(cpool, schema, func(queue, _ string) Completion { return modes[queue] }, "w",
-		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	comp := record.NewCompleter(cpool, schema, func(queue, _ string) Completion { return modes[queue] }, "w",
+		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, k := range keys {
-		require.True(t, comp.add(k, &JobRow{Queue: queueOf[k.ID]}, nil, false, false))
+		require.True(t, comp.Add(k, &JobRow{Queue: queueOf[k.ID]}, nil, false, false))
 	}
-	comp.flushNow()
+	comp.FlushNow()
 	assert.EqualValues(t, 3, counter.n.Load(), "statements for one batch of 300 successes in 3 modes")
 
 	count := func(table, where string) (n int) {

@@ -9,31 +9,13 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
-	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // ErrAttemptLost is returned by [CompleteTx] when the attempt is no longer held by the
 // worker that runs the handler: its worker's lease ended and the job was taken back (it
 // may run elsewhere), the job was cancelled, or the attempt already completed.
 var ErrAttemptLost = jobtype.ErrAttemptLost
-
-// attemptRef ties a claimed JobRow to the worker that runs it, for CompleteTx: the
-// worker's id (locked_by) and its success statement per completion mode.
-type attemptRef struct {
-	workerID string
-	stmts    map[Completion]completeStmts        // the success statements of each mode, as the completer's
-	modeOf   func(queue, kind string) Completion // the mode of a job's queue and kind
-	lost     string                              // attemptLostSQL
-	flows    *settle.Settler                     // settles a workflow task's dependents in tx
-}
-
-// attemptLostSQL aborts the caller's transaction when CompleteTx matched no row, so that
-// a caller that ignores the error still cannot commit the business writes of an attempt
-// it lost. A DO block needs no function in the schema, and works through a
-// transaction-pooling PgBouncer (it runs inside the caller's transaction).
-const attemptLostSQL = `DO $$ BEGIN RAISE EXCEPTION 'skiplock: attempt lost' USING ERRCODE = 'SK001'; END $$`
 
 // CompleteTx marks the attempt of job succeeded inside tx, the handler's own transaction
 // (a pgx.Tx, or anything with the same methods), fenced on the attempt's token
@@ -75,33 +57,4 @@ func completeRowTx(ctx context.Context, tx DBTX, row *JobRow) error {
 		return fmt.Errorf("skiplock: CompleteTx: job %d is not an attempt this process runs (pass the job the handler was given)", row.ID)
 	}
 	return ref.CompleteTx(ctx, tx, row)
-}
-
-// CompleteTx implements jobtype.Attempt: the fenced success of row's attempt in tx.
-func (ref *attemptRef) CompleteTx(ctx context.Context, tx DBTX, row *JobRow) error {
-	st := ref.stmts[ref.modeOf(row.Queue, row.Kind)]
-	q, args := st.sql, []any{[]int64{row.ID}, []int64{row.Fence}, ref.workerID}
-	if p, o := jobtype.StateOf(ctx).Reported(); (p != nil || o != nil) && st.sqlReport != "" {
-		q, args = st.sqlReport, append(args, []*string{o}, []*string{p})
-	}
-	tag, err := tx.Exec(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", row.ID, err)
-	}
-	if tag.RowsAffected() > 0 {
-		if settle.IsTask(row) {
-			// A workflow task's dependents are settled in the same transaction, as the
-			// worker's own success batch does (workflowsettle.go).
-			if err := ref.flows.Settle(ctx, tx, []int64{row.ID}); err != nil {
-				return fmt.Errorf("skiplock: CompleteTx: job %d: settling its workflow: %w", row.ID, err)
-			}
-		}
-		return nil
-	}
-	_, err = tx.Exec(ctx, ref.lost)
-	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "SK001") {
-		return fmt.Errorf("%w: job %d, attempt %d (aborting the transaction failed: %w)", ErrAttemptLost, row.ID, row.Attempts, err)
-	}
-	return fmt.Errorf("%w: job %d, attempt %d", ErrAttemptLost, row.ID, row.Attempts)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
@@ -431,3 +432,21 @@ func (cfg *SweeperConfig) validate() error {
 	}
 	return nil
 }
+
+// Completion says what happens to a job row when its handler succeeds. The zero value
+// means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
+// ([QueueConfig].Completion) or a kind's ([KindConfig].Completion), the one of the level
+// above (kind, then queue, then worker).
+type Completion = jobtype.Completion
+
+// The completion modes.
+const (
+	// CompletionArchive moves the row to jobs_archive with status succeeded: the hot table
+	// stays small and the history stays queryable until the archive retention deletes it.
+	CompletionArchive = jobtype.CompletionArchive
+	// CompletionDelete deletes the row: the least work per job, no history.
+	CompletionDelete = jobtype.CompletionDelete
+	// CompletionKeep keeps the row in the jobs table with status succeeded; the sweeper
+	// deletes it after the archive retention.
+	CompletionKeep = jobtype.CompletionKeep
+)

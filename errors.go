@@ -7,6 +7,7 @@ package skiplock
 import (
 	"errors"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -57,3 +58,8 @@ const (
 	// MinPriority and MaxPriority bound [EnqueueOptions].Priority (a Postgres smallint).
 	MinPriority, MaxPriority = -32768, 32767
 )
+
+// ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because
+// the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
+// [EnqueueOptions].Timeout). The attempt counts as failed.
+var ErrJobTimeout = jobtype.ErrJobTimeout

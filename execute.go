@@ -18,6 +18,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/ownership"
+	"github.com/skiplock/skiplock/internal/record"
 )
 
 type handler struct {
@@ -35,9 +36,9 @@ type timeoutArgs interface {
 // before handing it to a runner.
 type jobStarter struct {
 	held     *ownership.HeldJobs
-	slots    *slotJobs
-	maxBytes int         // the client's MaxPayloadBytes, for outputs (progress.go)
-	attempt  *attemptRef // given to every claimed row, for CompleteTx
+	slots    *record.SlotJobs
+	maxBytes int                // the client's MaxPayloadBytes, for outputs (progress.go)
+	attempt  *record.AttemptRef // given to every claimed row, for CompleteTx
 
 	// base is the context job contexts derive from: set by the executor's Start, before
 	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
@@ -66,7 +67,7 @@ func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dis
 	s.held.Add(key, cancel, cj.leased, st, cj.row)
 	s.handlerWG.Add(1)
 	if slot {
-		s.slots.take()
+		s.slots.Take()
 	}
 	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout, slot: slot}
 }
@@ -90,7 +91,7 @@ type executorConfig struct {
 type executor struct {
 	cfg      executorConfig
 	starter  *jobStarter
-	outcomes *outcomeRecorder
+	outcomes *record.OutcomeRecorder
 	held     *ownership.HeldJobs
 	queues   *queueSet
 	runners  sync.WaitGroup
@@ -105,7 +106,7 @@ type executor struct {
 	done                 chan struct{}
 }
 
-func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *outcomeRecorder, queues *queueSet) *executor {
+func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *record.OutcomeRecorder, queues *queueSet) *executor {
 	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues,
 		hard: make(chan struct{}), giveUp: make(chan struct{})}
 }
@@ -148,17 +149,17 @@ func (e *executor) Stop() {
 	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.Count())
 	done := e.handlersDone()
 	if !e.waitFor(done, e.cfg.shutdownTimeout, e.hard) {
-		e.starter.cancel(errShutdown)
+		e.starter.cancel(record.ErrShutdown)
 		// Handlers that honour their context return now; give them a moment.
 		e.waitFor(done, min(e.cfg.shutdownTimeout, shutdownGrace), e.giveUp)
 	}
-	e.outcomes.releaseCutOff()
+	e.outcomes.ReleaseCutOff()
 	t := time.NewTicker(e.cfg.shutdownTimeout)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
-			e.starter.cancel(errShutdown)
+			e.starter.cancel(record.ErrShutdown)
 			e.runners.Wait()
 			e.cfg.marks.Wait()
 			return
@@ -268,8 +269,8 @@ func (e *executor) execute(d dispatched, o *overrunWatch) JobResult {
 	if h.policy != nil {
 		policy = h.policy
 	}
-	return e.outcomes.record(d.key, attemptResult{ctx: ctx, row: row, err: err, panicked: panicked,
-		duration: time.Since(began), timeout: timeout, policy: policy, slot: d.slot})
+	return e.outcomes.Record(d.key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
+		Duration: time.Since(began), Timeout: timeout, Policy: policy, Slot: d.slot})
 }
 
 // overrunWatch watches the handler of one attempt at a time past its timeout. Its job is

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/record"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,23 +42,23 @@ func benchWorker(b *testing.B) *Worker {
 // do, builds each batch's statement arguments and ends the batch as written (the worker
 // stops holding its attempts) without sending it: the statement is per batch, and on a
 // database it is server work. Its goroutine ends with the benchmark.
-func benchBatches(b *testing.B, c *completer) {
+func benchBatches(b *testing.B, c *record.Completer) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	b.Cleanup(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
-		batch := make([]completion, 0, c.batchSize)
+		batch := make([]record.Success, 0, c.BatchSize)
 		end := func() {
 			if len(batch) > 0 {
-				c.args(batch, false)
-				c.finish(batch, true)
+				c.Args(batch, false)
+				c.Finish(batch, true)
 				batch = batch[:0]
 			}
 		}
 		for {
 			select {
-			case k := <-c.ch:
-				if batch = append(batch, k); len(batch) == c.batchSize {
+			case k := <-c.Ch:
+				if batch = append(batch, k); len(batch) == c.BatchSize {
 					end()
 				}
 			case <-stop:

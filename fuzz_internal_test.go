@@ -149,7 +149,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 
 		handed = nil
 		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, row: row}, nil)
-		w.failures.flush() // failures are written in the background
+		w.failures.Flush() // failures are written in the background
 
 		var status, lastErr string
 		if err := pool.QueryRow(ctx, statusSQL, id).Scan(&status, &lastErr); err != nil {

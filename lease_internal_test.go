@@ -18,6 +18,7 @@ import (
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/record"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,7 +43,7 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	job, err := c.Enqueue(ctx, fenceArgs{}, nil)
 	require.NoError(t, err)
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f := record.NewFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
@@ -95,7 +96,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl := newClaimer(c, time.Minute)
-	f := newFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, batchListeners{}, nil, nil, logger)
+	f := record.NewFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil, nil, logger)
 	held := ownership.NewHeldJobs()
 
 	first := claimOne(t, cl, "w")
@@ -142,8 +143,8 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 }
 
 // recordNow records a failure and waits until it is written.
-func recordNow(f *failureRecorder, k jobtype.AttemptKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
-	status := f.record(k, row, herr, policy)
-	f.flush()
+func recordNow(f *record.FailureRecorder, k jobtype.AttemptKey, row *JobRow, herr error, policy RetryPolicy) JobStatus {
+	status := f.Record(k, row, herr, policy)
+	f.Flush()
 	return status
 }

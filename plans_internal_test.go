@@ -11,6 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/record"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,14 +73,14 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		{name: "archive purge of a kind", sql: purgeArchiveSQL, args: []any{time.Hour, 1000, time.Time{}, nil, "k2",
 			[]string{}, []string{}, enqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
-		{name: "failure", sql: failureSQL, args: []any{ids, fences, "w", `{}`}},
+		{name: "failure", sql: record.FailureSQL, args: []any{ids, fences, "w", `{}`}},
 		{name: "release", sql: ownership.ReleaseSQL, args: []any{ids, fences, "w"}},
 	}
 	for _, mode := range []Completion{CompletionArchive, CompletionDelete, CompletionKeep} {
 		for _, skip := range []bool{false, true} {
-			cases = append(cases, statement{name: "success", sql: completeSQL(mode, false, skip), args: []any{ids, fences, "w"}})
+			cases = append(cases, statement{name: "success", sql: record.CompleteSQL(mode, false, skip), args: []any{ids, fences, "w"}})
 			if mode != CompletionDelete {
-				cases = append(cases, statement{name: "success with output", sql: completeSQL(mode, true, skip),
+				cases = append(cases, statement{name: "success with output", sql: record.CompleteSQL(mode, true, skip),
 					args: []any{ids, fences, "w", progress, progress}})
 			}
 		}
@@ -128,10 +129,10 @@ func TestPlans_FencedStatementsProbeTheirPairsInAHashInGenericPlans(t *testing.T
 		args []any
 	}{
 		"heartbeat": {ownership.HeartbeatSQL, []any{ids, fences, "w", time.Minute, progress}},
-		"failure":   {failureSQL, []any{ids, fences, "w", `{}`}},
+		"failure":   {record.FailureSQL, []any{ids, fences, "w", `{}`}},
 		"release":   {ownership.ReleaseSQL, []any{ids, fences, "w"}},
-		"success":   {completeSQL(CompletionArchive, true, false), []any{ids, fences, "w", progress, progress}},
-		"skipping":  {completeSQL(CompletionKeep, true, true), []any{ids, fences, "w", progress, progress}},
+		"success":   {record.CompleteSQL(CompletionArchive, true, false), []any{ids, fences, "w", progress, progress}},
+		"skipping":  {record.CompleteSQL(CompletionKeep, true, true), []any{ids, fences, "w", progress, progress}},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/record"
 )
 
 // ErrNotInJob is returned by [RecordProgress] and [SetOutput] when their context is not a
@@ -37,7 +38,7 @@ func RecordProgress(ctx context.Context, value float64, message string) error {
 	if math.IsNaN(value) || math.IsInf(value, 0) {
 		return fmt.Errorf("%w: progress value %v is not a finite number", ErrInvalidPayload, value)
 	}
-	message = storableMessage(message)
+	message = record.StorableMessage(message)
 	if len(message) > MaxProgressMessage {
 		cut := MaxProgressMessage
 		for cut > 0 && !utf8.RuneStart(message[cut]) {

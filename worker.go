@@ -20,6 +20,7 @@ import (
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/record"
 )
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
@@ -51,8 +52,8 @@ type Worker struct {
 	// The parts, each built with the collaborators it needs (NewWorker), started and
 	// stopped by Run in the order of services.
 	lease       *ownership.Lease
-	completer   *completer
-	failures    *failureRecorder
+	completer   *record.Completer
+	failures    *record.FailureRecorder
 	pause       *pauseWatcher          // the paused flags of the queues
 	flow        *flowWatch             // which queues claim under limits, and with which
 	elector     *ownership.Elector     // registers the worker, and campaigns when it has leaderTasks
@@ -65,7 +66,7 @@ type Worker struct {
 	claims      *claimLoops
 	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
 	starter  *jobStarter
-	outcomes *outcomeRecorder
+	outcomes *record.OutcomeRecorder
 	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
 }
 
@@ -139,9 +140,9 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
-	attempt := &attemptRef{workerID: cfg.ID, stmts: renderCompleteStmts(c.schema), modeOf: modeOf, lost: attemptLostSQL,
-		flows: c.flows}
-	w.starter = &jobStarter{held: held, slots: &slotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
+	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
+		Flows: c.flows}
+	w.starter = &jobStarter{held: held, slots: &record.SlotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
@@ -159,10 +160,10 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.pause = newPauseWatcher(c, w.queues, w.logger)
 	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
 	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
-	done := batchListeners{written: held.RemoveKeys, freed: w.flow.slotsFreed, unrecorded: w.lease.PutBackUnrecorded}
+	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.slotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
-	flows := attempt.flows
-	w.completer = newCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
+	flows := attempt.Flows
+	w.completer = record.NewCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
 	// A job retried or snoozed without delay is due again once its failure is written:
 	// claim it now rather than at the next poll (nothing notifies a retry).
 	queues := w.queues
@@ -171,10 +172,10 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 			q.signal()
 		}
 	}
-	w.failures = newFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
+	w.failures = record.NewFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
-	w.outcomes = newOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.slots, hooks, w.logger)
+	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.slots, hooks, w.logger)
 	w.executor = newExecutor(executorConfig{
 		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
 		leaseInterval: w.lease.Interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
@@ -367,7 +368,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.qstate = queuesStopped
 	w.qmu.Unlock()
 	parts.Stop()
-	w.outcomes.stop()
+	w.outcomes.Stop()
 	if n := w.held().Count(); n > 0 {
 		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
 		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
@@ -423,8 +424,8 @@ const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader, {s}.workers LIMIT 0`
 // record) come on top.
 func (w *Worker) connsNeeded() (int, string) {
 	claims := claimConns(w.queues.len())
-	n := claims + completerLoops + 1 + 1 // claims, success flushers, heartbeat, poll
-	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, completerLoops)
+	n := claims + record.CompleterLoops + 1 + 1 // claims, success flushers, heartbeat, poll
+	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, record.CompleterLoops)
 	if len(w.leaderTasks.Tasks) > 0 {
 		n += 1 + len(w.leaderTasks.Tasks)
 		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks.Tasks))

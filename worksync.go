@@ -40,7 +40,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	res := w.executor.execute(d, nil)
 	d.cancel(nil)
 	w.starter.handlerWG.Done()
-	w.completer.flushNow()
-	w.failures.flush() // a failure, too, is written before workOne returns
+	w.completer.FlushNow()
+	w.failures.Flush() // a failure, too, is written before workOne returns
 	return d.row, res, nil
 }

@@ -2,7 +2,7 @@
 // when its handler succeeds, and the fenced statement that records it in each mode. The
 // completer (complete.go) and CompleteTx (completetx.go) run these statements.
 
-package skiplock
+package record
 
 import (
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -10,25 +10,7 @@ import (
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// Completion says what happens to a job row when its handler succeeds. The zero value
-// means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
-// ([QueueConfig].Completion) or a kind's ([KindConfig].Completion), the one of the level
-// above (kind, then queue, then worker).
-type Completion = jobtype.Completion
-
-// The completion modes.
-const (
-	// CompletionArchive moves the row to jobs_archive with status succeeded: the hot table
-	// stays small and the history stays queryable until the archive retention deletes it.
-	CompletionArchive = jobtype.CompletionArchive
-	// CompletionDelete deletes the row: the least work per job, no history.
-	CompletionDelete = jobtype.CompletionDelete
-	// CompletionKeep keeps the row in the jobs table with status succeeded; the sweeper
-	// deletes it after the archive retention.
-	CompletionKeep = jobtype.CompletionKeep
-)
-
-// completeSQL returns the statement that records successes in mode, matching the claimed
+// CompleteSQL returns the statement that records successes in mode, matching the claimed
 // attempts (fenceSQL). With report, it also writes what the handlers reported: $4 holds
 // each job's output and $5 its latest progress (NULL where none), at its pair's place
 // (pairOutput, pairProgress). Batches where no handler reported anything use the plain
@@ -46,7 +28,7 @@ const (
 // claim). The rows it could lock are gathered once, as an array that the DELETE or UPDATE
 // then reaches through the primary key (see heartbeatSQL: id IN (SELECT ...) ran a
 // nested-loop semi join over the whole table when its statistics said it was empty).
-func completeSQL(mode Completion, report, skipLocked bool) string {
+func CompleteSQL(mode jobtype.Completion, report, skipLocked bool) string {
 	where := ownership.FenceSQL
 	returning := ``
 	if skipLocked {
@@ -61,9 +43,9 @@ RETURNING id`
 		progress = `coalesce(` + ownership.PairProgress + `, progress)`
 	}
 	switch mode {
-	case CompletionDelete:
+	case jobtype.CompletionDelete:
 		return `DELETE FROM {s}.jobs WHERE ` + where + returning
-	case CompletionKeep:
+	case jobtype.CompletionKeep:
 		set := ``
 		if report {
 			set = `, output = ` + output + `, progress = ` + progress
@@ -95,15 +77,15 @@ type completeStmts struct {
 	sqlSkip, sqlReportSkip string
 }
 
-// renderCompleteStmts renders the success statements of every mode for schema: the
+// RenderCompleteStmts renders the success statements of every mode for schema: the
 // completer's batches and CompleteTx write a success with the same ones.
-func renderCompleteStmts(schema string) map[Completion]completeStmts {
-	stmts := map[Completion]completeStmts{}
+func RenderCompleteStmts(schema string) map[jobtype.Completion]completeStmts {
+	stmts := map[jobtype.Completion]completeStmts{}
 	for _, mode := range completionModes {
-		st := completeStmts{sql: pgutil.Render(schema, completeSQL(mode, false, false)), sqlSkip: pgutil.Render(schema, completeSQL(mode, false, true))}
-		if mode != CompletionDelete {
-			st.sqlReport = pgutil.Render(schema, completeSQL(mode, true, false))
-			st.sqlReportSkip = pgutil.Render(schema, completeSQL(mode, true, true))
+		st := completeStmts{sql: pgutil.Render(schema, CompleteSQL(mode, false, false)), sqlSkip: pgutil.Render(schema, CompleteSQL(mode, false, true))}
+		if mode != jobtype.CompletionDelete {
+			st.sqlReport = pgutil.Render(schema, CompleteSQL(mode, true, false))
+			st.sqlReportSkip = pgutil.Render(schema, CompleteSQL(mode, true, true))
 		}
 		stmts[mode] = st
 	}
@@ -112,4 +94,4 @@ func renderCompleteStmts(schema string) map[Completion]completeStmts {
 
 // completionModes are the modes a success is recorded with, in the order a flush writes
 // their groups.
-var completionModes = [...]Completion{CompletionArchive, CompletionDelete, CompletionKeep}
+var completionModes = [...]jobtype.Completion{jobtype.CompletionArchive, jobtype.CompletionDelete, jobtype.CompletionKeep}

@@ -1,7 +1,7 @@
 // This file holds the completer: it batches many successes into one fenced statement per
 // flush and completion mode (the modes and their statements are in completion.go).
 
-package skiplock
+package record
 
 import (
 	"cmp"
@@ -20,8 +20,8 @@ import (
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
-// completerLoops is how many success batches may be in flight at once.
-const completerLoops = 2
+// CompleterLoops is how many success batches may be in flight at once.
+const CompleterLoops = 2
 
 // completerQueue is how many successes may wait for the batching loops; add waits when
 // that many do.
@@ -39,17 +39,17 @@ const slowSuccessBatch = 25 * time.Millisecond
 // skipModeFor: see slowSuccessBatch.
 const skipModeFor = 10 * time.Second
 
-// skipLockedFor is how long a success whose row was locked is tried again in later
+// SkipLockedFor is how long a success whose row was locked is tried again in later
 // batches with the statement that passes over locked rows; then it goes in one that waits
 // for the lock, which also tells a stale attempt (its row reclaimed or cancelled) from a
 // locked one. A claim's lock lasts as long as the claim: milliseconds, but 60–240 ms on
 // average with 16 busy worker processes on two cores. Its lease is renewed meanwhile.
-const skipLockedFor = 5 * time.Second
+const SkipLockedFor = 5 * time.Second
 
 // retryAfter is how long a batch of successes passed over waits before it is tried again
 // when nothing else comes: as long as its latest one has waited so far (so the waits
 // double), at least the batching interval, at most 100 ms.
-func (c *completer) retryAfter(batch []completion) time.Duration {
+func (c *Completer) retryAfter(batch []Success) time.Duration {
 	waited := time.Duration(1<<63 - 1)
 	for _, k := range batch {
 		waited = min(waited, time.Since(k.skipped))
@@ -57,24 +57,24 @@ func (c *completer) retryAfter(batch []completion) time.Duration {
 	return min(max(waited, c.flushEvery), 100*time.Millisecond)
 }
 
-// completer batches successes into one statement per flush and completion mode: a batch
+// Completer batches successes into one statement per flush and completion mode: a batch
 // whose jobs have different modes (per queue or per kind) is written with one statement
 // per mode present, at most len(completionModes), whatever its size.
-type completer struct {
+type Completer struct {
 	pool  *pgxpool.Pool
-	stmts map[Completion]completeStmts
+	stmts map[jobtype.Completion]completeStmts
 	// modeOf says how a job's success is recorded (its kind's, queue's or worker's mode).
-	modeOf func(queue, kind string) Completion
+	modeOf func(queue, kind string) jobtype.Completion
 	// skipUntil: until then (Unix ns), batches pass over locked rows (see slowSuccessBatch).
 	skipUntil  atomic.Int64
 	workerID   string
-	batchSize  int
+	BatchSize  int
 	flushEvery time.Duration
 	logger     *slog.Logger
 
 	// done is told what each batch did: which attempts it ended, and how many slots it
 	// freed.
-	done batchListeners
+	done BatchListeners
 
 	// urgent records the successes of jobs that hold a slot of a concurrency limit. A
 	// slot is free again only once its job's success is committed, so they do not wait
@@ -83,7 +83,7 @@ type completer struct {
 	// it, or for the interval, so that the jobs of one claim are recorded together and
 	// their slots come back together: recorded one by one (tried: flush size 1, claims of
 	// 3 jobs), each freed slot made a claim of its own, and per-statement costs took over.
-	urgent *groupcommit.Batcher[completion]
+	urgent *groupcommit.Batcher[Success]
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
 	// (fleet.go); each statement takes a turn. nil: no bound.
 	gate *pgutil.Gate
@@ -91,7 +91,7 @@ type completer struct {
 	// (workflowsettle.go); nil: none.
 	flows *settle.Settler
 
-	ch      chan completion
+	Ch      chan Success
 	full    chan struct{} // add signals that fullAt successes wait in ch
 	fullAt  int           // a batch's worth: min(batchSize, completerQueue)
 	quit    chan struct{}
@@ -101,56 +101,56 @@ type completer struct {
 	closed bool
 }
 
-// batchListeners are told what each outcome batch (of successes or of failures) did.
-type batchListeners struct {
-	// written is called with the attempts of each batch once its statement ended, written
+// BatchListeners are told what each outcome batch (of successes or of failures) did.
+type BatchListeners struct {
+	// Written is called with the attempts of each batch once its statement ended, written
 	// or not: the worker stops renewing their leases (heldJobs.removeKeys).
-	written func(keys []jobtype.AttemptKey)
-	// freed is called after each batch is recorded: the jobs' slots are free in the
+	Written func(keys []jobtype.AttemptKey)
+	// Freed is called after each batch is recorded: the jobs' slots are free in the
 	// database only from then on (flow control claims again then: flowWatch.slotsFreed).
-	freed func(n int)
-	// unrecorded is called, before written, with the attempts whose outcome could not be
+	Freed func(n int)
+	// Unrecorded is called, before written, with the attempts whose outcome could not be
 	// written: they are put back in the queue (lease.putBackUnrecorded). Left running, no one
 	// would take them while this worker lives (ownership is by liveness).
-	unrecorded func(keys []jobtype.AttemptKey)
+	Unrecorded func(keys []jobtype.AttemptKey)
 }
 
-// newCompleter records successes in the mode modeOf gives each job's queue and kind, at
+// NewCompleter records successes in the mode modeOf gives each job's queue and kind, at
 // most batchSize per statement, a success waiting at most flushEvery for others; each
 // statement takes a turn of gate.
-func newCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) Completion, workerID string, batchSize int, flushEvery time.Duration,
-	gate *pgutil.Gate, done batchListeners, flows *settle.Settler, logger *slog.Logger) *completer {
-	c := &completer{
-		pool: pool, stmts: renderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
-		batchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
-		ch: make(chan completion, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
+func NewCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) jobtype.Completion, workerID string, batchSize int, flushEvery time.Duration,
+	gate *pgutil.Gate, done BatchListeners, flows *settle.Settler, logger *slog.Logger) *Completer {
+	c := &Completer{
+		pool: pool, stmts: RenderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
+		BatchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
+		Ch: make(chan Success, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
 	}
 	// Slot-holding successes wait for locks: their slots are free only once written.
-	c.urgent = &groupcommit.Batcher[completion]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: completerLoops, Hold: true,
-		Write: func(batch []completion) { c.flush(batch, false) }}
+	c.urgent = &groupcommit.Batcher[Success]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: CompleterLoops, Hold: true,
+		Write: func(batch []Success) { c.flush(batch, false) }}
 	return c
 }
 
-// completion is one success to record, with what its handler reported (nil: nothing).
-type completion struct {
+// Success is one success to record, with what its handler reported (nil: nothing).
+type Success struct {
 	key              jobtype.AttemptKey
-	mode             Completion // how it is recorded (completer.modeOf)
+	mode             jobtype.Completion // how it is recorded (completer.modeOf)
 	progress, output *string
 	task             bool      // a workflow task: its batch settles it (workflowsettle.go)
 	skipped          time.Time // when a batch first passed over its locked row
 }
 
-// add reports the success of a held attempt, with what its handler reported (st may be
+// Add reports the success of a held attempt, with what its handler reported (st may be
 // nil), and whether the completer took it: after stop it takes nothing (and never blocks),
 // and the caller must say so. A send that finds the channel full waits for the batching
 // loops, which keep reading until stop. urgent: the job holds a slot of a concurrency
 // limit (see c.urgent); last: no other such job of the worker is running, so its batch
 // goes now. A workflow task's success also settles its dependents (workflow*.go), in the
 // same transaction.
-func (c *completer) add(k jobtype.AttemptKey, row *JobRow, st *jobtype.State, urgent, last bool) bool {
+func (c *Completer) Add(k jobtype.AttemptKey, row *jobtype.JobRow, st *jobtype.State, urgent, last bool) bool {
 	p, o := st.Reported()
-	cp := completion{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row)}
+	cp := Success{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row)}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -164,8 +164,8 @@ func (c *completer) add(k jobtype.AttemptKey, row *JobRow, st *jobtype.State, ur
 		c.urgent.Post(cp, 1)
 		return true
 	}
-	c.ch <- cp
-	if len(c.ch) >= c.fullAt {
+	c.Ch <- cp
+	if len(c.Ch) >= c.fullAt {
 		select { // a batch's worth waits: the loop collecting one writes it now
 		case c.full <- struct{}{}:
 		default:
@@ -176,7 +176,7 @@ func (c *completer) add(k jobtype.AttemptKey, row *JobRow, st *jobtype.State, ur
 
 // stop makes run flush what was added and return. Every add that returned true is
 // flushed: stop waits for the adds in flight before it closes quit.
-func (c *completer) stop() {
+func (c *Completer) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.closed {
@@ -187,23 +187,23 @@ func (c *completer) stop() {
 
 // Start starts the batching loops. They outlive ctx: the successes of handlers that
 // return during shutdown are still written, until Stop.
-func (c *completer) Start(context.Context) error {
+func (c *Completer) Start(context.Context) error {
 	go c.run()
 	return nil
 }
 
 // Stop writes what was added and waits for the batching loops.
-func (c *completer) Stop() {
+func (c *Completer) Stop() {
 	c.stop()
 	<-c.stopped
 }
 
 // run runs completerLoops batching loops over the same channel until stop, waits for the
 // urgent successes to be written, then closes stopped.
-func (c *completer) run() {
+func (c *Completer) run() {
 	defer close(c.stopped)
 	var wg sync.WaitGroup
-	for range completerLoops {
+	for range CompleterLoops {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.loop() }()
 	}
@@ -216,15 +216,15 @@ func (c *completer) run() {
 // (flushEvery) or enough successes wait in the channel to fill it (add signals full):
 // then it takes those waiting and writes them. A success added meanwhile wakes no
 // goroutine, so the successes of a window cost one wake-up, not one each.
-func (c *completer) loop() {
-	batch := make([]completion, 0, c.batchSize)
+func (c *Completer) loop() {
+	batch := make([]Success, 0, c.BatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		if len(batch) == 0 {
 			select {
-			case k := <-c.ch:
-				if batch = c.take(append(batch, k)); len(batch) < c.batchSize {
+			case k := <-c.Ch:
+				if batch = c.take(append(batch, k)); len(batch) < c.BatchSize {
 					timer.Reset(c.flushEvery)
 					continue
 				}
@@ -236,7 +236,7 @@ func (c *completer) loop() {
 			select {
 			case <-timer.C:
 			case <-c.full:
-				if len(batch)+len(c.ch) < c.fullAt {
+				if len(batch)+len(c.Ch) < c.fullAt {
 					continue // a signal for a batch another loop took
 				}
 				timer.Stop()
@@ -255,10 +255,10 @@ func (c *completer) loop() {
 }
 
 // take adds to batch the successes waiting in the channel, up to a full batch.
-func (c *completer) take(batch []completion) []completion {
-	for len(batch) < c.batchSize {
+func (c *Completer) take(batch []Success) []Success {
+	for len(batch) < c.BatchSize {
 		select {
-		case k := <-c.ch:
+		case k := <-c.Ch:
 			batch = append(batch, k)
 		default:
 			return batch
@@ -268,12 +268,12 @@ func (c *completer) take(batch []completion) []completion {
 }
 
 // flushRest writes batch and every success added before stop, then returns.
-func (c *completer) flushRest(batch []completion) {
+func (c *Completer) flushRest(batch []Success) {
 	for {
 		select {
-		case k := <-c.ch:
+		case k := <-c.Ch:
 			batch = append(batch, k)
-			if len(batch) >= c.batchSize {
+			if len(batch) >= c.BatchSize {
 				batch = c.flush(batch, true)
 			}
 		default:
@@ -283,13 +283,13 @@ func (c *completer) flushRest(batch []completion) {
 	}
 }
 
-// flushNow records, in the calling goroutine, the successes added while run is not
+// FlushNow records, in the calling goroutine, the successes added while run is not
 // running (a Worker's synchronous runs for skiplocktest).
-func (c *completer) flushNow() {
-	var batch []completion
+func (c *Completer) FlushNow() {
+	var batch []Success
 	for {
 		select {
-		case k := <-c.ch:
+		case k := <-c.Ch:
 			batch = append(batch, k)
 		default:
 			c.flush(batch, false)
@@ -301,17 +301,17 @@ func (c *completer) flushNow() {
 
 // flush writes batch, one group per completion mode (at most len(completionModes)
 // statements), and returns what it carries over to the next batch (flushMode).
-func (c *completer) flush(batch []completion, carry bool) []completion {
+func (c *Completer) flush(batch []Success, carry bool) []Success {
 	if len(batch) == 0 {
 		return batch
 	}
 	first := batch[0].mode
-	if !slices.ContainsFunc(batch, func(k completion) bool { return k.mode != first }) {
+	if !slices.ContainsFunc(batch, func(k Success) bool { return k.mode != first }) {
 		return c.flushMode(batch, carry) // the common case: one mode, no copy
 	}
-	var carried []completion
+	var carried []Success
 	for _, mode := range completionModes {
-		var group []completion
+		var group []Success
 		for _, k := range batch {
 			if k.mode == mode {
 				group = append(group, k)
@@ -329,19 +329,19 @@ func (c *completer) flush(batch []completion, carry bool) []completion {
 // (skipping), and with carry, that is the successes whose rows were locked (see
 // completeSQL), for up to skipLockedFor; the others, and all of them otherwise, are
 // written with the statement that waits for locks.
-func (c *completer) flushMode(batch []completion, carry bool) []completion {
+func (c *Completer) flushMode(batch []Success, carry bool) []Success {
 	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
-	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.key.ID, b.key.ID) })
-	var wait, carried []completion
+	slices.SortFunc(batch, func(a, b Success) int { return cmp.Compare(a.key.ID, b.key.ID) })
+	var wait, carried []Success
 	if carry && !c.skipping() {
 		// The waiting statement costs less (it locks each row once, by deleting or
 		// updating it); it is used until one of its batches is slow.
-		carry = slices.ContainsFunc(batch, func(k completion) bool { return !k.skipped.IsZero() })
+		carry = slices.ContainsFunc(batch, func(k Success) bool { return !k.skipped.IsZero() })
 	}
 	if carry {
-		var skip []completion
+		var skip []Success
 		for _, k := range batch {
-			if k.skipped.IsZero() || time.Since(k.skipped) < skipLockedFor {
+			if k.skipped.IsZero() || time.Since(k.skipped) < SkipLockedFor {
 				skip = append(skip, k)
 			} else {
 				wait = append(wait, k)
@@ -359,9 +359,9 @@ func (c *completer) flushMode(batch []completion, carry bool) []completion {
 	return append(batch[:0], carried...)
 }
 
-// args returns the statement for batch, whose successes share one mode (skipping locked
+// Args returns the statement for batch, whose successes share one mode (skipping locked
 // rows or not), and its arguments.
-func (c *completer) args(batch []completion, skip bool) (string, []any) {
+func (c *Completer) Args(batch []Success, skip bool) (string, []any) {
 	st := c.stmts[batch[0].mode]
 	ids := make([]int64, len(batch))
 	fences := make([]int64, len(batch))
@@ -388,15 +388,15 @@ func (c *completer) args(batch []completion, skip bool) (string, []any) {
 }
 
 // skipping reports whether success batches pass over locked rows now.
-func (c *completer) skipping() bool { return time.Now().UnixNano() < c.skipUntil.Load() }
+func (c *Completer) skipping() bool { return time.Now().UnixNano() < c.skipUntil.Load() }
 
-// skipFor makes success batches pass over locked rows for skipModeFor from now.
-func (c *completer) skipFor() { c.skipUntil.Store(time.Now().Add(skipModeFor).UnixNano()) }
+// SkipFor makes success batches pass over locked rows for skipModeFor from now.
+func (c *Completer) SkipFor() { c.skipUntil.Store(time.Now().Add(skipModeFor).UnixNano()) }
 
 // writeSkipping writes batch with the statement that passes over locked rows, and returns
 // the successes it passed over.
-func (c *completer) writeSkipping(batch []completion) (passed []completion) {
-	q, args := c.args(batch, true)
+func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
+	q, args := c.Args(batch, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var recorded map[int64]bool
@@ -405,7 +405,7 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := pgutil.Retry(ctx, func() error {
 		return c.gate.Do(ctx, func() error {
-			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
 				recorded = make(map[int64]bool, len(batch))
 				rows, err := db.Query(ctx, q, args...)
 				if err != nil {
@@ -423,7 +423,7 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 	if err != nil {
 		c.logger.Error("skiplock: recording successes failed; the jobs are put back in the queue and will run again",
 			"jobs", len(batch), "err", err)
-		c.finish(batch, false)
+		c.Finish(batch, false)
 		return nil
 	}
 	done := batch[:0:0]
@@ -438,13 +438,13 @@ func (c *completer) writeSkipping(batch []completion) (passed []completion) {
 		}
 		passed = append(passed, k)
 	}
-	c.finish(done, true)
+	c.Finish(done, true)
 	return passed
 }
 
 // write writes batch with the statement that waits for locked rows.
-func (c *completer) write(batch []completion) {
-	q, args := c.args(batch, false)
+func (c *Completer) write(batch []Success) {
+	q, args := c.Args(batch, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
@@ -454,7 +454,7 @@ func (c *completer) write(batch []completion) {
 	err := pgutil.Retry(ctx, func() error {
 		return c.gate.Do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
-			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db DBTX) error {
+			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
 				tag, err := db.Exec(ctx, q, args...)
 				n = tag.RowsAffected()
 				return err
@@ -462,7 +462,7 @@ func (c *completer) write(batch []completion) {
 		})
 	})
 	if err == nil && time.Since(began) > slowSuccessBatch {
-		c.skipFor()
+		c.SkipFor()
 	}
 	switch {
 	case err != nil:
@@ -472,32 +472,32 @@ func (c *completer) write(batch []completion) {
 		c.logger.Warn("skiplock: stale successes ignored: jobs were reclaimed or cancelled since this worker claimed them",
 			"stale", int64(len(batch))-n)
 	}
-	c.finish(batch, err == nil)
+	c.Finish(batch, err == nil)
 }
 
-// finish tells the worker that batch is written (ok) or given up: slots are free, leases
+// Finish tells the worker that batch is written (ok) or given up: slots are free, leases
 // no longer renewed.
-func (c *completer) finish(batch []completion, ok bool) {
+func (c *Completer) Finish(batch []Success, ok bool) {
 	if len(batch) == 0 {
 		return
 	}
-	if ok && c.done.freed != nil {
-		c.done.freed(len(batch))
+	if ok && c.done.Freed != nil {
+		c.done.Freed(len(batch))
 	}
 	keys := make([]jobtype.AttemptKey, len(batch))
 	for i, k := range batch {
 		keys[i] = k.key
 	}
-	if !ok && c.done.unrecorded != nil {
-		c.done.unrecorded(keys)
+	if !ok && c.done.Unrecorded != nil {
+		c.done.Unrecorded(keys)
 	}
-	if c.done.written != nil {
-		c.done.written(keys)
+	if c.done.Written != nil {
+		c.done.Written(keys)
 	}
 }
 
 // taskIDs returns the ids of the workflow tasks in batch (nil when none).
-func taskIDs(batch []completion) []int64 {
+func taskIDs(batch []Success) []int64 {
 	var ids []int64
 	for _, k := range batch {
 		if k.task {

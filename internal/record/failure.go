@@ -1,0 +1,316 @@
+// This file holds the failure recorder, which writes failed attempts in batches, with
+// one fenced statement each.
+
+package record
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/groupcommit"
+	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
+	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
+)
+
+// FailureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
+// ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each
+// attempt, keyed "id:fence", [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
+// 'cancelled' or 'snooze'. In SET, columns are the row as claimed (attempts is the
+// attempt that failed).
+//
+//   - retry: back to queued at now() + delay, or dead (finished, locked_by kept as the
+//     last worker) when the attempts are used up. The delay is the job's own, computed in
+//     Go by its retry policy; now() is the database's clock, as for every schedule.
+//   - failed, cancelled: final, no retry.
+//   - snooze: back to queued at now() + delay, and the attempt given back; the error
+//     history is left alone (a snooze is not an error). The fence token stays: the next
+//     claim takes a new one, so this statement, replayed after a lost reply, cannot
+//     match that claim.
+//   - Every verdict ends the lease (lease_until NULL).
+//   - Every verdict but snooze appends {attempt, at, error} to the error history.
+//   - The fence (fenceSQL) is the whole WHERE, so the rows are found exactly as the
+//     success statement finds them (by id = ANY($1), matched to their pairs), and a stale
+//     worker's failure changes nothing. The per-attempt values are looked up in $4 by the
+//     row's own id and token, so of two attempts of one job in a batch, the one the row
+//     still belongs to gives its verdict. They are not joined: a join with the unnested
+//     arrays let the planner, on a table without statistics, scan the table once per job
+//     (seconds for a batch of 200).
+//   - RETURNING says, per attempt, what was recorded; an attempt missing from it was
+//     stale.
+const FailureSQL = `UPDATE {s}.jobs SET
+	status = CASE
+		WHEN ` + fVerdict + ` = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
+		WHEN ` + fVerdict + ` = 'snooze' THEN 'queued'
+		ELSE ` + fVerdict + ` END,
+	run_at = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
+		THEN now() + ` + fDelay + ` * interval '1 microsecond' ELSE run_at END,
+	attempts = CASE WHEN ` + fVerdict + ` = 'snooze' THEN attempts - 1 ELSE attempts END,
+	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
+		THEN now() END,
+	locked_at = NULL, lease_until = NULL,
+	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
+		THEN NULL ELSE locked_by END,
+	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
+	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + ownership.AppendHistory + `left(` + fMsg + `, 2048))) END
+WHERE ` + ownership.FenceSQL + `
+RETURNING id, fence, status, run_at`
+
+// The per-attempt values of failureSQL, looked up in $4 by the row's id and token.
+const (
+	fVerdict = `($4::jsonb -> (id || ':' || fence) ->> 0)`
+	fDelay   = `($4::jsonb -> (id || ':' || fence) ->> 1)::bigint`
+	fMsg     = `($4::jsonb -> (id || ':' || fence) ->> 2)`
+)
+
+// The verdicts failureSQL knows.
+const (
+	verdictRetry  = "retry"
+	verdictSnooze = "snooze"
+)
+
+// failedAttempt is one failed attempt on its way to the database, and what was recorded.
+type failedAttempt struct {
+	key     jobtype.AttemptKey
+	row     *jobtype.JobRow
+	verdict string
+	delay   time.Duration
+	msg     string
+
+	status jobtype.JobStatus // set by exec: the job's new status
+	runAt  time.Time
+	stale  bool // set by exec: the job was no longer this attempt's
+}
+
+// FailureRecorder writes the failed attempts of one worker in batches, like the completer
+// writes successes: a failure storm (a downstream outage fails every job) costs one
+// statement and one commit per batch, not per job, and a runner goes on to its next job
+// while its failure is written. flush waits for what was recorded.
+type FailureRecorder struct {
+	pool     *pgxpool.Pool
+	workerID string
+	logger   *slog.Logger
+	sql      string // failureSQL, rendered
+	batch    *groupcommit.Batcher[*failedAttempt]
+	mu       sync.RWMutex // record holds it to read; stop to close
+	closed   bool
+	// dueAgain is called with the queue of a job written back due at once (a retry or a
+	// snooze without delay), after its commit: nothing notifies a retry, so the worker
+	// wakes its own claim loops.
+	dueAgain func(queue string)
+	// done is told what each batch did: which attempts it ended (written or not), and
+	// how many slots it freed.
+	done BatchListeners
+	// gate bounds this worker's statements on the queues' rows by the fleet's size
+	// (fleet.go); each statement takes a turn. nil: no bound.
+	gate *pgutil.Gate
+	// flows settles the workflow tasks of a batch in the batch's transaction
+	// (workflowsettle.go); nil: none.
+	flows *settle.Settler
+}
+
+// NewFailureRecorder batches at most batchSize failures per statement; a failure waits at
+// most flushEvery for others when a batch is already being written. Each statement takes
+// a turn of gate; done and dueAgain (either may be nil) are told what each batch did.
+func NewFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize int, flushEvery time.Duration,
+	gate *pgutil.Gate, done BatchListeners, dueAgain func(queue string), flows *settle.Settler, logger *slog.Logger) *FailureRecorder {
+	if done.Written == nil {
+		done.Written = func([]jobtype.AttemptKey) {}
+	}
+	if done.Freed == nil {
+		done.Freed = func(int) {}
+	}
+	if dueAgain == nil {
+		dueAgain = func(string) {}
+	}
+	f := &FailureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, FailureSQL),
+		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
+	f.batch = &groupcommit.Batcher[*failedAttempt]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: CompleterLoops, Write: f.write}
+	return f
+}
+
+// Record hands a failed attempt k of row (retry, dead, failed, cancelled or snoozed) to
+// be written, batched with other runners' failures, and returns the status it is
+// written with (the job's claimed status is kept if the attempt turns out stale). The
+// retry delay is computed here, per job, by policy. After stop it writes nothing and
+// returns StatusRunning: the job is taken back when its lease ends.
+func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr error, policy jobtype.RetryPolicy) jobtype.JobStatus {
+	a := &failedAttempt{key: k, row: row, verdict: verdictRetry, msg: StorableMessage(herr.Error())}
+	status := jobtype.StatusQueued
+	switch v, snooze := jobtype.VerdictOf(herr); v {
+	case jobtype.VerdictSnooze:
+		a.verdict, a.delay = verdictSnooze, snooze
+	case jobtype.VerdictPermanent:
+		a.verdict, status = string(jobtype.StatusFailed), jobtype.StatusFailed
+	case jobtype.VerdictCancel:
+		a.verdict, status = string(jobtype.StatusCancelled), jobtype.StatusCancelled
+	}
+	if a.verdict == verdictRetry {
+		if row.Attempts < row.MaxAttempts {
+			a.delay = policy.NextRetry(row)
+		} else {
+			status = jobtype.StatusDead
+		}
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		f.logger.Warn("skiplock: a failure came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
+			"job", row.ID, "attempt", row.Attempts)
+		return jobtype.StatusRunning
+	}
+	f.batch.Post(a, 1)
+	return status
+}
+
+// Flush waits until every failure recorded so far is written.
+func (f *FailureRecorder) Flush() { f.batch.Wait() }
+
+// Start does nothing: the failure batches own no long-lived goroutine (groupCommit).
+func (f *FailureRecorder) Start(context.Context) error { return nil }
+
+// Stop makes record refuse later failures, and waits until those it took are written.
+func (f *FailureRecorder) Stop() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.Flush()
+}
+
+// write records a batch of failed attempts with one statement. If the database refuses
+// the statement (not a transient error), each attempt is written alone, so that one it
+// refuses cannot keep the others from being recorded.
+func (f *FailureRecorder) write(batch []*failedAttempt) {
+	// Sorted ids take row locks in one order, so concurrent batches cannot deadlock.
+	slices.SortFunc(batch, func(a, b *failedAttempt) int { return cmp.Compare(a.key.ID, b.key.ID) })
+	errs := make([]error, len(batch))
+	if err := f.exec(batch); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		if len(batch) > 1 && !pgutil.Transient(err) {
+			for i, a := range batch {
+				errs[i] = f.exec([]*failedAttempt{a})
+			}
+		}
+	}
+	if slices.Contains(errs, nil) {
+		f.done.Freed(len(batch))
+	}
+	keys := make([]jobtype.AttemptKey, len(batch))
+	var unrecorded []jobtype.AttemptKey
+	for i, a := range batch {
+		keys[i] = a.key
+		if errs[i] != nil {
+			unrecorded = append(unrecorded, a.key)
+		}
+	}
+	if len(unrecorded) > 0 && f.done.Unrecorded != nil {
+		f.done.Unrecorded(unrecorded)
+	}
+	f.done.Written(keys)
+	for i, a := range batch {
+		row := a.row
+		switch {
+		case errs[i] != nil:
+			f.logger.Error("skiplock: recording a failed attempt failed; the job is put back in the queue",
+				"job", row.ID, "attempt", row.Attempts, "err", errs[i])
+		case a.stale:
+			f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
+				"job", row.ID, "attempt", row.Attempts)
+		default:
+			f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
+				"status", a.status, "run_at", a.runAt, "err", a.msg)
+			if a.status == jobtype.StatusQueued && a.delay <= 0 {
+				f.dueAgain(row.Queue)
+			}
+		}
+	}
+}
+
+// exec runs failureSQL for batch and stores what each attempt became.
+func (f *FailureRecorder) exec(batch []*failedAttempt) error {
+	n := len(batch)
+	ids, fences := make([]int64, n), make([]int64, n)
+	values := make(map[string][3]any, n)
+	for i, a := range batch {
+		ids[i], fences[i] = a.key.ID, a.key.Fence
+		values[strconv.FormatInt(a.key.ID, 10)+":"+strconv.FormatInt(a.key.Fence, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
+	}
+	perJob, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type recorded struct {
+		status string
+		runAt  time.Time
+	}
+	var got map[jobtype.AttemptKey]recorded
+	var tasks []int64
+	for _, a := range batch {
+		if settle.IsTask(a.row) && a.verdict != verdictSnooze { // a snooze settles nothing
+			tasks = append(tasks, a.key.ID)
+		}
+	}
+	// The statement is fenced: replayed after a lost reply, it matches nothing the first
+	// run recorded, so retrying is harmless.
+	err = pgutil.Retry(ctx, func() error {
+		return f.gate.Do(ctx, func() error {
+			return f.flows.Run(ctx, f.pool, tasks, func(db jobtype.DBTX) error {
+				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
+				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
+				if err != nil {
+					return err
+				}
+				got = make(map[jobtype.AttemptKey]recorded, n)
+				var k jobtype.AttemptKey
+				var r recorded
+				_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence, &r.status, &r.runAt}, func() error {
+					got[k] = r
+					return nil
+				})
+				return err
+			})
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range batch {
+		r, ok := got[a.key]
+		a.stale = !ok
+		a.status, a.runAt = jobtype.JobStatus(r.status), r.runAt
+	}
+	return nil
+}
+
+// maxErrorBytes bounds a recorded error message.
+const maxErrorBytes = 8192
+
+// StorableMessage makes a handler's error message fit a text column: Postgres refuses
+// NUL bytes and invalid UTF-8, and a refused statement would leave the job running for
+// nobody until the sweeper took it back. Long messages are cut at a rune boundary.
+func StorableMessage(msg string) string {
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", ""), "\uFFFD")
+	if len(msg) <= maxErrorBytes {
+		return msg
+	}
+	cut := maxErrorBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}

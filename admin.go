@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
@@ -40,7 +41,7 @@ func newAdminSQL(schema string) adminSQL {
 		deleteMany: pgutil.Render(schema, deleteManySQL),
 		pause:      pgutil.Render(schema, pauseSQL),
 		resume:     pgutil.Render(schema, resumeSQL),
-		paused:     pgutil.Render(schema, pausedQueuesSQL),
+		paused:     pgutil.Render(schema, claim.PausedQueuesSQL),
 
 		listPeriodic: pgutil.Render(schema, listPeriodicSQL),
 		cachedStats:  pgutil.Render(schema, cachedStatsSQL),
@@ -302,7 +303,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 
 // withPaused marks the paused queues of out, adds those without jobs, and sorts by queue.
 func (c *Client) withPaused(ctx context.Context, out []QueueStats) ([]QueueStats, error) {
-	paused, err := c.pausedQueues(ctx, c.pool)
+	paused, err := claim.PausedQueues(ctx, c.pool, c.admin.paused)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -40,7 +41,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 		ANALYZE {s}.jobs;`, "{s}", `"`+schema+`"`))
 	require.NoError(t, err)
 
-	rows, err := pool.Query(ctx, "EXPLAIN "+newClaimer(c, time.Minute).sql, "default", 100, "w1", time.Minute)
+	rows, err := pool.Query(ctx, "EXPLAIN "+claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute)
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {
@@ -55,15 +56,15 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 	assert.NotContains(t, text, "Seq Scan on jobs", text)
 
 	// And the claim itself returns the highest priority first.
-	jobs, err := newClaimer(c, time.Minute).claim(ctx, "default", 10, "w1")
+	jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, "default", 10, "w1")
 	require.NoError(t, err)
 	require.Len(t, jobs, 10)
 	for _, j := range jobs {
-		assert.Equal(t, 2, j.row.Priority)
-		assert.Equal(t, StatusRunning, j.row.Status)
-		assert.Equal(t, 1, j.row.Attempts)
-		assert.Equal(t, int64(1), j.fence)
-		assert.Equal(t, "w1", j.row.LockedBy)
+		assert.Equal(t, 2, j.Row.Priority)
+		assert.Equal(t, StatusRunning, j.Row.Status)
+		assert.Equal(t, 1, j.Row.Attempts)
+		assert.Equal(t, int64(1), j.Fence)
+		assert.Equal(t, "w1", j.Row.LockedBy)
 	}
 }
 
@@ -81,7 +82,7 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+newClaimer(c, time.Minute).sql, "default", 100, "w1", time.Minute).Scan(&plan))
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute).Scan(&plan))
 		top := plan[0]["Plan"].(map[string]any)
 		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 due jobs")
 		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
@@ -124,10 +125,10 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 		INSERT INTO {s}.jobs (queue, kind, status, locked_at, locked_by, attempts) VALUES ('q_running', 'k', 'running', now(), 'w', 1);
 		INSERT INTO {s}.queues (name, paused_at) VALUES ('q_paused', now()), ('q_resumed', NULL);
 		ANALYZE {s}.jobs`)
-	p := newPoller(c, time.Second, nil, nil, c.logger)
+	p := claim.NewPoller(c.db, time.Second, nil, nil, c.logger)
 	names := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused", "q_busy"}
 	candidates := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused"}
-	rows, err := pool.Query(ctx, p.sql, names, candidates)
+	rows, err := pool.Query(ctx, p.Sql, names, candidates)
 	require.NoError(t, err)
 	type state struct{ paused, due bool }
 	got := map[string]state{}
@@ -148,7 +149,7 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	// One statement for every queue, and it reads index pages per priority, not per job:
 	// walking the 200,000 future entries would take some 800 pages.
 	var plan []map[string]any
-	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.sql, names, candidates).Scan(&plan))
+	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.Sql, names, candidates).Scan(&plan))
 	top := plan[0]["Plan"].(map[string]any)
 	buffers := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
 	t.Logf("the poll read %v buffers", buffers)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/internal/record"
@@ -40,13 +41,13 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 				_, err := c.Enqueue(ctx, fenceArgs{}, nil)
 				require.NoError(t, err)
 			}
-			jobs, err := newClaimer(c, time.Minute).claim(ctx, DefaultQueue, 4, "w")
+			jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 4, "w")
 			require.NoError(t, err)
 			require.Len(t, jobs, 4)
-			slices.SortFunc(jobs, func(a, b claimedJob) int { return int(a.row.ID - b.row.ID) })
+			slices.SortFunc(jobs, func(a, b claim.ClaimedJob) int { return int(a.Row.ID - b.Row.ID) })
 			keys := make([]jobtype.AttemptKey, 4)
 			for i, j := range jobs {
-				keys[i] = jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence}
+				keys[i] = jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence}
 			}
 			keys[3].Fence++ // a stale attempt: the row holds another fence
 
@@ -126,11 +127,11 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 			_, err := c.Enqueue(ctx, fenceArgs{}, &EnqueueOptions{Queue: q})
 			require.NoError(t, err)
 		}
-		jobs, err := newClaimer(c, time.Minute).claim(ctx, q, 100, "w")
+		jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, q, 100, "w")
 		require.NoError(t, err)
 		require.Len(t, jobs, 100)
 		for _, j := range jobs {
-			keys = append(keys, jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence})
+			keys = append(keys, jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence})
 		}
 	}
 	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/record"
@@ -49,27 +50,27 @@ type jobStarter struct {
 
 // start registers the claimed job cj with a context derived from the executor's base.
 // slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
-func (s *jobStarter) start(cj claimedJob, slot bool) dispatched {
+func (s *jobStarter) start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
 	return s.startIn(s.base, cj, slot)
 }
 
 // startIn registers the claimed job cj: its context, derived from base, and its place
 // among the held jobs, with the lease its claim wrote. Its slot was reserved before the
 // claim.
-func (s *jobStarter) startIn(base context.Context, cj claimedJob, slot bool) dispatched {
+func (s *jobStarter) startIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := jobtype.WithState(jobCtx, s.maxBytes)
-	key := jobtype.AttemptKey{ID: cj.row.ID, Fence: cj.fence}
-	cj.row.Fence = cj.fence
+	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
+	cj.Row.Fence = cj.Fence
 	if s.attempt != nil {
-		jobtype.SetAttempt(cj.row, s.attempt)
+		jobtype.SetAttempt(cj.Row, s.attempt)
 	}
-	s.held.Add(key, cancel, cj.leased, st, cj.row)
+	s.held.Add(key, cancel, cj.Leased, st, cj.Row)
 	s.handlerWG.Add(1)
 	if slot {
 		s.slots.Take()
 	}
-	return dispatched{ctx: jobCtx, cancel: cancel, key: key, row: cj.row, timeout: cj.timeout, slot: slot}
+	return claim.Dispatched{Ctx: jobCtx, Cancel: cancel, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
 }
 
 // executorConfig is what the executor is built from.
@@ -93,7 +94,7 @@ type executor struct {
 	starter  *jobStarter
 	outcomes *record.OutcomeRecorder
 	held     *ownership.HeldJobs
-	queues   *queueSet
+	queues   *claim.QueueSet
 	runners  sync.WaitGroup
 	mu       sync.Mutex // guards queueRunner.runners
 	// overrunning counts the handlers running past their timeout (overrun).
@@ -106,7 +107,7 @@ type executor struct {
 	done                 chan struct{}
 }
 
-func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *record.OutcomeRecorder, queues *queueSet) *executor {
+func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *record.OutcomeRecorder, queues *claim.QueueSet) *executor {
 	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues,
 		hard: make(chan struct{}), giveUp: make(chan struct{})}
 }
@@ -115,7 +116,7 @@ func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *record.Outco
 // shutdown deadline — and starts MaxWorkers runners per queue.
 func (e *executor) Start(ctx context.Context) error {
 	e.starter.base, e.starter.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	for _, q := range e.queues.all() {
+	for _, q := range e.queues.All() {
 		e.grow(q)
 	}
 	return nil
@@ -124,12 +125,12 @@ func (e *executor) Start(ctx context.Context) error {
 // grow starts runners for q until it has one per slot (MaxWorkers, which may have been
 // raised at run time). Lowered, MaxWorkers leaves the extra runners idle: the queue
 // claims no more than its slots, so they only wait.
-func (e *executor) grow(q *queueRunner) {
+func (e *executor) grow(q *claim.QueueRunner) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for ; q.runners < q.max.Load(); q.runners++ {
-		q.ran.Add(1)
-		e.runners.Go(func() { defer q.ran.Done(); e.runner(q) })
+	for ; q.Runners < q.Max.Load(); q.Runners++ {
+		q.Ran.Add(1)
+		e.runners.Go(func() { defer q.Ran.Done(); e.runner(q) })
 	}
 }
 
@@ -143,8 +144,8 @@ func (e *executor) grow(q *queueRunner) {
 // (Worker.StopAndCancel gave up waiting). A hard stop (Worker.StopAndCancel) cancels
 // the handlers at once instead of after ShutdownTimeout.
 func (e *executor) Stop() {
-	for _, q := range e.queues.all() {
-		q.closeJobs() // runners exit once their current job is done
+	for _, q := range e.queues.All() {
+		q.CloseJobs() // runners exit once their current job is done
 	}
 	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.Count())
 	done := e.handlersDone()
@@ -211,23 +212,23 @@ func (e *executor) abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 // a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
 // pay for stack growth on every job; each keeps one overrun watch, and its timer, for all
 // its jobs.
-func (e *executor) runner(q *queueRunner) {
+func (e *executor) runner(q *claim.QueueRunner) {
 	o := e.newOverrunWatch()
 	defer o.close()
-	for d := range q.jobs {
+	for d := range q.Jobs {
 		e.execute(d, o)
-		d.cancel(nil)
-		q.finished()
+		d.Cancel(nil)
+		q.Finished()
 		e.starter.handlerWG.Done()
 	}
 }
 
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
 // worker's. Zero or negative means none.
-func (e *executor) timeoutFor(d dispatched, h handler) time.Duration {
+func (e *executor) timeoutFor(d claim.Dispatched, h handler) time.Duration {
 	switch {
-	case d.timeout > 0:
-		return d.timeout
+	case d.Timeout > 0:
+		return d.Timeout
 	case h.timeout != 0:
 		return h.timeout
 	default:
@@ -238,8 +239,8 @@ func (e *executor) timeoutFor(d dispatched, h handler) time.Duration {
 // execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
 // and hands the result to the outcome recorder. It returns the result the hooks were
 // told. o watches the handler past its timeout (nil: a watch of its own).
-func (e *executor) execute(d dispatched, o *overrunWatch) JobResult {
-	ctx, row := d.ctx, d.row
+func (e *executor) execute(d claim.Dispatched, o *overrunWatch) JobResult {
+	ctx, row := d.Ctx, d.Row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := e.cfg.handlers[row.Kind]
 	timeout := e.timeoutFor(d, h)
@@ -269,8 +270,8 @@ func (e *executor) execute(d dispatched, o *overrunWatch) JobResult {
 	if h.policy != nil {
 		policy = h.policy
 	}
-	return e.outcomes.Record(d.key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
-		Duration: time.Since(began), Timeout: timeout, Policy: policy, Slot: d.slot})
+	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
+		Duration: time.Since(began), Timeout: timeout, Policy: policy, Slot: d.Slot})
 }
 
 // overrunWatch watches the handler of one attempt at a time past its timeout. Its job is
@@ -286,7 +287,7 @@ type overrunWatch struct {
 
 	mu      sync.Mutex
 	gen     uint64 // counts the attempts watched: a report is for the attempt it began with
-	d       dispatched
+	d       claim.Dispatched
 	timeout time.Duration
 	began   time.Time // when the watch of the attempt began
 	due     time.Time // the next report; zero: no attempt watched
@@ -304,7 +305,7 @@ func (e *executor) newOverrunWatch() *overrunWatch {
 func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.leaseInterval, time.Millisecond) }
 
 // watch starts watching d's handler, whose timeout is timeout.
-func (o *overrunWatch) watch(d dispatched, timeout time.Duration) {
+func (o *overrunWatch) watch(d claim.Dispatched, timeout time.Duration) {
 	now := time.Now()
 	o.mu.Lock()
 	o.gen++
@@ -321,7 +322,7 @@ func (o *overrunWatch) stop() {
 	if o.counted {
 		o.e.overrunning.Add(-1)
 	}
-	o.d, o.due, o.counted = dispatched{}, time.Time{}, false
+	o.d, o.due, o.counted = claim.Dispatched{}, time.Time{}, false
 	o.mu.Unlock()
 }
 
@@ -353,11 +354,11 @@ func (o *overrunWatch) fire() {
 	o.mu.Unlock()
 	e := o.e
 	e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
-		"job", d.row.ID, "kind", d.row.Kind, "attempt", d.row.Attempts, "timeout", timeout,
+		"job", d.Row.ID, "kind", d.Row.Kind, "attempt", d.Row.Attempts, "timeout", timeout,
 		"over_by", overBy)
 	if first {
-		e.cfg.marks.Write(d.key)              // counted in Stats (overrunmark.go)
-		e.cfg.mw.stuck(d.ctx, d.row, timeout) // error handlers (middleware.go)
+		e.cfg.marks.Write(d.Key)              // counted in Stats (overrunmark.go)
+		e.cfg.mw.stuck(d.Ctx, d.Row, timeout) // error handlers (middleware.go)
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/record"
 	"github.com/stretchr/testify/require"
 )
@@ -71,11 +72,11 @@ func benchBatches(b *testing.B, c *record.Completer) {
 
 // benchClaimed returns the claimed job i of a benchmark: what the claim hands the
 // starter, a fresh row each (as scanJob makes), none of them in the database.
-func benchClaimed(i int, now time.Time) claimedJob {
-	return claimedJob{
-		row: &JobRow{ID: int64(i + 1), Queue: DefaultQueue, Kind: "bench_noop", Payload: []byte("{}"),
+func benchClaimed(i int, now time.Time) claim.ClaimedJob {
+	return claim.ClaimedJob{
+		Row: &JobRow{ID: int64(i + 1), Queue: DefaultQueue, Kind: "bench_noop", Payload: []byte("{}"),
 			Status: StatusRunning, Attempts: 1, MaxAttempts: 25, RunAt: now, CreatedAt: now, LockedAt: now, LockedBy: "w"},
-		fence: 1, leased: now,
+		Fence: 1, Leased: now,
 	}
 }
 
@@ -105,7 +106,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		for i := range b.N {
 			d := w.starter.start(benchClaimed(i, now), false)
 			w.executor.execute(d, o)
-			d.cancel(nil)
+			d.Cancel(nil)
 			w.starter.handlerWG.Done()
 		}
 		w.starter.handlerWG.Wait()
@@ -113,18 +114,18 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 	})
 	b.Run("runners", func(b *testing.B) {
 		w := benchWorker(b)
-		q := newQueueRunner(DefaultQueue, DefaultMaxWorkers, w.loops)
+		q := claim.NewQueueRunner(DefaultQueue, DefaultMaxWorkers, w.loops)
 		w.executor.grow(q)
 		now := time.Now()
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			q.jobs <- w.starter.start(benchClaimed(i, now), false)
+			q.Jobs <- w.starter.start(benchClaimed(i, now), false)
 		}
 		w.starter.handlerWG.Wait()
 		cpu.report()
-		q.closeJobs()
-		q.ran.Wait()
+		q.CloseJobs()
+		q.Ran.Wait()
 	})
 }
 
@@ -163,11 +164,11 @@ func BenchmarkClaim_PerJob(b *testing.B) {
 	_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind, payload)
 		SELECT 'bench_noop', '{"t": 1}' FROM generate_series(1, $1)`, b.N)
 	require.NoError(b, err)
-	cl := newClaimer(c, time.Minute)
+	cl := claim.NewClaimer(c.db, time.Minute)
 	b.ReportAllocs()
 	cpu := startCPU(b)
 	for n := 0; n < b.N; {
-		jobs, err := cl.claim(ctx, DefaultQueue, 100, "w")
+		jobs, err := cl.Claim(ctx, DefaultQueue, 100, "w")
 		require.NoError(b, err)
 		require.NotEmpty(b, jobs)
 		n += len(jobs)

@@ -16,56 +16,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// QueueLimits are a queue's flow-control limits. They hold across every worker of every
-// process that works the queue: they are kept by the database, not by one process. The
-// zero value means no limit at all: the queue takes the plain claim path, whose cost
-// flow control does not change.
-//
-// Limits are declared per queue in [QueueConfig].Limits, and may be replaced at run time
-// with [Client.SetQueueLimits] (every worker picks the change up at once through the
-// control channel, and after a reconnect of its listener, or within a minute otherwise).
-//
-// A queue whose only limit is Concurrency claims through slot rows, side by side with
-// other claims; any other limit makes the queue's claims take turns under a lock (see
-// the README, "Flow control", for both and their costs).
-type QueueLimits struct {
-	// Concurrency is the most jobs of the queue running at once, across all workers.
-	// Zero means no global limit; negative is an error. [QueueConfig].MaxWorkers still
-	// bounds each worker.
-	Concurrency int
-	// KeyConcurrency is the most jobs running at once per partition key
-	// ([EnqueueOptions].PartitionKey), across all workers. Jobs without a key share one
-	// key of their own. Zero means no per-key limit; negative is an error.
-	KeyConcurrency int
-	// Rate is the most job starts per RatePeriod, across all workers: a token bucket in
-	// the database that holds at most Rate tokens and refills at Rate per RatePeriod;
-	// every start takes one token. Starts are counted, not completions: a retry is a new
-	// start. Zero means no rate limit; negative is an error.
-	Rate int
-	// RatePeriod is the window of Rate. Defaults to one second when Rate is set; zero
-	// means the default, negative is an error.
-	RatePeriod time.Duration
-	// Fair hands the queue's jobs out round-robin across partition keys: each claim takes
-	// an equal share from every key that has due jobs (and free per-key slots), so a key
-	// with a huge backlog cannot starve a key with a few jobs. Within a key, jobs go in
-	// priority and run_at order; across keys, priority does not apply.
-	Fair bool
-}
+// QueueLimits are a queue's flow-control limits, kept by the database across every
+// worker of every process that works the queue. The zero value means no limit. See
+// [jobtype.QueueLimits] for its fields; declare them in [QueueConfig].Limits or set them
+// at run time with [Client.SetQueueLimits].
+type QueueLimits = jobtype.QueueLimits
 
-// none reports whether l limits nothing.
-func (l QueueLimits) none() bool {
-	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && !l.Fair
-}
-
-// keyed reports whether the claim must walk partition keys.
-func (l QueueLimits) keyed() bool { return l.KeyConcurrency > 0 || l.Fair }
-
-// check validates l and fills the default RatePeriod.
-func (l QueueLimits) check(queue string) (QueueLimits, error) {
+// checkLimits validates l and fills the default RatePeriod.
+func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	switch {
 	case l.Concurrency < 0:
 		return l, fmt.Errorf("%w: queue %q: Concurrency %d is negative", ErrInvalidLimits, queue, l.Concurrency)
@@ -110,9 +73,6 @@ const resetLimitsSQL = `WITH del AS (
 )
 SELECT pg_notify($2, $3) FROM (SELECT 1) one`
 
-// controlLimits is the control op that says a queue's limits changed.
-const controlLimits = "limits"
-
 // SetQueueLimits replaces, for every worker of every process, the limits of queue with l
 // until [Client.ResetQueueLimits]: the limits declared in [QueueConfig].Limits no longer
 // apply to it, even after a restart. A zero l lifts every limit. Workers hear of the
@@ -127,7 +87,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if err := validQueue(queue); err != nil {
 		return err
 	}
-	l, err := l.check(queue)
+	l, err := checkLimits(l, queue)
 	if err != nil {
 		return err
 	}
@@ -137,7 +97,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	}
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
-		c.notify.Control, notify.ControlMsg{Op: controlLimits, Queue: queue}.Payload())
+		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload())
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -151,7 +111,7 @@ func (c *Client) ResetQueueLimits(ctx context.Context, queue string) error {
 		return err
 	}
 	_, err := c.pool.Exec(ctx, pgutil.Render(c.schema, resetLimitsSQL), queue,
-		c.notify.Control, notify.ControlMsg{Op: controlLimits, Queue: queue}.Payload())
+		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload())
 	if err != nil {
 		return c.wrapErr("reset queue limits", err)
 	}

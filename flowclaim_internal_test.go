@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
@@ -27,13 +28,13 @@ func TestFlow_KeyedQueueLooksForJobsWithoutAKeyAmongTheFirst64(t *testing.T) {
 		SELECT 'keyed', 'k', 'key' || g, now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 100) g;
 		INSERT INTO {s}.jobs (queue, kind, run_at) VALUES ('keyed', 'nokey', now() - interval '1 minute');`))
 	require.NoError(t, err)
-	f := newFlowClaimer(c, time.Minute)
+	f := claim.NewFlowClaimer(c.db, time.Minute)
 	limits := QueueLimits{KeyConcurrency: 1}
 	for claim := 1; claim <= 101; claim++ {
-		jobs, _, err := f.claim(ctx, "keyed", limits, 1, "w")
+		jobs, _, err := f.Claim(ctx, "keyed", limits, 1, "w")
 		require.NoError(t, err)
 		require.Len(t, jobs, 1, "claim %d", claim)
-		if jobs[0].row.Kind == "nokey" {
+		if jobs[0].Row.Kind == "nokey" {
 			require.Equal(t, 38, claim, "the claim that took the job without a key")
 			return
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -122,14 +123,14 @@ func FuzzDecodeJobRow(f *testing.F) {
 			}
 		}()
 
-		jobs, err := newClaimer(client, time.Minute).claim(ctx, "fuzz", 1, w.id)
+		jobs, err := claim.NewClaimer(client.db, time.Minute).Claim(ctx, "fuzz", 1, w.id)
 		if err != nil {
 			t.Fatalf("%s\nclaiming the job failed, so it stays running with no worker: %v", input, err)
 		}
-		if len(jobs) != 1 || jobs[0].row.ID != id {
+		if len(jobs) != 1 || jobs[0].Row.ID != id {
 			t.Fatalf("%s\nclaimed %d jobs, want job %d", input, len(jobs), id)
 		}
-		row, fence := jobs[0].row, jobs[0].fence
+		row, fence := jobs[0].Row, jobs[0].Fence
 		if !stored {
 			row.Payload = payload // what a decoder must survive even if Postgres never returns it
 		}
@@ -148,7 +149,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.executor.execute(dispatched{ctx: ctx, cancel: func(error) {}, key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, row: row}, nil)
+		w.executor.execute(claim.Dispatched{Ctx: ctx, Cancel: func(error) {}, Key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, Row: row}, nil)
 		w.failures.Flush() // failures are written in the background
 
 		var status, lastErr string

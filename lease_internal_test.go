@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -28,9 +29,9 @@ type fenceArgs struct{}
 func (fenceArgs) Kind() string { return "fence" }
 
 // claimOne claims the one queued job of the default queue as worker w.
-func claimOne(t *testing.T, cl *claimer, w string) claimedJob {
+func claimOne(t *testing.T, cl *claim.Claimer, w string) claim.ClaimedJob {
 	t.Helper()
-	jobs, err := cl.claim(context.Background(), DefaultQueue, 1, w)
+	jobs, err := cl.Claim(context.Background(), DefaultQueue, 1, w)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	return jobs[0]
@@ -42,29 +43,29 @@ func TestFence_ReplayedSnoozeDoesNotTouchTheNextClaim(t *testing.T) {
 	c, pool, schema := claimSetup(t)
 	job, err := c.Enqueue(ctx, fenceArgs{}, nil)
 	require.NoError(t, err)
-	cl := newClaimer(c, time.Minute)
+	cl := claim.NewClaimer(c.db, time.Minute)
 	f := record.NewFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// Worker w claims the job, and its handler snoozes it: the job is queued again, with
 	// its attempt given back.
 	first := claimOne(t, cl, "w")
-	k1 := jobtype.AttemptKey{ID: first.row.ID, Fence: first.fence}
-	require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
+	k1 := jobtype.AttemptKey{ID: first.Row.ID, Fence: first.Fence}
+	require.Equal(t, StatusQueued, recordNow(f, k1, first.Row, Snooze(0), BackoffPolicy{}))
 	// w claims it again: the same attempt number, by the same worker.
 	second := claimOne(t, cl, "w")
-	require.Equal(t, first.row.Attempts, second.row.Attempts)
-	assert.Greater(t, second.fence, first.fence, "every claim takes a new token")
+	require.Equal(t, first.Row.Attempts, second.Row.Attempts)
+	assert.Greater(t, second.Fence, first.Fence, "every claim takes a new token")
 
 	// The snooze statement is run again (its commit reply was lost, and the DB retry
 	// replays it): it must not put the live run back in the queue.
-	recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{})
+	recordNow(f, k1, first.Row, Snooze(0), BackoffPolicy{})
 	got, err := c.Get(ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, StatusRunning, got.Status, "the replayed snooze took the live run back")
 	assert.Equal(t, "w", got.LockedBy)
 
 	// The live run's own writes still land.
-	require.Equal(t, StatusQueued, recordNow(f, jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, second.row, Snooze(0), BackoffPolicy{}))
+	require.Equal(t, StatusQueued, recordNow(f, jobtype.AttemptKey{ID: second.Row.ID, Fence: second.Fence}, second.Row, Snooze(0), BackoffPolicy{}))
 }
 
 // heartbeatHook runs start when the pool starts a heartbeat statement and end when it has
@@ -95,15 +96,15 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	_, err := c.Enqueue(ctx, fenceArgs{}, nil)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl := newClaimer(c, time.Minute)
+	cl := claim.NewClaimer(c.db, time.Minute)
 	f := record.NewFailureRecorder(pool, schema, "w", DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil, nil, logger)
 	held := ownership.NewHeldJobs()
 
 	first := claimOne(t, cl, "w")
-	k1 := jobtype.AttemptKey{ID: first.row.ID, Fence: first.fence}
+	k1 := jobtype.AttemptKey{ID: first.Row.ID, Fence: first.Fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
-	held.Add(k1, cancel1, first.leased, nil, first.row)
+	held.Add(k1, cancel1, first.Leased, nil, first.Row)
 
 	// The heartbeat has read the keys it renews (k1) when the first run's snooze commits;
 	// its statement then finds the job queued. Before it acts on that, the job is claimed
@@ -113,11 +114,11 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	hook := &heartbeatHook{
 		start: func() {
 			held.Remove(k1)
-			require.Equal(t, StatusQueued, recordNow(f, k1, first.row, Snooze(0), BackoffPolicy{}))
+			require.Equal(t, StatusQueued, recordNow(f, k1, first.Row, Snooze(0), BackoffPolicy{}))
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.Add(jobtype.AttemptKey{ID: second.row.ID, Fence: second.fence}, cancel2, second.leased, nil, second.row)
+			held.Add(jobtype.AttemptKey{ID: second.Row.ID, Fence: second.Fence}, cancel2, second.Leased, nil, second.Row)
 		},
 	}
 	cfg := pool.Config()

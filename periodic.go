@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
@@ -255,7 +256,7 @@ func newPeriodicRunner(c *Client, entries map[string]*periodicEntry, logger *slo
 
 // declare records this worker's schedules and retires those nobody declares any more.
 func (p *periodicRunner) declare(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	ctx, cancel := context.WithTimeout(ctx, claim.ClaimTimeout)
 	defer cancel()
 	var now time.Time
 	if err := p.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -305,7 +306,7 @@ func (p *periodicRunner) run(ctx context.Context) {
 			wait = 0 // a full batch: there may be more due
 		default:
 			var secs float64
-			cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+			cctx, cancel := context.WithTimeout(ctx, claim.ClaimTimeout)
 			err := p.pool.QueryRow(cctx, p.sql.next, p.names).Scan(&secs)
 			cancel()
 			if err == nil {
@@ -324,7 +325,7 @@ func (p *periodicRunner) run(ctx context.Context) {
 // tick enqueues the due occurrences of up to periodicBatch schedules in one transaction
 // and reports whether the batch was full.
 func (p *periodicRunner) tick(ctx context.Context) (more bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	ctx, cancel := context.WithTimeout(ctx, claim.ClaimTimeout)
 	defer cancel()
 	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
@@ -41,9 +42,9 @@ type Worker struct {
 	runDone   chan struct{}      // closed when Run returns
 	runErr    error              // ErrHandlersStillRunning, or nil: set before runDone is closed
 
-	queues  *queueSet
-	loops   claimLoopConfig // what a queue's claim loops need, for queues added later
-	sweeper *Sweeper        // the embedded sweeper; nil when SweepInterval is negative
+	queues  *claim.QueueSet
+	loops   claim.ClaimLoopConfig // what a queue's claim loops need, for queues added later
+	sweeper *Sweeper              // the embedded sweeper; nil when SweepInterval is negative
 	// qmu serializes the run-time queue changes (queueset.go) with Run's start and stop;
 	// qstate says which of them they meet.
 	qmu      sync.Mutex
@@ -54,16 +55,16 @@ type Worker struct {
 	lease       *ownership.Lease
 	completer   *record.Completer
 	failures    *record.FailureRecorder
-	pause       *pauseWatcher          // the paused flags of the queues
-	flow        *flowWatch             // which queues claim under limits, and with which
+	pause       *claim.PauseWatcher    // the paused flags of the queues
+	flow        *claim.FlowWatch       // which queues claim under limits, and with which
 	elector     *ownership.Elector     // registers the worker, and campaigns when it has leaderTasks
 	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (leader.go)
 	listener    *notify.Listener
 	executor    *executor
 	periodic    *periodicRunner // nil without PeriodicJobs
 	mw          *middlewares    // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
-	poller      *poller
-	claims      *claimLoops
+	poller      *claim.Poller
+	claims      *claim.ClaimLoops
 	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
 	starter  *jobStarter
 	outcomes *record.OutcomeRecorder
@@ -82,7 +83,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	cfg = cfg.withDefaults(client.logger)
 	declared := map[string]QueueLimits{}
 	for name, q := range cfg.Queues {
-		l, err := q.Limits.check(name)
+		l, err := checkLimits(q.Limits, name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: WorkerConfig.Queues[%q].Limits: %w", ErrInvalidConfig, name, err)
 		}
@@ -131,11 +132,11 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	c, cfg := w.client, w.cfg
 	w.gate = pgutil.NewGate(cfg.FleetStatements)
 	held := ownership.NewHeldJobs()
-	w.queues = newQueueSet() // filled below; the elector reads its names when it registers
+	w.queues = claim.NewQueueSet() // filled below; the elector reads its names when it registers
 	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
 	// while handlers still run expires it rather than deleting it, and the job lease
 	// cancels the handlers before that row can end (lease.go).
-	w.elector = ownership.NewWorkerElector(c.db, c.flows, w.id, w.queues.names, campaign, w.gate.SetFleet,
+	w.elector = ownership.NewWorkerElector(c.db, c.flows, w.id, w.queues.Names, campaign, w.gate.SetFleet,
 		func() bool { return held.Count() > 0 }, w.logger)
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
@@ -146,21 +147,21 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
-	w.loops = claimLoopConfig{
-		claimer: newClaimer(c, cfg.VisibilityTimeout), workerID: cfg.ID, fetchCooldown: cfg.FetchCooldown,
-		logger: w.logger, conns: make(chan struct{}, maxClaimConns), gate: w.gate,
-		start: w.starter.start, staleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
-		release:     w.lease.ReleaseJobs,
-		leaseEnding: w.lease.OwnLeaseEnding,
+	w.loops = claim.ClaimLoopConfig{
+		Claimer: claim.NewClaimer(c.db, cfg.VisibilityTimeout), WorkerID: cfg.ID, FetchCooldown: cfg.FetchCooldown,
+		Logger: w.logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: w.gate,
+		Start: w.starter.start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
+		Release:     w.lease.ReleaseJobs,
+		LeaseEnding: w.lease.OwnLeaseEnding,
 	}
 	for name, q := range cfg.Queues {
-		w.queues.put(newQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
+		w.queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
 	}
-	w.claims = &claimLoops{queues: w.queues}
-	w.pause = newPauseWatcher(c, w.queues, w.logger)
-	w.poller = newPoller(c, cfg.PollInterval, w.queues, w.pause, w.logger)
-	w.flow = newFlowWatch(c, w.queues, declared, cfg.VisibilityTimeout, w.logger)
-	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.slotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
+	w.claims = &claim.ClaimLoops{Queues: w.queues}
+	w.pause = claim.NewPauseWatcher(c.db, w.queues, w.logger)
+	w.poller = claim.NewPoller(c.db, cfg.PollInterval, w.queues, w.pause, w.logger)
+	w.flow = claim.NewFlowWatch(c.db, c.QueueLimitsSet, w.queues, declared, cfg.VisibilityTimeout, w.logger)
+	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.SlotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
 	flows := attempt.Flows
 	w.completer = record.NewCompleter(c.pool, c.schema, modeOf, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, flows, w.logger)
@@ -168,8 +169,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// claim it now rather than at the next poll (nothing notifies a retry).
 	queues := w.queues
 	dueAgain := func(queue string) {
-		if q := queues.get(queue); q != nil {
-			q.signal()
+		if q := queues.Get(queue); q != nil {
+			q.Signal()
 		}
 	}
 	w.failures = record.NewFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
@@ -194,18 +195,18 @@ func (w *Worker) buildListener() error {
 		Pool: w.client.pool, ListenURL: w.cfg.ListenURL, WorkerID: w.id,
 		Channel: w.client.notify.Channel, Control: w.client.notify.Control, Logger: w.logger,
 		OnNotify: func(queue string) {
-			if q := queues.get(queue); q != nil {
-				q.signal()
+			if q := queues.Get(queue); q != nil {
+				q.Signal()
 			}
 		},
 		OnControl: func(msg notify.ControlMsg) {
-			pause.control(msg)
+			pause.Control(msg)
 			lease.Control(msg)
-			flow.notify(msg)
+			flow.Notify(msg)
 		},
 		OnListen: func() {
-			poller.kick() // the poll reads the paused queues too
-			flow.kick()   // limits changed while the listener was away
+			poller.Kick() // the poll reads the paused queues too
+			flow.Kick()   // limits changed while the listener was away
 		},
 	})
 	w.listener = l
@@ -242,7 +243,7 @@ func (w *Worker) services() []lifecycle.Service {
 	if w.periodic != nil {
 		s = append(s, w.periodic)
 	}
-	return append(s, lifecycle.NewLoop(w.poller.run, lifecycle.UntilCancel), w.claims)
+	return append(s, lifecycle.NewLoop(w.poller.Run, lifecycle.UntilCancel), w.claims)
 }
 
 // Overrunning returns how many of the worker's handlers are running past their job
@@ -362,7 +363,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.qstate = queuesRunning
 	w.qmu.Unlock()
-	w.logger.Info("skiplock: worker started", "queues", w.queues.len(), "version", moduleVersion())
+	w.logger.Info("skiplock: worker started", "queues", w.queues.Len(), "version", moduleVersion())
 	<-ctx.Done()
 	w.qmu.Lock() // a queue change in progress ends first; later ones are refused
 	w.qstate = queuesStopped
@@ -423,7 +424,7 @@ const checkSchemaSQL = `SELECT 1 FROM {s}.jobs, {s}.leader, {s}.workers LIMIT 0`
 // flight at once, and what each is for. Handlers' statements (and the failures they
 // record) come on top.
 func (w *Worker) connsNeeded() (int, string) {
-	claims := claimConns(w.queues.len())
+	claims := claim.ClaimConns(w.queues.Len())
 	n := claims + record.CompleterLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, record.CompleterLoops)
 	if len(w.leaderTasks.Tasks) > 0 {

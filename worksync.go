@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/testbridge"
 )
 
@@ -31,16 +32,16 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if w.started.Load() {
 		return nil, JobResult{}, errors.New("skiplock: a worker that runs (or ran) Run cannot run jobs synchronously")
 	}
-	jobs, err := newClaimer(w.client, w.cfg.VisibilityTimeout).claim(ctx, queue, 1, w.id)
+	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id)
 	if err != nil || len(jobs) == 0 {
 		return nil, JobResult{}, err
 	}
-	q := w.queues.get(queue)
-	d := w.starter.startIn(ctx, jobs[0], q != nil && q.holdsSlot())
+	q := w.queues.Get(queue)
+	d := w.starter.startIn(ctx, jobs[0], q != nil && q.HoldsSlot())
 	res := w.executor.execute(d, nil)
-	d.cancel(nil)
+	d.Cancel(nil)
 	w.starter.handlerWG.Done()
 	w.completer.FlushNow()
 	w.failures.Flush() // a failure, too, is written before workOne returns
-	return d.row, res, nil
+	return d.Row, res, nil
 }

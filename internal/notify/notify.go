@@ -130,6 +130,8 @@ const (
 	// ControlCancel: job ID was cancelled; the worker running it cancels its handler's
 	// context at once rather than at its next heartbeat.
 	ControlCancel = "cancel"
+	// ControlLimits: the limits of Queue changed; workers read them again.
+	ControlLimits = "limits"
 )
 
 // SendControl sends m on the control channel through db. Inside a transaction it is

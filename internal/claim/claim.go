@@ -2,7 +2,7 @@
 // atomic step, and the claimed jobs it returns. The per-queue claim loops that decide when
 // to run it are in claimloop.go; queues with limits claim through flowclaim.go.
 
-package skiplock
+package claim
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -69,34 +70,34 @@ UPDATE {s}.jobs
 SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
 	fence = fence + 1, lease_until = now() + $4::interval
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-RETURNING ` + jobColumns + `, fence, timeout_ms`
+RETURNING ` + jobtype.Columns + `, fence, timeout_ms`
 
-// claimer runs the claim statement, rendered for one schema.
-type claimer struct {
+// Claimer runs the claim statement, rendered for one schema.
+type Claimer struct {
 	pool       *pgxpool.Pool
-	sql        string
+	Sql        string
 	visibility time.Duration // the lease a claim writes
 	wrapErr    func(op string, err error) error
 }
 
-func newClaimer(c *Client, visibility time.Duration) *claimer {
-	return &claimer{pool: c.pool, sql: pgutil.Render(c.schema, claimSQL), visibility: visibility, wrapErr: c.wrapErr}
+func NewClaimer(db pgutil.DB, visibility time.Duration) *Claimer {
+	return &Claimer{pool: db.Pool, Sql: db.Render(claimSQL), visibility: visibility, wrapErr: db.WrapErr}
 }
 
-// claimedJob is one job a claim returned: the row, the fencing token the claim took, the
+// ClaimedJob is one job a claim returned: the row, the fencing token the claim took, the
 // job's own timeout (0: none), and when the claim statement started, by the worker's clock
 // (the lease lasts at least the visibility timeout from then).
-type claimedJob struct {
-	row     *JobRow
-	fence   int64
-	timeout time.Duration
-	leased  time.Time
+type ClaimedJob struct {
+	Row     *jobtype.JobRow
+	Fence   int64
+	Timeout time.Duration
+	Leased  time.Time
 }
 
-// claim takes up to limit due jobs of queue for the worker id.
-func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID string) ([]claimedJob, error) {
+// Claim takes up to limit due jobs of queue for the worker id.
+func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID string) ([]ClaimedJob, error) {
 	began := time.Now()
-	rows, err := c.pool.Query(ctx, c.sql, queue, limit, workerID, c.visibility)
+	rows, err := c.pool.Query(ctx, c.Sql, queue, limit, workerID, c.visibility)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)
 	}
@@ -110,13 +111,13 @@ func (c *claimer) claim(ctx context.Context, queue string, limit int, workerID s
 // scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose
 // statement started at began, by the worker's clock; limit is how many it asked for, the
 // room made for them (0: unknown).
-func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]claimedJob, error) {
+func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]ClaimedJob, error) {
 	defer rows.Close()
-	out := make([]claimedJob, 0, limit)
+	out := make([]ClaimedJob, 0, limit)
 	var dest []any // one slice of destinations for every row
 	for rows.Next() {
 		var cs struct {
-			jobScan
+			jobtype.Scan
 			fence     int64
 			timeoutMs pgtype.Int8
 		}
@@ -125,14 +126,14 @@ func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]claimedJob, error
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		cj := claimedJob{row: s.Job(), fence: s.fence, leased: began}
+		cj := ClaimedJob{Row: s.Job(), Fence: s.fence, Leased: began}
 		if s.timeoutMs.Valid {
-			cj.timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
+			cj.Timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
 		}
 		out = append(out, cj)
 	}
 	return out, rows.Err()
 }
 
-// claimTimeout bounds one claim statement.
-const claimTimeout = 30 * time.Second
+// ClaimTimeout bounds one claim statement.
+const ClaimTimeout = 30 * time.Second

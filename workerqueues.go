@@ -12,10 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/claim"
 )
 
 // ErrUnknownQueue is returned by [Worker.RemoveQueue] and [Worker.SetMaxWorkers] for a
@@ -27,81 +27,6 @@ var ErrQueueExists = errors.New("skiplock: the worker already works this queue")
 
 // ErrWorkerStopped is returned by the run-time queue changes once Run has returned.
 var ErrWorkerStopped = errors.New("skiplock: the worker has stopped")
-
-// queueSet is a worker's queues by name, read by its running parts (claim loops,
-// executor, poller, pause and flow watchers, listener) while AddQueue and RemoveQueue
-// change it.
-type queueSet struct {
-	mu sync.RWMutex
-	m  map[string]*queueRunner
-	// modes is each queue's completion mode ([QueueConfig].Completion), kept after the
-	// queue is removed: the jobs it was running are recorded as it said.
-	modes map[string]Completion
-}
-
-func newQueueSet() *queueSet {
-	return &queueSet{m: map[string]*queueRunner{}, modes: map[string]Completion{}}
-}
-
-// get returns the queue named name, or nil.
-func (s *queueSet) get(name string) *queueRunner {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.m[name]
-}
-
-// all returns the queues, in name order.
-func (s *queueSet) all() []*queueRunner {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*queueRunner, 0, len(s.m))
-	for _, q := range s.m {
-		out = append(out, q)
-	}
-	slices.SortFunc(out, func(a, b *queueRunner) int { return cmp.Compare(a.name, b.name) })
-	return out
-}
-
-// names returns the queues' names, sorted.
-func (s *queueSet) names() []string {
-	qs := s.all()
-	out := make([]string, len(qs))
-	for i, q := range qs {
-		out[i] = q.name
-	}
-	return out
-}
-
-// len returns how many queues the set holds.
-func (s *queueSet) len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.m)
-}
-
-// put adds q with its completion mode.
-func (s *queueSet) put(q *queueRunner, mode Completion) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[q.name] = q
-	s.modes[q.name] = mode
-}
-
-// drop removes the queue named name and returns it, or nil.
-func (s *queueSet) drop(name string) *queueRunner {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.m[name]
-	delete(s.m, name)
-	return q
-}
-
-// mode returns the completion mode set for queue (0: none).
-func (s *queueSet) mode(queue string) Completion {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.modes[queue]
-}
 
 // queueState says where a Worker is in its life, for the run-time queue changes.
 type queueState int
@@ -131,7 +56,7 @@ func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) err
 	if err := cfg.validate(field); err != nil {
 		return err
 	}
-	limits, err := cfg.Limits.check(name)
+	limits, err := checkLimits(cfg.Limits, name)
 	if err != nil {
 		return fmt.Errorf("%w: %s.Limits: %w", ErrInvalidConfig, field, err)
 	}
@@ -140,32 +65,32 @@ func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) err
 	if w.qstate == queuesStopped {
 		return ErrWorkerStopped
 	}
-	if w.queues.get(name) != nil {
+	if w.queues.Get(name) != nil {
 		return fmt.Errorf("%w: %q", ErrQueueExists, name)
 	}
-	q := newQueueRunner(name, cmp.Or(cfg.MaxWorkers, DefaultMaxWorkers), w.loops)
+	q := claim.NewQueueRunner(name, cmp.Or(cfg.MaxWorkers, DefaultMaxWorkers), w.loops)
 	if w.qstate == queuesRunning {
 		// Its paused flag and limits are known before its first claim, as at Run's start.
-		if err := w.pause.loadQueue(ctx, q); err != nil {
+		if err := w.pause.LoadQueue(ctx, q); err != nil {
 			return err
 		}
-		if err := w.flow.add(ctx, q, limits); err != nil {
+		if err := w.flow.Add(ctx, q, limits); err != nil {
 			return err
 		}
 	} else {
-		w.flow.declare(name, q, limits)
+		w.flow.Declare(name, q, limits)
 	}
-	w.queues.put(q, cfg.Completion)
+	w.queues.Put(q, cfg.Completion)
 	if w.sweeper != nil {
 		w.sweeper.setQueueRetention(name, cfg.Retention)
 	}
 	if w.qstate == queuesRunning {
 		w.executor.grow(q)
-		w.claims.start(q)
-		q.signal()
-		w.poller.kick()
+		w.claims.StartQueue(q)
+		q.Signal()
+		w.poller.Kick()
 	}
-	w.logger.Info("skiplock: queue added", "queue", name, "max_workers", q.max.Load())
+	w.logger.Info("skiplock: queue added", "queue", name, "max_workers", q.Max.Load())
 	return nil
 }
 
@@ -185,12 +110,12 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 		w.qmu.Unlock()
 		return ErrWorkerStopped
 	}
-	q := w.queues.drop(queue)
+	q := w.queues.Drop(queue)
 	if q == nil {
 		w.qmu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
-	w.flow.remove(queue)
+	w.flow.Remove(queue)
 	if w.sweeper != nil {
 		w.sweeper.setQueueRetention(queue, 0)
 	}
@@ -198,8 +123,8 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 	if running {
 		// No claim loop hands the runners a job any more once they stopped; then the
 		// runners end as their jobs do.
-		q.loops.Stop()
-		q.closeJobs()
+		q.Loops.Stop()
+		q.CloseJobs()
 	}
 	w.qmu.Unlock()
 	w.logger.Info("skiplock: queue removed", "queue", queue)
@@ -207,7 +132,7 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 		return nil
 	}
 	done := make(chan struct{})
-	go func() { q.ran.Wait(); close(done) }() // ends when the runners do, whoever waits
+	go func() { q.Ran.Wait(); close(done) }() // ends when the runners do, whoever waits
 	select {
 	case <-done:
 		return nil
@@ -233,14 +158,14 @@ func (w *Worker) SetMaxWorkers(queue string, n int) error {
 	if w.qstate == queuesStopped {
 		return ErrWorkerStopped
 	}
-	q := w.queues.get(queue)
+	q := w.queues.Get(queue)
 	if q == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
-	old := q.max.Swap(int64(n))
+	old := q.Max.Swap(int64(n))
 	if w.qstate == queuesRunning && int64(n) > old {
 		w.executor.grow(q)
-		q.signal() // the new slots claim now
+		q.Signal() // the new slots claim now
 	}
 	if old != int64(n) {
 		w.logger.Info("skiplock: queue's max workers changed", "queue", queue, "from", old, "to", n)
@@ -251,12 +176,12 @@ func (w *Worker) SetMaxWorkers(queue string, n int) error {
 // completionModeOf returns how a success of a job of queue and kind is recorded: its
 // kind's mode, else its queue's (queues may change at run time), else the worker's. The
 // function holds cfg and queues, not the Worker.
-func completionModeOf(cfg WorkerConfig, queues *queueSet) func(queue, kind string) Completion {
+func completionModeOf(cfg WorkerConfig, queues *claim.QueueSet) func(queue, kind string) Completion {
 	return func(queue, kind string) Completion {
 		if k := cfg.Kinds[kind].Completion; k != 0 {
 			return k
 		}
-		if m := queues.mode(queue); m != 0 {
+		if m := queues.Mode(queue); m != 0 {
 			return m
 		}
 		return cfg.Completion

@@ -4,7 +4,7 @@
 // statements are in claim.go (plain) and flowclaim.go (under limits); the fallback poll
 // that wakes the loops is in poll.go.
 
-package skiplock
+package claim
 
 import (
 	"context"
@@ -23,63 +23,63 @@ import (
 // busy database gives the worker's claims a fairer share of its CPU.
 const fetchersPerQueue = 2
 
-// maxClaimConns bounds the claim statements one worker has in flight at once, across all
+// MaxClaimConns bounds the claim statements one worker has in flight at once, across all
 // its queues, and so the pooled connections its claims use: 100 queues with a backlog
 // must not take 200 connections. Two cores of database gain nothing from more claims at
 // once than this; a worker with fewer queues uses fetchersPerQueue per queue.
-const maxClaimConns = 8
+const MaxClaimConns = 8
 
-// claimConns is how many claim statements a worker with queues queues has in flight at most.
-func claimConns(queues int) int { return min(fetchersPerQueue*queues, maxClaimConns) }
+// ClaimConns is how many claim statements a worker with queues queues has in flight at most.
+func ClaimConns(queues int) int { return min(fetchersPerQueue*queues, MaxClaimConns) }
 
-// claimLoopConfig is what a queue's claim loops need from the worker.
-type claimLoopConfig struct {
-	claimer       *claimer
-	workerID      string
-	fetchCooldown time.Duration // negative: never wait for more free slots
-	logger        *slog.Logger
-	// conns holds one token per claim statement allowed in flight (claimConns), shared by
+// ClaimLoopConfig is what a queue's claim loops need from the worker.
+type ClaimLoopConfig struct {
+	Claimer       *Claimer
+	WorkerID      string
+	FetchCooldown time.Duration // negative: never wait for more free slots
+	Logger        *slog.Logger
+	// Conns holds one token per claim statement allowed in flight (claimConns), shared by
 	// every queue of the worker.
-	conns chan struct{}
-	// gate bounds the claims and outcome batches in flight by the number of processes
+	Conns chan struct{}
+	// Gate bounds the claims and outcome batches in flight by the number of processes
 	// serving the queues (fleet.go); a claim takes a turn after its connection token.
-	gate *pgutil.Gate
-	// start registers a claimed job (its context, its lease) and returns it ready for
+	Gate *pgutil.Gate
+	// Start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners (jobStarter, execute.go); slot: it holds a slot of a concurrency limit.
-	start func(job claimedJob, slot bool) dispatched
-	// staleAfter is how old a claim may be when its reply arrives: after that the lease
+	Start func(job ClaimedJob, slot bool) Dispatched
+	// StaleAfter is how old a claim may be when its reply arrives: after that the lease
 	// it wrote may be ending already (the reply came late, held up in a hanging
 	// connection), and its jobs must not start, since another worker may soon hold them.
-	staleAfter time.Duration
-	// release puts stale claims back in the queue, fenced: one already taken back is left
+	StaleAfter time.Duration
+	// Release puts stale claims back in the queue, fenced: one already taken back is left
 	// alone (lease.releaseJobs).
-	release func(keys []jobtype.AttemptKey)
-	// leaseEnding reports whether the worker's own lease has gone unrenewed for longer
+	Release func(keys []jobtype.AttemptKey)
+	// LeaseEnding reports whether the worker's own lease has gone unrenewed for longer
 	// than workerCancelAfter: its handlers are being cancelled (lease.watch), so it claims
 	// nothing, and starts no job a claim returns, until a renewal lands. nil: never.
-	leaseEnding func() bool
+	LeaseEnding func() bool
 }
 
-// dispatched is a claimed job on its way to a runner.
-type dispatched struct {
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	key     jobtype.AttemptKey
-	row     *JobRow
-	timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
-	slot    bool          // claimed under a concurrency limit (queueRunner.holdsSlot)
+// Dispatched is a claimed job on its way to a runner.
+type Dispatched struct {
+	Ctx     context.Context
+	Cancel  context.CancelCauseFunc
+	Key     jobtype.AttemptKey
+	Row     *jobtype.JobRow
+	Timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
+	Slot    bool          // claimed under a concurrency limit (queueRunner.holdsSlot)
 }
 
-// queueRunner holds one queue's claim loops and slots, and the channel to its runners.
-type queueRunner struct {
-	cfg    claimLoopConfig
+// QueueRunner holds one queue's claim loops and slots, and the channel to its runners.
+type QueueRunner struct {
+	cfg    ClaimLoopConfig
 	name   string
-	max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
+	Max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
 	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
 	paused atomic.Bool  // the queue is paused: claim nothing (pause.go)
 	wakes  []chan struct{}
-	jobs   chan dispatched // to the runners; room for max jobs, so a send never blocks
+	Jobs   chan Dispatched // to the runners; room for max jobs, so a send never blocks
 
 	// flow is the queue's limited claim path (flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
@@ -99,27 +99,27 @@ type queueRunner struct {
 	// started does not claim: that claim saw what they announced.
 	wakeSeq, claimSeq atomic.Uint64
 
-	// loops are the queue's claim loops, started by claimLoops; the Worker stops them
+	// Loops are the queue's claim loops, started by claimLoops; the Worker stops them
 	// alone when it removes the queue at run time (queueset.go).
-	loops lifecycle.Goroutines
-	// runners counts the queue's runners started (execute.go), under executor.mu; they
+	Loops lifecycle.Goroutines
+	// Runners counts the queue's runners started (execute.go), under executor.mu; they
 	// end once jobs is closed (closeJobs) and their job is done. ran waits for them.
-	runners   int64
-	ran       sync.WaitGroup
+	Runners   int64
+	Ran       sync.WaitGroup
 	closeOnce sync.Once
 }
 
-func newQueueRunner(name string, maxWorkers int, cfg claimLoopConfig) *queueRunner {
-	q := &queueRunner{cfg: cfg, name: name, jobs: make(chan dispatched, maxWorkers)}
-	q.max.Store(int64(maxWorkers))
+func NewQueueRunner(name string, maxWorkers int, cfg ClaimLoopConfig) *QueueRunner {
+	q := &QueueRunner{cfg: cfg, name: name, Jobs: make(chan Dispatched, maxWorkers)}
+	q.Max.Store(int64(maxWorkers))
 	for range fetchersPerQueue {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
 	}
 	return q
 }
 
-// signal wakes the claim loops; wake-ups coalesce.
-func (q *queueRunner) signal() {
+// Signal wakes the claim loops; wake-ups coalesce.
+func (q *QueueRunner) Signal() {
 	q.wakeSeq.Add(1)
 	for _, c := range q.wakes {
 		select {
@@ -135,9 +135,9 @@ func (q *queueRunner) signal() {
 // skipping the slots the first locked, would find none), else all, so that an idle loop
 // claims what the claim in flight, whose snapshot may be older than the freeing, does
 // not see, or what one claim cannot take.
-func (q *queueRunner) slotsFreed(n int) {
+func (q *QueueRunner) slotsFreed(n int) {
 	if q.claims.Load() > 0 || int64(n) > q.claimSize() {
-		q.signal()
+		q.Signal()
 		return
 	}
 	q.wakeSeq.Add(1)
@@ -147,21 +147,21 @@ func (q *queueRunner) slotsFreed(n int) {
 	}
 }
 
-// finished gives back the slot of a job whose handler returned, and wakes the claim
+// Finished gives back the slot of a job whose handler returned, and wakes the claim
 // loops when the queue may have a backlog.
-func (q *queueRunner) finished() {
+func (q *QueueRunner) Finished() {
 	q.active.Add(-1)
 	if q.more.Load() {
-		q.signal()
+		q.Signal()
 	}
 }
 
 // reserve takes the free slots for one claim, at most limit, and returns how many; the
 // claim gives back those it does not fill. Two claim loops never count the same slot.
-func (q *queueRunner) reserve(limit int64) int64 {
+func (q *QueueRunner) reserve(limit int64) int64 {
 	for {
 		cur := q.active.Load()
-		n := min(q.max.Load()-cur, limit)
+		n := min(q.Max.Load()-cur, limit)
 		if n <= 0 {
 			return 0
 		}
@@ -174,23 +174,23 @@ func (q *queueRunner) reserve(limit int64) int64 {
 // claimSize is the most jobs one claim asks for: every free slot of the worker, or, on
 // a slotted queue, at most the queue's global limit (a claim cannot take more), so that
 // the other claim loop keeps slots to claim with while this one's claim is in flight.
-func (q *queueRunner) claimSize() int64 {
-	if f := q.flow.Load(); f != nil && f.limits.slotted() {
+func (q *QueueRunner) claimSize() int64 {
+	if f := q.flow.Load(); f != nil && slotted(f.limits) {
 		return int64(f.limits.Concurrency)
 	}
-	return q.max.Load()
+	return q.Max.Load()
 }
 
 // claimsDrained returns once every claim that was in flight when it was called has
 // ended (a barrier on pathMu); flowWatch.apply calls it after changing q.flow.
-func (q *queueRunner) claimsDrained() {
+func (q *QueueRunner) claimsDrained() {
 	q.pathMu.Lock()
 	q.pathMu.Unlock() //nolint:staticcheck // empty on purpose: a barrier
 }
 
 // claim takes up to n jobs: through the limited path when the queue has limits, else
 // through claimSQL, exactly as if flow control did not exist.
-func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint, error) {
+func (q *QueueRunner) claim(ctx context.Context, n int) ([]ClaimedJob, claimHint, error) {
 	q.pathMu.RLock()
 	defer q.pathMu.RUnlock()
 	q.plainMu.RLock()
@@ -199,16 +199,16 @@ func (q *queueRunner) claim(ctx context.Context, n int) ([]claimedJob, claimHint
 		if err := f.adopt(ctx, q.name, &q.plainMu); err != nil {
 			return nil, claimHint{}, err
 		}
-		return f.claimer.claim(ctx, q.name, f.limits, n, q.cfg.workerID)
+		return f.claimer.Claim(ctx, q.name, f.limits, n, q.cfg.WorkerID)
 	}
 	defer q.plainMu.RUnlock()
-	jobs, err := q.cfg.claimer.claim(ctx, q.name, n, q.cfg.workerID)
+	jobs, err := q.cfg.Claimer.Claim(ctx, q.name, n, q.cfg.WorkerID)
 	return jobs, claimHint{}, err
 }
 
-// holdsSlot reports whether the queue's jobs are claimed under a concurrency limit now:
+// HoldsSlot reports whether the queue's jobs are claimed under a concurrency limit now:
 // their slots are free again only once their outcomes are recorded.
-func (q *queueRunner) holdsSlot() bool {
+func (q *QueueRunner) HoldsSlot() bool {
 	f := q.flow.Load()
 	return f != nil && (f.limits.Concurrency > 0 || f.limits.KeyConcurrency > 0)
 }
@@ -218,7 +218,7 @@ func (q *queueRunner) holdsSlot() bool {
 // behind it — and then claims until the queue has no due job left or no free slot, until
 // ctx ends. An idle queue costs the database nothing: its loops run no statement until
 // one of those signals comes. A rate-limited queue also wakes when its next token is due.
-func (q *queueRunner) run(ctx context.Context, wake <-chan struct{}) {
+func (q *QueueRunner) run(ctx context.Context, wake <-chan struct{}) {
 	errDelay := firstClaimRetry
 	var token tokenTimer // fires when a rate-limited queue's next token is due (flowclaim.go)
 	defer token.stop()
@@ -240,12 +240,12 @@ func (q *queueRunner) run(ctx context.Context, wake <-chan struct{}) {
 }
 
 // leaveWake reports whether this loop leaves a wake-up to the queue's other loop.
-func (q *queueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
+func (q *QueueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
 	f := q.flow.Load()
 	if f == nil {
 		return false
 	}
-	if !f.limits.slotted() {
+	if !slotted(f.limits) {
 		// This limited queue's claims take turns under one lock across all processes:
 		// a second claim loop would only wait in that line. The first loop claims.
 		return wake != (<-chan struct{})(q.wakes[0])
@@ -258,7 +258,7 @@ func (q *queueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
 // claimWhileDue claims until the queue has no due job left or no free slot, or ctx
 // ends, and returns when a rate limit's next token is due, if a claim was cut by it
 // (0: none). errDelay is the loop's backoff after a failed claim.
-func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration) (next time.Duration) {
+func (q *QueueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration) (next time.Duration) {
 	for ctx.Err() == nil && !q.paused.Load() {
 		if !q.awaitRenewal(ctx) || !q.awaitSlots(ctx) {
 			break
@@ -294,8 +294,8 @@ func (q *queueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration
 // and reports whether it may claim: false when ctx ended first. A black-holed worker
 // whose path came back before its renewal did claimed jobs only for the watchdog to
 // cancel them at once, spending an attempt of each (the chaos run's black-holed worker).
-func (q *queueRunner) awaitRenewal(ctx context.Context) bool {
-	for q.cfg.leaseEnding != nil && q.cfg.leaseEnding() && ctx.Err() == nil {
+func (q *QueueRunner) awaitRenewal(ctx context.Context) bool {
+	for q.cfg.LeaseEnding != nil && q.cfg.LeaseEnding() && ctx.Err() == nil {
 		pgutil.Sleep(ctx, leaseEndingPoll)
 	}
 	return ctx.Err() == nil
@@ -307,14 +307,14 @@ const leaseEndingPoll = 50 * time.Millisecond
 // awaitSlots reports whether the queue has a free slot. With a backlog and few free
 // slots, it first lets a few more handlers finish (FetchCooldown), so that the next claim
 // is a batch, not a trickle.
-func (q *queueRunner) awaitSlots(ctx context.Context) bool {
-	max := q.max.Load()
+func (q *QueueRunner) awaitSlots(ctx context.Context) bool {
+	max := q.Max.Load()
 	free := max - q.active.Load()
 	if free <= 0 {
 		return false
 	}
-	if free < (max+3)/4 && q.more.Load() && q.cfg.fetchCooldown > 0 {
-		pgutil.Sleep(ctx, q.cfg.fetchCooldown)
+	if free < (max+3)/4 && q.more.Load() && q.cfg.FetchCooldown > 0 {
+		pgutil.Sleep(ctx, q.cfg.FetchCooldown)
 	}
 	return true
 }
@@ -322,21 +322,21 @@ func (q *queueRunner) awaitSlots(ctx context.Context) bool {
 // takeTurn takes a claim connection token and a turn of the fleet's gate, then reserves
 // the free slots for one claim and returns how many; false when ctx ended or no slot is
 // free, with nothing held.
-func (q *queueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
+func (q *QueueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 	select {
-	case q.cfg.conns <- struct{}{}:
+	case q.cfg.Conns <- struct{}{}:
 	case <-ctx.Done():
 		return 0, false
 	}
-	if q.cfg.gate.Acquire(ctx) != nil {
-		<-q.cfg.conns
+	if q.cfg.Gate.Acquire(ctx) != nil {
+		<-q.cfg.Conns
 		return 0, false
 	}
 	// Slots are counted once the turn is ours: slots freed while waiting for it join
 	// this claim.
 	if free = q.reserve(q.claimSize()); free == 0 {
-		q.cfg.gate.Release()
-		<-q.cfg.conns
+		q.cfg.Gate.Release()
+		<-q.cfg.Conns
 		return 0, false
 	}
 	return free, true
@@ -344,11 +344,11 @@ func (q *queueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 
 // claimReserved runs one claim for the free slots reserved by takeTurn, gives the turn
 // back, and gives back the slots the claim did not fill.
-func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJob, claimHint, error) {
+func (q *QueueRunner) claimReserved(ctx context.Context, free int64) ([]ClaimedJob, claimHint, error) {
 	// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
 	// the claim and lose its result, leaving jobs running for nobody until the sweeper
 	// takes them back. Jobs it returns run; shutdown waits for them.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ClaimTimeout)
 	defer cancel()
 	q.claims.Add(1)
 	for seq := q.wakeSeq.Load(); ; {
@@ -358,8 +358,8 @@ func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJ
 	}
 	jobs, hint, err := q.claim(cctx, int(free))
 	q.claims.Add(-1)
-	q.cfg.gate.Release()
-	<-q.cfg.conns
+	q.cfg.Gate.Release()
+	<-q.cfg.Conns
 	q.active.Add(int64(len(jobs)) - free)
 	return jobs, hint, err
 }
@@ -367,26 +367,26 @@ func (q *queueRunner) claimReserved(ctx context.Context, free int64) ([]claimedJ
 // dispatch hands the claimed jobs to the runners, except those whose claim came back too
 // late to run them safely (staleAfter), or all of them while the worker's own lease is
 // ending (leaseEnding): it puts those back in the queue.
-func (q *queueRunner) dispatch(jobs []claimedJob) {
+func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 	if len(jobs) == 0 {
 		return
 	}
 	// The jobs of one claim share its start (leased) and its path: one clock reading
 	// and one look at the path serve them all.
-	now, slot := time.Now(), q.holdsSlot()
-	ending := q.cfg.leaseEnding != nil && q.cfg.leaseEnding()
+	now, slot := time.Now(), q.HoldsSlot()
+	ending := q.cfg.LeaseEnding != nil && q.cfg.LeaseEnding()
 	var stale []jobtype.AttemptKey
 	for _, j := range jobs {
-		if ending || now.Sub(j.leased) > q.cfg.staleAfter {
-			stale = append(stale, jobtype.AttemptKey{ID: j.row.ID, Fence: j.fence})
+		if ending || now.Sub(j.Leased) > q.cfg.StaleAfter {
+			stale = append(stale, jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence})
 			continue
 		}
-		q.jobs <- q.cfg.start(j, slot)
+		q.Jobs <- q.cfg.Start(j, slot)
 	}
 	if len(stale) > 0 {
-		q.cfg.logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
+		q.cfg.Logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
 			"queue", q.name, "jobs", len(stale))
-		q.cfg.release(stale)
+		q.cfg.Release(stale)
 		q.active.Add(-int64(len(stale)))
 	}
 }
@@ -397,8 +397,8 @@ const firstClaimRetry = 10 * time.Millisecond
 // backoff logs a failed claim and waits *delay, then lengthens it. A terminated server
 // leaves every pooled connection dead: the first retries are quick, each one discards a
 // dead connection; then it backs off, up to 5 s.
-func (q *queueRunner) backoff(ctx context.Context, err error, delay *time.Duration) {
-	q.cfg.logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", *delay)
+func (q *QueueRunner) backoff(ctx context.Context, err error, delay *time.Duration) {
+	q.cfg.Logger.Warn("skiplock: claim failed; retrying", "queue", q.name, "err", err, "retry_in", *delay)
 	pgutil.Sleep(ctx, *delay)
 	if *delay < 40*time.Millisecond {
 		*delay += firstClaimRetry / 2
@@ -432,40 +432,40 @@ func (t *tokenTimer) stop() {
 	}
 }
 
-// closeJobs closes the channel to the queue's runners, once its claim loops have
+// CloseJobs closes the channel to the queue's runners, once its claim loops have
 // stopped: each runner ends once its current job is done.
-func (q *queueRunner) closeJobs() { q.closeOnce.Do(func() { close(q.jobs) }) }
+func (q *QueueRunner) CloseJobs() { q.closeOnce.Do(func() { close(q.Jobs) }) }
 
-// claimLoops is the Service of all the claim loops of a worker's queues. They end with
+// ClaimLoops is the Service of all the claim loops of a worker's queues. They end with
 // Run's context: a worker shutting down claims nothing more. Each queue's loops are a
 // group of their own (queueRunner.loops), so that a queue added or removed at run time
 // starts or stops alone; Stop stops every group, those of queues added at run time too.
-type claimLoops struct {
-	queues *queueSet
+type ClaimLoops struct {
+	Queues *QueueSet
 	ctx    context.Context // Start's; nil before Start
 }
 
 // Start starts fetchersPerQueue loops per queue.
-func (c *claimLoops) Start(ctx context.Context) error {
+func (c *ClaimLoops) Start(ctx context.Context) error {
 	c.ctx = ctx
-	for _, q := range c.queues.all() {
-		c.start(q)
+	for _, q := range c.Queues.All() {
+		c.StartQueue(q)
 	}
 	return nil
 }
 
-// start starts the claim loops of q, whose goroutines end with Start's context (or when
-// q is removed).
-func (c *claimLoops) start(q *queueRunner) {
-	ctx := q.loops.Begin(c.ctx, lifecycle.UntilCancel)
+// StartQueue starts the claim loops of q, whose goroutines end with Start's context (or
+// when q is removed).
+func (c *ClaimLoops) StartQueue(q *QueueRunner) {
+	ctx := q.Loops.Begin(c.ctx, lifecycle.UntilCancel)
 	for _, wake := range q.wakes {
-		q.loops.Go(func() { q.run(ctx, wake) })
+		q.Loops.Go(func() { q.run(ctx, wake) })
 	}
 }
 
 // Stop waits for the loops; the claims in flight finish first.
-func (c *claimLoops) Stop() {
-	for _, q := range c.queues.all() {
-		q.loops.Stop()
+func (c *ClaimLoops) Stop() {
+	for _, q := range c.Queues.All() {
+		q.Loops.Stop()
 	}
 }

@@ -4,7 +4,7 @@
 // that says they changed, and once a minute regardless. The limits themselves and the
 // calls that set them are in flow.go.
 
-package skiplock
+package claim
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -23,46 +24,47 @@ import (
 // last resort, kept rare so that an idle worker costs the database next to nothing.
 const flowRefreshInterval = time.Minute
 
-// flowWatch keeps a worker's queues on the right claim path: the limited one with the
+// FlowWatch keeps a worker's queues on the right claim path: the limited one with the
 // effective limits (set at run time, else declared), or the plain one.
-type flowWatch struct {
-	client  *Client
-	claimer *flowClaimer
-	queues  *queueSet
-	logger  *slog.Logger
+type FlowWatch struct {
+	db        pgutil.DB
+	limitsSet func(ctx context.Context) (map[string]jobtype.QueueLimits, error) // the limits set at run time
+	claimer   *flowClaimer
+	queues    *QueueSet
+	logger    *slog.Logger
 	// mu is held by each refresh and by the queues' changes at run time (add, remove):
 	// one at a time puts queues on their paths, from declared.
 	mu       sync.Mutex
-	declared map[string]QueueLimits
+	declared map[string]jobtype.QueueLimits
 	wake     chan struct{} // a control message said limits changed; capacity 1
 	loop     *lifecycle.Loop
 }
 
-func newFlowWatch(c *Client, queues *queueSet, declared map[string]QueueLimits, visibility time.Duration, logger *slog.Logger) *flowWatch {
-	fw := &flowWatch{client: c, claimer: newFlowClaimer(c, visibility), declared: declared, queues: queues,
+func NewFlowWatch(db pgutil.DB, limitsSet func(ctx context.Context) (map[string]jobtype.QueueLimits, error), queues *QueueSet, declared map[string]jobtype.QueueLimits, visibility time.Duration, logger *slog.Logger) *FlowWatch {
+	fw := &FlowWatch{db: db, limitsSet: limitsSet, claimer: NewFlowClaimer(db, visibility), declared: declared, queues: queues,
 		logger: logger, wake: make(chan struct{}, 1)}
-	for _, q := range queues.all() {
+	for _, q := range queues.All() {
 		fw.apply(q.name, q, declared[q.name])
 	}
 	return fw
 }
 
-// declare sets the declared limits of q, a queue added before Run.
-func (fw *flowWatch) declare(name string, q *queueRunner, l QueueLimits) {
+// Declare sets the declared limits of q, a queue added before Run.
+func (fw *FlowWatch) Declare(name string, q *QueueRunner, l jobtype.QueueLimits) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	fw.declared[name] = l
 	fw.apply(name, q, l)
 }
 
-// add puts q, a queue added while the worker runs, on the path of its limits (set at
+// Add puts q, a queue added while the worker runs, on the path of its limits (set at
 // run time, else declared, l), before it claims.
-func (fw *flowWatch) add(ctx context.Context, q *queueRunner, l QueueLimits) error {
+func (fw *FlowWatch) Add(ctx context.Context, q *QueueRunner, l jobtype.QueueLimits) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	set, err := fw.client.QueueLimitsSet(ctx)
+	set, err := fw.limitsSet(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,16 +75,16 @@ func (fw *flowWatch) add(ctx context.Context, q *queueRunner, l QueueLimits) err
 	return nil
 }
 
-// remove forgets the declared limits of a removed queue.
-func (fw *flowWatch) remove(name string) {
+// Remove forgets the declared limits of a removed queue.
+func (fw *FlowWatch) Remove(name string) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	delete(fw.declared, name)
 }
 
 // apply puts queue q on the path its limits l call for.
-func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
-	if l.none() {
+func (fw *FlowWatch) apply(name string, q *QueueRunner, l jobtype.QueueLimits) {
+	if none(l) {
 		if q.flow.Swap(nil) != nil {
 			q.claimsDrained()
 			fw.logger.Info("skiplock: queue has no limits now", "queue", name)
@@ -104,20 +106,20 @@ func (fw *flowWatch) apply(name string, q *queueRunner, l QueueLimits) {
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
 			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)
 	}
-	q.signal()
+	q.Signal()
 }
 
 // refresh reads the limits set at run time and applies them.
-func (fw *flowWatch) refresh(ctx context.Context) error {
+func (fw *FlowWatch) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	set, err := fw.client.QueueLimitsSet(ctx)
+	set, err := fw.limitsSet(ctx)
 	if err != nil {
 		return err
 	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	for _, q := range fw.queues.all() {
+	for _, q := range fw.queues.All() {
 		if err := fw.applyQueue(ctx, q, set, fw.declared[q.name]); err != nil {
 			return err
 		}
@@ -127,47 +129,47 @@ func (fw *flowWatch) refresh(ctx context.Context) error {
 
 // applyQueue puts q on the path of its limits set at run time (set), else declared.
 // fw.mu is held.
-func (fw *flowWatch) applyQueue(ctx context.Context, q *queueRunner, set map[string]QueueLimits, declared QueueLimits) error {
+func (fw *FlowWatch) applyQueue(ctx context.Context, q *QueueRunner, set map[string]jobtype.QueueLimits, declared jobtype.QueueLimits) error {
 	l, ok := set[q.name]
 	if !ok {
 		l = declared
 	}
-	if l.slotted() {
+	if slotted(l) {
 		// Before the queue claims through them: a missing slot is a slot not taken.
-		if _, err := fw.client.pool.Exec(ctx, fw.claimer.ensure, q.name, int32(l.Concurrency)); err != nil {
-			return fw.client.wrapErr("creating queue slots", err)
+		if _, err := fw.db.Pool.Exec(ctx, fw.claimer.ensure, q.name, int32(l.Concurrency)); err != nil {
+			return fw.db.WrapErr("creating queue slots", err)
 		}
 	}
 	fw.apply(q.name, q, l)
 	return nil
 }
 
-// slotsFreed is told that some of this worker's finished jobs are recorded (successes
+// SlotsFreed is told that some of this worker's finished jobs are recorded (successes
 // or failures), so their slots are free in the database: a limited queue whose last
 // claim was cut by its limit claims again now. (The runner's own wake-up, when a handler
 // returns, comes before the job's outcome is recorded, while it still counts as running.)
-func (fw *flowWatch) slotsFreed(n int) {
-	for _, q := range fw.queues.all() {
+func (fw *FlowWatch) SlotsFreed(n int) {
+	for _, q := range fw.queues.All() {
 		if q.flow.Load() != nil && (q.more.Load() || q.slotWait.Load()) {
 			q.slotsFreed(n)
 		}
 	}
 }
 
-// kick makes run refresh at once.
-func (fw *flowWatch) kick() {
+// Kick makes run refresh at once.
+func (fw *FlowWatch) Kick() {
 	select {
 	case fw.wake <- struct{}{}:
 	default:
 	}
 }
 
-// notify is the control callback: a queue's limits changed.
-func (fw *flowWatch) notify(msg notify.ControlMsg) {
-	if msg.Op != controlLimits {
+// Notify is the control callback: a queue's limits changed.
+func (fw *FlowWatch) Notify(msg notify.ControlMsg) {
+	if msg.Op != notify.ControlLimits {
 		return
 	}
-	if fw.queues.get(msg.Queue) == nil {
+	if fw.queues.Get(msg.Queue) == nil {
 		return
 	}
 	select {
@@ -177,7 +179,7 @@ func (fw *flowWatch) notify(msg notify.ControlMsg) {
 }
 
 // run refreshes on every control message and every flowRefreshInterval until ctx ends.
-func (fw *flowWatch) run(ctx context.Context) {
+func (fw *FlowWatch) run(ctx context.Context) {
 	t := time.NewTicker(flowRefreshInterval)
 	defer t.Stop()
 	for {
@@ -195,13 +197,13 @@ func (fw *flowWatch) run(ctx context.Context) {
 
 // Start reads the limits set at run time, so that they apply from the first claim, then
 // watches them until Stop.
-func (fw *flowWatch) Start(ctx context.Context) error {
+func (fw *FlowWatch) Start(ctx context.Context) error {
 	if err := pgutil.RetryAtStart(ctx, fw.refresh); err != nil {
-		return fw.client.wrapErr("worker start: reading queue limits", err)
+		return fw.db.WrapErr("worker start: reading queue limits", err)
 	}
 	fw.loop = lifecycle.NewLoop(fw.run, lifecycle.UntilStop)
 	return fw.loop.Start(ctx)
 }
 
 // Stop stops watching.
-func (fw *flowWatch) Stop() { fw.loop.Stop() }
+func (fw *FlowWatch) Stop() { fw.loop.Stop() }

@@ -2,7 +2,7 @@
 // queues at once, which are paused and which have due jobs, and wakes the claim loops
 // (claimloop.go) of those that do.
 
-package skiplock
+package claim
 
 import (
 	"context"
@@ -62,42 +62,42 @@ LEFT JOIN {s}.queues p ON p.name = q.name AND p.paused_at IS NOT NULL`
 // pollTimeout bounds one fallback poll.
 const pollTimeout = 10 * time.Second
 
-// poller is a worker's fallback poll. Every interval — and at once when kicked, as the
+// Poller is a worker's fallback poll. Every interval — and at once when kicked, as the
 // listener does after each (re)connect, when notifications may have been lost — it asks
 // with one statement which of the worker's queues are paused and which have due jobs,
 // hands the paused flags to the pauseWatcher and signals the claim loops of the due
 // queues. Notifications are the main path; the poll covers what they miss: notifications
 // and control messages sent while nobody listened, and scheduled, retried and reclaimed
 // jobs, which send none.
-type poller struct {
+type Poller struct {
 	pool     *pgxpool.Pool
-	sql      string // pollSQL, rendered
+	Sql      string // pollSQL, rendered
 	interval time.Duration
-	queues   *queueSet     // read at each poll: queues are added and removed at run time
-	pause    *pauseWatcher // nil: paused flags are not kept
+	queues   *QueueSet     // read at each poll: queues are added and removed at run time
+	pause    *PauseWatcher // nil: paused flags are not kept
 	logger   *slog.Logger
 	kicks    chan struct{}
 	wrapErr  func(op string, err error) error
 }
 
-func newPoller(c *Client, interval time.Duration, queues *queueSet, pause *pauseWatcher, logger *slog.Logger) *poller {
-	return &poller{
-		pool: c.pool, sql: pgutil.Render(c.schema, pollSQL), interval: interval,
-		queues: queues, pause: pause, logger: logger, kicks: make(chan struct{}, 1), wrapErr: c.wrapErr,
+func NewPoller(db pgutil.DB, interval time.Duration, queues *QueueSet, pause *PauseWatcher, logger *slog.Logger) *Poller {
+	return &Poller{
+		pool: db.Pool, Sql: db.Render(pollSQL), interval: interval,
+		queues: queues, pause: pause, logger: logger, kicks: make(chan struct{}, 1), wrapErr: db.WrapErr,
 	}
 }
 
-// kick makes the poller poll now; kicks coalesce.
-func (p *poller) kick() {
+// Kick makes the poller poll now; kicks coalesce.
+func (p *Poller) Kick() {
 	select {
 	case p.kicks <- struct{}{}:
 	default:
 	}
 }
 
-// run polls at once, then every interval (with a little jitter, so that workers started
+// Run polls at once, then every interval (with a little jitter, so that workers started
 // together do not poll in step) and whenever kicked, until ctx ends.
-func (p *poller) run(ctx context.Context) {
+func (p *Poller) Run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -124,13 +124,13 @@ func (p *poller) run(ctx context.Context) {
 // jobs. It asks about due jobs only for the queues that could claim and would not be
 // woken anyway: a queue with no free slot cannot claim, and one whose last claim filled
 // its batch is woken by each finished job.
-func (p *poller) poll(ctx context.Context) error {
-	queues := p.queues.all()
+func (p *Poller) poll(ctx context.Context) error {
+	queues := p.queues.All()
 	names := make([]string, len(queues))
 	candidates := make([]string, 0, len(queues))
 	for i, q := range queues {
 		names[i] = q.name
-		if q.active.Load() < q.max.Load() && !q.more.Load() {
+		if q.active.Load() < q.Max.Load() && !q.more.Load() {
 			candidates = append(candidates, q.name)
 		}
 	}
@@ -140,7 +140,7 @@ func (p *poller) poll(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	rows, err := p.pool.Query(cctx, p.sql, names, candidates)
+	rows, err := p.pool.Query(cctx, p.Sql, names, candidates)
 	if err != nil {
 		return p.wrapErr("poll", err)
 	}
@@ -148,11 +148,11 @@ func (p *poller) poll(ctx context.Context) error {
 		name        string
 		paused, due bool
 		pausedNow   = map[string]bool{}
-		dueNow      []*queueRunner
+		dueNow      []*QueueRunner
 	)
 	_, err = pgx.ForEachRow(rows, []any{&name, &paused, &due}, func() error {
 		pausedNow[name] = paused
-		if q := p.queues.get(name); q != nil && due {
+		if q := p.queues.Get(name); q != nil && due {
 			dueNow = append(dueNow, q)
 		}
 		return nil
@@ -168,7 +168,7 @@ func (p *poller) poll(ctx context.Context) error {
 	}
 	for _, q := range dueNow {
 		if !q.paused.Load() {
-			q.signal()
+			q.Signal()
 		}
 	}
 	return nil

@@ -2,7 +2,7 @@
 // queue with only a global concurrency limit, and the lock path for per-key limits, rate
 // limits and fair sharing. A queue without limits never comes here (claim.go).
 
-package skiplock
+package claim
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
@@ -214,7 +215,7 @@ const flowSuffixSQL = `, claimed AS (
 	SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
 		fence = fence + 1, lease_until = now() + $7::interval, limited = true
 	WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-	RETURNING ` + jobColumns + `, fence, timeout_ms
+	RETURNING ` + jobtype.Columns + `, fence, timeout_ms
 ), state AS (
 	INSERT INTO {s}.queue_flow AS f (queue, tokens, refilled_at, budget, cursor_key)
 	SELECT $1, b.tokens - (SELECT count(*) FROM claimed), c.t, bu.n, (SELECT k FROM cursor)
@@ -222,7 +223,7 @@ const flowSuffixSQL = `, claimed AS (
 	ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
 		budget = excluded.budget, cursor_key = coalesce(excluded.cursor_key, f.cursor_key)
 )
-SELECT ` + jobColumns + `, fence, timeout_ms FROM claimed`
+SELECT ` + jobtype.Columns + `, fence, timeout_ms FROM claimed`
 
 // flowStateSQL reads what the claim just recorded, in the same transaction.
 const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1`
@@ -317,7 +318,7 @@ UPDATE {s}.jobs
 SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
 	fence = fence + 1, lease_until = now() + $5::interval, limited = true
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-RETURNING ` + jobColumns + `, fence, timeout_ms`
+RETURNING ` + jobtype.Columns + `, fence, timeout_ms`
 
 // ensureSlotsSQL makes sure queue $1 has slot rows 0..$2-1. Rows past a lowered limit
 // stay, unused (claims read slots under the limit only).
@@ -326,7 +327,15 @@ SELECT $1, g FROM generate_series(0, $2::int - 1) g
 ON CONFLICT DO NOTHING`
 
 // slotted reports whether limits l take the slot claim: a global limit and nothing else.
-func (l QueueLimits) slotted() bool { return l.Concurrency > 0 && l.Rate == 0 && !l.keyed() }
+func slotted(l jobtype.QueueLimits) bool { return l.Concurrency > 0 && l.Rate == 0 && !keyed(l) }
+
+// none reports whether l limits nothing.
+func none(l jobtype.QueueLimits) bool {
+	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && !l.Fair
+}
+
+// keyed reports whether the claim must walk partition keys.
+func keyed(l jobtype.QueueLimits) bool { return l.KeyConcurrency > 0 || l.Fair }
 
 // claimHint is what a claim tells its loop besides the jobs.
 type claimHint struct {
@@ -355,36 +364,36 @@ type flowClaimer struct {
 	wrapErr                func(op string, err error) error
 }
 
-func newFlowClaimer(c *Client, visibility time.Duration) *flowClaimer {
+func NewFlowClaimer(db pgutil.DB, visibility time.Duration) *flowClaimer {
 	return &flowClaimer{
-		pool: c.pool, schema: c.schema, wrapErr: c.wrapErr, visibility: visibility,
+		pool: db.Pool, schema: db.Schema, wrapErr: db.WrapErr, visibility: visibility,
 		lock:       flowLockSQL,
 		sharedLock: flowSharedLockSQL,
-		plain:      pgutil.Render(c.schema, flowPrefixSQL+flowPlainPickSQL+flowSuffixSQL),
-		keyed:      pgutil.Render(c.schema, flowPrefixSQL+flowKeyedPickSQL+flowSuffixSQL),
-		st:         pgutil.Render(c.schema, flowStateSQL),
-		slots:      pgutil.Render(c.schema, slotClaimSQL),
-		ensure:     pgutil.Render(c.schema, ensureSlotsSQL),
-		adopt:      pgutil.Render(c.schema, adoptRunningSQL),
+		plain:      db.Render(flowPrefixSQL + flowPlainPickSQL + flowSuffixSQL),
+		keyed:      db.Render(flowPrefixSQL + flowKeyedPickSQL + flowSuffixSQL),
+		st:         db.Render(flowStateSQL),
+		slots:      db.Render(slotClaimSQL),
+		ensure:     db.Render(ensureSlotsSQL),
+		adopt:      db.Render(adoptRunningSQL),
 	}
 }
 
-// claim takes up to n due jobs of queue under limits l for worker workerID. It runs three
+// Claim takes up to n due jobs of queue under limits l for worker workerID. It runs three
 // statements in one round trip and one implicit transaction: the queue's claim lock, the
 // claim, and the read of the state it recorded. The lock ends with the transaction.
-func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
-	if l.slotted() {
+func (f *flowClaimer) Claim(ctx context.Context, queue string, l jobtype.QueueLimits, n int, workerID string) ([]ClaimedJob, claimHint, error) {
+	if slotted(l) {
 		return f.claimSlots(ctx, queue, l, n, workerID)
 	}
 	var rate, period any
 	if l.Rate > 0 {
 		rate, period = float64(l.Rate), l.RatePeriod.Seconds()
 	}
-	args := []any{queue, int32(n), workerID, nullInt(l.Concurrency), rate, period, f.visibility}
+	args := []any{queue, int32(n), workerID, nullLimit(l.Concurrency), rate, period, f.visibility}
 	sql := f.plain
-	if l.keyed() {
+	if keyed(l) {
 		sql = f.keyed
-		args = append(args, nullInt(l.KeyConcurrency))
+		args = append(args, nullLimit(l.KeyConcurrency))
 	}
 	b := &pgx.Batch{}
 	b.Queue(f.lock, f.schema+"."+queue)
@@ -409,7 +418,7 @@ func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n 
 			perToken := l.RatePeriod.Seconds() / float64(l.Rate)
 			h.retryIn = max(time.Millisecond, time.Duration((1-*tokens)*perToken*float64(time.Second)))
 		}
-	} else if m < n && m > 0 && l.keyed() {
+	} else if m < n && m > 0 && keyed(l) {
 		h.again = true // some keys had fewer jobs than their share: the others may have more
 	}
 	return jobs, h, nil
@@ -417,14 +426,14 @@ func (f *flowClaimer) claim(ctx context.Context, queue string, l QueueLimits, n 
 
 // claimSlots is claim for a queue whose only limit is Concurrency: the queue's claim lock
 // in shared mode and slotClaimSQL, in one round trip and one implicit transaction.
-func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimits, n int, workerID string) ([]claimedJob, claimHint, error) {
+func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l jobtype.QueueLimits, n int, workerID string) ([]ClaimedJob, claimHint, error) {
 	b := &pgx.Batch{}
 	b.Queue(f.sharedLock, f.schema+"."+queue)
 	b.Queue(f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
 	began := time.Now()
 	br := f.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
-	var jobs []claimedJob
+	var jobs []ClaimedJob
 	if err == nil {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
@@ -446,7 +455,7 @@ func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l QueueLimit
 }
 
 // readFlowClaim reads the three results of a limited claim's batch.
-func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tokens *float64, budget int, err error) {
+func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []ClaimedJob, tokens *float64, budget int, err error) {
 	if _, err = br.Exec(); err != nil {
 		return nil, nil, 0, err
 	}
@@ -467,7 +476,7 @@ func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []claimedJob, tok
 // flowQueue is the limited claim path of one queue, as its claim loops see it.
 type flowQueue struct {
 	claimer *flowClaimer
-	limits  QueueLimits
+	limits  jobtype.QueueLimits
 
 	mu      sync.Mutex
 	adopted bool // guarded by mu: adopt has run for this path
@@ -506,4 +515,12 @@ func (f *flowQueue) adopt(ctx context.Context, queue string, plain *sync.RWMutex
 	}
 	f.adopted = true
 	return nil
+}
+
+// nullLimit is n as a statement argument: NULL for 0 (no limit).
+func nullLimit(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return int32(n)
 }

@@ -1,0 +1,39 @@
+package jobtype
+
+import "time"
+
+// QueueLimits are a queue's flow-control limits. They hold across every worker of every
+// process that works the queue: they are kept by the database, not by one process. The
+// zero value means no limit at all: the queue takes the plain claim path, whose cost
+// flow control does not change.
+//
+// Limits are declared per queue in QueueConfig.Limits, and may be replaced at run time
+// with Client.SetQueueLimits (every worker picks the change up at once through the
+// control channel, and after a reconnect of its listener, or within a minute otherwise).
+//
+// A queue whose only limit is Concurrency claims through slot rows, side by side with
+// other claims; any other limit makes the queue's claims take turns under a lock (see
+// the README, "Flow control", for both and their costs).
+type QueueLimits struct {
+	// Concurrency is the most jobs of the queue running at once, across all workers.
+	// Zero means no global limit; negative is an error. [QueueConfig].MaxWorkers still
+	// bounds each worker.
+	Concurrency int
+	// KeyConcurrency is the most jobs running at once per partition key
+	// (EnqueueOptions.PartitionKey), across all workers. Jobs without a key share one
+	// key of their own. Zero means no per-key limit; negative is an error.
+	KeyConcurrency int
+	// Rate is the most job starts per RatePeriod, across all workers: a token bucket in
+	// the database that holds at most Rate tokens and refills at Rate per RatePeriod;
+	// every start takes one token. Starts are counted, not completions: a retry is a new
+	// start. Zero means no rate limit; negative is an error.
+	Rate int
+	// RatePeriod is the window of Rate. Defaults to one second when Rate is set; zero
+	// means the default, negative is an error.
+	RatePeriod time.Duration
+	// Fair hands the queue's jobs out round-robin across partition keys: each claim takes
+	// an equal share from every key that has due jobs (and free per-key slots), so a key
+	// with a huge backlog cannot starve a key with a few jobs. Within a key, jobs go in
+	// priority and run_at order; across keys, priority does not apply.
+	Fair bool
+}

@@ -33,8 +33,8 @@ func benchWorker(b *testing.B) *Worker {
 	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	require.NoError(b, Handle(w, func(context.Context, *Job[benchArgs]) error { return nil }))
-	w.starter.base, w.starter.cancel = context.WithCancelCause(context.Background())
-	b.Cleanup(func() { w.starter.cancel(nil) })
+	w.starter.Base, w.starter.Cancel = context.WithCancelCause(context.Background())
+	b.Cleanup(func() { w.starter.Cancel(nil) })
 	benchBatches(b, w.completer)
 	return w
 }
@@ -98,31 +98,31 @@ func benchClaimed(i int, now time.Time) claim.ClaimedJob {
 func BenchmarkExecutor_PerJob(b *testing.B) {
 	b.Run("sequential", func(b *testing.B) {
 		w := benchWorker(b)
-		o := w.executor.newOverrunWatch()
-		defer o.close()
+		o := w.executor.NewOverrunWatch()
+		defer o.Close()
 		now := time.Now()
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			d := w.starter.start(benchClaimed(i, now), false)
-			w.executor.execute(d, o)
+			d := w.starter.Start(benchClaimed(i, now), false)
+			w.executor.Execute(d, o)
 			d.Cancel(nil)
-			w.starter.handlerWG.Done()
+			w.starter.HandlerWG.Done()
 		}
-		w.starter.handlerWG.Wait()
+		w.starter.HandlerWG.Wait()
 		cpu.report()
 	})
 	b.Run("runners", func(b *testing.B) {
 		w := benchWorker(b)
 		q := claim.NewQueueRunner(DefaultQueue, DefaultMaxWorkers, w.loops)
-		w.executor.grow(q)
+		w.executor.Grow(q)
 		now := time.Now()
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			q.Jobs <- w.starter.start(benchClaimed(i, now), false)
+			q.Jobs <- w.starter.Start(benchClaimed(i, now), false)
 		}
-		w.starter.handlerWG.Wait()
+		w.starter.HandlerWG.Wait()
 		cpu.report()
 		q.CloseJobs()
 		q.Ran.Wait()

@@ -7,10 +7,8 @@
 package skiplock
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
@@ -25,14 +23,6 @@ type JobHandler = jobtype.JobHandler
 // goroutine, under the job's timeout and after the hooks' JobStarted; a panic in it is
 // recovered like one in the handler.
 type Middleware = jobtype.Middleware
-
-// middlewares is a worker's middleware and error handlers, set before Run, read-only
-// after (as the handlers are).
-type middlewares struct {
-	all    []Middleware
-	byKind map[string][]Middleware
-	errs   []ErrorHandler
-}
 
 // Use adds middleware that wraps the handler of every job w runs, in order: the first
 // given is the outermost, and middleware added by an earlier Use call wraps that of a
@@ -66,32 +56,14 @@ func (w *Worker) addMiddleware(kind string, mw []Middleware) error {
 		return errors.New("skiplock: Use: the worker is already running")
 	}
 	if kind == "" {
-		w.mw.all = append(w.mw.all, mw...)
+		w.mw.All = append(w.mw.All, mw...)
 		return nil
 	}
-	if w.mw.byKind == nil {
-		w.mw.byKind = map[string][]Middleware{}
+	if w.mw.ByKind == nil {
+		w.mw.ByKind = map[string][]Middleware{}
 	}
-	w.mw.byKind[kind] = append(w.mw.byKind[kind], mw...)
+	w.mw.ByKind[kind] = append(w.mw.ByKind[kind], mw...)
 	return nil
-}
-
-// wrap returns run wrapped by the middleware for kind; run itself when there is none,
-// so a worker without middleware pays nothing. Building the chain costs one closure
-// per middleware and job.
-func (m *middlewares) wrap(run func(context.Context, *JobRow) error, kind string) func(context.Context, *JobRow) error {
-	kindMW := m.byKind[kind]
-	if len(m.all) == 0 && len(kindMW) == 0 {
-		return run
-	}
-	h := JobHandler(run)
-	for i := len(kindMW) - 1; i >= 0; i-- {
-		h = kindMW[i](h)
-	}
-	for i := len(m.all) - 1; i >= 0; i-- {
-		h = m.all[i](h)
-	}
-	return h
 }
 
 // PanicError is the error of an attempt whose handler (or middleware) panicked: the
@@ -119,28 +91,6 @@ func HandleErrors(w *Worker, eh ...ErrorHandler) error {
 	if w.started.Load() {
 		return errors.New("skiplock: HandleErrors: the worker is already running")
 	}
-	w.mw.errs = append(w.mw.errs, eh...)
+	w.mw.Errs = append(w.mw.Errs, eh...)
 	return nil
-}
-
-// errorHook turns the outcomes hooks see into ErrorHandler calls. Every worker has one,
-// after the other hooks (NewWorker); it does nothing without error handlers.
-type errorHook struct{ m *middlewares }
-
-func (errorHook) JobStarted(ctx context.Context, _ *JobRow) context.Context { return ctx }
-
-func (h errorHook) JobFinished(ctx context.Context, job *JobRow, res JobResult) {
-	switch res.Outcome {
-	case OutcomeRetry, OutcomeDead, OutcomeFailed, OutcomeTimedOut:
-		for _, eh := range h.m.errs {
-			eh.HandleError(ctx, job, res.Status, res.Err)
-		}
-	}
-}
-
-// stuck tells the error handlers of a handler running past its timeout (execute.go).
-func (m *middlewares) stuck(ctx context.Context, job *JobRow, timeout time.Duration) {
-	for _, eh := range m.errs {
-		eh.HandleStuck(context.WithoutCancel(ctx), job, timeout)
-	}
 }

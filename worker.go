@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/execute"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
@@ -36,7 +37,7 @@ type Worker struct {
 	logger *slog.Logger
 
 	mu        sync.Mutex
-	handlers  map[string]handler
+	handlers  map[string]execute.Handler
 	started   atomic.Bool
 	cancelRun context.CancelFunc // ends Run's context: set by Run (under mu), used by StopAndCancel
 	runDone   chan struct{}      // closed when Run returns
@@ -60,13 +61,13 @@ type Worker struct {
 	elector     *ownership.Elector     // registers the worker, and campaigns when it has leaderTasks
 	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (leader.go)
 	listener    *notify.Listener
-	executor    *executor
-	periodic    *periodicRunner // nil without PeriodicJobs
-	mw          *middlewares    // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
+	executor    *execute.Executor
+	periodic    *periodicRunner      // nil without PeriodicJobs
+	mw          *execute.Middlewares // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
 	poller      *claim.Poller
 	claims      *claim.ClaimLoops
 	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
-	starter  *jobStarter
+	starter  *execute.JobStarter
 	outcomes *record.OutcomeRecorder
 	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
 }
@@ -111,8 +112,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		tasks = append(tasks, sw.maintain)
 	}
-	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]handler{},
-		checkSQL: pgutil.Render(client.schema, checkSchemaSQL), mw: &middlewares{}, sweeper: sw, runDone: make(chan struct{})}
+	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]execute.Handler{},
+		checkSQL: pgutil.Render(client.schema, checkSchemaSQL), mw: &execute.Middlewares{}, sweeper: sw, runDone: make(chan struct{})}
 	w.buildExecution(declared, len(tasks) > 0)
 	if periodic != nil {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
@@ -143,14 +144,14 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
 		Flows: c.flows}
-	w.starter = &jobStarter{held: held, slots: &record.SlotJobs{}, maxBytes: c.maxBytes, attempt: attempt}
+	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
 	w.loops = claim.ClaimLoopConfig{
 		Claimer: claim.NewClaimer(c.db, cfg.VisibilityTimeout), WorkerID: cfg.ID, FetchCooldown: cfg.FetchCooldown,
 		Logger: w.logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: w.gate,
-		Start: w.starter.start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
+		Start: w.starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
 		Release:     w.lease.ReleaseJobs,
 		LeaseEnding: w.lease.OwnLeaseEnding,
 	}
@@ -175,12 +176,12 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	}
 	w.failures = record.NewFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
-	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), errorHook{w.mw})
-	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.slots, hooks, w.logger)
-	w.executor = newExecutor(executorConfig{
-		handlers: w.handlers, hooks: hooks, jobTimeout: cfg.JobTimeout, retryPolicy: cfg.RetryPolicy,
-		leaseInterval: w.lease.Interval, shutdownTimeout: cfg.ShutdownTimeout, logger: w.logger, mw: w.mw,
-		marks: ownership.NewOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
+	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw})
+	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.Slots, hooks, w.logger)
+	w.executor = execute.NewExecutor(execute.ExecutorConfig{
+		Handlers: w.handlers, Hooks: hooks, JobTimeout: cfg.JobTimeout, RetryPolicy: cfg.RetryPolicy,
+		LeaseInterval: w.lease.Interval, ShutdownTimeout: cfg.ShutdownTimeout, Logger: w.logger, MW: w.mw,
+		Marks: ownership.NewOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
 	}, w.starter, w.outcomes, w.queues)
 }
 
@@ -250,7 +251,7 @@ func (w *Worker) services() []lifecycle.Service {
 // timeout now: their contexts were cancelled and they have not returned. Their jobs stay
 // with this worker, their leases renewed, until they return; each is logged once per
 // lease interval and reported once to the error handlers' HandleStuck (HandleErrors).
-func (w *Worker) Overrunning() int { return int(w.executor.overrunning.Load()) }
+func (w *Worker) Overrunning() int { return int(w.executor.Overrunning.Load()) }
 
 // ID returns the worker's id, as recorded in locked_by.
 func (w *Worker) ID() string { return w.id }
@@ -275,7 +276,7 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	if kind == "" || len(kind) > MaxKindLength {
 		return fmt.Errorf("%w: %q (%T)", ErrInvalidKind, truncate(kind, 40), zero)
 	}
-	h := handler{run: func(ctx context.Context, row *JobRow) error {
+	h := execute.Handler{Run: func(ctx context.Context, row *JobRow) error {
 		var a T
 		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
 			a = reflect.New(t.Elem()).Interface().(T)
@@ -286,10 +287,10 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		return fn(ctx, &Job[T]{JobRow: row, Args: a})
 	}}
 	if p, ok := kindOf.(retryPolicyArgs); ok {
-		h.policy = p.RetryPolicy()
+		h.Policy = p.RetryPolicy()
 	}
-	if p, ok := kindOf.(timeoutArgs); ok {
-		h.timeout = p.Timeout()
+	if p, ok := kindOf.(execute.TimeoutArgs); ok {
+		h.Timeout = p.Timeout()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -402,19 +403,19 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
-	w.executor.hardStop()
+	w.executor.HardStop()
 	cancel()
 	select {
 	case <-w.runDone:
 	case <-ctx.Done():
-		w.executor.abandon() // too late if Run already stopped waiting for handlers: harmless
+		w.executor.Abandon() // too late if Run already stopped waiting for handlers: harmless
 		<-w.runDone
 	}
 	return w.runErr
 }
 
 // held is the set of attempts the worker runs.
-func (w *Worker) held() *ownership.HeldJobs { return w.starter.held }
+func (w *Worker) held() *ownership.HeldJobs { return w.starter.Held }
 
 // checkSchemaSQL fails with undefined_table when the schema is not migrated (up to the
 // leader and workers tables of migrations 6 and 7, which the election needs).

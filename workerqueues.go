@@ -85,7 +85,7 @@ func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) err
 		w.sweeper.setQueueRetention(name, cfg.Retention)
 	}
 	if w.qstate == queuesRunning {
-		w.executor.grow(q)
+		w.executor.Grow(q)
 		w.claims.StartQueue(q)
 		q.Signal()
 		w.poller.Kick()
@@ -164,7 +164,7 @@ func (w *Worker) SetMaxWorkers(queue string, n int) error {
 	}
 	old := q.Max.Swap(int64(n))
 	if w.qstate == queuesRunning && int64(n) > old {
-		w.executor.grow(q)
+		w.executor.Grow(q)
 		q.Signal() // the new slots claim now
 	}
 	if old != int64(n) {

@@ -37,10 +37,10 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 		return nil, JobResult{}, err
 	}
 	q := w.queues.Get(queue)
-	d := w.starter.startIn(ctx, jobs[0], q != nil && q.HoldsSlot())
-	res := w.executor.execute(d, nil)
+	d := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
+	res := w.executor.Execute(d, nil)
 	d.Cancel(nil)
-	w.starter.handlerWG.Done()
+	w.starter.HandlerWG.Done()
 	w.completer.FlushNow()
 	w.failures.Flush() // a failure, too, is written before workOne returns
 	return d.Row, res, nil

@@ -5,7 +5,7 @@
 // the runners at shutdown. Each finished attempt goes to the outcome recorder
 // (outcome.go), in one call.
 
-package skiplock
+package execute
 
 import (
 	"context"
@@ -22,83 +22,83 @@ import (
 	"github.com/skiplock/skiplock/internal/record"
 )
 
-type handler struct {
-	run     func(ctx context.Context, row *JobRow) error
-	policy  RetryPolicy
-	timeout time.Duration // the kind's Timeout(); 0: the worker's
+type Handler struct {
+	Run     func(ctx context.Context, row *jobtype.JobRow) error
+	Policy  jobtype.RetryPolicy
+	Timeout time.Duration // the kind's Timeout(); 0: the worker's
 }
 
-// timeoutArgs is implemented by args types with a kind-specific job timeout.
-type timeoutArgs interface {
+// TimeoutArgs is implemented by args types with a kind-specific job timeout.
+type TimeoutArgs interface {
 	Timeout() time.Duration
 }
 
-// jobStarter registers claimed jobs: the claim loops call it for each job they claim,
+// JobStarter registers claimed jobs: the claim loops call it for each job they claim,
 // before handing it to a runner.
-type jobStarter struct {
-	held     *ownership.HeldJobs
-	slots    *record.SlotJobs
-	maxBytes int                // the client's MaxPayloadBytes, for outputs (progress.go)
-	attempt  *record.AttemptRef // given to every claimed row, for CompleteTx
+type JobStarter struct {
+	Held     *ownership.HeldJobs
+	Slots    *record.SlotJobs
+	MaxBytes int                // the client's MaxPayloadBytes, for outputs (progress.go)
+	Attempt  *record.AttemptRef // given to every claimed row, for CompleteTx
 
-	// base is the context job contexts derive from: set by the executor's Start, before
+	// Base is the context job contexts derive from: set by the executor's Start, before
 	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
-	base      context.Context
-	cancel    context.CancelCauseFunc
-	handlerWG sync.WaitGroup // jobs started whose handlers have not returned
+	Base      context.Context
+	Cancel    context.CancelCauseFunc
+	HandlerWG sync.WaitGroup // jobs started whose handlers have not returned
 }
 
-// start registers the claimed job cj with a context derived from the executor's base.
+// Start registers the claimed job cj with a context derived from the executor's base.
 // slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
-func (s *jobStarter) start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
-	return s.startIn(s.base, cj, slot)
+func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
+	return s.StartIn(s.Base, cj, slot)
 }
 
-// startIn registers the claimed job cj: its context, derived from base, and its place
+// StartIn registers the claimed job cj: its context, derived from base, and its place
 // among the held jobs, with the lease its claim wrote. Its slot was reserved before the
 // claim.
-func (s *jobStarter) startIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
+func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
 	jobCtx, cancel := context.WithCancelCause(base)
-	jobCtx, st := jobtype.WithState(jobCtx, s.maxBytes)
+	jobCtx, st := jobtype.WithState(jobCtx, s.MaxBytes)
 	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
 	cj.Row.Fence = cj.Fence
-	if s.attempt != nil {
-		jobtype.SetAttempt(cj.Row, s.attempt)
+	if s.Attempt != nil {
+		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}
-	s.held.Add(key, cancel, cj.Leased, st, cj.Row)
-	s.handlerWG.Add(1)
+	s.Held.Add(key, cancel, cj.Leased, st, cj.Row)
+	s.HandlerWG.Add(1)
 	if slot {
-		s.slots.Take()
+		s.Slots.Take()
 	}
 	return claim.Dispatched{Ctx: jobCtx, Cancel: cancel, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
 }
 
-// executorConfig is what the executor is built from.
-type executorConfig struct {
-	handlers        map[string]handler // the Worker's registry; read-only once Run started
-	hooks           []Hook
-	jobTimeout      time.Duration
-	retryPolicy     RetryPolicy
-	leaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
-	shutdownTimeout time.Duration
-	logger          *slog.Logger
-	mw              *middlewares            // Use, UseKind, HandleErrors (middleware.go)
-	marks           *ownership.OverrunMarks // marks overrunning attempts in the database (overrunmark.go)
+// ExecutorConfig is what the executor is built from.
+type ExecutorConfig struct {
+	Handlers        map[string]Handler // the Worker's registry; read-only once Run started
+	Hooks           []jobtype.Hook
+	JobTimeout      time.Duration
+	RetryPolicy     jobtype.RetryPolicy
+	LeaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	MW              *Middlewares            // Use, UseKind, HandleErrors (middleware.go)
+	Marks           *ownership.OverrunMarks // marks overrunning attempts in the database (overrunmark.go)
 }
 
-// executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
+// Executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
 // the base of the job contexts and starts each queue's runners; its Stop drains them
 // (Worker.Run says how).
-type executor struct {
-	cfg      executorConfig
-	starter  *jobStarter
+type Executor struct {
+	cfg      ExecutorConfig
+	starter  *JobStarter
 	outcomes *record.OutcomeRecorder
 	held     *ownership.HeldJobs
 	queues   *claim.QueueSet
 	runners  sync.WaitGroup
 	mu       sync.Mutex // guards queueRunner.runners
-	// overrunning counts the handlers running past their timeout (overrun).
-	overrunning atomic.Int64
+	// Overrunning counts the handlers running past their timeout (overrun).
+	Overrunning atomic.Int64
 	// The shutdown: hard is closed by a hard stop (cancel the handlers at once), giveUp
 	// when the caller stops waiting for them; done once every handler has returned.
 	hard, giveUp         chan struct{}
@@ -107,25 +107,25 @@ type executor struct {
 	done                 chan struct{}
 }
 
-func newExecutor(cfg executorConfig, starter *jobStarter, outcomes *record.OutcomeRecorder, queues *claim.QueueSet) *executor {
-	return &executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.held, queues: queues,
+func NewExecutor(cfg ExecutorConfig, starter *JobStarter, outcomes *record.OutcomeRecorder, queues *claim.QueueSet) *Executor {
+	return &Executor{cfg: cfg, starter: starter, outcomes: outcomes, held: starter.Held, queues: queues,
 		hard: make(chan struct{}), giveUp: make(chan struct{})}
 }
 
 // Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
 // shutdown deadline — and starts MaxWorkers runners per queue.
-func (e *executor) Start(ctx context.Context) error {
-	e.starter.base, e.starter.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+func (e *Executor) Start(ctx context.Context) error {
+	e.starter.Base, e.starter.Cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	for _, q := range e.queues.All() {
-		e.grow(q)
+		e.Grow(q)
 	}
 	return nil
 }
 
-// grow starts runners for q until it has one per slot (MaxWorkers, which may have been
+// Grow starts runners for q until it has one per slot (MaxWorkers, which may have been
 // raised at run time). Lowered, MaxWorkers leaves the extra runners idle: the queue
 // claims no more than its slots, so they only wait.
-func (e *executor) grow(q *claim.QueueRunner) {
+func (e *Executor) Grow(q *claim.QueueRunner) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for ; q.Runners < q.Max.Load(); q.Runners++ {
@@ -143,33 +143,33 @@ func (e *executor) grow(q *claim.QueueRunner) {
 // off as its handler returns — until every handler has returned, or until giveUp
 // (Worker.StopAndCancel gave up waiting). A hard stop (Worker.StopAndCancel) cancels
 // the handlers at once instead of after ShutdownTimeout.
-func (e *executor) Stop() {
+func (e *Executor) Stop() {
 	for _, q := range e.queues.All() {
 		q.CloseJobs() // runners exit once their current job is done
 	}
-	e.cfg.logger.Info("skiplock: worker shutting down", "running", e.held.Count())
+	e.cfg.Logger.Info("skiplock: worker shutting down", "running", e.held.Count())
 	done := e.handlersDone()
-	if !e.waitFor(done, e.cfg.shutdownTimeout, e.hard) {
-		e.starter.cancel(record.ErrShutdown)
+	if !e.waitFor(done, e.cfg.ShutdownTimeout, e.hard) {
+		e.starter.Cancel(record.ErrShutdown)
 		// Handlers that honour their context return now; give them a moment.
-		e.waitFor(done, min(e.cfg.shutdownTimeout, shutdownGrace), e.giveUp)
+		e.waitFor(done, min(e.cfg.ShutdownTimeout, shutdownGrace), e.giveUp)
 	}
 	e.outcomes.ReleaseCutOff()
-	t := time.NewTicker(e.cfg.shutdownTimeout)
+	t := time.NewTicker(e.cfg.ShutdownTimeout)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
-			e.starter.cancel(record.ErrShutdown)
+			e.starter.Cancel(record.ErrShutdown)
 			e.runners.Wait()
-			e.cfg.marks.Wait()
+			e.cfg.Marks.Wait()
 			return
 		case <-e.giveUp:
-			e.cfg.logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
+			e.cfg.Logger.Error("skiplock: stopped waiting for handlers that ignore their cancelled context; their jobs run elsewhere once this worker's lease ends: the process must exit now",
 				"running", e.held.Running())
 			return
 		case <-t.C:
-			e.cfg.logger.Warn("skiplock: shutdown waits for handlers that ignore their cancelled context; their jobs stay with this worker, leases renewed, until they return (Worker.StopAndCancel gives up)",
+			e.cfg.Logger.Warn("skiplock: shutdown waits for handlers that ignore their cancelled context; their jobs stay with this worker, leases renewed, until they return (Worker.StopAndCancel gives up)",
 				"running", e.held.Running())
 		}
 	}
@@ -181,16 +181,16 @@ const shutdownGrace = 5 * time.Second
 
 // handlersDone returns a channel closed once every started handler has returned. Its
 // goroutine ends then.
-func (e *executor) handlersDone() <-chan struct{} {
+func (e *Executor) handlersDone() <-chan struct{} {
 	e.doneOnce.Do(func() {
 		e.done = make(chan struct{})
-		go func() { e.starter.handlerWG.Wait(); close(e.done) }()
+		go func() { e.starter.HandlerWG.Wait(); close(e.done) }()
 	})
 	return e.done
 }
 
 // waitFor waits until done is closed (true), d passes or early is closed (false).
-func (e *executor) waitFor(done <-chan struct{}, d time.Duration, early <-chan struct{}) bool {
+func (e *Executor) waitFor(done <-chan struct{}, d time.Duration, early <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -202,60 +202,60 @@ func (e *executor) waitFor(done <-chan struct{}, d time.Duration, early <-chan s
 	return false
 }
 
-// hardStop makes Stop cancel the handlers at once rather than after ShutdownTimeout.
-func (e *executor) hardStop() { e.hardOnce.Do(func() { close(e.hard) }) }
+// HardStop makes Stop cancel the handlers at once rather than after ShutdownTimeout.
+func (e *Executor) HardStop() { e.hardOnce.Do(func() { close(e.hard) }) }
 
-// abandon makes Stop return without waiting for the handlers still running.
-func (e *executor) abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
+// Abandon makes Stop return without waiting for the handlers still running.
+func (e *Executor) Abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 
 // runner is one of a queue's MaxWorkers long-lived goroutines. Reusing them (rather than
 // a goroutine per job) keeps their grown stacks: handlers that decode JSON would otherwise
 // pay for stack growth on every job; each keeps one overrun watch, and its timer, for all
 // its jobs.
-func (e *executor) runner(q *claim.QueueRunner) {
-	o := e.newOverrunWatch()
-	defer o.close()
+func (e *Executor) runner(q *claim.QueueRunner) {
+	o := e.NewOverrunWatch()
+	defer o.Close()
 	for d := range q.Jobs {
-		e.execute(d, o)
+		e.Execute(d, o)
 		d.Cancel(nil)
 		q.Finished()
-		e.starter.handlerWG.Done()
+		e.starter.HandlerWG.Done()
 	}
 }
 
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
 // worker's. Zero or negative means none.
-func (e *executor) timeoutFor(d claim.Dispatched, h handler) time.Duration {
+func (e *Executor) timeoutFor(d claim.Dispatched, h Handler) time.Duration {
 	switch {
 	case d.Timeout > 0:
 		return d.Timeout
-	case h.timeout != 0:
-		return h.timeout
+	case h.Timeout != 0:
+		return h.Timeout
 	default:
-		return e.cfg.jobTimeout
+		return e.cfg.JobTimeout
 	}
 }
 
-// execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
+// Execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
 // and hands the result to the outcome recorder. It returns the result the hooks were
 // told. o watches the handler past its timeout (nil: a watch of its own).
-func (e *executor) execute(d claim.Dispatched, o *overrunWatch) JobResult {
+func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResult {
 	ctx, row := d.Ctx, d.Row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
-	h, ok := e.cfg.handlers[row.Kind]
+	h, ok := e.cfg.Handlers[row.Kind]
 	timeout := e.timeoutFor(d, h)
 	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, jobtype.ErrJobTimeout)
 		defer cancel()
 		if o == nil {
-			o = e.newOverrunWatch()
-			defer o.close()
+			o = e.NewOverrunWatch()
+			defer o.Close()
 		}
 		o.watch(d, timeout)
 		defer o.stop()
 	}
-	for _, hk := range e.cfg.hooks {
+	for _, hk := range e.cfg.Hooks {
 		ctx = hk.JobStarted(ctx, row)
 	}
 	began := time.Now()
@@ -264,11 +264,11 @@ func (e *executor) execute(d claim.Dispatched, o *overrunWatch) JobResult {
 	if !ok {
 		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
-		err, panicked = callHandler(ctx, e.cfg.mw.wrap(h.run, row.Kind), row) // middleware (middleware.go)
+		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (middleware.go)
 	}
-	policy := e.cfg.retryPolicy
-	if h.policy != nil {
-		policy = h.policy
+	policy := e.cfg.RetryPolicy
+	if h.Policy != nil {
+		policy = h.Policy
 	}
 	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
 		Duration: time.Since(began), Timeout: timeout, Policy: policy, Slot: d.Slot})
@@ -282,7 +282,7 @@ func (e *executor) execute(d claim.Dispatched, o *overrunWatch) JobResult {
 // for all its jobs: its timer is armed for each attempt and stopped when the handler
 // returns, so watching costs no allocation per job.
 type overrunWatch struct {
-	e *executor
+	e *Executor
 	t *time.Timer // runs fire; armed by watch, stopped by stop
 
 	mu      sync.Mutex
@@ -294,7 +294,7 @@ type overrunWatch struct {
 	counted bool      // counted in executor.overrunning
 }
 
-func (e *executor) newOverrunWatch() *overrunWatch {
+func (e *Executor) NewOverrunWatch() *overrunWatch {
 	o := &overrunWatch{e: e}
 	o.t = time.AfterFunc(time.Hour, o.fire)
 	o.t.Stop()
@@ -302,7 +302,7 @@ func (e *executor) newOverrunWatch() *overrunWatch {
 }
 
 // every is the interval between reports, and the grace after the timeout before the first.
-func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.leaseInterval, time.Millisecond) }
+func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.LeaseInterval, time.Millisecond) }
 
 // watch starts watching d's handler, whose timeout is timeout.
 func (o *overrunWatch) watch(d claim.Dispatched, timeout time.Duration) {
@@ -320,14 +320,14 @@ func (o *overrunWatch) stop() {
 	o.mu.Lock()
 	o.t.Stop()
 	if o.counted {
-		o.e.overrunning.Add(-1)
+		o.e.Overrunning.Add(-1)
 	}
 	o.d, o.due, o.counted = claim.Dispatched{}, time.Time{}, false
 	o.mu.Unlock()
 }
 
-// close stops the timer for good.
-func (o *overrunWatch) close() { o.t.Stop() }
+// Close stops the timer for good.
+func (o *overrunWatch) Close() { o.t.Stop() }
 
 // fire reports the watched handler overrunning. A fire that comes early — one that was
 // on its way when the previous attempt's watch stopped — arms the timer again for the
@@ -347,18 +347,18 @@ func (o *overrunWatch) fire() {
 	first := !o.counted
 	if first {
 		o.counted = true
-		o.e.overrunning.Add(1)
-		o.e.cfg.marks.Begin() // while the handler runs: before Stop waits for the marks
+		o.e.Overrunning.Add(1)
+		o.e.cfg.Marks.Begin() // while the handler runs: before Stop waits for the marks
 	}
 	gen, d, timeout, overBy := o.gen, o.d, o.timeout, now.Sub(o.began)-o.timeout
 	o.mu.Unlock()
 	e := o.e
-	e.cfg.logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
+	e.cfg.Logger.Warn("skiplock: handler overruns its job timeout and ignores its cancelled context; its job stays with this worker, its lease renewed, until it returns (then a timed-out failure)",
 		"job", d.Row.ID, "kind", d.Row.Kind, "attempt", d.Row.Attempts, "timeout", timeout,
 		"over_by", overBy)
 	if first {
-		e.cfg.marks.Write(d.Key)              // counted in Stats (overrunmark.go)
-		e.cfg.mw.stuck(d.Ctx, d.Row, timeout) // error handlers (middleware.go)
+		e.cfg.Marks.Write(d.Key)              // counted in Stats (overrunmark.go)
+		e.cfg.MW.stuck(d.Ctx, d.Row, timeout) // error handlers (middleware.go)
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {
@@ -369,10 +369,10 @@ func (o *overrunWatch) fire() {
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.
-func callHandler(ctx context.Context, run func(context.Context, *JobRow) error, row *JobRow) (err error, panicked bool) {
+func callHandler(ctx context.Context, run func(context.Context, *jobtype.JobRow) error, row *jobtype.JobRow) (err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r, Stack: debug.Stack()} // "panic: <value>\n\n<stack>"
+			err = &jobtype.PanicError{Value: r, Stack: debug.Stack()} // "panic: <value>\n\n<stack>"
 			panicked = true
 		}
 	}()

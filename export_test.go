@@ -20,4 +20,4 @@ func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.Idle() }
 func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.Fleet() }
 
 // SetSweeperVacuumAfter sets when s may vacuum the jobs table again.
-func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.vacuumAfter.Store(at.UnixNano()) }
+func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.s.VacuumAfter.Store(at.UnixNano()) }

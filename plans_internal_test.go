@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
@@ -65,13 +66,13 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 	}
 	cases := []statement{
 		{name: "heartbeat", sql: ownership.HeartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
-		{name: "sweeper reclaim", sql: reclaimSQL, args: []any{time.Minute, 100}},
-		{name: "archive purge", sql: purgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, time.Time{}, nil, nil,
-			[]string{"q"}, []string{"k2"}, enqueueKeyRetention}, seqScan: true},
-		{name: "archive purge of a queue", sql: purgeArchiveSQL, args: []any{time.Hour, 1000, time.Now().Add(-2 * time.Hour), "q", nil,
-			[]string{}, []string{"k2"}, enqueueKeyRetention}, seqScan: true},
-		{name: "archive purge of a kind", sql: purgeArchiveSQL, args: []any{time.Hour, 1000, time.Time{}, nil, "k2",
-			[]string{}, []string{}, enqueueKeyRetention}, seqScan: true},
+		{name: "sweeper reclaim", sql: maintenance.ReclaimSQL, args: []any{time.Minute, 100}},
+		{name: "archive purge", sql: maintenance.PurgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, time.Time{}, nil, nil,
+			[]string{"q"}, []string{"k2"}, maintenance.EnqueueKeyRetention}, seqScan: true},
+		{name: "archive purge of a queue", sql: maintenance.PurgeArchiveSQL, args: []any{time.Hour, 1000, time.Now().Add(-2 * time.Hour), "q", nil,
+			[]string{}, []string{"k2"}, maintenance.EnqueueKeyRetention}, seqScan: true},
+		{name: "archive purge of a kind", sql: maintenance.PurgeArchiveSQL, args: []any{time.Hour, 1000, time.Time{}, nil, "k2",
+			[]string{}, []string{}, maintenance.EnqueueKeyRetention}, seqScan: true},
 		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
 		{name: "failure", sql: record.FailureSQL, args: []any{ids, fences, "w", `{}`}},
 		{name: "release", sql: ownership.ReleaseSQL, args: []any{ids, fences, "w"}},

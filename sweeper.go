@@ -8,15 +8,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/skiplock/skiplock/internal/ownership"
-	"github.com/skiplock/skiplock/internal/pgutil"
-	"github.com/skiplock/skiplock/internal/settle"
+	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/maintenance"
 )
 
 // SweeperConfig configures a [Sweeper]. The zero value is valid.
@@ -53,17 +48,7 @@ type SweeperConfig struct {
 }
 
 // SweepResult counts what one sweep did.
-type SweepResult struct {
-	Skipped  bool  // another sweeper held the lock: this one did nothing
-	Requeued int64 // expired jobs put back in the queue
-	Dead     int64 // expired jobs that had no attempts left
-	Purged   int64 // finished jobs deleted past retention
-	// PurgedWorkflows counts the workflows deleted (with their tasks and edges) because
-	// every task had ended and their jobs finished past ArchiveRetention.
-	PurgedWorkflows int64
-	Vacuumed        bool // the jobs table had many dead rows and was vacuumed and analyzed
-	Reclaimed       []int64
-}
+type SweepResult = jobtype.SweepResult
 
 // Sweeper takes back running jobs whose worker stopped heartbeating (it crashed, was
 // killed, or lost the database) and deletes finished jobs past retention. Every [Worker]
@@ -75,38 +60,11 @@ type SweepResult struct {
 // so a direct call to [Sweeper.Sweep] never overlaps another sweep. Both work behind a
 // transaction-pooling PgBouncer.
 type Sweeper struct {
-	client *Client
-	cfg    SweeperConfig
-	logger *slog.Logger
-	sql    sweepSQL
-	id     string // leader_id in the election
-	// vacuumAfter (Unix ns) is when the jobs table may be vacuumed again: vacuumDuty
-	// times the last vacuum's duration after it ended.
-	vacuumAfter atomic.Int64
-	// analyzed is the last ANALYZE for growth (analyzeIfGrown): the table's pages then and
-	// the pages its statistics recorded then. Until the statistics change, the next one
-	// waits for a fourfold growth from there: a role that may not analyze the table (only
-	// its owner may) tries once per fourfold growth, not at every check.
-	analyzedMu sync.Mutex
-	analyzed   map[string]analyzedSize // by table, sanitized
-
-	// rulesMu guards the retention rules and how far each has purged the archive.
-	rulesMu sync.Mutex
-	rules   map[retentionRule]time.Duration // per queue and per kind (QueueRetention, KindRetention)
-	purged  map[retentionRule]time.Time     // see purgeArchiveSQL's $3
-	// rescanAt is when the purges next walk the archive from its beginning
-	// (purgeRescanEvery).
-	rescanAt time.Time
+	s *maintenance.Sweeper
 }
 
 // DefaultSweepBatchSize is the default of [SweeperConfig].BatchSize.
 const DefaultSweepBatchSize = 1000
-
-// sweepSQL holds the sweeper's statements, rendered for the client's schema.
-type sweepSQL struct {
-	reclaim, purgeArchive string
-	purgeWorkflows        string // workflowretention.go
-}
 
 // NewSweeper returns a Sweeper for client. A field out of range is an error that
 // matches [ErrInvalidConfig] and names the field.
@@ -132,18 +90,7 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = client.logger
 	}
-	s := &Sweeper{client: client, cfg: cfg, logger: cfg.Logger, analyzed: map[string]analyzedSize{}, id: "sweeper-" + defaultWorkerID(), sql: sweepSQL{
-		reclaim:        pgutil.Render(client.schema, reclaimSQL),
-		purgeArchive:   pgutil.Render(client.schema, purgeArchiveSQL),
-		purgeWorkflows: pgutil.Render(client.schema, purgeWorkflowsSQL),
-	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}}
-	for q, d := range cfg.QueueRetention {
-		s.rules[retentionRule{queue: q}] = d
-	}
-	for k, d := range cfg.KindRetention {
-		s.rules[retentionRule{kind: k}] = d
-	}
-	return s, nil
+	return &Sweeper{s: maintenance.New(client.db, client.flows, client.notify, maintenance.Config(cfg), "sweeper-"+defaultWorkerID())}, nil
 }
 
 // Run takes part in the schema's leader election until ctx is cancelled, then returns
@@ -151,231 +98,10 @@ func NewSweeper(client *Client, cfg SweeperConfig) (*Sweeper, error) {
 // the jobs table needs a vacuum; while another process leads, it only stands by to take
 // over. A Sweeper that leads when ctx ends gives up the lead, so another takes over at
 // once.
-func (s *Sweeper) Run(ctx context.Context) error {
-	e := ownership.NewElector(s.client.db, s.id, ownership.MaintenanceRole, s.logger)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); e.Run(ctx) }()
-	e.WhileLeader(ctx, s.maintain)
-	wg.Wait()
-	return nil
-}
-
-// maintain is the leader's maintenance loop: it sweeps every Interval and checks the
-// jobs table's dead rows every vacuumCheckInterval, until ctx ends.
-func (s *Sweeper) maintain(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	v := time.NewTicker(min(s.cfg.Interval, vacuumCheckInterval))
-	defer v.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-v.C:
-			var res SweepResult
-			s.vacuumIfBloated(ctx, &res)
-			continue
-		case <-t.C:
-		}
-		res, err := s.Sweep(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.logger.Warn("skiplock: sweep failed", "err", err)
-		case res.Requeued+res.Dead > 0:
-			s.logger.Warn("skiplock: reclaimed jobs whose worker stopped heartbeating",
-				"requeued", res.Requeued, "dead", res.Dead)
-		}
-	}
-}
-
-// vacuumCheckInterval is how often the leading Sweeper looks at the jobs table's dead rows.
-const vacuumCheckInterval = time.Second
-
-// sweepLockSQL takes the sweep lock for this transaction only, or reports that another
-// sweeper holds it. The second key is the schema's hash: schemas sweep independently.
-const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))`
-
-// reclaimSQL takes back running jobs whose lease has ended. The lost attempt counts: a
-// job whose attempts are used up goes dead, so a job that kills every worker that runs it
-// cannot loop forever.
-//
-//   - A job whose owner's worker lease (its row in the workers table) has not ended is
-//     never taken, whatever its own lease says: its worker is alive and reaches the
-//     database, and a handler that has not returned keeps its job (reclaim.go: the
-//     owner's lease decides). So the job's own lease decides only for an owner without
-//     a live row: a worker of a release before the workers table (a rolling deploy),
-//     or a dead one (which reclaimDeadSQL takes back sooner).
-//   - The lease end is the row's own lease_until, written by the claiming worker from its
-//     own visibility timeout: workers with different timeouts, and this sweeper, agree on
-//     it. A row without one was claimed by a worker of the release before migration 002;
-//     its lease is judged as that release did, by locked_at + $1. So is a row whose
-//     lease_until is older than its locked_at: every claim and heartbeat of this release
-//     writes both from one now(), lease_until the later, so such a lease was left by an
-//     earlier claim (an old sweeper took the job back without clearing it) and the current
-//     one, by an old worker, has none.
-//   - status = 'running' ... ORDER BY locked_at walks jobs_running_idx, which holds only
-//     running rows (a few per worker slot), so no index on lease_until is needed.
-//   - FOR UPDATE SKIP LOCKED: a row being written by its worker (a success, a heartbeat)
-//     is left for the next sweep rather than waited for.
-//   - id = ANY (ARRAY(SELECT id FROM expired)): the UPDATE reaches the expired rows
-//     through the primary key whatever the table's statistics say (see heartbeatSQL).
-//   - The fence token is left alone (the next claim takes a new one); lease_until is
-//     cleared with the rest of the claim's state.
-//   - run_at is left alone: the job was due when it was claimed, so it goes back to its
-//     place in line (claims take the oldest run_at first) rather than behind every job
-//     queued since. With run_at = now(), a killed worker's jobs waited for the whole
-//     backlog: in a chaos run with a 50,000-job backlog they were done 35–99 s after the
-//     kill, most of it in the queue.
-var reclaimSQL = `WITH expired AS (
-	SELECT id FROM {s}.jobs
-	WHERE status = 'running'
-		AND CASE WHEN lease_until >= locked_at THEN lease_until ELSE locked_at + $1::interval END < now()
-		AND NOT EXISTS (SELECT FROM {s}.workers w WHERE w.id = locked_by AND w.expires_at >= now())
-	ORDER BY locked_at
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {s}.jobs SET ` + ownership.TakeBackSet(`'lease expired: worker ' || coalesce(locked_by, '?') || ' stopped heartbeating'`) + `
-WHERE id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING id, status, queue, metadata ? '` + settle.MetaWorkflow + `'`
-
-// Limits of one sweep. The sweep lock is held by a transaction: if that transaction
-// hangs (its connection half-open, a statement stuck), no one sweeps until it ends, so
-// every way it can hang is bounded, on both sides of the connection.
-const (
-	// sweepTimeout bounds one sweep transaction, on the worker's side (its context).
-	sweepTimeout = 30 * time.Second
-	// sweepStatementTimeout is the transaction's statement_timeout.
-	sweepStatementTimeout = 10 * time.Second
-	// sweepLockTimeout is the transaction's lock_timeout: the statements skip locked rows,
-	// so a wait is on a table lock (a migration, a manual LOCK).
-	sweepLockTimeout = 2 * time.Second
-	// sweepIdleTimeout is the transaction's idle_in_transaction_session_timeout: the server
-	// ends the session, and with it the sweep lock, when the sweeper stops talking
-	// mid-transaction (killed, or its connection black-holed).
-	sweepIdleTimeout = 5 * time.Second
-)
-
-// sweepLimitsSQL sets the sweep transaction's time limits, for this transaction only
-// (set_config with is_local: SET LOCAL, with parameters).
-const sweepLimitsSQL = `SELECT set_config('statement_timeout', $1, true),
-	set_config('lock_timeout', $2, true),
-	set_config('idle_in_transaction_session_timeout', $3, true)`
-
-// setSweepLimits bounds the waits of the transaction tx.
-func setSweepLimits(ctx context.Context, tx pgx.Tx) error {
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	_, err := tx.Exec(ctx, sweepLimitsSQL, ms(sweepStatementTimeout), ms(sweepLockTimeout), ms(sweepIdleTimeout))
-	return err
-}
-
-// underSweepLock runs fn in a transaction of its own, bounded by sweepTimeout and the
-// sweep's statement and lock limits, once it holds the schema's sweep lock; got is false
-// (and fn not run) when another sweeper holds it.
-func (s *Sweeper) underSweepLock(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (got bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	err = pgx.BeginFunc(ctx, s.client.pool, func(tx pgx.Tx) error {
-		if err := setSweepLimits(ctx, tx); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, sweepLockSQL, s.client.schema).Scan(&got); err != nil || !got {
-			return err
-		}
-		return fn(ctx, tx)
-	})
-	return got, err
-}
+func (s *Sweeper) Run(ctx context.Context) error { return s.s.Run(ctx) }
 
 // Sweep runs one sweep now, if no other sweeper is running one: it reclaims every expired
 // job (in batches, in one transaction holding the sweep lock), then deletes finished jobs
 // past retention in batches of their own short transactions. Each transaction is bounded
 // (see sweepTimeout and the limits beside it).
-func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
-	var res SweepResult
-	c := s.client
-	queues := map[string]bool{}
-	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		dead, err := s.reclaimExpired(ctx, tx, &res, queues)
-		if err != nil || len(dead) == 0 {
-			return err
-		}
-		// The dependents of workflow tasks that died here are settled (cancelled, or
-		// released under RunDependents) in the same transaction (workflowsettle.go).
-		return c.flows.Settle(ctx, tx, dead)
-	})
-	if err != nil {
-		return SweepResult{}, c.wrapErr("sweep", err)
-	}
-	if !got {
-		res.Skipped = true
-		return res, nil
-	}
-	s.wake(ctx, queues)
-	s.vacuumIfBloated(ctx, &res)
-	if err := s.purgeExpired(ctx, &res); err != nil {
-		return res, err
-	}
-	n, err := s.purgeWorkflows(ctx)
-	res.PurgedWorkflows = n
-	if err != nil {
-		return res, c.wrapErr("sweep: purge workflows", err)
-	}
-	return res, nil
-}
-
-// reclaimExpired runs reclaimSQL in batches in tx until a batch is not full, adding what
-// it reclaimed to res and the queues of the requeued jobs to queues. It returns the
-// workflow tasks that went dead.
-func (s *Sweeper) reclaimExpired(ctx context.Context, tx pgx.Tx, res *SweepResult, queues map[string]bool) (dead []int64, err error) {
-	for {
-		rows, err := tx.Query(ctx, s.sql.reclaim, s.cfg.VisibilityTimeout, s.cfg.BatchSize)
-		if err != nil {
-			return nil, err
-		}
-		var (
-			id            int64
-			status, queue string
-			task          bool // a workflow task (workflowsettle.go)
-			n             int
-		)
-		_, err = pgx.ForEachRow(rows, []any{&id, &status, &queue, &task}, func() error {
-			n++
-			res.Reclaimed = append(res.Reclaimed, id)
-			if status == string(StatusDead) {
-				res.Dead++
-				if task {
-					dead = append(dead, id)
-				}
-			} else {
-				res.Requeued++
-				queues[queue] = true
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		if n < s.cfg.BatchSize {
-			return dead, nil
-		}
-	}
-}
-
-// wake notifies the queues whose reclaimed jobs are due now, rather than leave them to
-// the workers' poll; a failure only costs that wait.
-func (s *Sweeper) wake(ctx context.Context, queues map[string]bool) {
-	if len(queues) == 0 {
-		return
-	}
-	names := make([]string, 0, len(queues))
-	for q := range queues {
-		names = append(names, q)
-	}
-	nctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
-	defer cancel()
-	if err := s.client.notify.Queues(nctx, s.client.pool, names); err != nil {
-		s.logger.Debug("skiplock: wake-up after reclaim failed", "err", err)
-	}
-}
+func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) { return s.s.Sweep(ctx) }

@@ -110,7 +110,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
-		tasks = append(tasks, sw.maintain)
+		tasks = append(tasks, sw.s.Maintain)
 	}
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]execute.Handler{},
 		checkSQL: pgutil.Render(client.schema, checkSchemaSQL), mw: &execute.Middlewares{}, sweeper: sw, runDone: make(chan struct{})}

@@ -82,7 +82,7 @@ func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) err
 	}
 	w.queues.Put(q, cfg.Completion)
 	if w.sweeper != nil {
-		w.sweeper.setQueueRetention(name, cfg.Retention)
+		w.sweeper.s.SetQueueRetention(name, cfg.Retention)
 	}
 	if w.qstate == queuesRunning {
 		w.executor.Grow(q)
@@ -117,7 +117,7 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 	}
 	w.flow.Remove(queue)
 	if w.sweeper != nil {
-		w.sweeper.setQueueRetention(queue, 0)
+		w.sweeper.s.SetQueueRetention(queue, 0)
 	}
 	running := w.qstate == queuesRunning
 	if running {

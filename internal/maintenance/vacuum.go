@@ -3,13 +3,14 @@
 // pile up, and analyzed when it has grown many times over, throttled and spaced by its
 // own duration.
 
-package skiplock
+package maintenance
 
 import (
 	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // deadTuplesSQL reads how many dead and live row versions the jobs table ($1) holds, from
@@ -61,17 +62,17 @@ const vacuumDeadTuples = 5000
 // bench's fleet drain (16 processes on one queue, 100,000 jobs) the maintenance vacuum
 // ran 3–4 times and the fleet drained at 6–10k jobs/s, against 13.6–14.6k spaced by its
 // duration and 15.7–18.9k with no vacuum at all.
-func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
-	if time.Now().UnixNano() < s.vacuumAfter.Load() {
+func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *jobtype.SweepResult) {
+	if time.Now().UnixNano() < s.VacuumAfter.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, vacuumTimeout)
 	defer cancel()
-	c := s.client
-	table := pgx.Identifier{c.schema, "jobs"}.Sanitize()
-	tasks := pgx.Identifier{c.schema, "workflow_tasks"}.Sanitize()
+	c := s.db
+	table := pgx.Identifier{c.Schema, "jobs"}.Sanitize()
+	tasks := pgx.Identifier{c.Schema, "workflow_tasks"}.Sanitize()
 	var dead, live, recorded, pages, tasksRecorded, tasksPages int64
-	if err := c.pool.QueryRow(ctx, deadTuplesSQL, table, tasks).Scan(&dead, &live, &recorded, &pages,
+	if err := c.Pool.QueryRow(ctx, deadTuplesSQL, table, tasks).Scan(&dead, &live, &recorded, &pages,
 		&tasksRecorded, &tasksPages); err != nil {
 		return
 	}
@@ -88,12 +89,12 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *SweepResult) {
 	// update go with it (vacuumWithJobs): nothing else vacuums them when autovacuum is off.
 	tables := table
 	for _, t := range vacuumWithJobs {
-		tables += ", " + pgx.Identifier{c.schema, t}.Sanitize()
+		tables += ", " + pgx.Identifier{c.Schema, t}.Sanitize()
 	}
 	began := time.Now()
 	err := s.vacuum(ctx, `VACUUM (SKIP_LOCKED, ANALYZE) `+tables)
 	took := time.Since(began)
-	s.vacuumAfter.Store(time.Now().Add(vacuumDuty * took).UnixNano())
+	s.VacuumAfter.Store(time.Now().Add(vacuumDuty * took).UnixNano())
 	if err != nil {
 		s.logger.Debug("skiplock: vacuuming the jobs table failed", "err", err)
 		return
@@ -133,7 +134,7 @@ func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pa
 	}
 	began := time.Now()
 	err := s.vacuum(ctx, `ANALYZE `+table)
-	s.vacuumAfter.Store(time.Now().Add(vacuumDuty * time.Since(began)).UnixNano())
+	s.VacuumAfter.Store(time.Now().Add(vacuumDuty * time.Since(began)).UnixNano())
 	if err != nil {
 		s.logger.Debug("skiplock: analyzing a grown table failed", "table", table, "err", err)
 	}
@@ -152,7 +153,7 @@ type analyzedSize struct{ pages, recorded int64 }
 // run at full speed, and another session keep the delay, which slows only VACUUM and
 // ANALYZE statements run there.)
 func (s *Sweeper) vacuum(ctx context.Context, stmt string) error {
-	conn, err := s.client.pool.Acquire(ctx)
+	conn, err := s.db.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}

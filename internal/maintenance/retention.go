@@ -2,22 +2,23 @@
 // (the default rule, each queue's and each kind's), and the bounded batches that delete
 // them. sweeper.go runs the passes after each sweep's reclaim.
 
-package skiplock
+package maintenance
 
 import (
 	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // retentionRule names the jobs a retention applies to: one queue's, one kind's, or (the
 // zero value) all the others.
 type retentionRule struct{ queue, kind string }
 
-// setQueueRetention sets (d > 0) or removes (d == 0) the retention of one queue's jobs,
+// SetQueueRetention sets (d > 0) or removes (d == 0) the retention of one queue's jobs,
 // from the next sweep on (a queue added to a running worker, Worker.AddQueue).
-func (s *Sweeper) setQueueRetention(queue string, d time.Duration) {
+func (s *Sweeper) SetQueueRetention(queue string, d time.Duration) {
 	s.rulesMu.Lock()
 	defer s.rulesMu.Unlock()
 	r := retentionRule{queue: queue}
@@ -92,7 +93,7 @@ const purgeRescanEvery = time.Hour
 // timeout after it, so a row may appear behind a cutoff already passed.
 const purgeMargin = 5 * time.Minute
 
-// purgeArchiveSQL deletes one batch of one retention rule's finished jobs past their
+// PurgeArchiveSQL deletes one batch of one retention rule's finished jobs past their
 // retention $1, from the archive and (kept or cancelled jobs) from the hot table. Each
 // DELETE takes its batch's ids as an array (id = ANY (ARRAY(...))), found once and then
 // reached through the primary key: with id IN (SELECT ... LIMIT), statistics that said
@@ -110,7 +111,7 @@ const purgeMargin = 5 * time.Minute
 //     rest is kept 7 days made every sweep read every row finished in between, to find
 //     the few of that queue: measured on a 1,000,000-row archive (README "Retention per
 //     queue and kind"). The first purge of a sweeper walks from the beginning, once.
-const purgeArchiveSQL = `WITH a AS (
+const PurgeArchiveSQL = `WITH a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
 		SELECT id FROM {s}.jobs_archive
 		WHERE finished_at >= $3 AND finished_at < now() - $1::interval
@@ -133,19 +134,19 @@ const purgeArchiveSQL = `WITH a AS (
 )
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM h), (SELECT count(*) FROM k), now() - $1::interval`
 
-// enqueueKeyRetention is how long the key of a coalesced enqueue statement is kept: it is
+// EnqueueKeyRetention is how long the key of a coalesced enqueue statement is kept: it is
 // needed only while the statement may be sent again, at most coalesceTimeout.
-const enqueueKeyRetention = 10 * time.Minute
+const EnqueueKeyRetention = 10 * time.Minute
 
 // purgeExpired deletes finished jobs past retention, pass by pass (purgePasses), in at
 // most maxPurgeBatches batches in all, adding the count to res.
-func (s *Sweeper) purgeExpired(ctx context.Context, res *SweepResult) error {
+func (s *Sweeper) purgeExpired(ctx context.Context, res *jobtype.SweepResult) error {
 	batches := 0
 	for _, p := range s.purgePasses() {
 		for ; batches < maxPurgeBatches; batches++ {
 			n, done, err := s.purgeBatch(ctx, p)
 			if err != nil {
-				return s.client.wrapErr("sweep: purge", err)
+				return s.db.WrapErr("sweep: purge", err)
 			}
 			res.Purged += n
 			if done {
@@ -165,7 +166,7 @@ func (s *Sweeper) purgeBatch(ctx context.Context, p purgePass) (n int64, done bo
 	var cutoff time.Time
 	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, s.sql.purgeArchive, p.keep, s.cfg.BatchSize, p.from, p.queue, p.kind,
-			p.notQueues, p.notKinds, enqueueKeyRetention).Scan(&n, &keys, &cutoff)
+			p.notQueues, p.notKinds, EnqueueKeyRetention).Scan(&n, &keys, &cutoff)
 	})
 	if err != nil || !got {
 		return 0, true, err

@@ -2,7 +2,7 @@
 // tasks and edges, once nothing of it can change any more and its jobs finished past
 // the archive retention.
 
-package skiplock
+package maintenance
 
 import (
 	"context"

@@ -4,7 +4,7 @@ package ui
 // periodic, workers) and the queue and dead-page actions.
 
 import (
-	"context"
+	"cmp"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // statuses are the job states in the order the pages show them.
@@ -87,7 +88,7 @@ func (q queueRow) count(st skiplock.JobStatus) int64 {
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	stats, at, err := h.stats(ctx)
+	stats, at, err := h.db.Stats.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	for _, s := range stats {
 		anyFailed = anyFailed || s.FinishedLastHour[skiplock.StatusDead]+s.FinishedLastHour[skiplock.StatusFailed] > 0
 	}
-	tp, err := h.throughput(ctx, anyFailed)
+	tp, err := h.db.Hour.Read(ctx, anyFailed)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	slices.SortFunc(v.Queues, func(a, b queueRow) int {
 		if by != nil {
 			if x, y := by(a), by(b); x != y {
-				return compareDesc(x, y) // the biggest backlog, the oldest due job first
+				return cmp.Compare(y, x) // the biggest backlog, the oldest due job first
 			}
 		}
 		return strings.Compare(a.Name, b.Name)
@@ -186,16 +187,6 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	v.FailRate = percent(v.FailedLastHour, v.FailedLastHour+v.LastHour)
 	v.Plot = barPlot(tp.Total[:], tp.Fails[:], tp.First)
 	return v, nil
-}
-
-// stats returns the queue counts and when they were taken: from the shared cache unless
-// StatsMaxAge is negative.
-func (h *Handler) stats(ctx context.Context) ([]skiplock.QueueStats, time.Time, error) {
-	if h.cfg.StatsMaxAge < 0 {
-		s, err := h.client.Stats(ctx)
-		return s, time.Now(), err
-	}
-	return h.client.CachedStats(ctx, h.cfg.StatsMaxAge)
 }
 
 func (h *Handler) queuesPage(w http.ResponseWriter, r *http.Request) {
@@ -253,9 +244,9 @@ type link struct{ Label, URL string }
 // jobsView is the data of the jobs page.
 type jobsView struct {
 	Further  []link // per-status lists that look further for the jobs no index reaches
-	Filter   listFilter
+	Filter   query.Filter
 	Statuses []skiplock.JobStatus
-	Page     listPage
+	Page     query.Page
 	NextURL  string
 	FirstURL string
 }
@@ -278,7 +269,7 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	page, err := h.listJobs(ctx, f)
+	page, err := h.db.Lists.Jobs(ctx, f)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -301,7 +292,7 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseFilter reads and bounds the list filters of a query; msg says what is wrong.
-func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f listFilter, msg string) {
+func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f query.Filter, msg string) {
 	f.Limit = DefaultPageSize
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -335,7 +326,7 @@ func validFilter(s string) bool {
 	return len(s) <= maxFilterLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
-func filterQuery(f listFilter, before int64) url.Values {
+func filterQuery(f query.Filter, before int64) url.Values {
 	v := url.Values{}
 	if f.Status != "" {
 		v.Set("status", string(f.Status))
@@ -360,10 +351,10 @@ func filterQuery(f listFilter, before int64) url.Values {
 
 // deadView is the data of the dead and failed page.
 type deadView struct {
-	Filter    listFilter
+	Filter    query.Filter
 	BulkQuery template.URL // the filter, encoded, for the links to the bulk actions
 	Statuses  []skiplock.JobStatus
-	Rows      []listRow
+	Rows      []query.Row
 	NextURL   string
 	FirstURL  string
 }
@@ -379,7 +370,7 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 	f.Search = "" // the dead page lists by status, queue and kind (its bulk actions take those)
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	rows, err := h.listStuck(ctx, f)
+	rows, err := h.db.Lists.Stuck(ctx, f)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -426,19 +417,12 @@ func (h *Handler) deadAction(w http.ResponseWriter, r *http.Request) {
 			ret.Set("n_skipped", strconv.Itoa(skipped))
 		}
 	case "delete":
-		rows, err := h.pool.Query(ctx, h.sql.deleteStuck, ids)
+		deleted, err := h.db.Jobs.DeleteStuck(ctx, ids)
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		if err := rows.Err(); err != nil {
-			h.fail(w, r, err)
-			return
-		}
+		n := len(deleted)
 		ret.Set("done", "deleted")
 		ret.Set("n_deleted", strconv.Itoa(n))
 		if skipped := len(ids) - n; skipped > 0 {
@@ -489,8 +473,8 @@ func (h *Handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 // workersView is the data of the workers page.
 type workersView struct {
 	Workers []skiplock.WorkerInfo
-	Running []runningJob
-	More    bool // more running jobs than maxRunningShown
+	Running []query.RunningJob
+	More    bool // more running jobs than query.MaxRunningShown
 }
 
 // workersPage lists the workers registered in the schema (Client.Workers): their queues,
@@ -503,14 +487,14 @@ func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	running, err := h.runningNow(ctx)
+	running, err := h.db.Running.List(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	v := workersView{Workers: ws, Running: running}
-	if len(running) > maxRunningShown {
-		v.Running, v.More = running[:maxRunningShown], true
+	if len(running) > query.MaxRunningShown {
+		v.Running, v.More = running[:query.MaxRunningShown], true
 	}
 	h.render(w, r, "workers", "Workers", "workers", v)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
@@ -153,7 +154,7 @@ var funcs = template.FuncMap{
 	// stays one segment of the URL it goes in.
 	"pathEscape": url.PathEscape,
 	"isZero":     func(t time.Time) bool { return t.IsZero() },
-	"scanWindow": func() int64 { return scanWindow },
+	"scanWindow": func() int64 { return query.ScanWindow },
 	// sortLink hands a sortable column header its page, key and label.
 	"sortLink": func(p pageData, key, label string) sortLink {
 		v, _ := p.Data.(*queuesView)
@@ -161,7 +162,7 @@ var funcs = template.FuncMap{
 	},
 	// rows hands the shared job table its rows, the page (for links and the token) and
 	// whether to show selection boxes.
-	"rows": func(p pageData, rows []listRow, sel bool) tableData { return tableData{p, rows, sel} },
+	"rows": func(p pageData, rows []query.Row, sel bool) tableData { return tableData{p, rows, sel} },
 }
 
 type sortLink struct {
@@ -172,7 +173,7 @@ type sortLink struct {
 
 type tableData struct {
 	Page   pageData
-	Rows   []listRow
+	Rows   []query.Row
 	Select bool
 }
 

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 //go:embed templates/*.html
@@ -34,9 +33,6 @@ const (
 	MaxActionIDs = MaxPageSize
 	// DefaultStatsMaxAge is how old the queue counts may be when Config.StatsMaxAge is 0.
 	DefaultStatsMaxAge = 5 * time.Second
-	// scanWindow is the most rows of one table a filtered list page examines: a filter
-	// that matches little cannot make a page walk a million-row archive.
-	scanWindow = 20_000
 	// maxFilterLen bounds the queue and kind filters (a kind is at most 255 bytes).
 	maxFilterLen = 255
 	// maxShownPayload is how much of a job's args the job page shows.
@@ -177,8 +173,7 @@ var ErrInvalidConfig = errors.New("ui: invalid config")
 type Handler struct {
 	cfg      Config
 	client   *skiplock.Client
-	pool     *pgxpool.Pool
-	sql      statements
+	db       *query.DB
 	prefix   string
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
@@ -188,7 +183,6 @@ type Handler struct {
 	hosts    map[string]struct{} // AllowedHosts, normalised
 	anyHost  bool                // AllowedHosts holds "*"
 	crossOri *http.CrossOriginProtection
-	finished *finishedCache
 	log      *slog.Logger
 }
 
@@ -224,12 +218,10 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		cfg:      cfg,
 		client:   cfg.Client,
-		pool:     cfg.Client.Pool(),
-		sql:      buildStatements(cfg.Client.Schema()),
+		db:       query.New(cfg.Client, cfg.StatsMaxAge),
 		prefix:   cfg.Prefix,
 		csrfKey:  cfg.CSRFKey,
 		crossOri: http.NewCrossOriginProtection(),
-		finished: newFinishedCache(),
 		log:      cfg.Logger,
 		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
 		audits:   &auditLog{},

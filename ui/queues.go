@@ -4,6 +4,7 @@ package ui
 
 import (
 	"cmp"
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // queueRow is one queue of the queues page.
@@ -74,6 +76,8 @@ func (q queueRow) count(st skiplock.JobStatus) int64 {
 	return 0
 }
 
+// queuesView reads the queue counts, the last hour's throughput and the QueueSource's
+// settings, and lays them out sorted by the request's ?sort=.
 func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
@@ -81,11 +85,7 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	if err != nil {
 		return nil, err
 	}
-	anyFailed := false
-	for _, s := range stats {
-		anyFailed = anyFailed || s.FinishedLastHour[skiplock.StatusDead]+s.FinishedLastHour[skiplock.StatusFailed] > 0
-	}
-	tp, err := h.db.Hour.Read(ctx, anyFailed)
+	tp, err := h.db.Hour.Read(ctx, anyFailed(stats))
 	if err != nil {
 		return nil, err
 	}
@@ -93,15 +93,44 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	if h.cfg.RefreshInterval > 0 {
 		v.Refresh, v.RefreshText = h.cfg.RefreshInterval.Milliseconds(), shortDuration(h.cfg.RefreshInterval)
 	}
-	var infos map[string]QueueInfo
-	if h.cfg.Queues != nil {
-		v.HasInfo = true
-		_, v.CanControl = h.cfg.Queues.(QueueController)
-		v.CanControl = v.CanControl && !h.cfg.ReadOnly
-		if infos, err = h.cfg.Queues.QueueInfo(ctx); err != nil {
-			v.InfoErr = err.Error()
+	infos := h.queueInfos(ctx, v)
+	totals := v.addQueues(stats, tp, infos)
+	v.sortQueues(r.URL.Query().Get("sort"))
+	v.summarize(totals, tp)
+	return v, nil
+}
+
+// anyFailed says whether stats count a job that failed for good (dead or failed) in the
+// last hour.
+func anyFailed(stats []skiplock.QueueStats) bool {
+	for _, s := range stats {
+		if s.FinishedLastHour[skiplock.StatusDead]+s.FinishedLastHour[skiplock.StatusFailed] > 0 {
+			return true
 		}
 	}
+	return false
+}
+
+// queueInfos returns the settings of the configured QueueSource, if any, and says in v
+// that the page shows them (and their buttons, when the source can pause and the
+// dashboard is not read-only). An error is kept in v.InfoErr for the page to show.
+func (h *Handler) queueInfos(ctx context.Context, v *queuesView) map[string]QueueInfo {
+	if h.cfg.Queues == nil {
+		return nil
+	}
+	v.HasInfo = true
+	_, v.CanControl = h.cfg.Queues.(QueueController)
+	v.CanControl = v.CanControl && !h.cfg.ReadOnly
+	infos, err := h.cfg.Queues.QueueInfo(ctx)
+	if err != nil {
+		v.InfoErr = err.Error()
+	}
+	return infos
+}
+
+// addQueues lays out a row per queue that has jobs, jobs finished in the last hour, or
+// settings, and returns the jobs of every queue counted by status.
+func (v *queuesView) addQueues(stats []skiplock.QueueStats, tp *query.Hour, infos map[string]QueueInfo) map[skiplock.JobStatus]int64 {
 	byName := map[string]*queueRow{}
 	row := func(name string) *queueRow {
 		if q := byName[name]; q != nil {
@@ -146,7 +175,13 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 		}
 		v.Queues = append(v.Queues, *q)
 	}
-	v.Sort = r.URL.Query().Get("sort")
+	return totals
+}
+
+// sortQueues sorts the rows by the column key of queueSorts (by name for any other) and
+// keeps the first maxQueuesShown.
+func (v *queuesView) sortQueues(key string) {
+	v.Sort = key
 	by, ok := queueSorts[v.Sort]
 	if !ok {
 		v.Sort, by = "", nil
@@ -163,6 +198,18 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 		v.Hidden = len(v.Queues) - maxQueuesShown
 		v.Queues = v.Queues[:maxQueuesShown]
 	}
+}
+
+// sortedBy is the column the queues are sorted by, for the headers' links.
+func (v *queuesView) sortedBy() string {
+	if v == nil {
+		return ""
+	}
+	return v.Sort
+}
+
+// summarize fills in the totals over all queues and the last hour's plot.
+func (v *queuesView) summarize(totals map[skiplock.JobStatus]int64, tp *query.Hour) {
 	for _, st := range statuses {
 		v.Totals = append(v.Totals, statusCount{string(st), totals[st]})
 	}
@@ -175,7 +222,6 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	}
 	v.FailRate = percent(v.FailedLastHour, v.FailedLastHour+v.LastHour)
 	v.Plot = barPlot(tp.Total[:], tp.Fails[:], tp.First)
-	return v, nil
 }
 
 func (h *Handler) queuesPage(w http.ResponseWriter, r *http.Request) {

@@ -58,12 +58,17 @@ var funcs = template.FuncMap{
 	"scanWindow": func() int64 { return query.ScanWindow },
 	// sortLink hands a sortable column header its page, key and label.
 	"sortLink": func(p pageData, key, label string) sortLink {
-		v, _ := p.Data.(*queuesView)
-		return sortLink{Page: p, Key: key, Label: label, On: v != nil && v.Sort == key}
+		v, ok := p.Data.(sortedView)
+		return sortLink{Page: p, Key: key, Label: label, On: ok && v.sortedBy() == key}
 	},
 	// rows hands the shared job table its rows, the page (for links and the token) and
 	// whether to show selection boxes.
 	"rows": func(p pageData, rows []query.Row, sel bool) tableData { return tableData{p, rows, sel} },
+}
+
+// sortedView is the data of a page whose table sorts by a column (the queues page).
+type sortedView interface {
+	sortedBy() string // the key of the column the table is sorted by; "" for the default
 }
 
 type sortLink struct {

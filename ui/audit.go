@@ -42,6 +42,7 @@ type statusRecorder struct {
 	status int
 }
 
+// WriteHeader records the first status the action answers with.
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 {
 		s.status = code
@@ -49,6 +50,7 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Write records 200 when the action writes a body before any status.
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK

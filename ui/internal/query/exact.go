@@ -15,13 +15,13 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-// ExactStatuses are the statuses whose jobs a partial index of the jobs table holds:
+// exactStatuses are the statuses whose jobs a partial index of the jobs table holds:
 // queued (jobs_claim_idx, by queue), running (jobs_running_idx), dead and failed
 // (jobs_stuck_idx, by kind then queue). A list filtered by one of them reaches its rows
 // through that index, however few they are among a million other jobs. The status goes
 // into the statement as a literal from this fixed list (never from the request), because
 // a partial index serves only a query whose WHERE implies its predicate at plan time.
-var ExactStatuses = []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusDead, skiplock.StatusFailed}
+var exactStatuses = []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusDead, skiplock.StatusFailed}
 
 // A list filtered by an indexed status takes one of two routes, both exact:
 //
@@ -57,7 +57,7 @@ const exactWindow = 5000
 
 // key picks one rendering of a statement whose {where} filters by an indexed status.
 type key struct {
-	status      string // a status of ExactStatuses, or "stuck" for dead and failed
+	status      string // a status of exactStatuses, or "stuck" for dead and failed
 	queue, kind bool   // whether the queue and the kind are filtered
 }
 
@@ -66,10 +66,10 @@ func keyOf(status string, f Filter) key {
 	return key{status: status, queue: f.Queue != "", kind: f.Kind != ""}
 }
 
-// keys are every status of ExactStatuses and "stuck", with and without each filter.
+// keys are every status of exactStatuses and "stuck", with and without each filter.
 func keys() []key {
 	var out []key
-	for _, st := range append(slices.Clone(ExactStatuses), "stuck") {
+	for _, st := range append(slices.Clone(exactStatuses), "stuck") {
 		for _, q := range []bool{false, true} {
 			for _, k := range []bool{false, true} {
 				out = append(out, key{string(st), q, k})
@@ -82,7 +82,7 @@ func keys() []key {
 // where renders the {where} of k: the status predicate, then queue and kind, when
 // filtered, as the parameters after $n.
 func (k key) where(n int) string {
-	w := "status = '" + k.status + "'" // one of ExactStatuses, never the request's text
+	w := "status = '" + k.status + "'" // one of exactStatuses, never the request's text
 	if k.status == "stuck" {
 		w = "status IN ('dead', 'failed')"
 	}
@@ -127,7 +127,7 @@ func newExact(pool *pgxpool.Pool, x func(string) string) exact {
 	return e
 }
 
-// list returns a page of the jobs of status (one of ExactStatuses, or "stuck") matching
+// list returns a page of the jobs of status (one of exactStatuses, or "stuck") matching
 // f: first through exactWindowSQL, then, when that did not fill the page, through
 // exactIndexSQL. Every matching row is reached, whatever its age.
 func (e exact) list(ctx context.Context, status string, f Filter) ([]Row, error) {

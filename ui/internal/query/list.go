@@ -49,7 +49,7 @@ func newLists(pool *pgxpool.Pool, x func(string) string, stats Stats) *Lists {
 // merged by id. Each table is walked by pageSQL; the page holds only ids down to the
 // higher of the two tables' scan bounds, so it never skips a job of either table.
 func (l *Lists) Jobs(ctx context.Context, f Filter) (Page, error) {
-	if f.Search == "" && slices.Contains(ExactStatuses, f.Status) && indexServes(string(f.Status), f) {
+	if f.Search == "" && slices.Contains(exactStatuses, f.Status) && indexServes(string(f.Status), f) {
 		return l.exactPage(ctx, string(f.Status), f)
 	}
 	var parts []part
@@ -190,7 +190,7 @@ func statusInArchive(s skiplock.JobStatus) bool {
 	return s == "" || s == skiplock.StatusSucceeded
 }
 
-// indexServes says whether the partial index of status (one of ExactStatuses, or
+// indexServes says whether the partial index of status (one of exactStatuses, or
 // "stuck") reaches the jobs of filter f without reading a large part of it: running jobs
 // are few, jobs_stuck_idx is keyed by kind then queue, and jobs_claim_idx by queue only,
 // so a kind filter on queued jobs (or none, when few are queued) would read every queued

@@ -104,16 +104,9 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		ids, err := h.db.Bulk.Pick(bctx, f, after, n)
 		if err == nil && len(ids) > 0 {
 			after, seen = ids[len(ids)-1], seen+int64(len(ids))
-			switch action {
-			case "requeue":
-				var res skiplock.RequeueResult
-				res, err = h.client.Requeue(bctx, skiplock.RequeueFilter{IDs: ids})
-				done, skipped = done+res.Requeued, skipped+int64(len(ids))-res.Requeued
-			case "delete":
-				var deleted []int64
-				deleted, err = h.db.Jobs.DeleteStuck(bctx, ids)
-				done, skipped = done+int64(len(deleted)), skipped+int64(len(ids)-len(deleted))
-			}
+			var d, s int64
+			d, s, err = h.applyBulk(bctx, action, ids)
+			done, skipped = done+d, skipped+s
 		}
 		bcancel()
 		if err != nil {
@@ -142,4 +135,18 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		ret.Set("done", ret.Get("done")+",budget")
 	}
 	h.redirect(w, r, "/dead", ret)
+}
+
+// applyBulk runs action on one batch of ids, and counts the jobs it changed and those it
+// left alone (no longer dead or failed, or, for a requeue, their unique key is held).
+func (h *Handler) applyBulk(ctx context.Context, action string, ids []int64) (done, skipped int64, err error) {
+	switch action {
+	case "requeue":
+		res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: ids})
+		return res.Requeued, int64(len(ids)) - res.Requeued, err
+	case "delete":
+		deleted, err := h.db.Jobs.DeleteStuck(ctx, ids)
+		return int64(len(deleted)), int64(len(ids) - len(deleted)), err
+	}
+	return 0, 0, nil
 }

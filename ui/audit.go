@@ -1,61 +1,18 @@
 package ui
 
-// This file holds the audit log: every action (retry, cancel, delete, requeue, bulk,
-// pause, resume, sign-in and sign-out) written as a log line and kept in memory for the
-// /audit page. The schema has no table for it (that would take a migration), so the page
-// shows this process's recent actions only; the log lines are the lasting record.
+// This file holds the audit of actions: every action (retry, cancel, delete, requeue, bulk,
+// pause, resume, sign-in and sign-out) is written as a log line and kept in the
+// Handler's auditLog for the /audit page. The schema has no table for it (that would take
+// a migration), so the page shows this process's recent actions only; the log lines are
+// the lasting record.
 
 import (
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
-
-// maxAudit is how many recent actions the /audit page keeps, per Handler.
-const maxAudit = 500
-
-// auditEntry is one action: who did what to what, when, and what came of it.
-type auditEntry struct {
-	At     time.Time
-	Who    string
-	From   string // the client address
-	Action string
-	Target string
-	Result string
-}
-
-// auditLog is a ring of the latest maxAudit entries.
-type auditLog struct {
-	mu      sync.Mutex
-	entries []auditEntry
-	next    int
-}
-
-func (a *auditLog) add(e auditEntry) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.entries) < maxAudit {
-		a.entries = append(a.entries, e)
-		return
-	}
-	a.entries[a.next] = e
-	a.next = (a.next + 1) % maxAudit
-}
-
-// recent returns the entries, newest first.
-func (a *auditLog) recent() []auditEntry {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]auditEntry, 0, len(a.entries))
-	for i := range a.entries {
-		j := (a.next - 1 - i + 2*len(a.entries)) % len(a.entries)
-		out = append(out, a.entries[j])
-	}
-	return out
-}
 
 // who names the actor of r: Config.Actor's answer when set, else the credential used.
 func (h *Handler) who(r *http.Request) string {
@@ -85,6 +42,7 @@ type statusRecorder struct {
 	status int
 }
 
+// WriteHeader records the first status the action answers with.
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 {
 		s.status = code
@@ -92,6 +50,7 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Write records 200 when the action writes a body before any status.
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK

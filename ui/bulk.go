@@ -8,12 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // Bulk limits.
@@ -26,43 +24,9 @@ const (
 	bulkBudget = 20 * time.Second
 )
 
-// bulkPickSQL takes the next batch of dead and failed jobs matching the filter ({where},
-// rendered like exactWindowSQL's, with queue and kind as $3 and $4), in id order from the
-// cursor $1: jobs a batch left alone (a requeue skipped for its unique key) are not
-// picked again.
-const bulkPickSQL = `SELECT id FROM {s}.jobs WHERE {where} AND id > $1 ORDER BY id LIMIT $2`
-
-// bulkCountSQL counts the jobs a bulk action would take, through jobs_stuck_idx.
-const bulkCountSQL = `SELECT count(*) FROM {s}.jobs WHERE {where}`
-
-// bulkStatements renders bulkPickSQL and bulkCountSQL for one filter shape.
-func bulkStatements(schema string, key exactKey) (pick, count string) {
-	s := pgx.Identifier{schema}.Sanitize()
-	pred := "status IN ('dead', 'failed')"
-	if key.status != "stuck" {
-		pred = "status = '" + key.status + "'" // one of exactStatuses, never the request's text
-	}
-	where := func(n int) string {
-		w := pred
-		if key.queue {
-			n++
-			w += " AND queue = $" + strconv.Itoa(n)
-		}
-		if key.kind {
-			n++
-			w += " AND kind = $" + strconv.Itoa(n)
-		}
-		return w
-	}
-	r := func(t, w string) string {
-		return strings.ReplaceAll(strings.ReplaceAll(t, "{s}", s), "{where}", w)
-	}
-	return r(bulkPickSQL, where(2)), r(bulkCountSQL, where(0))
-}
-
 // bulkView is the data of the confirmation page.
 type bulkView struct {
-	Filter  listFilter
+	Filter  query.Filter
 	Action  string // "requeue" or "delete"
 	Count   int64
 	Batches int64
@@ -70,48 +34,32 @@ type bulkView struct {
 }
 
 // bulkFilter reads the filter and action of a bulk request.
-func bulkFilter(q url.Values) (listFilter, string, exactKey, string) {
-	f, msg := parseFilter(q, stuckStatuses)
+func bulkFilter(q url.Values) (f query.Filter, action, msg string) {
+	f, msg = parseFilter(q, stuckStatuses)
 	if msg != "" {
-		return f, "", exactKey{}, msg
+		return f, "", msg
 	}
 	if f.Search != "" {
-		return f, "", exactKey{}, "A bulk action takes a status, queue and kind filter, not a search."
+		return f, "", "A bulk action takes a status, queue and kind filter, not a search."
 	}
-	action := q.Get("action")
+	action = q.Get("action")
 	if action != "requeue" && action != "delete" {
-		return f, "", exactKey{}, "Unknown action: use requeue or delete."
+		return f, "", "Unknown action: use requeue or delete."
 	}
-	key := exactKey{status: "stuck", queue: f.Queue != "", kind: f.Kind != ""}
-	if f.Status != "" {
-		key.status = string(f.Status)
-	}
-	return f, action, key, ""
-}
-
-func filterArgs(f listFilter) []any {
-	var args []any
-	if f.Queue != "" {
-		args = append(args, f.Queue)
-	}
-	if f.Kind != "" {
-		args = append(args, f.Kind)
-	}
-	return args
+	return f, action, ""
 }
 
 // bulkPage shows how many jobs the bulk action would take, and asks to confirm.
 func (h *Handler) bulkPage(w http.ResponseWriter, r *http.Request) {
-	f, action, key, msg := bulkFilter(r.URL.Query())
+	f, action, msg := bulkFilter(r.URL.Query())
 	if msg != "" {
 		h.refuse(w, r, http.StatusBadRequest, msg)
 		return
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	_, count := bulkStatements(h.client.Schema(), key)
-	var n int64
-	if err := h.pool.QueryRow(ctx, count, append([]any{pgx.QueryExecModeExec}, filterArgs(f)...)...).Scan(&n); err != nil {
+	n, err := h.db.Bulk.Count(ctx, f)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -128,7 +76,7 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, "Bad form.")
 		return
 	}
-	f, action, key, msg := bulkFilter(r.PostForm)
+	f, action, msg := bulkFilter(r.PostForm)
 	if msg != "" {
 		h.refuse(w, r, http.StatusBadRequest, msg)
 		return
@@ -138,7 +86,6 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, "The confirmed count is missing: open the confirmation page again.")
 		return
 	}
-	pick, _ := bulkStatements(h.client.Schema(), key)
 	ctx, cancel := context.WithTimeout(r.Context(), min(bulkBudget, h.cfg.QueryTimeout))
 	defer cancel()
 	var (
@@ -154,25 +101,12 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		}
 		bctx, bcancel := context.WithTimeout(ctx, h.cfg.QueryTimeout)
 		n := min(bulkBatch, confirmed-seen)
-		rows, err := h.pool.Query(bctx, pick, append([]any{pgx.QueryExecModeExec, after, n}, filterArgs(f)...)...)
-		var ids []int64
-		if err == nil {
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		}
+		ids, err := h.db.Bulk.Pick(bctx, f, after, n)
 		if err == nil && len(ids) > 0 {
 			after, seen = ids[len(ids)-1], seen+int64(len(ids))
-			switch action {
-			case "requeue":
-				var res skiplock.RequeueResult
-				res, err = h.client.Requeue(bctx, skiplock.RequeueFilter{IDs: ids})
-				done, skipped = done+res.Requeued, skipped+int64(len(ids))-res.Requeued
-			case "delete":
-				var deleted []int64
-				if rows, err = h.pool.Query(bctx, h.sql.deleteStuck, ids); err == nil {
-					deleted, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-				}
-				done, skipped = done+int64(len(deleted)), skipped+int64(len(ids)-len(deleted))
-			}
+			var d, s int64
+			d, s, err = h.applyBulk(bctx, action, ids)
+			done, skipped = done+d, skipped+s
 		}
 		bcancel()
 		if err != nil {
@@ -201,4 +135,18 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		ret.Set("done", ret.Get("done")+",budget")
 	}
 	h.redirect(w, r, "/dead", ret)
+}
+
+// applyBulk runs action on one batch of ids, and counts the jobs it changed and those it
+// left alone (no longer dead or failed, or, for a requeue, their unique key is held).
+func (h *Handler) applyBulk(ctx context.Context, action string, ids []int64) (done, skipped int64, err error) {
+	switch action {
+	case "requeue":
+		res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: ids})
+		return res.Requeued, int64(len(ids)) - res.Requeued, err
+	case "delete":
+		deleted, err := h.db.Jobs.DeleteStuck(ctx, ids)
+		return int64(len(deleted)), int64(len(ids) - len(deleted)), err
+	}
+	return 0, 0, nil
 }

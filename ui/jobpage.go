@@ -69,7 +69,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	extras, err := h.jobExtras(ctx, id)
+	extras, err := h.db.Jobs.Extras(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -151,13 +151,13 @@ func (h *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
 	}
 	done := url.Values{"done": {"requeued"}, "n_requeued": {"1"}}
 	if res.Requeued == 0 {
-		tag, err := h.pool.Exec(ctx, h.sql.runNow, id)
+		due, err := h.db.Jobs.RunNow(ctx, id)
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
 		done = url.Values{"done": {"runnow"}}
-		if tag.RowsAffected() == 0 {
+		if !due {
 			done = url.Values{"done": {"unchanged"}}
 		}
 	}
@@ -195,7 +195,7 @@ func (h *Handler) deleteJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	res, err := h.deleteJobs(ctx, []int64{id})
+	res, err := h.db.Jobs.Delete(ctx, []int64{id})
 	if err != nil {
 		h.fail(w, r, err)
 		return

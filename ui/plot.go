@@ -124,18 +124,6 @@ func barPlot(series, fails []int64, first time.Time) plot {
 	return p
 }
 
-// percent writes part/whole as a percentage for people: 0.4%, 12%.
-func percent(part, whole int64) string {
-	if whole == 0 {
-		return "0%"
-	}
-	p := float64(part) * 100 / float64(whole)
-	if p < 10 {
-		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
-	}
-	return strconv.FormatFloat(p, 'f', 0, 64) + "%"
-}
-
 // niceCeil rounds n up to 1, 2 or 5 times a power of ten (at least 2, so the middle tick
 // is a whole number).
 func niceCeil(n int64) int64 {

@@ -1,196 +1,20 @@
 package ui
 
 import (
-	"context"
 	"crypto/rand"
-	"embed"
 	"errors"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
-
-//go:embed templates/*.html
-var templateFS embed.FS
-
-//go:embed static
-var staticFS embed.FS
-
-// Limits on what one request may ask for.
-const (
-	// DefaultPageSize is how many jobs a list shows when the request names no limit.
-	DefaultPageSize = 50
-	// MaxPageSize is the most jobs one list page shows, whatever the request asks.
-	MaxPageSize = 200
-	// MaxActionIDs is the most jobs one requeue or delete action takes.
-	MaxActionIDs = MaxPageSize
-	// DefaultStatsMaxAge is how old the queue counts may be when Config.StatsMaxAge is 0.
-	DefaultStatsMaxAge = 5 * time.Second
-	// scanWindow is the most rows of one table a filtered list page examines: a filter
-	// that matches little cannot make a page walk a million-row archive.
-	scanWindow = 20_000
-	// maxFilterLen bounds the queue and kind filters (a kind is at most 255 bytes).
-	maxFilterLen = 255
-	// maxShownPayload is how much of a job's args the job page shows.
-	maxShownPayload = 256 << 10
-	// maxQueuesShown bounds the rows of the queues table.
-	maxQueuesShown = 500
-	// maxFormBytes bounds the body of a POST.
-	maxFormBytes = 64 << 10
-)
-
-// Config configures a [Handler]. Only Client is required; the zero value of every other
-// field is a safe default.
-type Config struct {
-	// Client is the skiplock client whose schema the dashboard shows. Required.
-	Client *skiplock.Client
-	// Prefix is the path the handler is mounted at, such as "/admin/jobs", without a
-	// trailing slash; the handler strips it from requests and puts it in front of every
-	// link. Defaults to "" (mounted at the root).
-	Prefix string
-	// ReadOnly refuses every action (retry, cancel, delete, requeue, pause) and hides
-	// their buttons. Defaults to false.
-	ReadOnly bool
-	// Token, when set, is required from every request: as "Authorization: Bearer <token>",
-	// or as the session cookie the /login page sets after the token is typed there.
-	// Empty means no token.
-	Token string
-	// BasicAuth, when set, accepts HTTP basic authentication with this user and password
-	// (either it or the token suffices when both are set). Nil means no basic auth.
-	BasicAuth *BasicAuth
-	// ExternalAuth says a middleware in front of the handler authenticates every request,
-	// so requests from other hosts are served without Token or BasicAuth. When false and
-	// neither is set, only requests from a loopback address without proxy headers are
-	// served; others get 403. Defaults to false.
-	ExternalAuth bool
-	// AllowedHosts are the host names (without port) the handler answers to besides the
-	// loopback names (localhost, 127.0.0.1, [::1]) and the IP address a request reached.
-	// A request whose Host header names any other host gets 421 before anything else,
-	// and a POST whose Origin does gets 403: a web page on a domain that re-points to
-	// this machine (DNS rebinding) can then neither read the dashboard nor act through
-	// it. Set the names users reach the dashboard by, such as "jobs.internal.example".
-	// "*" accepts every host: use it only when a proxy in front checks the Host header.
-	// Defaults to none.
-	AllowedHosts []string
-	// SessionIdle ends a login session (Token) after this long without a request.
-	// Defaults to DefaultSessionIdle (1h).
-	SessionIdle time.Duration
-	// SessionMaxAge ends a login session this long after the login, however busy.
-	// Defaults to DefaultSessionMaxAge (12h). Sessions live in the Handler's memory: a
-	// restart signs everyone out, and instances behind one load balancer do not share
-	// them (use the bearer header or basic auth there, or sticky sessions).
-	SessionMaxAge time.Duration
-	// Actor names who made a request, for the audit log (Audit page and log lines), such
-	// as the user your ExternalAuth middleware put in the request's context. Nil or an
-	// empty answer names the credential used instead ("basic auth user ops", "token
-	// session 1a2b3c4d", "local (loopback)").
-	Actor func(r *http.Request) string
-	// CSRFKey signs the CSRF tokens of action forms. Set the same key on every instance
-	// behind one load balancer so a form served by one is accepted by another. Empty means
-	// a random key per Handler (forms served before a restart must then be reloaded).
-	CSRFKey []byte
-	// RefreshInterval is how often the queues page fetches fresh numbers. Defaults to 2s;
-	// negative turns live updates off.
-	RefreshInterval time.Duration
-	// StatsMaxAge is how old the queue counts of the queues page and its live fragment
-	// may be. They come from [skiplock.Client.CachedStats], which one request in all
-	// processes recomputes per StatsMaxAge (it reads the whole jobs table: about 0.25 s
-	// at a million jobs); the others read the cached row. Defaults to
-	// DefaultStatsMaxAge (5s); negative reads them afresh at every request
-	// ([skiplock.Client.Stats]).
-	StatsMaxAge time.Duration
-	// QueryTimeout bounds the database work of one request. Defaults to 10s.
-	QueryTimeout time.Duration
-	// Queues, when set, adds each queue's paused state and running limit to the queues
-	// page; when it also implements [QueueController] and ReadOnly is false, pause and
-	// resume buttons too. Nil hides those columns.
-	Queues QueueSource
-	// Periodic, when set, adds the periodic schedules page. Nil hides it.
-	Periodic PeriodicSource
-	// Logger receives errors the pages hit. Defaults to slog.Default().
-	Logger *slog.Logger
-}
-
-// BasicAuth is a user and password accepted by HTTP basic authentication.
-type BasicAuth struct {
-	User     string // required
-	Password string // required
-}
-
-// QueueInfo is what a [QueueSource] knows about a queue beyond its jobs.
-type QueueInfo struct {
-	// Paused says workers claim nothing from the queue; PausedAt is since when.
-	Paused   bool
-	PausedAt time.Time
-	// Limit is the most jobs of the queue that may run at once across all workers; 0
-	// means none is set.
-	Limit int
-}
-
-// QueueSource supplies the queue settings that live outside the jobs tables (such as a
-// queues table with paused_at and limits). The queues page calls it once per render and
-// live refresh, within the request's QueryTimeout; an error is shown on the page and the
-// job counts still render.
-type QueueSource interface {
-	// QueueInfo returns the settings of every queue it knows, by queue name.
-	QueueInfo(ctx context.Context) (map[string]QueueInfo, error)
-}
-
-// QueueController pauses and resumes queues. A [Config].Queues value that implements it
-// gets pause and resume buttons on the queues page.
-type QueueController interface {
-	// PauseQueue stops workers from claiming jobs of queue; running jobs finish.
-	PauseQueue(ctx context.Context, queue string) error
-	// ResumeQueue lets workers claim jobs of queue again.
-	ResumeQueue(ctx context.Context, queue string) error
-}
-
-// Schedule is one periodic job as a [PeriodicSource] reports it.
-type Schedule struct {
-	Name    string    // the schedule's name
-	Kind    string    // the kind of job it enqueues
-	Queue   string    // the queue it enqueues to
-	Spec    string    // when it runs, such as a cron expression
-	LastRun time.Time // zero when it never ran
-	NextRun time.Time // zero when unknown
-	Paused  bool      // the schedule enqueues nothing until resumed
-}
-
-// PeriodicSource lists the periodic schedules for the periodic page.
-type PeriodicSource interface {
-	// Schedules returns every schedule, in the order the page lists them.
-	Schedules(ctx context.Context) ([]Schedule, error)
-}
 
 // ErrInvalidConfig is returned by [New] for a configuration it cannot serve.
 var ErrInvalidConfig = errors.New("ui: invalid config")
-
-// Handler serves the dashboard. Create it with [New]; it is safe for concurrent use.
-type Handler struct {
-	cfg      Config
-	client   *skiplock.Client
-	pool     *pgxpool.Pool
-	sql      statements
-	prefix   string
-	mux      *http.ServeMux
-	pages    map[string]*template.Template
-	csrfKey  []byte
-	sess     *sessions
-	audits   *auditLog
-	hosts    map[string]struct{} // AllowedHosts, normalised
-	anyHost  bool                // AllowedHosts holds "*"
-	crossOri *http.CrossOriginProtection
-	finished *finishedCache
-	log      *slog.Logger
-}
 
 // New returns a Handler for cfg, with its templates parsed.
 func New(cfg Config) (*Handler, error) {
@@ -224,12 +48,10 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		cfg:      cfg,
 		client:   cfg.Client,
-		pool:     cfg.Client.Pool(),
-		sql:      buildStatements(cfg.Client.Schema()),
+		db:       query.New(cfg.Client, cfg.StatsMaxAge),
 		prefix:   cfg.Prefix,
 		csrfKey:  cfg.CSRFKey,
 		crossOri: http.NewCrossOriginProtection(),
-		finished: newFinishedCache(),
 		log:      cfg.Logger,
 		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
 		audits:   &auditLog{},
@@ -372,31 +194,4 @@ func setSecurityHeaders(hd http.Header) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
-}
-
-// noListing answers 404 for a directory of the embedded files instead of listing it.
-func noListing(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
-			http.NotFound(w, r)
-			return
-		}
-		if f, err := fs.Stat(staticFS, "static/"+r.URL.Path); err != nil || f.IsDir() {
-			http.NotFound(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func cacheStatic(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "public, max-age=300")
-		next.ServeHTTP(w, r)
-	})
-}
-
-// queryCtx bounds the database work of one request.
-func (h *Handler) queryCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 }

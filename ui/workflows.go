@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/skiplock/skiplock"
 )
@@ -23,47 +22,11 @@ const (
 	maxTasksShown = 2000
 )
 
-// workflowListSQL reads the newest workflows with their tasks counted by state. The
-// workflows are picked first (by the primary key, newest first), so the counting reads
-// the tasks of those only.
-const workflowListSQL = `SELECT w.id, w.name, w.created_at, count(t.name),
-	count(t.name) FILTER (WHERE t.state = 'waiting'),
-	count(t.name) FILTER (WHERE t.state = 'released'),
-	count(t.name) FILTER (WHERE t.state = 'succeeded'),
-	count(t.name) FILTER (WHERE t.state IN ('failed', 'dead')),
-	count(t.name) FILTER (WHERE t.state = 'cancelled')
-FROM (SELECT id, name, created_at FROM {s}.workflows ORDER BY id DESC LIMIT $1) w
-LEFT JOIN {s}.workflow_tasks t ON t.workflow_id = w.id
-GROUP BY w.id, w.name, w.created_at
-ORDER BY w.id DESC`
-
-// workflowRow is one line of the workflows page.
-type workflowRow struct {
-	ID                                                     int64
-	Name                                                   string
-	CreatedAt                                              time.Time
-	Tasks, Waiting, Released, Succeeded, Failed, Cancelled int64
-}
-
 func (h *Handler) workflowsPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	rows, err := h.pool.Query(ctx, h.sql.workflowList, maxWorkflowsListed)
+	list, err := h.db.Workflows.List(ctx, maxWorkflowsListed)
 	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	defer rows.Close()
-	var list []workflowRow
-	for rows.Next() {
-		var x workflowRow
-		if err := rows.Scan(&x.ID, &x.Name, &x.CreatedAt, &x.Tasks, &x.Waiting, &x.Released, &x.Succeeded, &x.Failed, &x.Cancelled); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		list = append(list, x)
-	}
-	if err := rows.Err(); err != nil {
 		h.fail(w, r, err)
 		return
 	}

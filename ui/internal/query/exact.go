@@ -1,14 +1,16 @@
-package ui
+package query
 
 // This file holds the lists that reach their rows through a partial index of the jobs
-// table: a status filter of queued, running, dead or failed, and the running jobs of the
-// workers page.
+// table: a status filter of queued, running, dead or failed.
 
 import (
 	"context"
-	"time"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
 )
@@ -53,56 +55,85 @@ LIMIT $2`
 // exactWindow is how many of the newest rows below the cursor exactWindowSQL examines.
 const exactWindow = 5000
 
-// runningNowSQL lists the running jobs by worker with their progress, for the workers
-// page. jobs_running_idx holds exactly them, so the read is as small as the fleet's
-// slots; $1 bounds it anyway.
-const runningNowSQL = `SELECT id, queue, kind, coalesce(locked_by, ''), locked_at,
-	(progress->>'value')::float8, coalesce(progress->>'message', '')
-FROM {s}.jobs WHERE status = 'running'
-ORDER BY locked_by, id
-LIMIT $1`
-
-// maxRunningShown bounds the running jobs the workers page lists.
-const maxRunningShown = 500
-
-// runningJob is one running job of the workers page.
-type runningJob struct {
-	ID              int64
-	Queue, Kind     string
-	Worker          string
-	Since           *time.Time // the last heartbeat
-	Progress        *float64
-	ProgressMessage string
+// key picks one rendering of a statement whose {where} filters by an indexed status.
+type key struct {
+	status      string // a status of exactStatuses, or "stuck" for dead and failed
+	queue, kind bool   // whether the queue and the kind are filtered
 }
 
-func (h *Handler) runningNow(ctx context.Context) ([]runningJob, error) {
-	rows, err := h.pool.Query(ctx, h.sql.runningNow, maxRunningShown+1)
-	if err != nil {
-		return nil, err
+// keyOf is the key of the jobs of status ("stuck" for dead and failed) matching f.
+func keyOf(status string, f Filter) key {
+	return key{status: status, queue: f.Queue != "", kind: f.Kind != ""}
+}
+
+// keys are every status of exactStatuses and "stuck", with and without each filter.
+func keys() []key {
+	var out []key
+	for _, st := range append(slices.Clone(exactStatuses), "stuck") {
+		for _, q := range []bool{false, true} {
+			for _, k := range []bool{false, true} {
+				out = append(out, key{string(st), q, k})
+			}
+		}
 	}
-	var out []runningJob
-	var j runningJob
-	_, err = pgx.ForEachRow(rows, []any{&j.ID, &j.Queue, &j.Kind, &j.Worker, &j.Since, &j.Progress, &j.ProgressMessage}, func() error {
-		out = append(out, j)
-		j = runningJob{}
-		return nil
-	})
-	return out, err
+	return out
 }
 
-// listExact returns a page of the jobs of status (one of exactStatuses, or "stuck")
-// matching f: first through exactWindowSQL, then, when that did not fill the page,
-// through exactIndexSQL. Every matching row is reached, whatever its age.
-func (h *Handler) listExact(ctx context.Context, status string, f listFilter) ([]listRow, error) {
-	sql := h.sql.exact[exactKey{status, f.Queue != "", f.Kind != ""}]
-	args := []any{pgx.QueryExecModeExec, cursor(f.Before), f.Limit, exactWindow}
+// where renders the {where} of k: the status predicate, then queue and kind, when
+// filtered, as the parameters after $n.
+func (k key) where(n int) string {
+	w := "status = '" + k.status + "'" // one of exactStatuses, never the request's text
+	if k.status == "stuck" {
+		w = "status IN ('dead', 'failed')"
+	}
+	if k.queue {
+		n++
+		w += " AND queue = $" + strconv.Itoa(n)
+	}
+	if k.kind {
+		n++
+		w += " AND kind = $" + strconv.Itoa(n)
+	}
+	return w
+}
+
+// filterArgs are the values of the queue and kind parameters of f's key.
+func filterArgs(f Filter) []any {
+	var args []any
 	if f.Queue != "" {
 		args = append(args, f.Queue)
 	}
 	if f.Kind != "" {
 		args = append(args, f.Kind)
 	}
-	rows, err := h.pool.Query(ctx, sql[0], args...)
+	return args
+}
+
+// exact runs exactWindowSQL and exactIndexSQL.
+type exact struct {
+	pool *pgxpool.Pool
+	sql  map[key][2]string // by key, the two listings
+}
+
+func newExact(pool *pgxpool.Pool, x func(string) string) exact {
+	e := exact{pool: pool, sql: map[key][2]string{}}
+	for _, k := range keys() {
+		// The filters are $4 and $5 in the window statement, $3 and $4 in the other.
+		e.sql[k] = [2]string{
+			strings.ReplaceAll(x(exactWindowSQL), "{where}", k.where(3)),
+			strings.ReplaceAll(x(exactIndexSQL), "{where}", k.where(2)),
+		}
+	}
+	return e
+}
+
+// list returns a page of the jobs of status (one of exactStatuses, or "stuck") matching
+// f: first through exactWindowSQL, then, when that did not fill the page, through
+// exactIndexSQL. Every matching row is reached, whatever its age.
+func (e exact) list(ctx context.Context, status string, f Filter) ([]Row, error) {
+	sql := e.sql[keyOf(status, f)]
+	args := append([]any{pgx.QueryExecModeExec, cursor(f.Before), f.Limit, exactWindow}, filterArgs(f)...)
+	rows, err := e.pool.Query(ctx, sql[0], args...)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +143,7 @@ func (h *Handler) listExact(ctx context.Context, status string, f listFilter) ([
 	}
 	// The index statement has no $3: the filters move down one.
 	args = append(args[:3], args[4:]...)
-	rows, err = h.pool.Query(ctx, sql[1], args...)
+	rows, err = e.pool.Query(ctx, sql[1], args...)
 	if err != nil {
 		return nil, err
 	}

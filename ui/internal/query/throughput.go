@@ -1,10 +1,14 @@
-package ui
+package query
+
+// This file holds the throughput of the last hour, per minute and queue, for the queues
+// page's plot and sparklines, and the cache that keeps a refresh small.
 
 import (
 	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // nowMinuteSQL is the database clock's current minute, counted from the Unix epoch: the
@@ -35,20 +39,23 @@ const failuresMaxAge = time.Minute
 // plotMinutes is the span of the throughput plot.
 const plotMinutes = 60
 
-// throughput is the jobs finished per minute over the last hour, oldest minute first;
-// the last minute is the current one, still filling.
-type throughput struct {
+// Hour is the jobs finished per minute over the last hour, oldest minute first; the
+// last minute is the current one, still filling.
+type Hour struct {
 	First   time.Time // the start of the oldest minute
 	Total   [plotMinutes]int64
 	Fails   [plotMinutes]int64 // jobs that ended dead or failed, by minute
 	ByQueue map[string]*[plotMinutes]int64
 }
 
-// finishedCache keeps the per-minute counts of the minutes that are over, so a refresh
-// of the queues page reads only the archive rows of the last two minutes instead of a
-// whole hour's (which took 0.55 s with 500,000 rows in the hour). It is one per Handler;
-// a refresh holds its lock, so concurrent pages wait for one query and share it.
-type finishedCache struct {
+// Throughput reads the last hour and keeps the per-minute counts of the minutes that are
+// over, so a refresh of the queues page reads only the archive rows of the last two
+// minutes instead of a whole hour's (which took 0.55 s with 500,000 rows in the hour).
+// A refresh holds its lock, so concurrent pages wait for one query and share it.
+type Throughput struct {
+	pool                         *pgxpool.Pool
+	nowMinute, finished, failure string
+
 	lock    chan struct{}              // a mutex whose wait respects the request's context
 	minutes map[int64]map[string]int64 // minute → queue → jobs finished
 	through int64                      // the current minute at the last refresh; 0 before any
@@ -56,14 +63,14 @@ type finishedCache struct {
 	failsAt time.Time
 }
 
-func newFinishedCache() *finishedCache {
-	return &finishedCache{lock: make(chan struct{}, 1), minutes: map[int64]map[string]int64{}}
+func newThroughput(pool *pgxpool.Pool, x func(string) string) *Throughput {
+	return &Throughput{pool: pool, nowMinute: nowMinuteSQL, finished: x(finishedSQL), failure: x(failuresSQL),
+		lock: make(chan struct{}, 1), minutes: map[int64]map[string]int64{}}
 }
 
-// throughput refreshes the cache and returns the last hour. anyFailed says whether the
-// stats count a job that failed for good in the last hour.
-func (h *Handler) throughput(ctx context.Context, anyFailed bool) (*throughput, error) {
-	c := h.finished
+// Read refreshes the cache and returns the last hour. anyFailed says whether the stats
+// count a job that failed for good in the last hour.
+func (c *Throughput) Read(ctx context.Context, anyFailed bool) (*Hour, error) {
 	select {
 	case c.lock <- struct{}{}:
 		defer func() { <-c.lock }()
@@ -71,19 +78,31 @@ func (h *Handler) throughput(ctx context.Context, anyFailed bool) (*throughput, 
 		return nil, ctx.Err()
 	}
 	var now int64
-	if err := h.pool.QueryRow(ctx, h.sql.nowMinute).Scan(&now); err != nil {
+	if err := c.pool.QueryRow(ctx, c.nowMinute).Scan(&now); err != nil {
 		return nil, err
 	}
 	first := now - plotMinutes + 1
+	if err := c.refreshFinished(ctx, first, now); err != nil {
+		return nil, err
+	}
+	if err := c.refreshFailures(ctx, anyFailed, first); err != nil {
+		return nil, err
+	}
+	return c.hour(first), nil
+}
+
+// refreshFinished reads the finished jobs of the minutes from first to now that the
+// cache does not hold for good, and drops the minutes before first.
+func (c *Throughput) refreshFinished(ctx context.Context, first, now int64) error {
 	from := first
 	if c.through > 0 && c.through <= now {
 		// The minute current at the last refresh was still filling, and a transaction
 		// that began in the minute before may have committed since: read both again.
 		from = max(first, c.through-1)
 	}
-	rows, err := h.pool.Query(ctx, h.sql.finished, from)
+	rows, err := c.pool.Query(ctx, c.finished, from)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fresh := map[int64]map[string]int64{}
 	var (
@@ -99,7 +118,7 @@ func (h *Handler) throughput(ctx context.Context, anyFailed bool) (*throughput, 
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for m := range c.minutes {
 		if m < first || m >= from {
@@ -112,26 +131,39 @@ func (h *Handler) throughput(ctx context.Context, anyFailed bool) (*throughput, 
 		}
 	}
 	c.through = now
+	return nil
+}
 
+// refreshFailures reads the failures from minute first on when the kept series is older
+// than failuresMaxAge, or forgets it when no job failed in the last hour.
+func (c *Throughput) refreshFailures(ctx context.Context, anyFailed bool, first int64) error {
 	if !anyFailed {
 		c.fails, c.failsAt = nil, time.Time{}
-	} else if time.Since(c.failsAt) > failuresMaxAge {
-		rows, err := h.pool.Query(ctx, h.sql.failures, first)
-		if err != nil {
-			return nil, err
-		}
-		fails := map[int64]int64{}
-		_, err = pgx.ForEachRow(rows, []any{&minute, &n}, func() error {
-			fails[minute] = n
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		c.fails, c.failsAt = fails, time.Now()
+		return nil
 	}
+	if time.Since(c.failsAt) <= failuresMaxAge {
+		return nil
+	}
+	rows, err := c.pool.Query(ctx, c.failure, first)
+	if err != nil {
+		return err
+	}
+	fails := map[int64]int64{}
+	var minute, n int64
+	_, err = pgx.ForEachRow(rows, []any{&minute, &n}, func() error {
+		fails[minute] = n
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.fails, c.failsAt = fails, time.Now()
+	return nil
+}
 
-	t := &throughput{First: time.Unix(first*60, 0).UTC(), ByQueue: map[string]*[plotMinutes]int64{}}
+// hour lays the cached counts out as the hour from minute first.
+func (c *Throughput) hour(first int64) *Hour {
+	t := &Hour{First: time.Unix(first*60, 0).UTC(), ByQueue: map[string]*[plotMinutes]int64{}}
 	for m, n := range c.fails {
 		if i := m - first; i >= 0 && i < plotMinutes {
 			t.Fails[i] = n
@@ -149,5 +181,5 @@ func (h *Handler) throughput(ctx context.Context, anyFailed bool) (*throughput, 
 			t.Total[i] += n
 		}
 	}
-	return t, nil
+	return t
 }

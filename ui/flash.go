@@ -1,0 +1,51 @@
+package ui
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Flash messages are chosen by a code in the redirect's query, never taken as text from
+// it, so a link cannot make the page say something the handler did not.
+var flashes = map[string]string{
+	"requeued":  "Requeued %s.",
+	"runnow":    "The job is due now; a worker will pick it up at its next poll.",
+	"cancelled": "Cancelled the job.",
+	"deleted":   "Deleted %s.",
+	"running":   "Not deleted: the job is running. Cancel it first, then delete it.",
+	"skipped":   "%s changed state meanwhile and were left alone.",
+	"paused":    "Paused the queue.",
+	"resumed":   "Resumed the queue.",
+	"unchanged": "Nothing to do: the job is not in a state this action applies to.",
+	// The workflow actions count tasks (flashText says "task" for a wf code).
+	"wfcancelled": "Cancelled %s: the workflow's tasks that had not started.",
+	"wfretried":   "Put %s back: the workflow's failed, dead and cancelled tasks.",
+	"wfunchanged": "Nothing to do: no task of the workflow is in a state this action applies to.",
+	"budget":      "The action stopped at its time limit before reaching every job: run it again for the rest.",
+}
+
+func flashMessage(r *http.Request) string { return flashText(r.URL.Query()) }
+
+// flashText is the message of the done codes of q.
+func flashText(q url.Values) string {
+	var parts []string
+	for _, code := range strings.Split(q.Get("done"), ",") {
+		f, ok := flashes[code]
+		if !ok {
+			continue
+		}
+		if strings.Contains(f, "%s") {
+			n, _ := strconv.Atoi(q.Get("n_" + code))
+			what := "job"
+			if strings.HasPrefix(code, "wf") {
+				what = "task"
+			}
+			f = fmt.Sprintf(f, plural(n, what))
+		}
+		parts = append(parts, f)
+	}
+	return strings.Join(parts, " ")
+}

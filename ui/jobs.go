@@ -1,0 +1,63 @@
+package ui
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
+)
+
+// link is a labelled URL.
+type link struct{ Label, URL string }
+
+// jobsView is the data of the jobs page.
+type jobsView struct {
+	Further  []link // per-status lists that look further for the jobs no index reaches
+	Filter   query.Filter
+	Statuses []skiplock.JobStatus
+	Page     query.Page
+	NextURL  string
+	FirstURL string
+}
+
+func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if s := strings.TrimSpace(q.Get("id")); s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			h.refuse(w, r, http.StatusBadRequest, "A job id is a positive number.")
+			return
+		}
+		h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), nil)
+		return
+	}
+	f, msg := parseFilter(q, statuses)
+	if msg != "" {
+		h.refuse(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	page, err := h.db.Lists.Jobs(ctx, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
+	if page.Unindexed > 0 {
+		for _, st := range page.Windowed {
+			g := f
+			g.Status, g.Before = st, 0
+			v.Further = append(v.Further, link{string(st), h.prefix + "/jobs?" + filterQuery(g, 0).Encode()})
+		}
+	}
+	if page.Next > 0 {
+		v.NextURL = h.prefix + "/jobs?" + filterQuery(f, page.Next).Encode()
+	}
+	if f.Before > 0 {
+		v.FirstURL = h.prefix + "/jobs?" + filterQuery(f, 0).Encode()
+	}
+	h.render(w, r, "jobs", "Jobs", "jobs", v)
+}

@@ -9,14 +9,18 @@
 //
 // # A tour
 //
-//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-//	_ = skiplock.Migrate(ctx, pool)                      // once, at deploy or start
+// The path of the [getting started] page, which has the whole program: migrate, make a
+// client, enqueue inside your transaction, register a typed handler, run a worker.
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL")) // MaxConns of 20 or so: see below
+//	_ = skiplock.Migrate(ctx, pool)                         // safe from every process
 //	client, _ := skiplock.NewClient(pool, skiplock.Config{})
+//	_ = client.CheckSchema(ctx) // fails at start-up on an unmigrated schema
 //
 //	tx, _ := pool.Begin(ctx)
 //	// ... insert the order with tx ...
 //	_, _ = client.EnqueueTx(ctx, tx, SendEmail{OrderID: 42}, nil)
-//	_ = tx.Commit(ctx)
+//	_ = tx.Commit(ctx) // the order and its job, or neither
 //
 //	w, _ := skiplock.NewWorker(client, skiplock.WorkerConfig{
 //		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 100}},
@@ -25,6 +29,12 @@
 //		return send(ctx, job.Args)
 //	})
 //	_ = w.Run(ctx) // until ctx is cancelled; then a graceful shutdown
+//
+// A job kind is any JSON-marshalable type with a Kind method. The worker needs 8 pooled
+// connections for its own statements with one queue (it warns when MaxConns is lower),
+// plus what its handlers use. Handlers must be idempotent: execution is at least once.
+// Every way to enqueue is in [enqueueing]; handlers, middleware and timeouts in
+// [workers and handlers].
 //
 // # States
 //
@@ -43,7 +53,7 @@
 // [Snooze] puts a job back for later without using an attempt. A handler panic is
 // recovered and recorded, with its stack, as a failed attempt. A job whose kind has no
 // handler is a failed attempt too, retried with backoff, so a rolling deploy heals.
-// [Client.Requeue] brings dead and failed jobs back. [Client.ListPage] pages through the
+// [Client.Requeue] brings dead and failed jobs back ([failures and retries]). [Client.ListPage] pages through the
 // jobs table and the archive by a keyset cursor, with filters; [Client.Delete] and
 // [Client.DeleteMany] remove queued and finished jobs, never a running one.
 //
@@ -81,7 +91,7 @@
 // idempotent — or make their effect exactly once with [CompleteTx], which commits the
 // job's success in the handler's own transaction, fenced on the attempt's token
 // ([JobRow].Fence). Every enqueued job reaches a final state or stays visibly
-// queued or running.
+// queued or running. Each promise and the test that proves it: [ownership and guarantees].
 //
 // # Observing and testing
 //
@@ -91,8 +101,9 @@
 // handler reports progress with [RecordProgress] (written by the heartbeat) and a result
 // with [SetOutput] (written with its success); [Client.Get] shows both. [Client.Stats]
 // counts the archive's recent jobs too, and [Client.CachedStats] shares one stats query
-// among all processes. Package skiplocktest asserts what was enqueued, runs jobs in the
-// test's goroutine with the real handlers, and moves the schema's clock.
+// among all processes ([observability]). Package skiplocktest asserts what was enqueued,
+// runs jobs in the test's goroutine with the real handlers, and moves the schema's
+// clock ([testing]).
 //
 // # Concurrency and cost
 //
@@ -104,7 +115,7 @@
 // batches. An idle
 // worker costs the database one poll statement per PollInterval for all of its queues,
 // however many; the sweep and other per-fleet maintenance run on one elected worker at a
-// time (README, "Running many workers").
+// time ([many hosts]).
 //
 // # Inside a worker
 //
@@ -115,8 +126,8 @@
 // executor, the periodic runner, the poller and the claim loops. A claimed job goes from
 // a queue's claim loop to one of its runners, and its handler's result goes, in one call,
 // to the outcome recorder, which decides whether it is written as a success, as a
-// failure, put back (cut off by shutdown) or dropped (no longer held). README,
-// "Architecture", walks a job through the files in that order. The queues are a set the
+// failure, put back (cut off by shutdown) or dropped (no longer held). The
+// [architecture] page walks a job through the files in that order. The queues are a set the
 // running parts read: [Worker.AddQueue] starts a queue's claim loops within the claim
 // loops' part and its runners within the executor, [Worker.RemoveQueue] stops them, and
 // Run's shutdown stops and waits for those of every queue, whenever it was added.
@@ -127,7 +138,8 @@
 // in all ([QueueLimits].Concurrency) and per partition key ([EnqueueOptions].PartitionKey),
 // job starts per period, and round-robin sharing across keys. The limits are kept exactly
 // by the database at READ COMMITTED; [Client.SetQueueLimits] changes them on every worker
-// at run time. A queue without limits claims exactly as if the feature did not exist.
+// at run time. A queue without limits claims exactly as if the feature did not exist
+// ([flow control]).
 //
 // # Workflows, batches and sequences
 //
@@ -136,5 +148,32 @@
 // those successes ([OnFailure] says what a failed dependency does). [Client.EnqueueBatch]
 // enqueues jobs with a callback that runs once, when all have finished, with the counts
 // by outcome ([BatchCountsOf]). [Client.EnqueueSequence] runs the jobs of one key in
-// order, one at a time.
+// order, one at a time ([workflows]).
+//
+// # The manual
+//
+// The manual is the docs folder of the repository, one page per topic in reading order:
+// [getting started], [enqueueing], [workers and handlers], [failures and retries],
+// [ownership and guarantees], [configuration], [flow control], [periodic jobs],
+// [workflows], [operating], [many hosts], [observability], [dashboard], [testing],
+// [performance], [architecture], [coming from River, Oban or pg-boss] and a [FAQ].
+//
+// [getting started]: https://github.com/skiplock/skiplock/blob/main/docs/getting-started.md
+// [enqueueing]: https://github.com/skiplock/skiplock/blob/main/docs/enqueueing.md
+// [workers and handlers]: https://github.com/skiplock/skiplock/blob/main/docs/workers.md
+// [failures and retries]: https://github.com/skiplock/skiplock/blob/main/docs/failures.md
+// [ownership and guarantees]: https://github.com/skiplock/skiplock/blob/main/docs/guarantees.md
+// [configuration]: https://github.com/skiplock/skiplock/blob/main/docs/configuration.md
+// [flow control]: https://github.com/skiplock/skiplock/blob/main/docs/flow-control.md
+// [periodic jobs]: https://github.com/skiplock/skiplock/blob/main/docs/periodic.md
+// [workflows]: https://github.com/skiplock/skiplock/blob/main/docs/workflows.md
+// [operating]: https://github.com/skiplock/skiplock/blob/main/docs/operating.md
+// [many hosts]: https://github.com/skiplock/skiplock/blob/main/docs/many-hosts.md
+// [observability]: https://github.com/skiplock/skiplock/blob/main/docs/observability.md
+// [dashboard]: https://github.com/skiplock/skiplock/blob/main/docs/dashboard.md
+// [testing]: https://github.com/skiplock/skiplock/blob/main/docs/testing.md
+// [performance]: https://github.com/skiplock/skiplock/blob/main/docs/performance.md
+// [architecture]: https://github.com/skiplock/skiplock/blob/main/docs/architecture.md
+// [coming from River, Oban or pg-boss]: https://github.com/skiplock/skiplock/blob/main/docs/coming-from.md
+// [FAQ]: https://github.com/skiplock/skiplock/blob/main/docs/faq.md
 package skiplock

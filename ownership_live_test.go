@@ -341,6 +341,8 @@ func TestOwnership_AWorkerClaimsOnlyOnceItsRowIsWritten(t *testing.T) {
 		return err
 	}))
 	runWorker(t, w)
+	// The second of held-up registration: the window in which a worker that claimed
+	// before its row was written would run the job. Nothing happens in it to wait for.
 	time.Sleep(time.Second)
 	require.NoError(t, tx.Rollback(b.ctx))
 	select {

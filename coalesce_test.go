@@ -267,7 +267,9 @@ func TestEnqueue_CancelledCallerReturnsAtOnceAndItsJobIsSaidFor(t *testing.T) {
 	// B: every slot is taken, so its batch waits unsent.
 	ctxB, cancelB := context.WithCancel(b.ctx)
 	resB := enqueue(ctxB, 100)
-	time.Sleep(20 * time.Millisecond) // let B join a batch; it can only wait
+	// Let B join a batch; it can only wait. A wait, not a condition: that B's call has
+	// reached the coalescer is not visible from outside the package.
+	time.Sleep(20 * time.Millisecond)
 	cancelB()
 	r := <-resB
 	require.ErrorIs(t, r.err, context.Canceled)

@@ -44,6 +44,16 @@ func examplePool() (pool *pgxpool.Pool, schema string, cleanup func()) {
 	}
 }
 
+// waitUntil checks cond every 10 ms until it holds, for at most 30 seconds (the
+// example's output then shows what is missing).
+func waitUntil(cond func() bool) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); !cond() && time.Now().Before(deadline); {
+		<-tick.C
+	}
+}
+
 // SendEmail is a job kind: its Kind names the handler, its fields are the JSON payload.
 type SendEmail struct {
 	To      string `json:"to"`
@@ -240,10 +250,10 @@ func ExamplePeriodicJob() {
 	done := make(chan error)
 	go func() { done <- w.Run(runCtx) }()
 	var list []skiplock.PeriodicInfo
-	for len(list) < 2 { // Run records the schedules before it starts working
+	waitUntil(func() bool { // Run records the schedules before it starts working
 		list, _ = client.ListPeriodic(ctx)
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(list) >= 2
+	})
 	stop()
 	<-done
 	for _, p := range list {
@@ -344,11 +354,10 @@ func ExampleClient_Workers() {
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if ws, _ := client.Workers(ctx); len(ws) == 1 && ws[0].Leader {
-			break
-		}
-	}
+	waitUntil(func() bool { // registered and elected
+		ws, _ := client.Workers(ctx)
+		return len(ws) == 1 && ws[0].Leader
+	})
 	ws, _ := client.Workers(ctx)
 	for _, info := range ws {
 		fmt.Println(info.ID, info.Queues, info.Alive, info.Leader)

@@ -199,7 +199,7 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 		id := ids[0]
 		var last time.Time
 		renewals := 0
-		for renewals < 8 {
+		eventually(t, 60*time.Second, func() bool {
 			require.False(t, log.has(t, id, 2, "cancelled%"), "the live attempt was cancelled: %v", log.events(t, id))
 			var lease time.Time
 			var status string
@@ -212,8 +212,8 @@ func TestFencing_TwoAttemptsOfOneJobInOneWorkerKeepTheLiveOne(t *testing.T) {
 				}
 				last = lease
 			}
-			time.Sleep(20 * time.Millisecond) // polling the database for the next renewal
-		}
+			return renewals >= 8
+		}, "8 renewals of the live attempt's lease")
 		close(release2)
 		waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", id)
 		close(release1) // its late success changes nothing

@@ -147,11 +147,12 @@ func TestWorker_IdleCostDoesNotGrowWithQueueCount(t *testing.T) {
 				require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.leader WHERE expires_at > now()`).Scan(&n))
 				return n == 1
 			}, "a leader elected")
+			// A wait, not a condition: other backends' unreported counts cannot be seen.
 			time.Sleep(11 * time.Second)
 
 			s0, c0 := srv.counts(t)
 			began := time.Now()
-			time.Sleep(window)
+			time.Sleep(window) // the idle time being measured
 			s1, c1 := srv.counts(t)
 			secs := time.Since(began).Seconds()
 			perSec := float64(s1-s0) / secs

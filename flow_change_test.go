@@ -199,7 +199,9 @@ func TestFlow_ALimitSetWhileAWorkerStartsIsInForceFromItsFirstClaim(t *testing.T
 	u.Host = proxy.Addr()
 	listenURL := u.String()
 
+	// Each job runs until the test releases it, so jobs started above the limit overlap.
 	var running, most atomic.Int64
+	release := make(chan struct{})
 	w := newWorker(t, b, skiplock.WorkerConfig{ListenURL: listenURL, PollInterval: 50 * time.Millisecond,
 		Queues: map[string]skiplock.QueueConfig{"startlim": {MaxWorkers: 5}}, Logger: testLogger()})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[startLimitArgs]) error {
@@ -207,18 +209,32 @@ func TestFlow_ALimitSetWhileAWorkerStartsIsInForceFromItsFirstClaim(t *testing.T
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(30 * time.Millisecond)
-		return nil
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}))
 	runWorker(t, w) // returns at once: Run starts in the background
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 10*time.Second, func() bool { return proxy.Accepted() > 0 }, "the worker's listener is connecting")
 	require.NoError(t, b.client.SetQueueLimits(b.ctx, "startlim", skiplock.QueueLimits{Concurrency: 1}))
 	for range 20 {
 		_, err := b.client.Enqueue(b.ctx, startLimitArgs{}, &skiplock.EnqueueOptions{Queue: "startlim"})
 		require.NoError(t, err)
 	}
-	time.Sleep(700 * time.Millisecond) // the worker's claims, if any ran, would have taken them
+	// The window in which a worker that read the limits before listening would claim
+	// under the declared ones. A wait, not a condition: with the limits read after
+	// listening, nothing happens in it to wait for.
+	time.Sleep(700 * time.Millisecond)
 	proxy.Restore()
+	for i := range 20 {
+		select {
+		case release <- struct{}{}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("job %d of 20 did not start", i+1)
+		}
+	}
 	eventually(t, 30*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'startlim'`) == 20
 	}, "the 20 jobs ran")

@@ -50,7 +50,7 @@ func ExampleQueueLimits() {
 		most = max(most, running)
 		perCustomer[job.Args.CustomerID]++
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond) // the work
+		time.Sleep(20 * time.Millisecond) // the work: long enough that reports would overlap without the limits
 		mu.Lock()
 		running--
 		mu.Unlock()

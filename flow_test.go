@@ -114,7 +114,7 @@ func auditHandler(b *bundle, pool *pgxpool.Pool) func(ctx context.Context, job *
 		if _, err := pool.Exec(ctx, startSQL, job.ID, job.Attempts, job.Args.Key, job.LockedBy); err != nil {
 			return err
 		}
-		if job.Args.Sleep > 0 {
+		if job.Args.Sleep > 0 { // the job's work, of random length so claims interleave
 			time.Sleep(time.Duration(rand.IntN(job.Args.Sleep+1)) * time.Millisecond)
 		}
 		// The end must be recorded even through a passing connection error: an execution
@@ -124,7 +124,7 @@ func auditHandler(b *bundle, pool *pgxpool.Pool) func(ctx context.Context, job *
 			if _, err = pool.Exec(context.WithoutCancel(ctx), endSQL, job.ID, job.Attempts); err == nil {
 				return nil
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // a pause between retries, only after an error
 		}
 		return err
 	}

@@ -78,15 +78,32 @@ func (b *bundle) q(query string) string {
 	return out
 }
 
-// eventually polls cond (a database check) until it holds or the timeout passes.
+// pollTick is how often eventually and holdsFor check their condition.
+const pollTick = 10 * time.Millisecond
+
+// eventually polls cond (a database check) until it holds or the timeout passes. Unlike
+// require.Eventually, it calls cond on the test's goroutine, so cond may use require.
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(pollTick)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s: "+msg, append([]any{timeout}, args...)...)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
+	}
+}
+
+// holdsFor checks, every tick for the whole window, what check asserts (with require):
+// that something which must not happen does not.
+func holdsFor(t *testing.T, window, tick time.Duration, check func()) {
+	t.Helper()
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for end := time.Now().Add(window); time.Now().Before(end); <-ticker.C {
+		check()
 	}
 }
 

@@ -164,14 +164,12 @@ func TestLeader_OneLeaderAmongManyWorkers(t *testing.T) {
 	}, "a leader is elected")
 	// Over three terms, the lead never changes hands: followers only take an expired term.
 	_, elected, _ := leaderRow(t, b)
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	holdsFor(t, 15*time.Second, 250*time.Millisecond, func() {
 		id, e, live := leaderRow(t, b)
 		require.True(t, live, "the leader's term lapsed while it was running")
 		require.Equal(t, first, id, "the lead changed hands while its leader was alive")
 		require.True(t, e.Equal(elected), "the leader's term restarted")
-		time.Sleep(250 * time.Millisecond)
-	}
+	})
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.leader`))
 }
 

@@ -317,7 +317,7 @@ func TestLease_AWorkerWhoseLeaseIsEndingStartsNoJob(t *testing.T) {
 		_, err := b.client.Enqueue(b.ctx, holdArgs{N: i}, nil)
 		require.NoError(t, err)
 	}
-	time.Sleep(9500 * time.Millisecond)
+	time.Sleep(9500 * time.Millisecond) // the silence itself: its length is what is tested
 	proxy.Restore()
 
 	eventually(t, 60*time.Second, func() bool {

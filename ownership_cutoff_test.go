@@ -27,11 +27,16 @@ func TestOwnership_CutOffWorkerCancelsItsHandlersBeforeItsLeaseEnds(t *testing.T
 	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (job_id bigint, worker text,
 		started timestamptz, ended timestamptz, cause text)`))
 	require.NoError(t, err)
+	cutOffStarted := make(chan struct{}, jobs)
 	handler := func(ctx context.Context, job *skiplock.Job[holdArgs]) error {
 		started := time.Now()
 		d := 100 * time.Millisecond
 		if job.LockedBy == "cut-off" {
 			d = 5 * time.Minute
+			select {
+			case cutOffStarted <- struct{}{}:
+			default:
+			}
 		}
 		cause := ""
 		select {
@@ -61,7 +66,13 @@ func TestOwnership_CutOffWorkerCancelsItsHandlersBeforeItsLeaseEnds(t *testing.T
 	eventually(t, 10*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND locked_by = 'cut-off'`) == jobs
 	}, "the cut-off worker runs every job")
-	time.Sleep(200 * time.Millisecond) // its handlers have started
+	for range jobs {
+		select {
+		case <-cutOffStarted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cut-off worker's handlers did not all start")
+		}
+	}
 	proxy.Blackhole()
 	cutAt := time.Now()
 	healthy := newWorker(t, b, skiplock.WorkerConfig{ID: "healthy", VisibilityTimeout: 2 * time.Minute, SweepInterval: -1,

@@ -78,13 +78,11 @@ func runStuck(t *testing.T, a *skiplock.Worker, stuck chan struct{}) {
 // starts job id again: a's handler still runs its first attempt.
 func noTwinFor(t *testing.T, b *bundle, log attemptLog, id int64, window time.Duration) {
 	t.Helper()
-	end := time.Now().Add(window)
-	for time.Now().Before(end) {
+	holdsFor(t, window, 20*time.Millisecond, func() {
 		n := b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE job_id = $1 AND event = 'start'
 			AND NOT (worker = 'a' AND attempt = 1)`, id)
 		require.Zero(t, n, "job %d started again while a's handler still ran it (attempt/event: %v)", id, log.events(t, id))
-		time.Sleep(20 * time.Millisecond) // polling the audit table
-	}
+	})
 }
 
 // Point 1: Run must not return, and the job's lease must keep being renewed, while a
@@ -343,6 +341,8 @@ func TestOwnership_AWorkerClaimsOnlyOnceItsRowIsWritten(t *testing.T) {
 		return err
 	}))
 	runWorker(t, w)
+	// The second of held-up registration: the window in which a worker that claimed
+	// before its row was written would run the job. Nothing happens in it to wait for.
 	time.Sleep(time.Second)
 	require.NoError(t, tx.Rollback(b.ctx))
 	select {

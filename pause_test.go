@@ -55,10 +55,26 @@ func (f *pauseFixture) enqueue(t *testing.T, queue string, n int) {
 // stillQueued checks for d that the n jobs of queue stay queued.
 func (f *pauseFixture) stillQueued(t *testing.T, queue string, n int, d time.Duration) {
 	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	holdsFor(t, d, 50*time.Millisecond, func() {
 		require.Equal(t, n, f.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND status = 'queued'`, queue),
 			"a paused queue's jobs must stay queued")
-	}
+	})
+}
+
+// pollStartedAfterNow waits until the worker's fallback poll (pollSQL) has started since
+// the call, as the database's activity view shows it. That poll reads the pauses
+// committed before the call, and it sets the paused flags before it wakes any claim
+// loop; the polls before it have ended (one poller runs them one after the other).
+func (f *pauseFixture) pollStartedAfterNow(t *testing.T) {
+	t.Helper()
+	var since time.Time
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT clock_timestamp()`).Scan(&since))
+	eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query_start > $1
+				AND query LIKE 'SELECT q.name, p.name IS NOT NULL AS paused%'
+				AND query LIKE '%"' || $2 || '"%'`, since, f.schema) > 0
+	}, "a fallback poll started after the pause")
 }
 
 func TestPause_NotificationStopsClaimsAtOnce(t *testing.T) {
@@ -79,12 +95,14 @@ func TestPause_NotificationStopsClaimsAtOnce(t *testing.T) {
 	close(f.release)
 	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 1 }, "the running job finished")
 
-	// ~100ms: leave the notification 500ms on a loaded machine, then enqueue. Each enqueue
-	// sends a wake-up, which the paused queue must ignore.
-	time.Sleep(500 * time.Millisecond)
-	f.enqueue(t, "p", 5)
+	// The other queue keeps running. Its jobs are woken by their enqueues' notifications
+	// (the poll is a minute away), which reach the worker's listener after the pause's:
+	// notifications arrive in commit order, and the listener applies a pause before it
+	// reads the next one. So once they ran, the worker knows of the pause.
 	f.enqueue(t, "other", 3)
 	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 4 }, "the other queue keeps running")
+	// Each enqueue sends a wake-up, which the paused queue must ignore.
+	f.enqueue(t, "p", 5)
 	f.stillQueued(t, "p", 5, 1500*time.Millisecond)
 
 	stats, err := f.client.Stats(f.ctx)
@@ -111,7 +129,7 @@ func TestPause_PollCoversForADeadListener(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return f.ran.Load() == 2 }, "jobs run by polling")
 
 	require.NoError(t, f.client.PauseQueue(f.ctx, "p"))
-	time.Sleep(3 * 200 * time.Millisecond) // one poll interval, with a margin for a loaded machine
+	f.pollStartedAfterNow(t)
 	f.enqueue(t, "p", 4)
 	f.stillQueued(t, "p", 4, 1500*time.Millisecond)
 

@@ -122,7 +122,7 @@ func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
 			mu.Unlock()
 			start()
 		}
-		time.Sleep(time.Duration(20+rand.IntN(60)) * time.Millisecond)
+		time.Sleep(time.Duration(20+rand.IntN(60)) * time.Millisecond) // the faults' pace
 	}
 	before := tickCount(t, b)
 	eventually(t, 30*time.Second, func() bool { return tickCount(t, b) >= before+2 }, "occurrences go on after the faults")

@@ -523,7 +523,12 @@ func TestRetry_AnImmediateRetryIsClaimedWithoutWaitingForThePoll(t *testing.T) {
 		return nil
 	}))
 	runWorker(t, w)
-	time.Sleep(50 * time.Millisecond) // the start's claim found nothing; the worker now waits
+	// Wait until the worker runs (its row is written just before it starts claiming).
+	// Whether its first claim or the enqueue's notification brings the job, only the
+	// worker's own wake-up brings the retry back before the hourly poll.
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = $1`, w.ID()) == 1
+	}, "the worker registered")
 	_, err := b.client.Enqueue(b.ctx, failOnceArgs{}, nil)
 	require.NoError(t, err)
 	select {

@@ -61,13 +61,10 @@ func ExampleClient_EnqueueWorkflow() {
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan error)
 	go func() { stopped <- w.Run(runCtx) }()
-	for { // wait until the last task has run
+	waitUntil(func() bool { // the last task has run
 		info, _ := client.GetWorkflow(ctx, wf.ID)
-		if info.Task("ship").State == "succeeded" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return info.Task("ship").State == "succeeded"
+	})
 	stop()
 	<-stopped
 	fmt.Println("first:", order[0], "last:", order[3])

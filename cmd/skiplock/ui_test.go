@@ -65,21 +65,17 @@ func TestUI_ServesUntilInterrupted(t *testing.T) {
 			func(string) string { return "" }, &stdout, &stderr)
 	}()
 	addrRE := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/`)
-	var addr string
-	deadline := time.Now().Add(30 * time.Second)
-	for addr == "" {
-		if m := addrRE.FindStringSubmatch(stdout.String()); m != nil {
-			addr = m[1]
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("ui exited early with %d: %s %s", code, stdout.String(), stderr.String())
-		default:
-		}
-		require.True(t, time.Now().Before(deadline), "no address printed: %s %s", stdout.String(), stderr.String())
-		time.Sleep(20 * time.Millisecond)
+	// The address is printed once the server listens; or the command exits early.
+	if !assert.Eventually(t, func() bool { return addrRE.MatchString(stdout.String()) || len(done) > 0 },
+		30*time.Second, 20*time.Millisecond) {
+		t.Fatalf("no address printed: %s %s", stdout.String(), stderr.String())
 	}
+	select {
+	case code := <-done:
+		t.Fatalf("ui exited early with %d: %s %s", code, stdout.String(), stderr.String())
+	default:
+	}
+	addr := addrRE.FindStringSubmatch(stdout.String())[1]
 	assert.Contains(t, stdout.String(), "no auth: loopback only")
 
 	resp, err := http.Get("http://" + addr + "/queues")

@@ -9,6 +9,7 @@ package blackhole
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards 127.0.0.1 connections to a target address. Create it with [Start]; all
@@ -22,6 +23,8 @@ type Proxy struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+
+	accepted atomic.Int64
 }
 
 // Start listens on a free loopback port and forwards each connection to target.
@@ -42,6 +45,10 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Port is the proxy's port.
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// Accepted returns how many connections the proxy has accepted since it started,
+// black-holed or not: a test can wait for its client to have reached it.
+func (p *Proxy) Accepted() int { return int(p.accepted.Load()) }
 
 // Blackhole stops forwarding: bytes read from either side are held, not passed on.
 func (p *Proxy) Blackhole() {
@@ -118,6 +125,7 @@ func (p *Proxy) accept() {
 		if !p.track(client) {
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(client)
 	}

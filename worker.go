@@ -6,7 +6,6 @@
 package skiplock
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -145,23 +144,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
 		Flows: c.flows}
 	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
-	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
-	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
-	// a queue added at run time finds its tokens there.
-	w.loops = claim.ClaimLoopConfig{
-		Claimer: claim.NewClaimer(c.db, cfg.VisibilityTimeout), WorkerID: cfg.ID, FetchCooldown: cfg.FetchCooldown,
-		Logger: w.logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: w.gate,
-		Start: w.starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
-		Release:     w.lease.ReleaseJobs,
-		LeaseEnding: w.lease.OwnLeaseEnding,
-	}
-	for name, q := range cfg.Queues {
-		w.queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
-	}
-	w.claims = &claim.ClaimLoops{Queues: w.queues}
-	w.pause = claim.NewPauseWatcher(c.db, w.queues, w.logger)
-	w.poller = claim.NewPoller(c.db, cfg.PollInterval, w.queues, w.pause, w.logger)
-	w.flow = claim.NewFlowWatch(c.db, c.QueueLimitsSet, w.queues, declared, cfg.VisibilityTimeout, w.logger)
+	w.buildClaims(declared)
 	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.SlotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
 	flows := attempt.Flows
@@ -183,35 +166,6 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 		LeaseInterval: w.lease.Interval, ShutdownTimeout: cfg.ShutdownTimeout, Logger: w.logger, MW: w.mw,
 		Marks: ownership.NewOverrunMarks(c.pool, c.schema, cfg.ID, w.logger),
 	}, w.starter, w.outcomes, w.queues)
-}
-
-// buildListener builds the LISTEN session: a notification wakes its queue's claim loops;
-// a control message goes to the pause watcher, the held jobs (a remote cancel) and the
-// flow watcher; after every (re)connect, the poller and the flow watcher look at once,
-// since what was sent while the listener was away is lost.
-func (w *Worker) buildListener() error {
-	// The callbacks hold the parts they call, not the Worker.
-	queues, pause, lease, flow, poller := w.queues, w.pause, w.lease, w.flow, w.poller
-	l, err := notify.NewListener(notify.ListenerConfig{
-		Pool: w.client.pool, ListenURL: w.cfg.ListenURL, WorkerID: w.id,
-		Channel: w.client.notify.Channel, Control: w.client.notify.Control, Logger: w.logger,
-		OnNotify: func(queue string) {
-			if q := queues.Get(queue); q != nil {
-				q.Signal()
-			}
-		},
-		OnControl: func(msg notify.ControlMsg) {
-			pause.Control(msg)
-			lease.Control(msg)
-			flow.Notify(msg)
-		},
-		OnListen: func() {
-			poller.Kick() // the poll reads the paused queues too
-			flow.Kick()   // limits changed while the listener was away
-		},
-	})
-	w.listener = l
-	return err
 }
 
 // services lists the worker's background parts in the order Run starts them; Run stops

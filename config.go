@@ -174,7 +174,7 @@ type WorkerConfig struct {
 	// statement, see the workers table); alone it keeps its full pipeline, and one of
 	// n > 1 keeps at most max(1, FleetStatements/n) of those statements in flight. Dozens
 	// of claims at once on one queue's rows walk each other's fresh index entries and can
-	// make the whole fleet drain slower than one worker (README, "Running many
+	// make the whole fleet drain slower than one worker (docs/many-hosts.md, "Running many
 	// workers"); a bigger server takes more at once. Heartbeats are never bounded.
 	// Defaults to [DefaultFleetStatements] (8); zero means the default, negative means no
 	// bound; more than 100000 is an error.

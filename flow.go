@@ -81,7 +81,7 @@ SELECT pg_notify($2, $3) FROM (SELECT 1) one`
 //
 // After a limit is set or lowered, no job of the queue starts until fewer than the new
 // limit are running, counting every running job of the queue, whatever claimed it (under
-// other limits, or none): see the README, "Flow control", for how, and for the moment it
+// other limits, or none): see docs/flow-control.md for how, and for the moment it
 // holds from (once every worker has heard of the change).
 func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits) error {
 	if err := validQueue(queue); err != nil {

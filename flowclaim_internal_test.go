@@ -13,7 +13,7 @@ import (
 )
 
 // A keyed queue looks for its jobs without a key only among its first 64 queued jobs (in
-// claim order), as the README says: a job without a key behind 100 keyed jobs is claimed
+// claim order), as docs/flow-control.md says: a job without a key behind 100 keyed jobs is claimed
 // by the claim that follows the 37th keyed one, and not before.
 func TestFlow_KeyedQueueLooksForJobsWithoutAKeyAmongTheFirst64(t *testing.T) {
 	t.Parallel()

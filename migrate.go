@@ -116,7 +116,7 @@ func migrateConfig(cfg []MigrateConfig) (MigrateConfig, error) {
 //
 // It first reads the applied versions with plain queries, and when nothing is pending it
 // returns without taking the lock or creating anything: a role with only the table
-// privileges of the README's "Least privilege" section may call it at start-up. Applying a
+// privileges of docs/operating.md's "Least privilege" section (the grants are in README.md, Install) may call it at start-up. Applying a
 // migration needs the schema's owner (or CREATE on the database when the schema is missing).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
 	if pool == nil {

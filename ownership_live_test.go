@@ -187,7 +187,7 @@ type lateNilArgs struct{}
 
 func (lateNilArgs) Kind() string { return "late_nil" }
 
-// Point 6: a handler that returns nil after its timeout is a failed attempt, as README,
+// Point 6: a handler that returns nil after its timeout is a failed attempt, as docs/workers.md (Job timeout),
 // WorkerConfig.JobTimeout and ErrJobTimeout say. On the code before the ownership work it
 // was recorded as succeeded.
 func TestOwnership_HandlerReturningNilAfterItsTimeoutFails(t *testing.T) {

@@ -1,7 +1,7 @@
 // This file holds the Worker: NewWorker, which builds its parts, the handler registry
 // (Handle), and Run, which starts the parts in one declared order (Worker.services) and
 // stops them in reverse. The parts live in their own files; a job goes through them in
-// the order README's "Architecture" walks.
+// the order docs/architecture.md walks.
 
 package skiplock
 

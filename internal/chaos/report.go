@@ -158,7 +158,7 @@ func (r *Report) Broken() []string {
 	}
 	// Asynchronous replication loses acknowledged commits in a failover: enqueues, claims,
 	// successes and audit rows. What that breaks is reported (Print), not failed: it is
-	// Postgres's documented behaviour, and the README says how to avoid it.
+	// Postgres's documented behaviour, and docs/many-hosts.md (Failover) says how to avoid it.
 	if !r.lossy() {
 		check(r.Lost, "jobs lost")
 		check(r.Overlapping, "overlapping executions")

@@ -65,7 +65,7 @@ type JobRow struct {
 	Output json.RawMessage
 	// Fence is the token of the attempt a handler runs: it grows with every claim of any
 	// job and never goes back, and every write about the attempt is fenced on it. Give it
-	// to another system as a fencing token (README, "Exactly once"): a downstream that
+	// to another system as a fencing token (docs/workers.md, "Exactly once"): a downstream that
 	// keeps, per job ID, the highest token it accepted and refuses lower ones cannot be
 	// written by an attempt that lost its job to a newer one. Zero outside a handler.
 	Fence int64

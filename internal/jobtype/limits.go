@@ -13,7 +13,7 @@ import "time"
 //
 // A queue whose only limit is Concurrency claims through slot rows, side by side with
 // other claims; any other limit makes the queue's claims take turns under a lock (see
-// the README, "Flow control", for both and their costs).
+// docs/flow-control.md for both and their costs).
 type QueueLimits struct {
 	// Concurrency is the most jobs of the queue running at once, across all workers.
 	// Zero means no global limit; negative is an error. [QueueConfig].MaxWorkers still

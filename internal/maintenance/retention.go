@@ -84,7 +84,7 @@ func (s *Sweeper) purgedUpTo(rule retentionRule, cutoff time.Time) {
 // purgeRescanEvery is how often the purges walk the whole archive again rather than
 // from where they last ended: a row the sweeper would otherwise never see again (its
 // finished_at written back by hand, or a rule changed) is deleted within this long. A
-// whole walk of a 1,000,000-row archive is measured in README "Retention per queue and
+// whole walk of a 1,000,000-row archive is measured in docs/operating.md "Retention per queue and
 // kind".
 const purgeRescanEvery = time.Hour
 
@@ -109,7 +109,7 @@ const purgeMargin = 5 * time.Minute
 //     finished_at (rows arrive in that order); with both bounds it reads only the pages
 //     finished since the last purge. Without the lower bound, a queue kept 1 h while the
 //     rest is kept 7 days made every sweep read every row finished in between, to find
-//     the few of that queue: measured on a 1,000,000-row archive (README "Retention per
+//     the few of that queue: measured on a 1,000,000-row archive (docs/operating.md "Retention per
 //     queue and kind"). The first purge of a sweeper walks from the beginning, once.
 const PurgeArchiveSQL = `WITH a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(

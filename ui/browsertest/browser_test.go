@@ -28,7 +28,7 @@ import (
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the queues page screenshot to docs/ui-queues.png")
 
-// screenshotPath is the README's screenshot, relative to this package.
+// screenshotPath is docs/dashboard.md's screenshot, relative to this package.
 const screenshotPath = "../../docs/ui-queues.png"
 
 // chromium returns the browser to drive, failing the test with how to install it.

@@ -13,7 +13,7 @@
 //
 //	cd ui/browsertest && go test -race -count=1 ./...
 //
-// and refresh the README's screenshot (docs/ui-queues.png) with
+// and refresh the dashboard page's screenshot (docs/ui-queues.png) with
 //
 //	cd ui/browsertest && go test -count=1 -run TestBrowser ./... -update-screenshot
 package browsertest

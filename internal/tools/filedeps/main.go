@@ -1,6 +1,6 @@
 // Command filedeps checks the shape of the module's packages: how their files use each
 // other, how long their functions are, and that engine packages under internal/ never
-// import the root package (README, "Architecture").
+// import the root package (docs/architecture.md).
 //
 //	go run ./internal/tools/filedeps [flags] [packages]
 //

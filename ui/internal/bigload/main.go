@@ -1,5 +1,5 @@
 // Command bigload fills a schema with a million jobs shaped like a troubled afternoon
-// and times every dashboard page against it. It is how the README's dashboard timings
+// and times every dashboard page against it. It is how docs/dashboard.md's timings
 // are measured:
 //
 //	go run ./ui/internal/bigload -load            # create and fill the schema (~1-2 min)

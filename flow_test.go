@@ -115,7 +115,7 @@ func auditHandler(b *bundle, pool *pgxpool.Pool) func(ctx context.Context, job *
 			return err
 		}
 		if job.Args.Sleep > 0 { // the job's work, of random length so claims interleave
-			time.Sleep(time.Duration(rand.IntN(job.Args.Sleep+1)) * time.Millisecond)
+			work(ctx, time.Duration(rand.IntN(job.Args.Sleep+1))*time.Millisecond)
 		}
 		// The end must be recorded even through a passing connection error: an execution
 		// without an end would count as running for ever.

@@ -144,3 +144,14 @@ func forKeepingModes(t *testing.T, f func(t *testing.T, mode skiplock.Completion
 		})
 	}
 }
+
+// work stands for a handler's work of length d: it returns after d, or when ctx ends
+// first, as a handler that respects its context does.
+func work(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

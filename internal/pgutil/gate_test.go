@@ -2,6 +2,7 @@ package pgutil
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ func TestGate_BoundsTurnsAndFollowsTheFleet(t *testing.T) {
 					n := in.Add(1)
 					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 					}
-					time.Sleep(50 * time.Microsecond)
+					runtime.Gosched() // hold the turn while the others try to take one
 					in.Add(-1)
 					return nil
 				}))

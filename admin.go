@@ -16,43 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/notify"
-	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
 )
-
-// adminSQL holds the operator calls' statements, rendered for the client's schema.
-type adminSQL struct {
-	get, cancel, requeue, stats, cachedStats string
-	list                                     [2]string // list.go: ascending, descending
-	del, deleteMany                          string    // delete.go
-	pause, resume, paused                    string    // pause.go
-	listPeriodic                             string    // periodic.go
-	workers                                  string    // fleet.go
-}
-
-func newAdminSQL(schema string) adminSQL {
-	return adminSQL{
-		get:        pgutil.Render(schema, getSQL),
-		cancel:     pgutil.Render(schema, cancelSQL),
-		requeue:    pgutil.Render(schema, requeueSQL),
-		stats:      pgutil.Render(schema, statsSQL),
-		list:       [2]string{pgutil.Render(schema, listSQL(false)), pgutil.Render(schema, listSQL(true))},
-		del:        pgutil.Render(schema, deleteSQL),
-		deleteMany: pgutil.Render(schema, deleteManySQL),
-		pause:      pgutil.Render(schema, pauseSQL),
-		resume:     pgutil.Render(schema, resumeSQL),
-		paused:     pgutil.Render(schema, claim.PausedQueuesSQL),
-
-		listPeriodic: pgutil.Render(schema, listPeriodicSQL),
-		cachedStats:  pgutil.Render(schema, cachedStatsSQL),
-		workers:      pgutil.Render(schema, workersSQL),
-	}
-}
 
 // Get returns the job with the given id, from the hot table or the archive.
 // It returns [ErrJobNotFound] when there is none.
 func (c *Client) Get(ctx context.Context, id int64) (*JobRow, error) {
-	row, err := scanJob(c.pool.QueryRow(ctx, c.admin.get, id))
+	row, err := scanJob(c.pool.QueryRow(ctx, c.db.Render(getSQL), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: id %d", ErrJobNotFound, id)
 	}
@@ -89,7 +59,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	// (workflowsettle.go), as a worker settles them with an outcome.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		if row, err = scanJob(tx.QueryRow(ctx, c.admin.cancel, id)); err != nil || !settle.IsTask(row) {
+		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil || !settle.IsTask(row) {
 			return err
 		}
 		return c.flows.Settle(ctx, tx, []int64{id})
@@ -186,7 +156,7 @@ func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, e
 		err     error
 	)
 	for range 5 {
-		err = c.pool.QueryRow(ctx, c.admin.requeue, ids, nullString(f.Kind), nullString(f.Queue)).Scan(&matched, &res.Requeued, &queues)
+		err = c.pool.QueryRow(ctx, c.db.Render(requeueSQL), ids, nullString(f.Kind), nullString(f.Queue)).Scan(&matched, &res.Requeued, &queues)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 			break // a key taken after the snapshot (unique_violation) is worth another try
@@ -281,7 +251,7 @@ type statsRow struct {
 // the archive's last hour, then the paused queues. Many processes asking often (metrics)
 // should use [Client.CachedStats].
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
-	rows, err := c.pool.Query(ctx, c.admin.stats)
+	rows, err := c.pool.Query(ctx, c.db.Render(statsSQL))
 	if err != nil {
 		return nil, c.wrapErr("stats", err)
 	}
@@ -303,7 +273,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 
 // withPaused marks the paused queues of out, adds those without jobs, and sorts by queue.
 func (c *Client) withPaused(ctx context.Context, out []QueueStats) ([]QueueStats, error) {
-	paused, err := claim.PausedQueues(ctx, c.pool, c.admin.paused)
+	paused, err := claim.PausedQueues(ctx, c.pool, c.db.Render(claim.PausedQueuesSQL))
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +348,7 @@ func (c *Client) CachedStats(ctx context.Context, maxAge time.Duration) ([]Queue
 		at   time.Time
 		data []byte
 	)
-	err := c.pool.QueryRow(ctx, c.admin.cachedStats, max(maxAge, 0)).Scan(&at, &data)
+	err := c.pool.QueryRow(ctx, c.db.Render(cachedStatsSQL), max(maxAge, 0)).Scan(&at, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, time.Time{}, fmt.Errorf("skiplock: cached stats: the stats_cache row is missing: run skiplock.Migrate for schema %q", c.schema)
 	}

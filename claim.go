@@ -8,31 +8,45 @@ package skiplock
 
 import (
 	"cmp"
+	"log/slog"
 
 	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/execute"
 	"github.com/skiplock/skiplock/internal/ownership"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// buildClaims builds the claim loops of the configured queues and what steers them: the
-// pause watcher, the poller and the flow watch (declared: the queues' declared limits).
-// The starter and the lease are built before it.
-func (w *Worker) buildClaims(declared map[string]QueueLimits) {
-	c, cfg := w.client, w.cfg
+// claimSide is the worker's claim side: the claim loops of its queues and what steers
+// them.
+type claimSide struct {
+	loops  claim.ClaimLoopConfig // what a queue's claim loops need, for queues added later
+	claims *claim.ClaimLoops
+	pause  *claim.PauseWatcher
+	poller *claim.Poller
+	flow   *claim.FlowWatch
+}
+
+// buildClaims builds the claim loops of cfg's queues, putting their runners in queues,
+// and what steers them: the pause watcher, the poller and the flow watch (declared: the
+// queues' declared limits). A claimed job goes to starter; its attempt is held by lease.
+func buildClaims(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim.QueueSet, gate *pgutil.Gate,
+	starter *execute.JobStarter, lease *ownership.Lease, declared map[string]QueueLimits) claimSide {
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
-	w.loops = claim.ClaimLoopConfig{
+	s := claimSide{loops: claim.ClaimLoopConfig{
 		Claimer: claim.NewClaimer(c.db, cfg.VisibilityTimeout), WorkerID: cfg.ID, FetchCooldown: cfg.FetchCooldown,
-		Logger: w.logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: w.gate,
-		Start: w.starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
-		Release:     w.lease.ReleaseJobs,
-		LeaseEnding: w.lease.OwnLeaseEnding,
-	}
+		Logger: logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: gate,
+		Start: starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
+		Release:     lease.ReleaseJobs,
+		LeaseEnding: lease.OwnLeaseEnding,
+	}}
 	for name, q := range cfg.Queues {
-		w.queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), w.loops), q.Completion)
+		queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), s.loops), q.Completion)
 	}
-	w.claims = &claim.ClaimLoops{Queues: w.queues}
-	w.pause = claim.NewPauseWatcher(c.db, w.queues, w.logger)
-	w.poller = claim.NewPoller(c.db, cfg.PollInterval, w.queues, w.pause, w.logger)
-	w.flow = claim.NewFlowWatch(c.db, c.QueueLimitsSet, w.queues, declared, cfg.VisibilityTimeout, w.logger)
+	s.claims = &claim.ClaimLoops{Queues: queues}
+	s.pause = claim.NewPauseWatcher(c.db, queues, logger)
+	s.poller = claim.NewPoller(c.db, cfg.PollInterval, queues, s.pause, logger)
+	s.flow = claim.NewFlowWatch(c.db, c.QueueLimitsSet, queues, declared, cfg.VisibilityTimeout, logger)
+	return s
 }

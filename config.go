@@ -16,8 +16,56 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
+
+// DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
+const DefaultQueue = "default"
+
+// DefaultSchema is the Postgres schema skiplock's tables live in when none is configured.
+const DefaultSchema = "skiplock"
+
+// DefaultMaxAttempts is how many times a job runs before it is dead, unless its options say otherwise.
+const DefaultMaxAttempts = 20
+
+// DefaultNotifyInterval is the default of [Config].NotifyInterval.
+const DefaultNotifyInterval = 5 * time.Millisecond
+
+// Config configures a [Client]. The zero value is valid.
+type Config struct {
+	// Schema is the Postgres schema holding skiplock's tables, as created by [Migrate].
+	// Defaults to "skiplock".
+	Schema string
+	// MaxPayloadBytes limits the JSON size of a job's args. Defaults to
+	// [DefaultMaxPayloadBytes] (1 MiB); zero means the default, negative
+	// means no limit.
+	MaxPayloadBytes int
+	// NotifyInterval throttles the wake-up notifications that [Client.Enqueue] sends: at
+	// most one per queue per interval is sent with an insert, and enqueues inside the
+	// interval are covered by one trailing notification at its end. Postgres serializes
+	// the commits of notifying transactions, so a notification per insert would cap insert
+	// throughput. [Client.EnqueueTx] and [Client.EnqueueMany] always notify once per call
+	// and queue, inside the transaction. Defaults to [DefaultNotifyInterval] (5ms). Zero
+	// means the default; negative means notify on every call.
+	NotifyInterval time.Duration
+	// Logger receives skiplock's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// CoalesceWindow is how long [Client.Enqueue], and [Client.EnqueueMany] of at most 100
+	// jobs, may wait for concurrent calls to share its INSERT and its commit. A call that
+	// finds no other batch being written goes at once; otherwise it joins the batch that
+	// is collecting, which is sent when a batch in flight finishes, when it holds 1000
+	// jobs, or this long after its first job, whichever comes first. Every call still
+	// returns only once the commit holding its jobs is done, with its own rows or its own
+	// error. Jobs with a UniqueKey never wait: they are written alone. Defaults to
+	// [DefaultCoalesceWindow] (1ms); zero means the default; negative turns coalescing
+	// off (every call writes in a transaction of its own); at most 100ms.
+	CoalesceWindow time.Duration
+	// Hooks observe this client's jobs: every [Worker] made from the client runs them
+	// around each job (before its own [WorkerConfig].Hooks), and those that implement
+	// [EnqueueHook] see each enqueue. Nil means none; a nil entry is an error.
+	Hooks []Hook
+}
 
 // Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
 // when its default applies.
@@ -260,32 +308,6 @@ func (cfg WorkerConfig) withDefaults(logger *slog.Logger) WorkerConfig {
 	return cfg
 }
 
-// configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,
-// for names, the sentinel of the name's kind (ErrInvalidSchema, ErrInvalidQueue).
-type configError struct {
-	field string // e.g. "WorkerConfig.VisibilityTimeout"
-	value string // the value as the message shows it
-	fix   string // what to use instead
-	also  error  // a more specific sentinel, or nil
-	// prefix, when set, opens the message instead of "skiplock: ", so a message starts as
-	// the more specific sentinel's does (callers match on "invalid schema name").
-	prefix string
-}
-
-func (e *configError) Error() string {
-	if e.prefix != "" {
-		return e.prefix + e.field + ": " + e.value + ": " + e.fix
-	}
-	return "skiplock: " + e.field + " is " + e.value + ": " + e.fix
-}
-
-func (e *configError) Unwrap() []error {
-	if e.also != nil {
-		return []error{ErrInvalidConfig, e.also}
-	}
-	return []error{ErrInvalidConfig}
-}
-
 // Limits on configuration fields.
 const (
 	// minInterval is the shortest positive poll, sweep interval or visibility timeout: a
@@ -406,33 +428,6 @@ func checkRetention(field string, c Completion, retention time.Duration, zeroMea
 	return nil
 }
 
-// validate checks the fields of a Sweeper's configuration that have invalid values.
-func (cfg *SweeperConfig) validate() error {
-	if err := checkInterval("SweeperConfig.Interval", cfg.Interval, "the default"); err != nil {
-		return err
-	}
-	if err := checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
-		return err
-	}
-	for name, d := range cfg.QueueRetention {
-		if validQueue(name) != nil {
-			return &configError{field: "the queue name (a SweeperConfig.QueueRetention key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
-		}
-		if d <= 0 {
-			return &configError{field: "SweeperConfig.QueueRetention[" + strconv.Quote(name) + "]", value: d.String(), fix: "use a positive duration, or leave the queue out"}
-		}
-	}
-	for kind, d := range cfg.KindRetention {
-		if kind == "" || len(kind) > MaxKindLength {
-			return &configError{field: "the kind (a SweeperConfig.KindRetention key)", value: strconv.Quote(truncate(kind, 70)), fix: fmt.Sprintf("use 1 to %d bytes", MaxKindLength), also: ErrInvalidKind}
-		}
-		if d <= 0 {
-			return &configError{field: "SweeperConfig.KindRetention[" + strconv.Quote(truncate(kind, 70)) + "]", value: d.String(), fix: "use a positive duration, or leave the kind out"}
-		}
-	}
-	return nil
-}
-
 // Completion says what happens to a job row when its handler succeeds. The zero value
 // means the default: for [WorkerConfig].Completion, CompletionArchive; for a queue's
 // ([QueueConfig].Completion) or a kind's ([KindConfig].Completion), the one of the level
@@ -450,3 +445,35 @@ const (
 	// deletes it after the archive retention.
 	CompletionKeep = jobtype.CompletionKeep
 )
+
+// completionModeOf returns how a success of a job of queue and kind is recorded: its
+// kind's mode, else its queue's (queues may change at run time), else the worker's. The
+// function holds cfg and queues, not the Worker.
+func completionModeOf(cfg WorkerConfig, queues *claim.QueueSet) func(queue, kind string) Completion {
+	return func(queue, kind string) Completion {
+		if k := cfg.Kinds[kind].Completion; k != 0 {
+			return k
+		}
+		if m := queues.Mode(queue); m != 0 {
+			return m
+		}
+		return cfg.Completion
+	}
+}
+
+// retentionRules returns the per-queue and per-kind retentions of cfg, for the embedded
+// sweeper.
+func retentionRules(cfg WorkerConfig) (queues, kinds map[string]time.Duration) {
+	queues, kinds = map[string]time.Duration{}, map[string]time.Duration{}
+	for name, q := range cfg.Queues {
+		if q.Retention > 0 {
+			queues[name] = q.Retention
+		}
+	}
+	for kind, k := range cfg.Kinds {
+		if k.Retention > 0 {
+			kinds[kind] = k.Retention
+		}
+	}
+	return queues, kinds
+}

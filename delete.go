@@ -62,7 +62,7 @@ func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 	// A job moved to the archive while this statement waited on its row is in neither
 	// table for this statement's snapshot: look again.
 	for range 3 {
-		row, err := scanJob(c.pool.QueryRow(ctx, c.admin.del, id))
+		row, err := scanJob(c.pool.QueryRow(ctx, c.db.Render(deleteSQL), id))
 		if err == nil {
 			return row, nil
 		}
@@ -111,7 +111,7 @@ func (c *Client) DeleteMany(ctx context.Context, p ListParams) (int64, error) {
 			n = min(n, int64(lim)-total)
 		}
 		var hot, arch int64
-		if err := c.pool.QueryRow(ctx, c.admin.deleteMany, append(args, n)...).Scan(&hot, &arch); err != nil {
+		if err := c.pool.QueryRow(ctx, c.db.Render(deleteManySQL), append(args, n)...).Scan(&hot, &arch); err != nil {
 			return total, c.wrapErr("delete many", err)
 		}
 		total += hot + arch

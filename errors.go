@@ -63,3 +63,29 @@ const (
 // the attempt ran past its timeout ([WorkerConfig].JobTimeout, a kind's Timeout method or
 // [EnqueueOptions].Timeout). The attempt counts as failed.
 var ErrJobTimeout = jobtype.ErrJobTimeout
+
+// configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,
+// for names, the sentinel of the name's kind (ErrInvalidSchema, ErrInvalidQueue).
+type configError struct {
+	field string // e.g. "WorkerConfig.VisibilityTimeout"
+	value string // the value as the message shows it
+	fix   string // what to use instead
+	also  error  // a more specific sentinel, or nil
+	// prefix, when set, opens the message instead of "skiplock: ", so a message starts as
+	// the more specific sentinel's does (callers match on "invalid schema name").
+	prefix string
+}
+
+func (e *configError) Error() string {
+	if e.prefix != "" {
+		return e.prefix + e.field + ": " + e.value + ": " + e.fix
+	}
+	return "skiplock: " + e.field + " is " + e.value + ": " + e.fix
+}
+
+func (e *configError) Unwrap() []error {
+	if e.also != nil {
+		return []error{ErrInvalidConfig, e.also}
+	}
+	return []error{ErrInvalidConfig}
+}

@@ -52,7 +52,7 @@ ORDER BY w.id`
 // SweepInterval, a registration of its own), and deletes it when it stops. It tells how
 // many processes serve which queues, and which of them leads the maintenance.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	rows, err := c.pool.Query(ctx, c.admin.workers, ownership.MaintenanceRole)
+	rows, err := c.pool.Query(ctx, c.db.Render(workersSQL), ownership.MaintenanceRole)
 	if err != nil {
 		return nil, c.wrapErr("workers", err)
 	}

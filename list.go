@@ -131,7 +131,7 @@ func (c *Client) ListPage(ctx context.Context, p ListParams) (ListResult, error)
 		}
 	}
 	limit := listLimit(p.Limit)
-	rows, err := c.pool.Query(ctx, c.admin.list[b2i(p.Descending)], append(args, after, limit)...)
+	rows, err := c.pool.Query(ctx, c.db.Render(listSQL(p.Descending)), append(args, after, limit)...)
 	if err != nil {
 		return ListResult{}, c.wrapErr("list", err)
 	}

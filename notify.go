@@ -5,18 +5,23 @@
 
 package skiplock
 
-import "github.com/skiplock/skiplock/internal/notify"
+import (
+	"log/slog"
 
-// buildListener builds the LISTEN session: a notification wakes its queue's claim loops;
+	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/ownership"
+)
+
+// newWorkerListener builds a worker's LISTEN session: a notification wakes its queue's claim loops;
 // a control message goes to the pause watcher, the held jobs (a remote cancel) and the
 // flow watcher; after every (re)connect, the poller and the flow watcher look at once,
 // since what was sent while the listener was away is lost.
-func (w *Worker) buildListener() error {
-	// The callbacks hold the parts they call, not the Worker.
-	queues, pause, lease, flow, poller := w.queues, w.pause, w.lease, w.flow, w.poller
-	l, err := notify.NewListener(notify.ListenerConfig{
-		Pool: w.client.pool, ListenURL: w.cfg.ListenURL, WorkerID: w.id,
-		Channel: w.client.notify.Channel, Control: w.client.notify.Control, Logger: w.logger,
+func newWorkerListener(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim.QueueSet, pause *claim.PauseWatcher,
+	lease *ownership.Lease, flow *claim.FlowWatch, poller *claim.Poller) (*notify.Listener, error) {
+	return notify.NewListener(notify.ListenerConfig{
+		Pool: c.pool, ListenURL: cfg.ListenURL, WorkerID: cfg.ID,
+		Channel: c.notify.Channel, Control: c.notify.Control, Logger: logger,
 		OnNotify: func(queue string) {
 			if q := queues.Get(queue); q != nil {
 				q.Signal()
@@ -32,6 +37,4 @@ func (w *Worker) buildListener() error {
 			flow.Kick()   // limits changed while the listener was away
 		},
 	})
-	w.listener = l
-	return err
 }

@@ -48,9 +48,9 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 	if err := validQueue(queue); err != nil {
 		return err
 	}
-	q, op, name := c.admin.pause, notify.ControlPause, "pause queue"
+	q, op, name := c.db.Render(pauseSQL), notify.ControlPause, "pause queue"
 	if !paused {
-		q, op, name = c.admin.resume, notify.ControlResume, "resume queue"
+		q, op, name = c.db.Render(resumeSQL), notify.ControlResume, "resume queue"
 	}
 	if _, err := c.pool.Exec(ctx, q, queue, c.notify.Control, notify.ControlMsg{Op: op, Queue: queue}.Payload()); err != nil {
 		return c.wrapErr(name, err)

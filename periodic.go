@@ -481,7 +481,7 @@ type PeriodicInfo struct {
 
 // ListPeriodic returns every periodic schedule ever declared in the schema, by name.
 func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
-	rows, err := c.pool.Query(ctx, c.admin.listPeriodic, periodicStaleAfter.Seconds())
+	rows, err := c.pool.Query(ctx, c.db.Render(listPeriodicSQL), periodicStaleAfter.Seconds())
 	if err != nil {
 		return nil, c.wrapErr("list periodic", err)
 	}

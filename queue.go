@@ -20,18 +20,6 @@ import (
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
-// DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
-const DefaultQueue = "default"
-
-// DefaultSchema is the Postgres schema skiplock's tables live in when none is configured.
-const DefaultSchema = "skiplock"
-
-// DefaultMaxAttempts is how many times a job runs before it is dead, unless its options say otherwise.
-const DefaultMaxAttempts = 20
-
-// DefaultNotifyInterval is the default of [Config].NotifyInterval.
-const DefaultNotifyInterval = 5 * time.Millisecond
-
 // EnqueueOptions are per-job settings. The zero value of each field means its default.
 type EnqueueOptions struct {
 	// Queue is the queue name ([a-z0-9_-], 1-64 characters). Defaults to "default".
@@ -78,41 +66,6 @@ type EnqueueParams struct {
 	Options *EnqueueOptions // nil means defaults
 }
 
-// Config configures a [Client]. The zero value is valid.
-type Config struct {
-	// Schema is the Postgres schema holding skiplock's tables, as created by [Migrate].
-	// Defaults to "skiplock".
-	Schema string
-	// MaxPayloadBytes limits the JSON size of a job's args. Defaults to
-	// [DefaultMaxPayloadBytes] (1 MiB); zero means the default, negative
-	// means no limit.
-	MaxPayloadBytes int
-	// NotifyInterval throttles the wake-up notifications that [Client.Enqueue] sends: at
-	// most one per queue per interval is sent with an insert, and enqueues inside the
-	// interval are covered by one trailing notification at its end. Postgres serializes
-	// the commits of notifying transactions, so a notification per insert would cap insert
-	// throughput. [Client.EnqueueTx] and [Client.EnqueueMany] always notify once per call
-	// and queue, inside the transaction. Defaults to [DefaultNotifyInterval] (5ms). Zero
-	// means the default; negative means notify on every call.
-	NotifyInterval time.Duration
-	// Logger receives skiplock's logs. Defaults to slog.Default().
-	Logger *slog.Logger
-	// CoalesceWindow is how long [Client.Enqueue], and [Client.EnqueueMany] of at most 100
-	// jobs, may wait for concurrent calls to share its INSERT and its commit. A call that
-	// finds no other batch being written goes at once; otherwise it joins the batch that
-	// is collecting, which is sent when a batch in flight finishes, when it holds 1000
-	// jobs, or this long after its first job, whichever comes first. Every call still
-	// returns only once the commit holding its jobs is done, with its own rows or its own
-	// error. Jobs with a UniqueKey never wait: they are written alone. Defaults to
-	// [DefaultCoalesceWindow] (1ms); zero means the default; negative turns coalescing
-	// off (every call writes in a transaction of its own); at most 100ms.
-	CoalesceWindow time.Duration
-	// Hooks observe this client's jobs: every [Worker] made from the client runs them
-	// around each job (before its own [WorkerConfig].Hooks), and those that implement
-	// [EnqueueHook] see each enqueue. Nil means none; a nil entry is an error.
-	Hooks []Hook
-}
-
 // DBTX is what enqueueing inside the caller's transaction needs; pgx.Tx satisfies it.
 // skiplock never begins, commits or rolls back a DBTX it is given.
 type DBTX = jobtype.DBTX
@@ -127,7 +80,6 @@ type Client struct {
 	logger   *slog.Logger
 	notify   *notify.Notifier                      // wake-ups: the channel, the throttle of Enqueue's notifications
 	sql      enqueueSQL                            // rendered for schema by NewClient
-	admin    adminSQL                              // the operator calls' statements (admin.go)
 	wf       workflowSQL                           // the workflow and sequence enqueues' statements (workflow.go)
 	flows    *settle.Settler                       // settles workflow tasks' dependents (workflowsettle.go)
 	batch    *groupcommit.Batcher[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
@@ -169,7 +121,6 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		logger:   cfg.Logger,
 		notify:   notify.New(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
 		sql:      newEnqueueSQL(cfg.Schema),
-		admin:    newAdminSQL(cfg.Schema),
 		wf:       newWorkflowSQL(cfg.Schema),
 		flows:    settle.New(cfg.Schema),
 	}

@@ -7,7 +7,9 @@ package skiplock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -105,3 +107,30 @@ func (s *Sweeper) Run(ctx context.Context) error { return s.s.Run(ctx) }
 // past retention in batches of their own short transactions. Each transaction is bounded
 // (see sweepTimeout and the limits beside it).
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) { return s.s.Sweep(ctx) }
+
+// validate checks the fields of a Sweeper's configuration that have invalid values.
+func (cfg *SweeperConfig) validate() error {
+	if err := checkInterval("SweeperConfig.Interval", cfg.Interval, "the default"); err != nil {
+		return err
+	}
+	if err := checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
+		return err
+	}
+	for name, d := range cfg.QueueRetention {
+		if validQueue(name) != nil {
+			return &configError{field: "the queue name (a SweeperConfig.QueueRetention key)", value: strconv.Quote(truncate(name, 70)), fix: "use [a-z0-9_-], 1-64 characters", also: ErrInvalidQueue}
+		}
+		if d <= 0 {
+			return &configError{field: "SweeperConfig.QueueRetention[" + strconv.Quote(name) + "]", value: d.String(), fix: "use a positive duration, or leave the queue out"}
+		}
+	}
+	for kind, d := range cfg.KindRetention {
+		if kind == "" || len(kind) > MaxKindLength {
+			return &configError{field: "the kind (a SweeperConfig.KindRetention key)", value: strconv.Quote(truncate(kind, 70)), fix: fmt.Sprintf("use 1 to %d bytes", MaxKindLength), also: ErrInvalidKind}
+		}
+		if d <= 0 {
+			return &configError{field: "SweeperConfig.KindRetention[" + strconv.Quote(truncate(kind, 70)) + "]", value: d.String(), fix: "use a positive duration, or leave the kind out"}
+		}
+	}
+	return nil
+}

@@ -118,11 +118,22 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		w.periodic = newPeriodicRunner(client, periodic, logger)
 	}
 	w.leaderTasks = &ownership.LeaderTasks{Elector: w.elector, Tasks: tasks}
-	if err := w.buildListener(); err != nil {
+	l, err := newWorkerListener(client, cfg, w.logger, w.queues, w.pause, w.lease, w.flow, w.poller)
+	if err != nil {
 		return nil, err
 	}
+	w.listener = l
 	return w, nil
 }
+
+// queueState says where a Worker is in its life, for the run-time queue changes.
+type queueState int
+
+const (
+	queuesBeforeRun queueState = iota // changes only edit the configuration
+	queuesRunning                     // changes start and stop the queues' parts
+	queuesStopped                     // Run is shutting down or returned: changes are refused
+)
 
 // buildExecution builds the parts a job goes through, each with its collaborators: the
 // claim loops hand claimed jobs to the starter and the runners (executor); the outcome
@@ -144,7 +155,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
 		Flows: c.flows}
 	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
-	w.buildClaims(declared)
+	cl := buildClaims(c, cfg, w.logger, w.queues, w.gate, w.starter, w.lease, declared)
+	w.loops, w.claims, w.pause, w.poller, w.flow = cl.loops, cl.claims, cl.pause, cl.poller, cl.flow
 	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.SlotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.
 	flows := attempt.Flows

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
 )
@@ -27,15 +26,6 @@ var ErrQueueExists = errors.New("skiplock: the worker already works this queue")
 
 // ErrWorkerStopped is returned by the run-time queue changes once Run has returned.
 var ErrWorkerStopped = errors.New("skiplock: the worker has stopped")
-
-// queueState says where a Worker is in its life, for the run-time queue changes.
-type queueState int
-
-const (
-	queuesBeforeRun queueState = iota // changes only edit the configuration
-	queuesRunning                     // changes start and stop the queues' parts
-	queuesStopped                     // Run is shutting down or returned: changes are refused
-)
 
 // AddQueue makes the worker work one more queue, as if it had been in
 // [WorkerConfig].Queues from the start: before Run, it joins the queues Run starts;
@@ -171,36 +161,4 @@ func (w *Worker) SetMaxWorkers(queue string, n int) error {
 		w.logger.Info("skiplock: queue's max workers changed", "queue", queue, "from", old, "to", n)
 	}
 	return nil
-}
-
-// completionModeOf returns how a success of a job of queue and kind is recorded: its
-// kind's mode, else its queue's (queues may change at run time), else the worker's. The
-// function holds cfg and queues, not the Worker.
-func completionModeOf(cfg WorkerConfig, queues *claim.QueueSet) func(queue, kind string) Completion {
-	return func(queue, kind string) Completion {
-		if k := cfg.Kinds[kind].Completion; k != 0 {
-			return k
-		}
-		if m := queues.Mode(queue); m != 0 {
-			return m
-		}
-		return cfg.Completion
-	}
-}
-
-// retentionRules returns the per-queue and per-kind retentions of cfg, for the embedded
-// sweeper.
-func retentionRules(cfg WorkerConfig) (queues, kinds map[string]time.Duration) {
-	queues, kinds = map[string]time.Duration{}, map[string]time.Duration{}
-	for name, q := range cfg.Queues {
-		if q.Retention > 0 {
-			queues[name] = q.Retention
-		}
-	}
-	for kind, k := range cfg.Kinds {
-		if k.Retention > 0 {
-			kinds[kind] = k.Retention
-		}
-	}
-	return queues, kinds
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
@@ -273,3 +275,6 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// checkJSONB rejects JSON that Postgres's jsonb would refuse (see [pgutil.CheckJSONB]).
+func checkJSONB(b []byte) error { return pgutil.CheckJSONB(b) }

@@ -11,4 +11,6 @@ var (
 	ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by this worker")
 	// ErrShutdown is the cause of a handler cancelled by the worker's shutdown.
 	ErrShutdown = errors.New("skiplock: worker shutting down")
+	// ErrNotMigrated is returned when the schema's tables do not exist.
+	ErrNotMigrated = errors.New("skiplock: schema is not migrated")
 )

@@ -1,0 +1,36 @@
+package enqueue
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// insertColumns returns the column list of the first INSERT INTO {s}.jobs in sql.
+func insertColumns(t *testing.T, sql string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`INSERT INTO \{s\}\.jobs \(([^)]*)\)`).FindStringSubmatch(sql)
+	if m == nil {
+		t.Fatalf("no INSERT INTO {s}.jobs (...) in %q", sql)
+	}
+	var cols []string
+	for _, c := range strings.Split(m[1], ",") {
+		cols = append(cols, strings.TrimSpace(c))
+	}
+	slices.Sort(cols)
+	return cols
+}
+
+// A column added to the single-job insert (an enqueue option stored with the job) must
+// be written by the coalesced insert too, or a job enqueued in a batch of several would
+// silently lose it. Unique keys never join a batch.
+func TestCoalescedInsert_WritesEveryColumnTheSingleInsertWrites(t *testing.T) {
+	t.Parallel()
+	single := slices.DeleteFunc(insertColumns(t, insertSQL(false)), func(c string) bool { return c == "unique_key" })
+	coalesced := insertColumns(t, coalescedInsertSQL)
+	if !slices.Equal(single, coalesced) {
+		t.Fatalf("the single insert writes %v (unique_key aside), the coalesced insert %v: add the missing columns to coalescedInsertSQL and writeBatch",
+			single, coalesced)
+	}
+}

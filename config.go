@@ -17,20 +17,27 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // DefaultQueue is the queue a job goes to when [EnqueueOptions].Queue is empty.
-const DefaultQueue = "default"
+const DefaultQueue = enqueue.DefaultQueue
 
 // DefaultSchema is the Postgres schema skiplock's tables live in when none is configured.
 const DefaultSchema = "skiplock"
 
 // DefaultMaxAttempts is how many times a job runs before it is dead, unless its options say otherwise.
-const DefaultMaxAttempts = 20
+const DefaultMaxAttempts = enqueue.DefaultMaxAttempts
 
 // DefaultNotifyInterval is the default of [Config].NotifyInterval.
 const DefaultNotifyInterval = 5 * time.Millisecond
+
+// DefaultCoalesceWindow is the default of [Config].CoalesceWindow.
+const DefaultCoalesceWindow = enqueue.DefaultCoalesceWindow
+
+// maxCoalesceWindow is the largest Config.CoalesceWindow.
+const maxCoalesceWindow = enqueue.MaxCoalesceWindow
 
 // Config configures a [Client]. The zero value is valid.
 type Config struct {

@@ -7,6 +7,7 @@ package skiplock
 import (
 	"errors"
 
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
@@ -15,30 +16,30 @@ import (
 // that names the bad value; test for them with [errors.Is].
 var (
 	// ErrNilArgs is returned when a nil [JobArgs] is enqueued.
-	ErrNilArgs = errors.New("skiplock: job args are nil")
+	ErrNilArgs = enqueue.ErrNilArgs
 	// ErrInvalidKind is returned when a kind is empty or longer than [MaxKindLength].
-	ErrInvalidKind = errors.New("skiplock: invalid job kind")
+	ErrInvalidKind = enqueue.ErrInvalidKind
 	// ErrInvalidQueue is returned for a queue name outside [a-z0-9_-], 1-64 characters.
-	ErrInvalidQueue = errors.New("skiplock: invalid queue name")
+	ErrInvalidQueue = enqueue.ErrInvalidQueue
 	// ErrInvalidSchema is returned for a schema name outside [a-z_][a-z0-9_], 1-48 characters.
 	ErrInvalidSchema = errors.New("skiplock: invalid schema name")
 	// ErrInvalidPayload is returned when the args do not marshal to JSON, or marshal to
 	// JSON that Postgres's jsonb refuses: invalid UTF-8, the escape \u0000, a \u escape
 	// of half a surrogate pair, a number beyond numeric's range (more than 131072 digits
 	// before the point or 16383 after), or more than 512 levels of nesting.
-	ErrInvalidPayload = errors.New("skiplock: job args do not marshal to JSON")
+	ErrInvalidPayload = enqueue.ErrInvalidPayload
 	// ErrPayloadTooLarge is returned when the marshalled args exceed Config.MaxPayloadBytes.
-	ErrPayloadTooLarge = errors.New("skiplock: job payload too large")
+	ErrPayloadTooLarge = enqueue.ErrPayloadTooLarge
 	// ErrInvalidOptions is returned for out-of-range [EnqueueOptions] (max attempts < 1,
 	// priority outside [MinPriority, MaxPriority], an over-long unique key).
-	ErrInvalidOptions = errors.New("skiplock: invalid enqueue options")
+	ErrInvalidOptions = enqueue.ErrInvalidOptions
 	// ErrInvalidConfig is returned by [NewClient], [NewWorker] and [NewSweeper] when a
 	// field of their configuration is out of range; the message names the field and says
 	// what to use.
 	ErrInvalidConfig = errors.New("skiplock: invalid configuration")
 	// ErrDuplicateJob is returned, together with the existing job, when a job with the same
 	// UniqueKey is already queued or running. The caller's transaction stays usable.
-	ErrDuplicateJob = errors.New("skiplock: a job with this unique key is already active")
+	ErrDuplicateJob = enqueue.ErrDuplicateJob
 	// ErrJobNotFound is returned when no job has the given id.
 	ErrJobNotFound = errors.New("skiplock: job not found")
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
@@ -50,13 +51,13 @@ var (
 // Limits on enqueued jobs.
 const (
 	// MaxKindLength is the longest kind name, in bytes.
-	MaxKindLength = 255
+	MaxKindLength = enqueue.MaxKindLength
 	// MaxQueueLength is the longest queue name, in bytes.
-	MaxQueueLength = 64
+	MaxQueueLength = enqueue.MaxQueueLength
 	// DefaultMaxPayloadBytes is the default limit on a job's JSON payload (1 MiB).
 	DefaultMaxPayloadBytes = 1 << 20
 	// MinPriority and MaxPriority bound [EnqueueOptions].Priority (a Postgres smallint).
-	MinPriority, MaxPriority = -32768, 32767
+	MinPriority, MaxPriority = enqueue.MinPriority, enqueue.MaxPriority
 )
 
 // ErrJobTimeout is the cause (see context.Cause) of a handler's context cancelled because

@@ -1,6 +1,10 @@
 package skiplock
 
-import "time"
+import (
+	"time"
+
+	"github.com/skiplock/skiplock/internal/enqueue"
+)
 
 // SetPeriodicBeforeCommit makes w's periodic runner call f between enqueueing due
 // occurrences and committing, so tests can fault the transaction there.
@@ -9,11 +13,11 @@ func SetPeriodicBeforeCommit(w *Worker, f func()) { w.periodic.beforeCommit = f 
 // Internals the external tests need to reach.
 
 // CoalesceMaxInFlight is how many coalesced statements may run at once.
-const CoalesceMaxInFlight = coalesceMaxInFlight
+const CoalesceMaxInFlight = enqueue.CoalesceMaxInFlight
 
 // CoalescerIdle reports whether c's coalescer has no batch collecting, waiting or being
 // written (and so no goroutine running).
-func CoalescerIdle(c *Client) bool { return c.batch == nil || c.batch.Idle() }
+func CoalescerIdle(c *Client) bool { return c.enq.Idle() }
 
 // WorkerFleet returns how many processes w last learned serve its queues (itself
 // included) and the bound on its statements in flight that follows (0: none).

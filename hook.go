@@ -5,8 +5,6 @@
 package skiplock
 
 import (
-	"context"
-
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
@@ -38,32 +36,3 @@ const (
 
 // JobResult is what a [Hook] learns of a finished attempt.
 type JobResult = jobtype.JobResult
-
-// enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata.
-// The returned function must be called once with the insert's result; on error it has
-// been called already.
-func (c *Client) enqueuing(ctx context.Context, j *newJob) (func(*JobRow, error), error) {
-	var dones []func(*JobRow, error)
-	if len(c.enqueueHooks) > 0 {
-		if j.meta == nil {
-			j.meta = map[string]string{}
-		}
-		e := &EnqueueEvent{Kind: j.kind, Queue: j.queue, Metadata: j.meta}
-		for _, h := range c.enqueueHooks {
-			if d := h.JobEnqueuing(ctx, e); d != nil {
-				dones = append(dones, d)
-			}
-		}
-		j.meta = e.Metadata
-	}
-	finish := func(row *JobRow, err error) {
-		for _, d := range dones {
-			d(row, err)
-		}
-	}
-	if err := j.encodeMetadata(); err != nil {
-		finish(nil, err)
-		return nil, err
-	}
-	return finish, nil
-}

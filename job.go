@@ -16,14 +16,6 @@ type JobArgs interface {
 	Kind() string
 }
 
-// JobArgsWithOptions is implemented by args types that carry their own default
-// [EnqueueOptions] (for example a queue or max attempts for every job of the kind).
-// Options passed to an enqueue call override these field by field.
-type JobArgsWithOptions interface {
-	JobArgs
-	EnqueueOptions() EnqueueOptions
-}
-
 // JobStatus is the state of a job. See the package documentation for the state machine.
 type JobStatus = jobtype.JobStatus
 
@@ -55,6 +47,9 @@ type Progress = jobtype.Progress
 
 // jobColumns are the columns scanJob reads, in its order.
 const jobColumns = jobtype.Columns
+
+// archiveJobColumns is jobColumns for a jobs_archive row, which keeps no lease.
+const archiveJobColumns = jobtype.ArchiveColumns
 
 // scanJob scans one row of jobColumns.
 func scanJob(row pgx.Row) (*JobRow, error) { return jobtype.ScanJob(row) }

@@ -175,7 +175,7 @@ func validPeriodic(c *Client, jobs []PeriodicJob) (map[string]*periodicEntry, er
 		if s, ok := p.Schedule.(fmt.Stringer); ok {
 			desc = s.String()
 		}
-		out[p.Name] = &periodicEntry{PeriodicJob: p, desc: desc, misfire: p.Misfire.describe(p.BackfillLimit), queue: j.queue}
+		out[p.Name] = &periodicEntry{PeriodicJob: p, desc: desc, misfire: p.Misfire.describe(p.BackfillLimit), queue: j.Queue}
 	}
 	return out, nil
 }
@@ -395,11 +395,11 @@ func (p *periodicRunner) enqueue(ctx context.Context, tx pgx.Tx, e *periodicEntr
 	if err != nil {
 		return 0, fmt.Errorf("skiplock: periodic job %q: %w", e.Name, err)
 	}
-	if j.uniqueKey == nil {
+	if j.UniqueKey == nil {
 		k := "periodic:" + e.Name + ":" + at.UTC().Format(time.RFC3339Nano)
-		j.uniqueKey, j.uniqueStates = &k, finishedStatuses
+		j.UniqueKey, j.UniqueStates = &k, finishedStatuses
 	}
-	j.keyIsCallers = false                   // a duplicate occurrence is not an error here
+	j.KeyIsCallers = false                   // a duplicate occurrence is not an error here
 	done, err := p.client.enqueuing(ctx, &j) // enqueue hooks see occurrences too
 	if err != nil {
 		return 0, fmt.Errorf("skiplock: periodic job %q: %w", e.Name, err)

@@ -1,11 +1,15 @@
-// This file holds the Client and enqueueing: the per-job options, the single insert
-// (Enqueue, EnqueueTx) and the bulk insert (EnqueueMany, EnqueueManyTx), with the
-// statements they run. The operator calls on a Client are in admin.go.
+// This file holds the Client and enqueueing one job: the per-job options (with an args
+// type's defaults and the sequence policy) and their conversion for the enqueue engine
+// (internal/enqueue, which checks them and runs the statements), and the single insert
+// (Enqueue, EnqueueTx, EnqueueSQLTx) and the bulk insert (EnqueueMany, EnqueueManyTx,
+// EnqueueManySQLTx: COPY, or one unnest insert when unique keys are involved, a constant
+// number of statements whatever the count). The operator calls on a Client are in admin.go.
 
 package skiplock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/skiplock/skiplock/internal/groupcommit"
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -60,6 +64,32 @@ type EnqueueOptions struct {
 	SequenceOnFailure SequencePolicy
 }
 
+// JobArgsWithOptions is implemented by args types that carry their own default
+// [EnqueueOptions] (for example a queue or max attempts for every job of the kind).
+// Options passed to an enqueue call override these field by field.
+type JobArgsWithOptions interface {
+	JobArgs
+	EnqueueOptions() EnqueueOptions
+}
+
+// SequencePolicy is what a failed attempt of a sequence job does to the jobs enqueued
+// after it with the same key ([EnqueueOptions].SequenceOnFailure).
+type SequencePolicy int
+
+const (
+	// SequenceHold, the zero value, holds the sequence: the next job of the key waits
+	// while this one waits for its retries, until it succeeds or ends failed, dead or
+	// cancelled. Jobs of the key run strictly one at a time, in order.
+	SequenceHold SequencePolicy = iota
+	// SequenceMoveOn moves on: the first failed attempt of this job (one that will be
+	// retried, or its final failure, death or cancellation) releases the next job of the
+	// key, in the transaction that records the failure. The job's own retries then run
+	// whenever they are due, out of order, possibly at the same time as later jobs of the
+	// key; the jobs after it still run one at a time, each after the previous one's first
+	// attempt has ended. A snooze is not a failure.
+	SequenceMoveOn
+)
+
 // EnqueueParams is one job of an [Client.EnqueueMany] call.
 type EnqueueParams struct {
 	Args    JobArgs
@@ -78,14 +108,11 @@ type Client struct {
 	schema   string
 	maxBytes int
 	logger   *slog.Logger
-	notify   *notify.Notifier                      // wake-ups: the channel, the throttle of Enqueue's notifications
-	sql      enqueueSQL                            // rendered for schema by NewClient
-	wf       workflowSQL                           // the workflow and sequence enqueues' statements (workflow.go)
-	flows    *settle.Settler                       // settles workflow tasks' dependents (workflowsettle.go)
-	batch    *groupcommit.Batcher[*enqueueRequest] // shares statements among concurrent enqueues; nil when off (coalesce.go)
+	notify   *notify.Notifier  // wake-ups: the channel, the throttle of Enqueue's notifications
+	flows    *settle.Settler   // settles workflow tasks' dependents (internal/settle)
+	enq      *enqueue.Inserter // writes jobs, workflows and sequences; coalesces Enqueue's calls
 
-	hooks        []Hook        // Config.Hooks
-	enqueueHooks []EnqueueHook // those of hooks that implement EnqueueHook
+	hooks []Hook // Config.Hooks
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
@@ -120,19 +147,17 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		maxBytes: cfg.MaxPayloadBytes,
 		logger:   cfg.Logger,
 		notify:   notify.New(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
-		sql:      newEnqueueSQL(cfg.Schema),
-		wf:       newWorkflowSQL(cfg.Schema),
 		flows:    settle.New(cfg.Schema),
+		hooks:    slices.Clone(cfg.Hooks),
 	}
-	if cfg.CoalesceWindow > 0 {
-		c.batch = newEnqueueCoalescer(c, cfg.CoalesceWindow)
-	}
-	c.hooks = slices.Clone(cfg.Hooks)
+	var enqueueHooks []EnqueueHook // those of the hooks that implement EnqueueHook
 	for _, h := range cfg.Hooks {
 		if eh, ok := h.(EnqueueHook); ok {
-			c.enqueueHooks = append(c.enqueueHooks, eh)
+			enqueueHooks = append(enqueueHooks, eh)
 		}
 	}
+	c.enq = enqueue.New(enqueue.Config{Pool: pool, Schema: cfg.Schema, Notifier: c.notify, Mapper: c.flows.Mapper,
+		Hooks: enqueueHooks, CoalesceWindow: cfg.CoalesceWindow})
 	return c, nil
 }
 
@@ -167,39 +192,7 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 	if err != nil {
 		return nil, err
 	}
-	done, err := c.enqueuing(ctx, &j)
-	if err != nil {
-		return nil, err
-	}
-	row, err := c.enqueueJob(ctx, j)
-	done(row, err)
-	return row, err
-}
-
-// enqueueJob writes one prepared job of Enqueue: with concurrent calls when it can, else
-// alone.
-func (c *Client) enqueueJob(ctx context.Context, j newJob) (*JobRow, error) {
-	if c.batch != nil && j.coalescable() {
-		rows, err := c.coalesce(ctx, &enqueueRequest{jobs: []newJob{j}})
-		if err == nil {
-			return rows[0], nil
-		}
-		if !errors.Is(err, errInsertAlone) {
-			return nil, err
-		}
-		// The batch was refused as a whole: write this job alone.
-	}
-	return c.enqueueAlone(ctx, &j)
-}
-
-// enqueueAlone writes one job in a statement of its own (and so a transaction of its own).
-func (c *Client) enqueueAlone(ctx context.Context, j *newJob) (*JobRow, error) {
-	notify := j.dueNow() && c.notify.Throttle.TakeNow(j.queue)
-	row, err := c.insertOne(ctx, c.pool, j, notify, false)
-	if err == nil && j.dueNow() && !notify {
-		c.notify.Throttle.Trailing(j.queue)
-	}
-	return row, err
+	return c.enq.Enqueue(ctx, j)
 }
 
 // EnqueueTx inserts one job inside the caller's transaction tx (a pgx.Tx): if tx rolls
@@ -217,86 +210,145 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 	if err != nil {
 		return nil, err
 	}
-	done, err := c.enqueuing(ctx, &j)
-	if err != nil {
-		return nil, err
-	}
-	row, err := c.insertOne(ctx, tx, &j, j.dueNow(), true)
-	done(row, err)
-	return row, err
+	return c.enq.EnqueueTx(ctx, tx, j)
 }
 
-// insertOne writes one prepared job through db. callerTx says db is the caller's
-// transaction, whose isolation level this cannot know (see insertUnique).
-func (c *Client) insertOne(ctx context.Context, db DBTX, j *newJob, notify, callerTx bool) (*JobRow, error) {
-	if j.uniqueKey != nil {
-		return c.insertUnique(ctx, db, j, notify, callerTx)
+// EnqueueSQLTx is [Client.EnqueueTx] for a database/sql transaction, as services using
+// sqlc, GORM or sqlx over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib) hold
+// one: if tx rolls back there is no job, if it commits there is, and the wake-up
+// notification is sent by Postgres at the commit. It runs the same statements as
+// EnqueueTx, so it keeps the same promise that its errors leave tx usable: bad input is
+// refused in Go before anything is sent, a duplicate unique key is not an error to
+// Postgres (ON CONFLICT DO NOTHING), and under REPEATABLE READ or SERIALIZABLE the unique
+// insert runs inside a savepoint. skiplock does not commit or roll back tx. tx must use
+// pgx's driver ("pgx" in sql.Open, or stdlib.OpenDBFromPool); other drivers cannot send
+// the statements' array parameters. opts may be nil.
+func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {
+	if tx == nil {
+		return nil, errors.New("skiplock: EnqueueSQLTx: tx is nil")
 	}
-	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
-	// setups) would send it as bytea.
-	args := []any{j.queue, j.kind, string(j.payload), j.priority, j.runAt, j.maxAttempts, nil, j.timeoutMs, j.metadataText(), j.partitionKey}
-	q := c.sql.insert
-	if notify {
-		q = c.sql.insertNotify
-		args = append(args, c.notify.Channel)
+	return c.EnqueueTx(ctx, enqueue.SQLTx(tx), args, opts)
+}
+
+// EnqueueMany inserts many jobs in one transaction of its own with a constant number of
+// statements (COPY, or one multi-row insert when unique keys are used) and returns how
+// many were inserted. Every job is validated before anything is written, and the jobs are
+// committed all together or not at all. Jobs whose UniqueKey is already active are
+// skipped and not counted.
+//
+// A call of at most 100 jobs without unique keys shares its statement and commit with
+// concurrent Enqueue and EnqueueMany calls, as [Client.Enqueue] does (and with the same
+// answer when ctx ends while it waits); its jobs still commit all together or not at all.
+func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("skiplock: enqueue many: %w", err)
 	}
-	row, err := scanJob(db.QueryRow(ctx, q, args...))
+	jobs, err := c.prepareMany(params)
+	if err != nil || len(jobs) == 0 {
+		return 0, err
+	}
+	return c.enq.EnqueueMany(ctx, jobs)
+}
+
+// EnqueueManyTx is [Client.EnqueueMany] inside the caller's transaction tx.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx DBTX, params []EnqueueParams) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("skiplock: enqueue many: %w", err)
+	}
+	if tx == nil {
+		return 0, errors.New("skiplock: EnqueueManyTx: tx is nil")
+	}
+	jobs, err := c.prepareMany(params)
+	if err != nil || len(jobs) == 0 {
+		return 0, err
+	}
+	return c.enq.EnqueueManyTx(ctx, tx, jobs)
+}
+
+// EnqueueManySQLTx is [Client.EnqueueManyTx] for a database/sql transaction (see
+// [Client.EnqueueSQLTx]). database/sql has no COPY, so the jobs go in one unnest insert,
+// as EnqueueManyTx sends jobs with unique keys: one statement for the jobs and one for
+// the wake-ups, whatever their number.
+func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, params []EnqueueParams) (int, error) {
+	if tx == nil {
+		return 0, errors.New("skiplock: EnqueueManySQLTx: tx is nil")
+	}
+	return c.EnqueueManyTx(ctx, enqueue.SQLTx(tx), params)
+}
+
+// prepareMany prepares every job of params, or returns the first error, naming its job.
+func (c *Client) prepareMany(params []EnqueueParams) ([]enqueue.Job, error) {
+	jobs := make([]enqueue.Job, len(params))
+	for i := range params {
+		j, err := c.prepare(params[i].Args, params[i].Options)
+		if err != nil {
+			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
+		}
+		jobs[i] = j
+	}
+	return jobs, nil
+}
+
+// prepare validates args and options and marshals the payload. It writes nothing.
+func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error) {
+	kind, err := enqueue.ArgsKind(args)
 	if err != nil {
-		return nil, c.wrapErr("enqueue", err)
+		return enqueue.Job{}, err
 	}
-	return row, nil
+	o, err := jobOptions(args, opts)
+	if err != nil {
+		return enqueue.Job{}, err
+	}
+	return enqueue.Prepare(kind, args, o, c.maxBytes)
+}
+
+// jobOptions merges the args type's default options with opts, for the engine, which
+// fills the defaults and checks them.
+func jobOptions(args JobArgs, opts *EnqueueOptions) (enqueue.Options, error) {
+	var o enqueue.Options
+	if opts != nil && opts.SequenceOnFailure != SequenceHold {
+		return o, fmt.Errorf("%w: SequenceOnFailure is for EnqueueSequence and EnqueueSequenceTx only", ErrInvalidOptions)
+	}
+	if d, ok := args.(JobArgsWithOptions); ok {
+		o = d.EnqueueOptions().engine()
+	}
+	if opts != nil {
+		o = enqueue.MergeOptions(o, opts.engine())
+	}
+	return o, nil
+}
+
+// engine returns o as the engine's options (all but SequenceOnFailure, which only the
+// sequence enqueues read).
+func (o EnqueueOptions) engine() enqueue.Options {
+	var u *enqueue.Unique
+	if o.Unique != nil {
+		e := enqueue.Unique(*o.Unique)
+		u = &e
+	}
+	return enqueue.Options{Queue: o.Queue, Priority: o.Priority, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts,
+		UniqueKey: o.UniqueKey, Unique: u, Timeout: o.Timeout, Metadata: o.Metadata, PartitionKey: o.PartitionKey}
+}
+
+// enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata
+// (see [enqueue.Inserter.Enqueuing]); the periodic runner calls it for each occurrence.
+func (c *Client) enqueuing(ctx context.Context, j *enqueue.Job) (func(*JobRow, error), error) {
+	return c.enq.Enqueuing(ctx, j)
+}
+
+// insertOne writes one prepared job, whose hooks have run, through db (see
+// [enqueue.Inserter.InsertOne]); the periodic runner enqueues occurrences with it.
+func (c *Client) insertOne(ctx context.Context, db DBTX, j *enqueue.Job, notify, callerTx bool) (*JobRow, error) {
+	return c.enq.InsertOne(ctx, db, j, notify, callerTx)
 }
 
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
 func (c *Client) wrapErr(op string, err error) error { return c.db.WrapErr(op, err) }
 
-// enqueueSQL holds the enqueue statements, rendered for the client's schema.
-type enqueueSQL struct {
-	insert, insertNotify string
-	// insertUnique[gated][notify]: gated inserts only under READ COMMITTED (insertUnique).
-	insertUnique [2][2]string
-	// insertUnnest[gated]: the bulk insert with unique keys.
-	insertUnnest               [2]string
-	findUnique                 string
-	coalesced, coalescedNotify string // coalesce.go
-	coalescedReplay            string // coalesce.go
-}
-
-func newEnqueueSQL(schema string) enqueueSQL {
-	r := func(q string) string { return pgutil.Render(schema, q) }
-	return enqueueSQL{
-		insert:       r(insertSQL(false)),
-		insertNotify: r(insertSQL(true)),
-		insertUnique: [2][2]string{
-			{r(insertUniqueSQL(false, false)), r(insertUniqueSQL(false, true))},
-			{r(insertUniqueSQL(true, false)), r(insertUniqueSQL(true, true))},
-		},
-		insertUnnest:    [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
-		findUnique:      r(findUniqueSQL),
-		coalesced:       r(coalescedInsertSQL + coalescedSelectSQL),
-		coalescedNotify: r(coalescedInsertSQL + coalescedNotifySQL),
-		coalescedReplay: r(coalescedReplaySQL),
+// b2i is 1 for true and 0 for false, to index statement variants by a flag.
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-}
-
-// Statements around the unique insert under REPEATABLE READ and SERIALIZABLE.
-const (
-	isolationSQL           = `SELECT current_setting('transaction_isolation')`
-	savepointSQL           = `SAVEPOINT skiplock_enqueue`
-	rollbackToSavepointSQL = `ROLLBACK TO SAVEPOINT skiplock_enqueue`
-	releaseSavepointSQL    = `RELEASE SAVEPOINT skiplock_enqueue`
-)
-
-// insertSQL is the single-job insert. run_at defaults to the database clock. With notify,
-// pg_notify runs in the same statement (one round trip) and so in the same transaction:
-// Postgres delivers it only at commit.
-func insertSQL(notify bool) string {
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9, $10)
-RETURNING ` + jobColumns
-	if !notify {
-		return ins
-	}
-	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($11, $1::text) AS n`
+	return 0
 }

@@ -1,8 +1,10 @@
 // This file holds workflows and their enqueue: DAGs of jobs written in one statement
 // ([Client.EnqueueWorkflow], [Client.EnqueueWorkflowTx]), checked first (cycles, unknown
-// names). Inspecting and steering them is in workflowadmin.go, batches with a callback in
-// workflowbatch.go, what releases a task when its dependencies finish in
-// workflowsettle.go; the design is in docs/workflows.md.
+// names), and sequences ([Client.EnqueueSequence]) and batches with a callback
+// ([Client.EnqueueBatch]), which are workflows too.
+// Inspecting and steering them is in workflowadmin.go, what releases a task when its
+// dependencies finish in internal/settle, the planning and the statement in
+// internal/enqueue; the design is in docs/workflows.md.
 
 package skiplock
 
@@ -10,22 +12,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // ErrInvalidWorkflow is matched (errors.Is) by every error that refuses a workflow or a
 // batch before anything is written: a cycle, an unknown or repeated name, a bad task.
-var ErrInvalidWorkflow = errors.New("skiplock: invalid workflow")
+var ErrInvalidWorkflow = enqueue.ErrInvalidWorkflow
 
 // ErrWorkflowNotFound is returned for a workflow id that does not exist.
 var ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
 
 // maxWorkflowTasks bounds the tasks of one workflow or batch (one statement writes them).
-const maxWorkflowTasks = 100_000
+const maxWorkflowTasks = enqueue.MaxWorkflowTasks
 
 // OnFailure says what a dependency that ends failed, dead or cancelled does to the tasks
 // that depend on it.
@@ -38,13 +42,6 @@ const (
 	// dependencies have finished, however they ended.
 	RunDependents
 )
-
-func (p OnFailure) sql() string {
-	if p == RunDependents {
-		return "run"
-	}
-	return "cancel"
-}
 
 // WorkflowTask is one job of a [Workflow].
 type WorkflowTask struct {
@@ -133,245 +130,191 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx DBTX, wf Workflow) (*
 	if err != nil {
 		return nil, err
 	}
-	return c.writeWorkflow(ctx, tx, p)
-}
-
-// workflowPlan is a checked workflow, as statement arguments.
-type workflowPlan struct {
-	name, onFailure string
-	policy          OnFailure
-	names           []string
-	waiting         []int32
-	queue, kind     []string
-	payload, meta   []string
-	priority        []int16
-	runAt           []*time.Time
-	maxAttempts     []int32
-	timeoutMs       []*int64
-	partition       []*string
-	parents, childs []string
-	dueQueues       []string // queues of tasks due at once, for the wake-up
-}
-
-// planWorkflow checks wf and prepares each task's job. It writes nothing.
-func (c *Client) planWorkflow(wf Workflow) (*workflowPlan, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidWorkflow}, a...)...)
-	}
-	if wf.Name == "" || len(wf.Name) > 255 || !validText(wf.Name) {
-		return nil, bad("name %q: 1-255 bytes of UTF-8 without NUL", truncate(wf.Name, 40))
-	}
-	if wf.OnFailure != CancelDependents && wf.OnFailure != RunDependents {
-		return nil, bad("OnFailure %d: use CancelDependents or RunDependents", wf.OnFailure)
-	}
-	if len(wf.Tasks) == 0 || len(wf.Tasks) > maxWorkflowTasks {
-		return nil, bad("%d tasks: a workflow has 1-%d", len(wf.Tasks), maxWorkflowTasks)
-	}
-	index := make(map[string]int, len(wf.Tasks))
-	for i, t := range wf.Tasks {
-		if t.Name == "" || len(t.Name) > 255 || !validText(t.Name) {
-			return nil, bad("task name %q: 1-255 bytes of UTF-8 without NUL", truncate(t.Name, 40))
-		}
-		if _, dup := index[t.Name]; dup {
-			return nil, bad("task name %q is used twice", t.Name)
-		}
-		index[t.Name] = i
-	}
-	p := &workflowPlan{name: wf.Name, onFailure: wf.OnFailure.sql(), policy: wf.OnFailure}
-	due := map[string]bool{}
-	for _, t := range wf.Tasks {
-		seen := map[string]bool{}
-		for _, d := range t.DependsOn {
-			if _, ok := index[d]; !ok {
-				return nil, bad("task %q depends on %q, which is not a task of the workflow", t.Name, d)
-			}
-			if d == t.Name {
-				return nil, bad("task %q depends on itself", t.Name)
-			}
-			if seen[d] {
-				continue
-			}
-			seen[d] = true
-			p.parents, p.childs = append(p.parents, d), append(p.childs, t.Name)
-		}
-		if t.Options != nil && (t.Options.UniqueKey != "" || t.Options.Unique != nil) {
-			return nil, bad("task %q: UniqueKey and Unique are not supported on workflow tasks", t.Name)
-		}
-		j, err := c.prepare(t.Args, t.Options)
-		if err != nil {
-			return nil, fmt.Errorf("%w: task %q: %w", ErrInvalidWorkflow, t.Name, err)
-		}
-		if err := j.encodeMetadata(); err != nil {
-			return nil, fmt.Errorf("%w: task %q: %w", ErrInvalidWorkflow, t.Name, err)
-		}
-		p.names = append(p.names, t.Name)
-		p.waiting = append(p.waiting, int32(len(seen)))
-		p.queue, p.kind = append(p.queue, j.queue), append(p.kind, j.kind)
-		p.payload, p.meta = append(p.payload, string(j.payload)), append(p.meta, j.metadataText())
-		p.priority, p.runAt = append(p.priority, j.priority), append(p.runAt, j.runAt)
-		p.maxAttempts, p.timeoutMs = append(p.maxAttempts, j.maxAttempts), append(p.timeoutMs, j.timeoutMs)
-		p.partition = append(p.partition, j.partitionKey)
-		if len(seen) == 0 && j.dueNow() && !due[j.queue] {
-			due[j.queue] = true
-			p.dueQueues = append(p.dueQueues, j.queue)
-		}
-	}
-	if cyc := findCycle(wf.Tasks, index); cyc != nil {
-		return nil, bad("the dependencies form a cycle: %v", cyc)
-	}
-	return p, nil
-}
-
-// findCycle returns the names of one cycle of tasks (the first repeated at the end), or
-// nil when the tasks form a DAG. Iterative depth-first search: no recursion depth limit.
-func findCycle(tasks []WorkflowTask, index map[string]int) []string {
-	const (
-		unseen = iota
-		open
-		closed
-	)
-	state := make([]int, len(tasks))
-	type frame struct{ task, next int }
-	for root := range tasks {
-		if state[root] != unseen {
-			continue
-		}
-		stack := []frame{{root, 0}}
-		state[root] = open
-		for len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			deps := tasks[top.task].DependsOn
-			if top.next == len(deps) {
-				state[top.task] = closed
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			d := index[deps[top.next]]
-			top.next++
-			switch state[d] {
-			case open:
-				var cyc []string
-				for i := len(stack) - 1; i >= 0; i-- {
-					cyc = append(cyc, tasks[stack[i].task].Name)
-					if stack[i].task == d {
-						break
-					}
-				}
-				return append(cyc, tasks[d].Name)
-			case unseen:
-				state[d] = open
-				stack = append(stack, frame{d, 0})
-			}
-		}
-	}
-	return nil
-}
-
-// enqueueWorkflowSQL writes a workflow in one statement: its row, the jobs of the tasks
-// that wait for nothing, its tasks (with those jobs' ids), its edges, and the wake-up of
-// the queues $17 on channel $16 (delivered at commit). The jobs go first so that the
-// tasks are inserted with their job ids: a later UPDATE of the new task rows (mapJobsSQL,
-// as the settler must) cost a statement, and its cached generic plan, made while the
-// table was small, scanned the whole table once it had grown (without fresh statistics:
-// 3.9 ms a workflow at 50,000 tasks). The tasks' metadata names their workflow and task,
-// which is how a worker knows a job is a task (isTask) and how a task finds its
-// dependencies.
-const enqueueWorkflowSQL = `WITH wf AS (
-	INSERT INTO {s}.workflows (name, on_failure) VALUES ($1, $2) RETURNING id, created_at
-),
-u AS (
-	SELECT wf.id AS workflow_id, u.name, u.waiting, u.queue, u.kind, u.payload::jsonb AS payload,
-		u.priority, u.run_at, u.max_attempts, u.timeout_ms,
-		u.metadata::jsonb || jsonb_build_object('` + settle.MetaWorkflow + `', wf.id::text, '` + settle.MetaTask + `', u.name) AS metadata,
-		u.partition_key
-	FROM wf, unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::smallint[],
-		$9::timestamptz[], $10::int[], $11::bigint[], $12::text[], $13::text[])
-		AS u(name, waiting, queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-),
-j AS (
-	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT queue, kind, payload, priority, coalesce(run_at, now()), max_attempts, timeout_ms,
-		metadata, partition_key
-	FROM u WHERE waiting = 0
-	RETURNING id, metadata ->> '` + settle.MetaTask + `' AS task, queue
-),
-t AS (
-	INSERT INTO {s}.workflow_tasks (workflow_id, name, job_id, state, waiting, queue, kind, payload,
-		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT u.workflow_id, u.name, j.id, CASE WHEN u.waiting = 0 THEN 'released' ELSE 'waiting' END,
-		u.waiting, u.queue, u.kind, u.payload, u.priority, u.run_at, u.max_attempts, u.timeout_ms,
-		u.metadata, u.partition_key
-	FROM u LEFT JOIN j ON j.task = u.name
-	RETURNING name, state, job_id
-),
-e AS (
-	INSERT INTO {s}.workflow_edges (workflow_id, parent, child)
-	SELECT wf.id, x.parent, x.child FROM wf, unnest($14::text[], $15::text[]) AS x(parent, child)
-),
-n AS (
-	SELECT count(pg_notify($16, d.queue)) AS n
-	FROM (SELECT DISTINCT queue FROM j WHERE queue = ANY ($17::text[])) d
-)
-SELECT wf.id, wf.created_at, t.name, coalesce(t.job_id, 0), t.state
-FROM wf CROSS JOIN n CROSS JOIN t ORDER BY t.name`
-
-// writeWorkflow writes p through db, inside a savepoint so that an error leaves the
-// caller's transaction usable.
-func (c *Client) writeWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (*WorkflowInfo, error) {
-	if _, err := db.Exec(ctx, `SAVEPOINT skiplock_workflow`); err != nil {
-		return nil, c.wrapErr("enqueue workflow", err)
-	}
-	info, err := c.insertWorkflow(ctx, db, p)
-	if err != nil {
-		if _, rerr := db.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_workflow`); rerr != nil {
-			return nil, errors.Join(c.wrapErr("enqueue workflow", err), rerr)
-		}
-	}
-	if _, rerr := db.Exec(ctx, `RELEASE SAVEPOINT skiplock_workflow`); rerr != nil && err == nil {
-		err = rerr
-	}
-	if err != nil {
-		return nil, c.wrapErr("enqueue workflow", err)
-	}
-	return info, nil
-}
-
-// workflowSQL holds the statements of EnqueueWorkflow and EnqueueSequence, rendered once
-// for a Client's schema.
-type workflowSQL struct {
-	enqueue                                  string // enqueueWorkflowSQL
-	seqLock, seqWorkflow, seqTail, seqInsert string // sequence.go
-}
-
-func newWorkflowSQL(schema string) workflowSQL {
-	r := func(q string) string { return pgutil.Render(schema, q) }
-	return workflowSQL{enqueue: r(enqueueWorkflowSQL),
-		seqLock: r(seqLockSQL), seqWorkflow: r(seqWorkflowSQL), seqTail: r(seqTailSQL), seqInsert: r(seqInsertSQL)}
-}
-
-// insertWorkflow runs enqueueWorkflowSQL and the wake-up (delivered at commit).
-func (c *Client) insertWorkflow(ctx context.Context, db DBTX, p *workflowPlan) (*WorkflowInfo, error) {
-	rows, err := db.Query(ctx, c.wf.enqueue, p.name, p.onFailure, p.names, p.waiting,
-		p.queue, p.kind, p.payload, p.priority, p.runAt, p.maxAttempts, p.timeoutMs, p.meta, p.partition,
-		p.parents, p.childs, c.notify.Channel, p.dueQueues)
+	info, err := c.enq.WriteWorkflow(ctx, tx, p)
 	if err != nil {
 		return nil, err
 	}
-	info := &WorkflowInfo{Name: p.name, OnFailure: p.policy}
-	var t WorkflowTaskInfo
-	_, err = pgx.ForEachRow(rows, []any{&info.ID, &info.CreatedAt, &t.Name, &t.JobID, &t.State}, func() error {
-		info.Tasks = append(info.Tasks, t)
-		return nil
+	return workflowInfo(info), nil
+}
+
+// planWorkflow checks wf and prepares each task's job (see [enqueue.PlanWorkflow]). It
+// writes nothing.
+func (c *Client) planWorkflow(wf Workflow) (*enqueue.WorkflowPlan, error) {
+	spec := enqueue.WorkflowSpec{Name: wf.Name, OnFailure: enqueue.OnFailure(wf.OnFailure), Tasks: make([]enqueue.TaskSpec, len(wf.Tasks))}
+	for i, t := range wf.Tasks {
+		unique := t.Options != nil && (t.Options.UniqueKey != "" || t.Options.Unique != nil)
+		spec.Tasks[i] = enqueue.TaskSpec{Name: t.Name, DependsOn: t.DependsOn, Unique: unique}
+	}
+	return enqueue.PlanWorkflow(spec, func(i int) (enqueue.Job, error) {
+		return c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
+	})
+}
+
+// workflowInfo returns the engine's description of a written workflow as a WorkflowInfo.
+func workflowInfo(e *enqueue.WorkflowInfo) *WorkflowInfo {
+	info := &WorkflowInfo{ID: e.ID, Name: e.Name, OnFailure: OnFailure(e.OnFailure), CreatedAt: e.CreatedAt,
+		Tasks: make([]WorkflowTaskInfo, len(e.Tasks))}
+	for i, t := range e.Tasks {
+		info.Tasks[i] = WorkflowTaskInfo(t)
+	}
+	return info
+}
+
+// Sequences: jobs that share a key run one at a time in the order they were enqueued,
+// each starting only once the previous one has finished. A key's jobs are a chain of
+// tasks in a workflow of its own, released by the transaction that records the previous
+// job's final outcome, or with [SequenceMoveOn] its first failed attempt.
+
+// sequencePolicies names the policies as the metadata of a sequence task stores them
+// (settle.MetaSequence), which the settle statement reads.
+var sequencePolicies = map[SequencePolicy]string{SequenceHold: "hold", SequenceMoveOn: "move_on"}
+
+// EnqueueSequence enqueues args as the next job of the sequence key, in a transaction of
+// its own. See [Client.EnqueueSequenceTx].
+func (c *Client) EnqueueSequence(ctx context.Context, key string, args JobArgs, opts *EnqueueOptions) (*WorkflowTaskInfo, error) {
+	var info *WorkflowTaskInfo
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		info, err = c.EnqueueSequenceTx(ctx, tx, key, args, opts)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	deps := map[string][]string{}
-	for i, ch := range p.childs {
-		deps[ch] = append(deps[ch], p.parents[i])
-	}
-	for i := range info.Tasks {
-		info.Tasks[i].DependsOn = deps[info.Tasks[i].Name]
-	}
 	return info, nil
+}
+
+// EnqueueSequenceTx enqueues args, inside the caller's transaction tx, as the next job of
+// the sequence key (1-255 bytes): it starts only once the job enqueued before it with the
+// same key has finished — succeeded, or failed, dead or cancelled for good; while that
+// one waits for a retry, the sequence holds. Jobs of one key therefore run one at a time,
+// in the order their enqueues committed. With opts.SequenceOnFailure set to
+// [SequenceMoveOn], this job's first failed attempt releases the next job instead, and
+// its retries run out of order (see [SequenceMoveOn]). It returns the task: State "released" if it may
+// run now (JobID is its job's id), "waiting" if it waits for the previous job (JobID 0).
+//
+// Enqueues of one key wait for each other: the key is locked until tx ends, and so is the
+// recording of the outcome of the key's last job. No error of this call aborts tx.
+func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, args JobArgs, opts *EnqueueOptions) (*WorkflowTaskInfo, error) {
+	if tx == nil {
+		return nil, errors.New("skiplock: EnqueueSequenceTx: tx is nil")
+	}
+	if key == "" || len(key) > 255 || !validText(key) {
+		return nil, fmt.Errorf("%w: sequence key %q: 1-255 bytes of UTF-8 without NUL", ErrInvalidWorkflow, truncate(key, 40))
+	}
+	if opts != nil && (opts.UniqueKey != "" || opts.Unique != nil) {
+		return nil, fmt.Errorf("%w: UniqueKey and Unique are not supported on sequence jobs", ErrInvalidWorkflow)
+	}
+	policy := SequenceHold
+	if opts != nil {
+		policy = opts.SequenceOnFailure
+		o := *opts
+		o.SequenceOnFailure = SequenceHold
+		opts = &o
+	}
+	if _, ok := sequencePolicies[policy]; !ok {
+		return nil, fmt.Errorf("%w: SequenceOnFailure %d: not a SequencePolicy", ErrInvalidOptions, policy)
+	}
+	j, err := c.prepare(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.enq.InsertSequence(ctx, tx, key, &j, sequencePolicies[policy])
+	if err != nil {
+		return nil, err
+	}
+	t := WorkflowTaskInfo(*info)
+	return &t, nil
+}
+
+// Batches with a callback: N jobs and one callback job that is enqueued, exactly once,
+// when all of them have finished (or succeeded), with the counts by outcome. A batch is a
+// workflow whose callback task depends on every job of the batch; the counts are kept on
+// the callback's task row by the statement that settles each job (internal/settle).
+
+// batchCallbackTask is the name of a batch's callback task; the jobs are "job-<i>".
+const batchCallbackTask = "callback"
+
+// Batch is a set of jobs with a callback job, for [Client.EnqueueBatch].
+type Batch struct {
+	// Name describes the batch (1-255 bytes).
+	Name string
+	// Jobs are the batch's jobs, at least one. UniqueKey and Unique are refused.
+	Jobs []EnqueueParams
+	// Callback is the job enqueued once every job of the batch has finished. Its
+	// handler reads the counts with [BatchCountsOf].
+	Callback JobArgs
+	// CallbackOptions are the callback's options (nil: defaults).
+	CallbackOptions *EnqueueOptions
+	// OnlyOnSuccess enqueues the callback only if every job succeeded; if one ends
+	// failed, dead or cancelled, the callback is cancelled instead. False (the default)
+	// enqueues it when all have finished, however they ended.
+	OnlyOnSuccess bool
+}
+
+// BatchCounts are the outcomes of a batch's jobs, as its callback sees them.
+type BatchCounts struct {
+	Succeeded, Failed, Dead, Cancelled int
+}
+
+// BatchCountsOf returns the counts a batch's callback job carries (in its metadata), and
+// false for a job that is not a batch's callback.
+func BatchCountsOf(row *JobRow) (BatchCounts, bool) {
+	if row == nil || row.Metadata[settle.MetaBatch] != batchCallbackTask {
+		return BatchCounts{}, false
+	}
+	n := func(k string) int { v, _ := strconv.Atoi(row.Metadata[k]); return v }
+	return BatchCounts{Succeeded: n("skiplock_succeeded"), Failed: n("skiplock_failed"),
+		Dead: n("skiplock_dead"), Cancelled: n("skiplock_cancelled")}, true
+}
+
+// EnqueueBatch writes b in a transaction of its own. See [Client.EnqueueBatchTx].
+func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (*WorkflowInfo, error) {
+	wf, err := batchWorkflow(b)
+	if err != nil {
+		return nil, err
+	}
+	return c.EnqueueWorkflow(ctx, wf)
+}
+
+// EnqueueBatchTx writes b inside the caller's transaction tx, as [Client.EnqueueWorkflowTx]
+// writes a workflow (one statement; no error aborts tx). The batch's jobs are tasks
+// "job-0" … "job-<N-1>" of the returned workflow and its callback the task "callback".
+// Each job's outcome is counted in the transaction that records it, once, and the
+// statement that counts the last one enqueues the callback: exactly once, also when the
+// last jobs finish on different workers at the same moment, and not at all until the
+// outcome that completes the batch has committed.
+func (c *Client) EnqueueBatchTx(ctx context.Context, tx DBTX, b Batch) (*WorkflowInfo, error) {
+	wf, err := batchWorkflow(b)
+	if err != nil {
+		return nil, err
+	}
+	return c.EnqueueWorkflowTx(ctx, tx, wf)
+}
+
+// batchWorkflow turns b into its workflow.
+func batchWorkflow(b Batch) (Workflow, error) {
+	if len(b.Jobs) == 0 || len(b.Jobs) >= maxWorkflowTasks {
+		return Workflow{}, fmt.Errorf("%w: a batch has 1-%d jobs, not %d", ErrInvalidWorkflow, maxWorkflowTasks-1, len(b.Jobs))
+	}
+	wf := Workflow{Name: b.Name, OnFailure: RunDependents, Tasks: make([]WorkflowTask, 0, len(b.Jobs)+1)}
+	if b.OnlyOnSuccess {
+		wf.OnFailure = CancelDependents
+	}
+	deps := make([]string, len(b.Jobs))
+	for i, p := range b.Jobs {
+		deps[i] = "job-" + strconv.Itoa(i)
+		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: deps[i], Args: p.Args, Options: p.Options})
+	}
+	var opts EnqueueOptions
+	if b.CallbackOptions != nil {
+		opts = *b.CallbackOptions
+	}
+	opts.Metadata = maps.Clone(opts.Metadata)
+	if opts.Metadata == nil {
+		opts.Metadata = map[string]string{}
+	}
+	opts.Metadata[settle.MetaBatch] = batchCallbackTask
+	wf.Tasks = append(wf.Tasks, WorkflowTask{Name: batchCallbackTask, Args: b.Callback, Options: &opts, DependsOn: deps})
+	return wf, nil
 }

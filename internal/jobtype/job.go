@@ -86,6 +86,11 @@ const Columns = `id, queue, kind, payload, status, priority, run_at, attempts, m
 	locked_at, locked_by, last_error, errors, unique_key, created_at, finished_at,
 	metadata, progress, output`
 
+// ArchiveColumns is Columns for a jobs_archive row, which keeps no lease.
+const ArchiveColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	NULL::timestamptz, locked_by, last_error, errors, unique_key, created_at, finished_at,
+	metadata, progress, output`
+
 // scanJob reads one row of jobColumns.
 func ScanJob(row pgx.Row) (*JobRow, error) {
 	s := new(Scan)

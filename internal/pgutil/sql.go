@@ -1,6 +1,7 @@
 // Package pgutil holds what every engine package needs to talk to the database: the
-// rendering of statements for a schema, the retry of transient errors, and the gate that
-// bounds a worker's statements in flight by the size of its fleet.
+// rendering of statements for a schema, the retry of transient errors, the gate that
+// bounds a worker's statements in flight by the size of its fleet, and the check that
+// Postgres's jsonb takes a JSON document (CheckJSONB).
 package pgutil
 
 import (

@@ -1,4 +1,4 @@
-package skiplock
+package enqueue
 
 import (
 	"regexp"

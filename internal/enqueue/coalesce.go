@@ -3,7 +3,7 @@
 // group commit in the client — and each caller gets back its own rows or its own error
 // once that commit is done.
 
-package skiplock
+package enqueue
 
 import (
 	"cmp"
@@ -17,9 +17,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/groupcommit"
+	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// DefaultCoalesceWindow is the default of [Config].CoalesceWindow.
+// DefaultCoalesceWindow is the default of the root Config.CoalesceWindow.
 const DefaultCoalesceWindow = time.Millisecond
 
 // Limits of the coalescer.
@@ -27,17 +29,17 @@ const (
 	// coalesceMaxRows is the most jobs one coalesced statement writes: a batch that reaches
 	// it is sent at once.
 	coalesceMaxRows = 1000
-	// coalesceMaxInFlight is how many coalesced statements may run at once (each holds a
+	// CoalesceMaxInFlight is how many coalesced statements may run at once (each holds a
 	// pooled connection). Batches ready beyond it wait for one to finish.
-	coalesceMaxInFlight = 4
+	CoalesceMaxInFlight = 4
 	// coalesceManyMax is the largest EnqueueMany that joins a coalesced batch; larger ones
 	// write with COPY in a transaction of their own, which is cheaper per row.
 	coalesceManyMax = 100
 	// coalesceTimeout bounds one coalesced statement. It is the batch's own limit, not a
 	// caller's: one caller's deadline must not cut the commit of the others' jobs.
 	coalesceTimeout = 30 * time.Second
-	// maxCoalesceWindow is the largest Config.CoalesceWindow.
-	maxCoalesceWindow = 100 * time.Millisecond
+	// MaxCoalesceWindow is the largest Config.CoalesceWindow.
+	MaxCoalesceWindow = 100 * time.Millisecond
 )
 
 // errInsertAlone tells a caller that its batch was refused by the database as a whole
@@ -48,18 +50,40 @@ var errInsertAlone = errors.New("skiplock: coalesced batch refused; insert alone
 // enqueueRequest is one caller's part of a coalesced enqueue: the jobs of one Enqueue
 // (one) or of one EnqueueMany call, written together or not at all.
 type enqueueRequest struct {
-	jobs []newJob
+	jobs []Job
 	many bool // from EnqueueMany: its queues are notified unthrottled, as EnqueueMany promises
 
-	rows []*JobRow // the inserted rows, in the order of jobs
+	rows []*jobtype.JobRow // the inserted rows, in the order of jobs
 	err  error
 }
 
-// newEnqueueCoalescer returns the group commit of a client's enqueues.
-func newEnqueueCoalescer(c *Client, window time.Duration) *groupcommit.Batcher[*enqueueRequest] {
-	return &groupcommit.Batcher[*enqueueRequest]{
-		Window: window, MaxRows: coalesceMaxRows, MaxInFlight: coalesceMaxInFlight, Write: c.writeBatch,
+// coalescer is the group commit of an Inserter's enqueues: the batcher that collects
+// concurrent calls' jobs, and the statements that write a batch.
+type coalescer struct {
+	w     *writer
+	batch *groupcommit.Batcher[*enqueueRequest]
+	sql   coalesceSQL // rendered for the writer's schema by newCoalescer
+}
+
+// coalesceSQL holds the coalesced statements, rendered for a schema.
+type coalesceSQL struct {
+	coalesced, coalescedNotify string
+	coalescedReplay            string
+}
+
+// newCoalescer returns the group commit of w's enqueues, which waits up to window for
+// concurrent calls.
+func newCoalescer(w *writer, window time.Duration) *coalescer {
+	r := func(q string) string { return pgutil.Render(w.schema, q) }
+	co := &coalescer{w: w, sql: coalesceSQL{
+		coalesced:       r(coalescedInsertSQL + coalescedSelectSQL),
+		coalescedNotify: r(coalescedInsertSQL + coalescedNotifySQL),
+		coalescedReplay: r(coalescedReplaySQL),
+	}}
+	co.batch = &groupcommit.Batcher[*enqueueRequest]{
+		Window: window, MaxRows: coalesceMaxRows, MaxInFlight: CoalesceMaxInFlight, Write: co.writeBatch,
 	}
+	return co
 }
 
 // coalesce writes req's jobs in a batch with other calls' and returns their rows, the
@@ -70,8 +94,8 @@ func newEnqueueCoalescer(c *Client, window time.Duration) *groupcommit.Batcher[*
 // it had, they are inserted if the batch commits, which it does unless the database
 // refuses it — as with any statement whose reply a cancelled caller stops waiting for. The
 // error says which of the two happened.
-func (c *Client) coalesce(ctx context.Context, req *enqueueRequest) ([]*JobRow, error) {
-	sent, err := c.batch.Submit(ctx, req, len(req.jobs))
+func (co *coalescer) coalesce(ctx context.Context, req *enqueueRequest) ([]*jobtype.JobRow, error) {
+	sent, err := co.batch.Submit(ctx, req, len(req.jobs))
 	switch {
 	case err == nil:
 		return req.rows, req.err
@@ -151,12 +175,12 @@ const (
 // writeBatch writes the jobs of reqs with one statement and gives each request its rows
 // or an error. Queues with due jobs are woken like Enqueue's: through the throttle,
 // except the queues of EnqueueMany calls, which are always notified.
-func (c *Client) writeBatch(reqs []*enqueueRequest) {
+func (co *coalescer) writeBatch(reqs []*enqueueRequest) {
 	n, args, due := batchColumns(reqs)
-	notify, trailing := c.notifyPlan(due)
-	q := c.sql.coalesced
+	notify, trailing := co.notifyPlan(due)
+	q := co.sql.coalesced
 	if len(notify) > 0 {
-		q, args = c.sql.coalescedNotify, append(args, c.notify.Channel, notify)
+		q, args = co.sql.coalescedNotify, append(args, co.w.notify.Channel, notify)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), coalesceTimeout)
@@ -165,18 +189,18 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		// One job alone (an idle client): the single-row insert, as if not coalesced, and
 		// its error is its caller's own.
 		r := reqs[0]
-		row, err := c.insertOne(ctx, c.pool, &r.jobs[0], len(notify) > 0, false)
+		row, err := co.w.insertOne(ctx, co.w.pool, &r.jobs[0], len(notify) > 0, false)
 		if err != nil {
 			r.err = err
 			return
 		}
 		for _, q := range trailing {
-			c.notify.Throttle.Trailing(q)
+			co.w.notify.Throttle.Trailing(q)
 		}
-		r.rows = []*JobRow{row}
+		r.rows = []*jobtype.JobRow{row}
 		return
 	}
-	got, err := c.sendBatch(ctx, q, args)
+	got, err := co.sendBatch(ctx, q, args)
 	if err == nil && len(got) != n {
 		// Cannot happen (the statement inserts every row or fails), but a caller must
 		// never get another caller's row.
@@ -189,9 +213,9 @@ func (c *Client) writeBatch(reqs []*enqueueRequest) {
 		return
 	}
 	for _, q := range trailing {
-		c.notify.Throttle.Trailing(q)
+		co.w.notify.Throttle.Trailing(q)
 	}
-	slices.SortFunc(got, func(a, b *JobRow) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(got, func(a, b *jobtype.JobRow) int { return cmp.Compare(a.ID, b.ID) })
 	for _, r := range reqs {
 		r.rows, got = got[:len(r.jobs):len(r.jobs)], got[len(r.jobs):]
 	}
@@ -219,12 +243,12 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 	for _, r := range reqs {
 		for i := range r.jobs {
 			j := &r.jobs[i]
-			queue, kind, pay = append(queue, j.queue), append(kind, j.kind), append(pay, string(j.payload))
-			prio, maxA, runAt = append(prio, j.priority), append(maxA, j.maxAttempts), append(runAt, j.runAt)
-			tmo, meta = append(tmo, j.timeoutMs), append(meta, j.metadataText())
-			part = append(part, j.partitionKey)
+			queue, kind, pay = append(queue, j.Queue), append(kind, j.Kind), append(pay, string(j.Payload))
+			prio, maxA, runAt = append(prio, j.Priority), append(maxA, j.MaxAttempts), append(runAt, j.RunAt)
+			tmo, meta = append(tmo, j.TimeoutMs), append(meta, j.metadataText())
+			part = append(part, j.PartitionKey)
 			if j.dueNow() {
-				due[j.queue] = due[j.queue] || r.many
+				due[j.Queue] = due[j.Queue] || r.many
 			}
 		}
 	}
@@ -234,9 +258,9 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 // notifyPlan splits the queues with due jobs into those the batch notifies now (a call
 // of EnqueueMany, or the queue's throttle allows it) and those left to the throttle's
 // trailing notification once the batch committed.
-func (c *Client) notifyPlan(due map[string]bool) (notify, trailing []string) {
+func (co *coalescer) notifyPlan(due map[string]bool) (notify, trailing []string) {
 	for q, forced := range due {
-		if forced || c.notify.Throttle.TakeNow(q) {
+		if forced || co.w.notify.Throttle.TakeNow(q) {
 			notify = append(notify, q)
 		} else {
 			trailing = append(trailing, q)
@@ -255,10 +279,10 @@ func (c *Client) notifyPlan(due map[string]bool) (notify, trailing []string) {
 // rows that try inserted are read back, so every caller gets its job's id exactly once.
 // It gives up, with an error that says the jobs may or may not have been inserted, when
 // ctx ends.
-func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow, error) {
+func (co *coalescer) sendBatch(ctx context.Context, q string, args []any) ([]*jobtype.JobRow, error) {
 	delay := coalesceRetryDelay
 	for try := 0; ; try++ {
-		got, err := c.tryBatch(ctx, q, args)
+		got, err := co.tryBatch(ctx, q, args)
 		switch {
 		case err == nil:
 			return got, nil
@@ -268,7 +292,7 @@ func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow
 		case try > 0 && (keyTaken(err) || refusedRows(err)):
 			// The key was there (an earlier try committed), or this try's rows were refused
 			// before its key was written: an earlier try may still have committed them.
-			old, rerr := c.replayBatch(ctx, args[:10])
+			old, rerr := co.replayBatch(ctx, args[:10])
 			switch {
 			case rerr == nil && old != nil:
 				return old, nil // the earlier try's rows, as it inserted them
@@ -284,7 +308,7 @@ func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, c.wrapErr("enqueue", fmt.Errorf("the connection failed while the job's batch was being committed, and retries until %s did not tell whether it was; the job may or may not have been inserted: %w", coalesceTimeout, err))
+			return nil, wrapErr(co.w.schema, "enqueue", fmt.Errorf("the connection failed while the job's batch was being committed, and retries until %s did not tell whether it was; the job may or may not have been inserted: %w", coalesceTimeout, err))
 		case <-t.C:
 		}
 		delay = min(2*delay, coalesceMaxRetryDelay)
@@ -292,24 +316,24 @@ func (c *Client) sendBatch(ctx context.Context, q string, args []any) ([]*JobRow
 }
 
 // tryBatch sends the coalesced statement once.
-func (c *Client) tryBatch(ctx context.Context, q string, args []any) ([]*JobRow, error) {
-	rows, err := c.pool.Query(ctx, q, args...)
+func (co *coalescer) tryBatch(ctx context.Context, q string, args []any) ([]*jobtype.JobRow, error) {
+	rows, err := co.w.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	// collectJobs closes rows, which waits for the end of the statement and so for its
 	// commit: an error in the commit surfaces here.
-	return collectJobs(rows)
+	return jobtype.CollectJobs(rows)
 }
 
 // replayBatch reads back the rows of a batch an earlier try committed (coalescedReplaySQL),
 // or returns none when no try committed; args are the statement's arrays and key.
-func (c *Client) replayBatch(ctx context.Context, args []any) ([]*JobRow, error) {
-	rows, err := c.pool.Query(ctx, c.sql.coalescedReplay, args...)
+func (co *coalescer) replayBatch(ctx context.Context, args []any) ([]*jobtype.JobRow, error) {
+	rows, err := co.w.pool.Query(ctx, co.sql.coalescedReplay, args...)
 	if err != nil {
 		return nil, err
 	}
-	return collectJobs(rows)
+	return jobtype.CollectJobs(rows)
 }
 
 // newBatchKey returns a random version-4 UUID, the key of one coalesced statement.
@@ -358,4 +382,4 @@ func refusedRows(err error) bool {
 
 // coalescable reports whether a job may share a coalesced statement: any job without a
 // unique key.
-func (j *newJob) coalescable() bool { return j.uniqueKey == nil }
+func (j *Job) coalescable() bool { return j.UniqueKey == nil }

@@ -1,4 +1,4 @@
-package skiplock
+package pgutil
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 // TestCheckJSONB_AgreesWithPostgres asks the server about JSON around each of jsonb's
 // limits (numbers near numeric's scale and weight limits, written out and by exponent,
-// surrogate escapes in every order) and checks that checkJSONB refuses exactly what
+// surrogate escapes in every order) and checks that CheckJSONB refuses exactly what
 // Postgres refuses. Each value is tried in a statement of its own, so a refusal costs
 // nothing.
 func TestCheckJSONB_AgreesWithPostgres(t *testing.T) {
@@ -52,9 +52,9 @@ func TestCheckJSONB_AgreesWithPostgres(t *testing.T) {
 	for _, doc := range docs {
 		var ok bool
 		serverErr := pool.QueryRow(ctx, `SELECT $1::jsonb IS NOT NULL`, doc).Scan(&ok)
-		clientErr := checkJSONB([]byte(doc))
+		clientErr := CheckJSONB([]byte(doc))
 		if (serverErr == nil) != (clientErr == nil) {
-			t.Errorf("%s: Postgres says %v, checkJSONB says %v", truncate(doc, 60), serverErr, clientErr)
+			t.Errorf("%s: Postgres says %v, CheckJSONB says %v", doc[:min(len(doc), 60)], serverErr, clientErr)
 		}
 	}
 }

@@ -1,8 +1,8 @@
-// This file holds checkJSONB: the check that a payload encoding/json produced is one
+// This file holds CheckJSONB: the check that a payload encoding/json produced is one
 // Postgres's jsonb will take too (UTF-8, surrogate escapes, numeric's range, nesting), so a
 // payload the server would refuse is refused before it can abort the caller's transaction.
 
-package skiplock
+package pgutil
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 
 // Limits of Postgres's jsonb that encoding/json does not share. Past them the server
 // refuses the payload, and a refused statement aborts the caller's transaction, so
-// checkJSONB refuses it first.
+// CheckJSONB refuses it first.
 const (
 	// maxPayloadDepth bounds the nesting of arrays and objects. Postgres parses jsonb
 	// recursively within max_stack_depth: at its smallest setting (100kB) a document
@@ -30,14 +30,14 @@ const (
 	numericMaxExponent = 1<<30 - 2
 )
 
-// checkJSONB rejects valid JSON that Postgres's jsonb would still refuse, so that the
+// CheckJSONB rejects valid JSON that Postgres's jsonb would still refuse, so that the
 // error comes before anything is sent (a refused statement would abort the caller's
 // transaction): invalid UTF-8; the escape \u0000; a \u escape of half a surrogate pair
 // without its other half (encoding/json escapes invalid UTF-8 as U+FFFD, so only custom
 // marshalers and json.RawMessage produce these); numbers beyond numeric's range; nesting
 // deeper than maxPayloadDepth. b is the output of json.Marshal, so it is valid, compact
 // JSON. One pass, no allocation.
-func checkJSONB(b []byte) error {
+func CheckJSONB(b []byte) error {
 	if !utf8.Valid(b) {
 		return errors.New("not valid UTF-8")
 	}

@@ -1,0 +1,160 @@
+// This file holds the inserts of jobs with a unique key, one job at a time, and the
+// statements that honour the key (the bulk insert's is in bulk.go).
+
+package enqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/jobtype"
+)
+
+// insertUnique writes a job with a unique key, or finds the job that holds the key.
+//
+// The insert is ON CONFLICT DO NOTHING on the active-key index, so a duplicate is not an
+// error and the caller's transaction stays usable. Under REPEATABLE READ or SERIALIZABLE,
+// though, a conflict with a row committed after the transaction's snapshot raises a
+// serialization failure, which would abort the caller's transaction. So inside the
+// caller's transaction the insert runs only when the transaction is READ COMMITTED (the
+// statement checks; no round trip is added); otherwise, once the lookup has found no
+// visible holder, it runs again inside a savepoint that absorbs such a failure.
+func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, notify, callerTx bool) (*jobtype.JobRow, error) {
+	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, *j.UniqueKey, j.UniqueStates, j.TimeoutMs, j.metadataText(), j.PartitionKey}
+	if notify {
+		args = append(args, w.notify.Channel)
+	}
+	q := w.sql.insertUnique[b2i(callerTx)][b2i(notify)]
+	// A holder that finishes between the insert and the lookup frees the key (unless its
+	// final state counts): try again a few times.
+	for range 3 {
+		row, err := jobtype.ScanJob(db.QueryRow(ctx, q, args...))
+		if err == nil {
+			return row, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, wrapErr(w.schema, "enqueue", err)
+		}
+		existing, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.findUnique, *j.UniqueKey, j.UniqueStates))
+		if err == nil {
+			return w.duplicate(j, existing)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, wrapErr(w.schema, "enqueue", err)
+		}
+		if callerTx {
+			var iso string
+			if err := db.QueryRow(ctx, isolationSQL).Scan(&iso); err != nil {
+				return nil, wrapErr(w.schema, "enqueue", err)
+			}
+			if iso != "read committed" {
+				return w.insertUniqueSavepoint(ctx, db, j, args, notify)
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: key %q: the job holding it keeps changing state; try again", ErrDuplicateJob, *j.UniqueKey)
+}
+
+// insertUniqueSavepoint is the unique insert in a transaction that is not READ COMMITTED:
+// inside a savepoint, so that a serialization failure (the key is held by a job this
+// transaction's snapshot cannot see) is rolled back to the savepoint and reported as a
+// duplicate, leaving the caller's transaction usable. It costs three round trips.
+func (w *writer) insertUniqueSavepoint(ctx context.Context, db jobtype.DBTX, j *Job, args []any, notify bool) (*jobtype.JobRow, error) {
+	if _, err := db.Exec(ctx, savepointSQL); err != nil {
+		return nil, wrapErr(w.schema, "enqueue", err)
+	}
+	row, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.insertUnique[0][b2i(notify)], args...))
+	if err != nil {
+		// Roll back even if ctx ended: the caller's transaction must not stay aborted.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
+			return nil, wrapErr(w.schema, "enqueue", errors.Join(err, rerr))
+		}
+		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
+			return nil, wrapErr(w.schema, "enqueue", rerr)
+		}
+		var pgErr *pgconn.PgError
+		if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return nil, fmt.Errorf("%w: key %q is held by a job committed after this transaction's snapshot (%s); the transaction is still usable",
+				ErrDuplicateJob, *j.UniqueKey, "REPEATABLE READ or SERIALIZABLE")
+		}
+		return nil, wrapErr(w.schema, "enqueue", err)
+	}
+	if _, err := db.Exec(ctx, releaseSavepointSQL); err != nil {
+		return nil, wrapErr(w.schema, "enqueue", err)
+	}
+	return row, nil
+}
+
+// duplicate returns the job that holds a key as the answer to a duplicate enqueue. A
+// caller-chosen UniqueKey also reports ErrDuplicateJob, as it did before UniqueOpts.
+func (w *writer) duplicate(j *Job, existing *jobtype.JobRow) (*jobtype.JobRow, error) {
+	existing.Duplicate = true
+	if j.KeyIsCallers {
+		return existing, fmt.Errorf("%w: key %q is held by job %d", ErrDuplicateJob, *j.UniqueKey, existing.ID)
+	}
+	return existing, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// onConflictUnique names the partial unique index on unique_key, so an active job with the
+// same key makes the insert a no-op instead of an error that would abort the caller's
+// transaction.
+const onConflictUnique = `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING`
+
+// readCommittedGate makes an insert insert nothing outside READ COMMITTED, where an ON
+// CONFLICT with an invisible row would raise instead of doing nothing (insertUnique).
+const readCommittedGate = `
+	AND current_setting('transaction_isolation') = 'read committed'`
+
+// finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
+// $8 that count, in the hot table (jobs_unique_key_done_idx) and the archive
+// (jobs_archive_unique_key_idx). Active holders are the ON CONFLICT's business.
+const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
+		WHERE d.unique_key = $7 AND d.status NOT IN ('queued', 'running') AND d.status = ANY ($8::text[])
+		UNION ALL
+		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = $7 AND a.status = ANY ($8::text[])`
+
+// insertUniqueSQL is the single-job insert with a unique key $7: nothing is inserted when
+// a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
+// lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
+// also settles concurrent inserts of one key: the later waits for the earlier to commit).
+// gated adds readCommittedGate. $9 is the job's timeout_ms, $10 its metadata, $11 its
+// partition_key; the channel of notify is $12.
+func insertUniqueSQL(gated, notify bool) string {
+	gate := ""
+	if gated {
+		gate = readCommittedGate
+	}
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint, $10::jsonb, $11::text
+WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
+` + onConflictUnique + `
+RETURNING ` + jobColumns
+	if !notify {
+		return ins
+	}
+	return `WITH ins AS (` + ins + `)
+SELECT ins.* FROM ins CROSS JOIN pg_notify($12, $1::text) AS n`
+}
+
+// findUniqueSQL returns the job holding key $1: an active one first, else a finished one
+// in a state of $2 that counts, from the hot table or the archive.
+const findUniqueSQL = `(SELECT ` + jobColumns + ` FROM {s}.jobs
+	WHERE unique_key = $1 AND (status IN ('queued', 'running') OR status = ANY ($2::text[]))
+	ORDER BY status IN ('queued', 'running') DESC, id DESC LIMIT 1)
+UNION ALL
+(SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive
+	WHERE unique_key = $1 AND status = ANY ($2::text[]) ORDER BY id DESC LIMIT 1)
+LIMIT 1`

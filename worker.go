@@ -394,12 +394,14 @@ func (w *Worker) connsNeeded() (int, string) {
 	claims := claim.ClaimConns(w.queues.Len())
 	n := claims + record.CompleterLoops + 1 + 1 // claims, success flushers, heartbeat, poll
 	why := fmt.Sprintf("%d claims + %d success flushers + 1 heartbeat + 1 poll", claims, record.CompleterLoops)
+	// The worker lease's renewals (and the election) run on a connection of their own,
+	// outside the pool (internal/ownership, leaseconn.go); the reclaim after them, and the
+	// leader's maintenance, run on the pool.
+	n++
+	why += " + 1 reclaim of dead workers' jobs"
 	if len(w.leaderTasks.Tasks) > 0 {
-		n += 1 + len(w.leaderTasks.Tasks)
-		why += fmt.Sprintf(" + 1 leader election + %d maintenance", len(w.leaderTasks.Tasks))
-	} else {
-		n++
-		why += " + 1 registration (no election)"
+		n += len(w.leaderTasks.Tasks)
+		why += fmt.Sprintf(" + %d maintenance", len(w.leaderTasks.Tasks))
 	}
 	return n, why
 }

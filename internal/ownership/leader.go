@@ -122,7 +122,10 @@ const resignSQL = `UPDATE {s}.leader SET expires_at = '-infinity' WHERE name = $
 // Internal API for per-fleet work: [elector.whileLeader] runs a function only while this
 // process leads, with a context that ends when it stops leading.
 type Elector struct {
-	pool   *pgxpool.Pool
+	pool *pgxpool.Pool
+	// conn runs the election and registration statements, on a connection of its own
+	// (leaseconn.go): a renewal never waits for the pool the handlers use.
+	conn   *leaseConn
 	id     string // this process's leader_id: the worker or sweeper id
 	role   string
 	logger *slog.Logger
@@ -148,6 +151,7 @@ type Elector struct {
 	registered    chan struct{} // closed at the first committed registration
 	regOnce       sync.Once
 	Reclaim       *reclaimer
+	reclaimKick   chan struct{} // renewedAt kicks reclaimLoop; nil without Reclaim
 	expireOnLeave func() bool
 	expire        string // expireWorkerSQL, rendered
 
@@ -160,7 +164,7 @@ type Elector struct {
 
 func NewElector(db pgutil.DB, id, role string, logger *slog.Logger) *Elector {
 	return &Elector{
-		pool: db.Pool, id: id, role: role, logger: logger,
+		pool: db.Pool, conn: newLeaseConn(db.Pool, "skiplock-lease "+id), id: id, role: role, logger: logger,
 		elect:      db.Render(electSQL),
 		resign:     db.Render(resignSQL),
 		changed:    make(chan struct{}),
@@ -235,6 +239,16 @@ func (e *Elector) stepDown(term context.Context, why string) {
 func (e *Elector) Run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	defer e.conn.close()
+	if e.Reclaim != nil {
+		// The reclaim after each renewal runs beside the renewals, on the pool: a slow
+		// one (many jobs to take back, a busy pool) never delays the next renewal.
+		e.reclaimKick = make(chan struct{}, 1)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); e.reclaimLoop(ctx) }()
+		defer wg.Wait()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -242,7 +256,7 @@ func (e *Elector) Run(ctx context.Context) {
 			if term != nil {
 				e.stepDown(term, "shutting down")
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaderStatementTimeout)
-				if _, err := e.pool.Exec(rctx, e.resign, e.role, e.id); err != nil {
+				if err := e.conn.exec(rctx, e.resign, e.role, e.id); err != nil {
 					e.logger.Debug("skiplock: resigning the lead failed; it expires on its own", "err", err)
 				}
 				cancel()
@@ -253,7 +267,7 @@ func (e *Elector) Run(ctx context.Context) {
 				if e.expireOnLeave != nil && e.expireOnLeave() {
 					leave = e.expire // handlers still run: their jobs go to the next reclaim
 				}
-				if _, err := e.pool.Exec(rctx, leave, e.id); err != nil {
+				if err := e.conn.exec(rctx, leave, e.id); err != nil {
 					e.logger.Debug("skiplock: removing this worker's registration failed; it expires on its own", "err", err)
 				}
 				cancel()
@@ -276,7 +290,7 @@ func (e *Elector) try(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
 	if e.registerOnly {
 		var others int
-		err := e.pool.QueryRow(cctx, e.registerSQL, e.id, e.queues(), workerTTL, pruneWorkersAfter).Scan(&others)
+		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, pruneWorkersAfter}, &others)
 		cancel()
 		if err == nil {
 			e.fleet(others + 1)
@@ -290,7 +304,7 @@ func (e *Elector) try(ctx context.Context) {
 	if e.queues != nil {
 		var leads bool
 		var others int
-		err = e.pool.QueryRow(cctx, e.electFleet, e.role, e.id, leaderTTL, e.queues(), workerTTL, pruneWorkersAfter).Scan(&leads, &others)
+		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, pruneWorkersAfter}, &leads, &others)
 		if err == nil {
 			e.fleet(others + 1)
 			e.renewedAt(ctx, sent)
@@ -300,7 +314,7 @@ func (e *Elector) try(ctx context.Context) {
 		}
 	} else {
 		var got string
-		err = e.pool.QueryRow(cctx, e.elect, e.role, e.id, leaderTTL).Scan(&got)
+		err = e.conn.queryRow(cctx, e.elect, []any{e.role, e.id, leaderTTL}, &got)
 	}
 	cancel()
 	term, _ := e.current()
@@ -322,9 +336,30 @@ func (e *Elector) try(ctx context.Context) {
 func (e *Elector) renewedAt(ctx context.Context, sent time.Time) {
 	e.renewed.Store(&sent)
 	e.regOnce.Do(func() { close(e.registered) })
-	if e.Reclaim == nil {
+	if e.reclaimKick == nil {
 		return
 	}
+	select {
+	case e.reclaimKick <- struct{}{}:
+	default: // a reclaim is pending already: it runs after this renewal
+	}
+}
+
+// reclaimLoop runs the reclaim by liveness after each renewal of the worker's row (kicked
+// by renewedAt; kicks coalesce), until ctx ends.
+func (e *Elector) reclaimLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.reclaimKick:
+		}
+		e.reclaimOnce(ctx)
+	}
+}
+
+// reclaimOnce takes back, once, the running jobs of workers whose lease ended.
+func (e *Elector) reclaimOnce(ctx context.Context) {
 	n, err := e.Reclaim.run(ctx, e.id)
 	switch {
 	case err != nil && ctx.Err() == nil:

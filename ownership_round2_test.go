@@ -1,0 +1,110 @@
+// This file holds the tests of the ownership edges found after ownership by liveness
+// (issue 41, docs/ownership.md): each reproduces its interleaving and checks with an
+// attempt log that no attempt ran beside another of the same job.
+
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type poolHogArgs struct {
+	N int `json:"n"`
+}
+
+func (poolHogArgs) Kind() string { return "pool_hog" }
+
+// A healthy worker whose handlers hold every connection of its pool keeps its lease:
+// the lease's renewals run on a connection of their own, not behind the handlers. Worker
+// a has a pool of 2 connections and 16 slots; each handler begins a transaction on that
+// pool, holds it 2 s and commits its success in it (CompleteTx), so 14 handlers at a time
+// wait for a connection for up to 14 s. Before, the renewal waited among them: past
+// 6.7 s without one, a cancelled every handler ("this worker's lease could not be
+// renewed"), and past 10 s worker b took its live jobs.
+func TestOwnership_HandlersHoldingThePoolDoNotStopTheWorkerLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	small := newPool(t, 2)
+	client, err := skiplock.NewClient(small, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	const jobs, hold = 16, 2 * time.Second
+	a, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "a", Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: jobs}}})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(a, func(ctx context.Context, job *skiplock.Job[poolHogArgs]) error {
+		if err := log.note(job.ID, job.Attempts, "a", "start"); err != nil {
+			return err
+		}
+		tx, err := small.Begin(ctx) // waits for one of the pool's 2 connections
+		if err != nil {
+			return errors.Join(err, log.note(job.ID, job.Attempts, "a", "cancelled: "+fmt.Sprint(context.Cause(ctx))))
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		timer := time.NewTimer(hold) // the job's work, in its transaction
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return errors.Join(context.Cause(ctx), log.note(job.ID, job.Attempts, "a", "cancelled: "+fmt.Sprint(context.Cause(ctx))))
+		}
+		if err := skiplock.CompleteTx(ctx, tx, job); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		return log.note(job.ID, job.Attempts, "a", "end")
+	}))
+	params := make([]skiplock.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: poolHogArgs{N: i}}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	runWorker(t, a)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND locked_by = 'a'`) == jobs
+	}, "worker a holds all %d jobs", jobs)
+
+	// Worker b, on a pool of its own, takes any job whose owner's lease ends.
+	wb := newWorker(t, b, skiplock.WorkerConfig{ID: "b", PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(wb, func(ctx context.Context, job *skiplock.Job[poolHogArgs]) error {
+		return log.note(job.ID, job.Attempts, "b", "start")
+	}))
+	runWorker(t, wb)
+
+	eventually(t, 90*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+	}, "every job succeeded")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE event LIKE 'cancelled%'`),
+		"a handler was cancelled: %v", cancelled(t, b))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE worker = 'b' OR attempt > 1`),
+		"a job ran again, on b or in a later attempt, while its first attempt ran on a")
+	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE worker = 'a' AND attempt = 1 AND event = 'end'`))
+}
+
+// cancelled lists the cancellation events of the attempt log.
+func cancelled(t *testing.T, b *bundle) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT job_id || '/' || attempt || ': ' || event FROM {s}.attempt_log
+		WHERE event LIKE 'cancelled%' ORDER BY at`))
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}

@@ -108,3 +108,50 @@ func cancelled(t *testing.T, b *bundle) []string {
 	require.NoError(t, rows.Err())
 	return out
 }
+
+// User metadata cannot set the keys skiplock writes itself: a plain job marked as
+// another workflow's task could read that workflow's outputs (DependencyOutputs), and a
+// batch job marked as a callback would be counted as one. Every enqueue path refuses
+// them before writing anything, and the caller's transaction stays usable.
+func TestEnqueue_ReservedMetadataKeysAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reserved := []map[string]string{
+		{"skiplock_workflow": "1", "skiplock_task": "charge"},
+		{"skiplock_batch": "callback"},
+		{"skiplock_sequence": "move_on"},
+		{"skiplock_anything": "x"},
+	}
+	for _, meta := range reserved {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Metadata: meta})
+		require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "Enqueue with %v", meta)
+
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = b.client.EnqueueTx(b.ctx, tx, noopArgs{}, &skiplock.EnqueueOptions{Metadata: meta})
+		require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueTx with %v", meta)
+		var one int
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT 1`).Scan(&one), "the caller's transaction is still usable")
+		require.NoError(t, tx.Rollback(b.ctx))
+
+		_, err = b.client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{{Args: noopArgs{}}, {Args: noopArgs{}, Options: &skiplock.EnqueueOptions{Metadata: meta}}})
+		require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueMany with %v", meta)
+
+		_, err = b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{
+			{Name: "a", Args: noopArgs{}, Options: &skiplock.EnqueueOptions{Metadata: meta}}}})
+		require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueWorkflow with %v", meta)
+
+		_, err = b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "b", Jobs: []skiplock.EnqueueParams{{Args: noopArgs{}}},
+			Callback: noopArgs{}, CallbackOptions: &skiplock.EnqueueOptions{Metadata: meta}})
+		require.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueBatch with %v on its callback", meta)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing was written")
+
+	// Other keys, and a batch's own callback mark, still work.
+	_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Metadata: map[string]string{"tenant": "acme", "skiplock": "x"}})
+	require.NoError(t, err)
+	info, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "b", Jobs: []skiplock.EnqueueParams{{Args: noopArgs{}}}, Callback: noopArgs{},
+		CallbackOptions: &skiplock.EnqueueOptions{Metadata: map[string]string{"tenant": "acme"}}})
+	require.NoError(t, err)
+	require.Len(t, info.Tasks, 2)
+}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,9 +50,11 @@ type EnqueueOptions struct {
 	Timeout time.Duration
 	// Metadata is stored with the job and readable in handlers and hooks
 	// ([JobRow].Metadata): user tags, and the trace context a tracing hook adds. Keys
-	// must be non-empty; keys and values UTF-8 without NUL; at most 16 KiB as JSON. An
-	// args type's default metadata and the call's are merged key by key, the call's
-	// winning. Nil means none. The map is copied, not kept.
+	// must be non-empty; keys and values UTF-8 without NUL; at most 16 KiB as JSON. Keys
+	// starting with "skiplock_" are skiplock's own (workflow, batch and sequence marks)
+	// and are refused with [ErrInvalidOptions]. An args type's default metadata and the
+	// call's are merged key by key, the call's winning. Nil means none. The map is
+	// copied, not kept.
 	Metadata map[string]string
 	// PartitionKey puts the job in a flow-control partition (a tenant, a customer): a
 	// queue's per-key limit and fair sharing ([QueueLimits]) act per key. At most 255
@@ -289,6 +292,11 @@ func (c *Client) prepareMany(params []EnqueueParams) ([]enqueue.Job, error) {
 	return jobs, nil
 }
 
+// reservedMetadataPrefix starts the metadata keys skiplock writes itself (the workflow,
+// task, batch and sequence marks the settle statement and DependencyOutputs read); a
+// caller's metadata may not set them.
+const reservedMetadataPrefix = "skiplock_"
+
 // prepare validates args and options and marshals the payload. It writes nothing.
 func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error) {
 	kind, err := enqueue.ArgsKind(args)
@@ -298,6 +306,12 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error
 	o, err := jobOptions(args, opts)
 	if err != nil {
 		return enqueue.Job{}, err
+	}
+	for k := range o.Metadata {
+		if strings.HasPrefix(k, reservedMetadataPrefix) {
+			return enqueue.Job{}, fmt.Errorf("%w: Metadata key %q: keys starting with %q are reserved for skiplock's own marks (workflow tasks, batches, sequences)",
+				ErrInvalidOptions, enqueue.Truncate(k, 40), reservedMetadataPrefix)
+		}
 	}
 	return enqueue.Prepare(kind, args, o, c.maxBytes)
 }

@@ -123,10 +123,16 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (*WorkflowInf
 // Jobs of workflow tasks must be run by workers of a release that knows workflows: an
 // older worker records their outcomes without releasing their dependents.
 func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx DBTX, wf Workflow) (*WorkflowInfo, error) {
+	return c.writeWorkflow(ctx, tx, wf, "")
+}
+
+// writeWorkflow writes wf in tx; callback, when not empty, names the task that is a
+// batch's callback (EnqueueBatch), which is marked so for the settle statement.
+func (c *Client) writeWorkflow(ctx context.Context, tx DBTX, wf Workflow, callback string) (*WorkflowInfo, error) {
 	if tx == nil {
 		return nil, errors.New("skiplock: EnqueueWorkflowTx: tx is nil")
 	}
-	p, err := c.planWorkflow(wf)
+	p, err := c.planWorkflow(wf, callback)
 	if err != nil {
 		return nil, err
 	}
@@ -139,14 +145,24 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx DBTX, wf Workflow) (*
 
 // planWorkflow checks wf and prepares each task's job (see [enqueue.PlanWorkflow]). It
 // writes nothing.
-func (c *Client) planWorkflow(wf Workflow) (*enqueue.WorkflowPlan, error) {
+func (c *Client) planWorkflow(wf Workflow, callback string) (*enqueue.WorkflowPlan, error) {
 	spec := enqueue.WorkflowSpec{Name: wf.Name, OnFailure: enqueue.OnFailure(wf.OnFailure), Tasks: make([]enqueue.TaskSpec, len(wf.Tasks))}
 	for i, t := range wf.Tasks {
 		unique := t.Options != nil && (t.Options.UniqueKey != "" || t.Options.Unique != nil)
 		spec.Tasks[i] = enqueue.TaskSpec{Name: t.Name, DependsOn: t.DependsOn, Unique: unique}
 	}
 	return enqueue.PlanWorkflow(spec, func(i int) (enqueue.Job, error) {
-		return c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
+		j, err := c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
+		if err == nil && callback != "" && wf.Tasks[i].Name == callback {
+			// The batch's callback: the settle statement counts the batch into it. The key
+			// is reserved (prepare refuses it from the caller), so only a batch sets it.
+			j.Meta = maps.Clone(j.Meta)
+			if j.Meta == nil {
+				j.Meta = map[string]string{}
+			}
+			j.Meta[settle.MetaBatch] = batchCallbackTask
+		}
+		return j, err
 	})
 }
 
@@ -274,7 +290,15 @@ func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (*WorkflowInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	return c.EnqueueWorkflow(ctx, wf)
+	var info *WorkflowInfo
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		info, err = c.writeWorkflow(ctx, tx, wf, batchCallbackTask)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return info, nil
 }
 
 // EnqueueBatchTx writes b inside the caller's transaction tx, as [Client.EnqueueWorkflowTx]
@@ -289,7 +313,7 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx DBTX, b Batch) (*Workflo
 	if err != nil {
 		return nil, err
 	}
-	return c.EnqueueWorkflowTx(ctx, tx, wf)
+	return c.writeWorkflow(ctx, tx, wf, batchCallbackTask)
 }
 
 // batchWorkflow turns b into its workflow.
@@ -306,15 +330,6 @@ func batchWorkflow(b Batch) (Workflow, error) {
 		deps[i] = "job-" + strconv.Itoa(i)
 		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: deps[i], Args: p.Args, Options: p.Options})
 	}
-	var opts EnqueueOptions
-	if b.CallbackOptions != nil {
-		opts = *b.CallbackOptions
-	}
-	opts.Metadata = maps.Clone(opts.Metadata)
-	if opts.Metadata == nil {
-		opts.Metadata = map[string]string{}
-	}
-	opts.Metadata[settle.MetaBatch] = batchCallbackTask
-	wf.Tasks = append(wf.Tasks, WorkflowTask{Name: batchCallbackTask, Args: b.Callback, Options: &opts, DependsOn: deps})
+	wf.Tasks = append(wf.Tasks, WorkflowTask{Name: batchCallbackTask, Args: b.Callback, Options: b.CallbackOptions, DependsOn: deps})
 	return wf, nil
 }

@@ -9,6 +9,7 @@ package skiplock
 import (
 	"cmp"
 	"log/slog"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/execute"
@@ -30,7 +31,7 @@ type claimSide struct {
 // and what steers them: the pause watcher, the poller and the flow watch (declared: the
 // queues' declared limits). A claimed job goes to starter; its attempt is held by lease.
 func buildClaims(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim.QueueSet, gate *pgutil.Gate,
-	starter *execute.JobStarter, lease *ownership.Lease, declared map[string]QueueLimits) claimSide {
+	starter *execute.JobStarter, lease *ownership.Lease, lapsedSince func(time.Time) bool, declared map[string]QueueLimits) claimSide {
 	// conns holds maxClaimConns tokens: each queue's loops have at most fetchersPerQueue
 	// claims in flight anyway, so a worker of fewer queues uses claimConns of them, and
 	// a queue added at run time finds its tokens there.
@@ -40,6 +41,7 @@ func buildClaims(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim
 		Start: starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
 		Release:     lease.ReleaseJobs,
 		LeaseEnding: lease.OwnLeaseEnding,
+		LapsedSince: lapsedSince,
 	}}
 	for name, q := range cfg.Queues {
 		queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), s.loops), q.Completion)

@@ -155,3 +155,101 @@ func TestEnqueue_ReservedMetadataKeysAreRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, info.Tasks, 2)
 }
+
+type lateReplyArgs struct {
+	N int `json:"n"`
+}
+
+func (lateReplyArgs) Kind() string { return "late_reply" }
+
+// A claim whose reply was held in a dead path while the worker's lease lapsed is lost:
+// the worker puts its jobs back and never runs them, even when a renewal of its lease
+// lands before the reply does. Worker a's claim waits for the queue's flow-control lock
+// (held by the test) while a's path is black-holed; its lease ends; the test lets the
+// claim commit; worker b takes the jobs back and runs them; a's path comes back for new
+// connections first (a renews its lease), then the held reply arrives. Before, a ran all
+// three jobs again beside b's runs: the reply was younger than the claim's age limit and
+// the lease no longer read as ending.
+func TestOwnership_AClaimRepliedAfterALapseOfTheLeaseIsNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	const queue, jobs = "late", 3
+	limits := skiplock.QueueLimits{Rate: 1000} // limited claims take the queue's advisory lock
+
+	proxy, pool := proxiedPool(t, 8)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	a, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "a", SweepInterval: -1, Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{queue: {MaxWorkers: jobs, Limits: limits}}})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(a, func(ctx context.Context, job *skiplock.Job[lateReplyArgs]) error {
+		return log.note(job.ID, job.Attempts, "a", "start")
+	}))
+	require.NoError(t, skiplock.Handle(a, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, a)
+	// A first job takes a through its first limited claim (which adopts the queue's
+	// running jobs under the same lock), so the claim below is a plain limited one.
+	_, err = b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: queue})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == 1
+	}, "a ran a first job")
+
+	// The test holds the queue's flow lock (flowLockSQL: the key is the schema-qualified
+	// queue), so a's claim waits at the server.
+	lockTx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = lockTx.Rollback(context.Background()) }()
+	key := b.schema + "." + queue
+	_, err = lockTx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1936419190, hashtext($1))`, key)
+	require.NoError(t, err)
+	for i := range jobs {
+		_, err := b.client.Enqueue(b.ctx, lateReplyArgs{N: i}, &skiplock.EnqueueOptions{Queue: queue})
+		require.NoError(t, err)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = 1936419190 AND objid = (hashtext($1)::bigint & 4294967295)::oid`, key) > 0
+	}, "a's claim waits for the queue's lock")
+
+	// a's path goes silent; its lease ends (its row expires) while its claim still waits.
+	proxy.Blackhole()
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'a' AND expires_at < now()`) == 1
+	}, "a's worker lease ended")
+	require.NoError(t, lockTx.Commit(b.ctx)) // a's claim commits; its reply is held by the proxy
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND locked_by = 'a'`) > 0
+	}, "a's claim committed")
+
+	// b takes the jobs back (a's lease ended) and runs them; each run holds until released.
+	release := make(chan struct{})
+	wb := newWorker(t, b, skiplock.WorkerConfig{ID: "b", PollInterval: 50 * time.Millisecond, Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{queue: {MaxWorkers: jobs, Limits: limits}}})
+	require.NoError(t, skiplock.Handle(wb, func(ctx context.Context, job *skiplock.Job[lateReplyArgs]) error {
+		if err := log.note(job.ID, job.Attempts, "b", "start"); err != nil {
+			return err
+		}
+		<-release
+		return log.note(job.ID, job.Attempts, "b", "end")
+	}))
+	stopB := runWorker(t, wb)
+	defer stopB()
+	defer close(release)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE worker = 'b' AND event = 'start'`) == jobs
+	}, "b runs the jobs a's lapsed lease lost")
+
+	// The path comes back for new connections: a renews its lease first. Then the held
+	// reply arrives.
+	proxy.RestoreNew()
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workers WHERE id = 'a' AND expires_at > now()`) == 1
+	}, "a's lease renewed")
+	proxy.Restore()
+	holdsFor(t, 3*time.Second, 20*time.Millisecond, func() {
+		require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE worker = 'a'`),
+			"a ran a job of the claim its lapsed lease lost, beside b's run")
+	})
+}

@@ -155,7 +155,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
 		Flows: c.flows}
 	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
-	cl := buildClaims(c, cfg, w.logger, w.queues, w.gate, w.starter, w.lease, declared)
+	cl := buildClaims(c, cfg, w.logger, w.queues, w.gate, w.starter, w.lease, w.elector.LapsedSince, declared)
 	w.loops, w.claims, w.pause, w.poller, w.flow = cl.loops, cl.claims, cl.pause, cl.poller, cl.flow
 	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.SlotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
 	// Outcome batches that hold workflow tasks settle them in the batch's transaction.

@@ -23,6 +23,8 @@ type Proxy struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+	// fresh: connections accepted now are forwarded even while black-holed (RestoreNew).
+	fresh bool
 
 	accepted atomic.Int64
 }
@@ -57,6 +59,7 @@ func (p *Proxy) Blackhole() {
 	if p.closed {
 		return
 	}
+	p.fresh = false
 	select {
 	case <-p.open:
 		p.open = make(chan struct{})
@@ -64,10 +67,21 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
+// RestoreNew forwards the connections accepted from now on, while those accepted before
+// stay held until [Proxy.Restore]: a client whose old connection's reply is stuck reaches
+// the server on a new connection first, as when a path comes back for new flows before
+// an old one's buffered packets arrive.
+func (p *Proxy) RestoreNew() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fresh = true
+}
+
 // Restore forwards again, starting with the bytes held while black-holed.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.fresh = false
 	select {
 	case <-p.open:
 	default:
@@ -131,10 +145,20 @@ func (p *Proxy) accept() {
 	}
 }
 
+// alwaysOpen is the gate of a connection accepted after RestoreNew.
+var alwaysOpen = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
+	p.mu.Lock()
+	fresh := p.fresh
+	p.mu.Unlock()
+	gate := p.gate
+	if fresh {
+		gate = func() <-chan struct{} { return alwaysOpen }
+	}
 	// A connection accepted while black-holed reaches nothing until restored.
-	<-p.gate()
+	<-gate()
 	server, err := net.Dial("tcp", p.target)
 	if err != nil || !p.track(server) {
 		client.Close()
@@ -142,8 +166,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client) }()
-	go func() { defer wg.Done(); p.pipe(client, server) }()
+	go func() { defer wg.Done(); p.pipe(server, client, gate) }()
+	go func() { defer wg.Done(); p.pipe(client, server, gate) }()
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, client)
@@ -153,14 +177,14 @@ func (p *Proxy) serve(client net.Conn) {
 
 // pipe copies from src to dst, holding each chunk while the proxy is black-holed. When
 // either side ends, both are closed.
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, gate func() <-chan struct{}) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			<-p.gate()
+			<-gate()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}

@@ -58,6 +58,10 @@ type ClaimLoopConfig struct {
 	// than workerCancelAfter: its handlers are being cancelled (lease.watch), so it claims
 	// nothing, and starts no job a claim returns, until a renewal lands. nil: never.
 	LeaseEnding func() bool
+	// LapsedSince reports whether the worker's own lease lapsed at any time since the
+	// given time (a renewal landed again after a lapse): the jobs of a claim started
+	// before such a lapse are put back, never run (docs/ownership.md). nil: never.
+	LapsedSince func(t time.Time) bool
 }
 
 // Dispatched is a claimed job on its way to a runner.
@@ -365,8 +369,9 @@ func (q *QueueRunner) claimReserved(ctx context.Context, free int64) ([]ClaimedJ
 }
 
 // dispatch hands the claimed jobs to the runners, except those whose claim came back too
-// late to run them safely (staleAfter), or all of them while the worker's own lease is
-// ending (leaseEnding): it puts those back in the queue.
+// late to run them safely (StaleAfter), or all of them while the worker's own lease is
+// ending (LeaseEnding) or when it lapsed since the claim started (LapsedSince): it puts
+// those back in the queue.
 func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 	if len(jobs) == 0 {
 		return
@@ -374,7 +379,8 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 	// The jobs of one claim share its start (leased) and its path: one clock reading
 	// and one look at the path serve them all.
 	now, slot := time.Now(), q.HoldsSlot()
-	ending := q.cfg.LeaseEnding != nil && q.cfg.LeaseEnding()
+	ending := q.cfg.LeaseEnding != nil && q.cfg.LeaseEnding() ||
+		q.cfg.LapsedSince != nil && q.cfg.LapsedSince(jobs[0].Leased)
 	var stale []jobtype.AttemptKey
 	for _, j := range jobs {
 		if ending || now.Sub(j.Leased) > q.cfg.StaleAfter {

@@ -148,7 +148,8 @@ type Elector struct {
 	// back the jobs of workers whose lease has ended. expireOnLeave says, when the worker
 	// stops, whether to end its lease rather than delete its row (handlers still run).
 	renewed       atomic.Pointer[time.Time]
-	registered    chan struct{} // closed at the first committed registration
+	lapseEnded    atomic.Pointer[time.Time] // when the last renewal after a lapse committed; nil: none
+	registered    chan struct{}             // closed at the first committed registration
 	regOnce       sync.Once
 	Reclaim       *reclaimer
 	reclaimKick   chan struct{} // renewedAt kicks reclaimLoop; nil without Reclaim
@@ -334,6 +335,13 @@ func (e *Elector) try(ctx context.Context) {
 // renewedAt records that this worker's row was renewed by a statement sent at sent, and
 // takes back the jobs of the workers whose rows have expired (reclaim.go).
 func (e *Elector) renewedAt(ctx context.Context, sent time.Time) {
+	if prev := e.renewed.Load(); prev != nil && time.Since(*prev) > workerCancelAfter {
+		// The worker's lease went unrenewed long enough that its handlers were cancelled
+		// and its row may have expired: whatever it claimed before now is lost
+		// (LapsedSince).
+		now := time.Now()
+		e.lapseEnded.Store(&now)
+	}
 	e.renewed.Store(&sent)
 	e.regOnce.Do(func() { close(e.registered) })
 	if e.reclaimKick == nil {
@@ -377,6 +385,17 @@ func (e *Elector) SinceRenewal() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return time.Since(*t), true
+}
+
+// LapsedSince reports whether the worker's lease lapsed (went unrenewed for longer than
+// workerCancelAfter, by this process's clock) at any time since t: a renewal that ended
+// a lapse committed at or after t. A claim started at t whose reply arrives after such a
+// lapse is lost: its jobs may have been taken back and run elsewhere meanwhile, so the
+// worker puts them back and never runs them (internal/claim). The lapse still under way
+// is LeaseEnding's.
+func (e *Elector) LapsedSince(t time.Time) bool {
+	le := e.lapseEnded.Load()
+	return le != nil && !le.Before(t)
 }
 
 // WhileLeader runs task each time this process becomes leader, with a context that ends

@@ -42,6 +42,7 @@ func buildClaims(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim
 		Release:     lease.ReleaseJobs,
 		LeaseEnding: lease.OwnLeaseEnding,
 		LapsedSince: lapsedSince,
+		Holds:       starter.Held.Holds,
 	}}
 	for name, q := range cfg.Queues {
 		queues.Put(claim.NewQueueRunner(name, cmp.Or(q.MaxWorkers, DefaultMaxWorkers), s.loops), q.Completion)

@@ -253,3 +253,56 @@ func TestOwnership_AClaimRepliedAfterALapseOfTheLeaseIsNotRun(t *testing.T) {
 			"a ran a job of the claim its lapsed lease lost, beside b's run")
 	})
 }
+
+type twinTokenArgs struct{}
+
+func (twinTokenArgs) Kind() string { return "twin_token" }
+
+// A claim that hands out a token the worker already runs is not run twice. When a
+// claim's commit is lost (an asynchronous standby promoted without it, or
+// synchronous_commit = off and a crash), the row goes back to what it was before that
+// claim, and the next claim takes the same token again; the worker that ran the lost
+// claim still runs its attempt. The test rolls the row back by hand, as the lost commit
+// would have left it. Before, the worker started a second run of the attempt beside the
+// first.
+func TestOwnership_ATokenHandedOutTwiceIsNotRunTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	hold := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "w", PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[twinTokenArgs]) error {
+		if err := log.note(job.ID, job.Attempts, "w", "start"); err != nil {
+			return err
+		}
+		<-hold
+		return log.note(job.ID, job.Attempts, "w", "end")
+	}))
+	stop := runWorker(t, w)
+	defer stop()
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	row, err := b.client.Enqueue(b.ctx, twinTokenArgs{}, nil)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return log.has(t, row.ID, 1, "start") }, "the job started")
+
+	// The claim's commit is lost: the row is as it was before the claim.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'queued', fence = fence - 1, attempts = attempts - 1,
+		locked_by = NULL, locked_at = NULL, lease_until = NULL WHERE id = $1`), row.ID)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'running'`, row.ID) == 1
+	}, "the worker claimed the job again, with the same token")
+	holdsFor(t, time.Second, 20*time.Millisecond, func() {
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE job_id = $1 AND event = 'start'`, row.ID),
+			"the attempt started twice: %v", log.events(t, row.ID))
+	})
+	close(hold)
+	released = true
+	waitStatus(t, b, row.ID, skiplock.StatusSucceeded, 10*time.Second, "the first run's success is recorded")
+	assert.Equal(t, []string{"1/start", "1/end"}, log.events(t, row.ID))
+}

@@ -62,6 +62,11 @@ type ClaimLoopConfig struct {
 	// given time (a renewal landed again after a lapse): the jobs of a claim started
 	// before such a lapse are put back, never run (docs/ownership.md). nil: never.
 	LapsedSince func(t time.Time) bool
+	// Holds reports whether the worker already runs the attempt: a claim that hands out a
+	// token the worker holds (a claim's commit lost with an asynchronous primary, or
+	// under synchronous_commit = off, lets the next claim take the same token) is not
+	// run twice. nil: never.
+	Holds func(jobtype.AttemptKey) bool
 }
 
 // Dispatched is a claimed job on its way to a runner.
@@ -383,8 +388,17 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 		q.cfg.LapsedSince != nil && q.cfg.LapsedSince(jobs[0].Leased)
 	var stale []jobtype.AttemptKey
 	for _, j := range jobs {
+		key := jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence}
+		if q.cfg.Holds != nil && q.cfg.Holds(key) {
+			// The same token again: the attempt already runs here, and its writes match
+			// this claim's; a second run would be a twin. Nothing to put back.
+			q.cfg.Logger.Warn("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off); not running it twice",
+				"queue", q.name, "job", key.ID, "fence", key.Fence)
+			q.active.Add(-1)
+			continue
+		}
 		if ending || now.Sub(j.Leased) > q.cfg.StaleAfter {
-			stale = append(stale, jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence})
+			stale = append(stale, key)
 			continue
 		}
 		q.Jobs <- q.cfg.Start(j, slot)

@@ -167,8 +167,8 @@ func (h *HeldJobs) Count() int {
 	return n
 }
 
-// holds reports whether the worker holds attempt k.
-func (h *HeldJobs) holds(k jobtype.AttemptKey) bool {
+// Holds reports whether the worker holds attempt k.
+func (h *HeldJobs) Holds(k jobtype.AttemptKey) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.m[k]

@@ -43,7 +43,7 @@ func (l *Lease) takeBackOrphans(ctx context.Context) {
 	var orphans []jobtype.AttemptKey
 	var k jobtype.AttemptKey
 	_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence}, func() error {
-		if !l.held.holds(k) {
+		if !l.held.Holds(k) {
 			orphans = append(orphans, k)
 		}
 		return nil

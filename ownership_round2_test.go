@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +306,38 @@ func TestOwnership_ATokenHandedOutTwiceIsNotRunTwice(t *testing.T) {
 	released = true
 	waitStatus(t, b, row.ID, skiplock.StatusSucceeded, 10*time.Second, "the first run's success is recorded")
 	assert.Equal(t, []string{"1/start", "1/end"}, log.events(t, row.ID))
+}
+
+// An outcome that can never be written (here a trigger refuses every success) does not
+// make its handler run without end: each put-back counts the attempt and waits the
+// default backoff, and the last attempt ends dead. Before, the job went straight back to
+// the queue every time, at no cost to its attempts: it ran again and again (dozens of
+// runs in a few seconds) and never ended.
+func TestOwnership_AnOutcomeThatCanNeverBeWrittenEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE FUNCTION {s}.refuse_archive() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'refused by the test';
+		END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON {s}.jobs_archive FOR EACH ROW EXECUTE FUNCTION {s}.refuse_archive()`))
+	require.NoError(t, err)
+	var runs atomic.Int64
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[unrecordableArgs]) error {
+		runs.Add(1)
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, unrecordableArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, job.ID, skiplock.StatusDead, 30*time.Second, "job %d ended dead once its attempts were spent", job.ID)
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), runs.Load(), "one run per attempt")
+	assert.Equal(t, 3, j.Attempts)
+	assert.Contains(t, j.LastError, "outcome could not be written")
+	require.Len(t, j.Errors, 3, "each unrecorded attempt is in the error history")
+	// The retries waited their backoff (attempt 1: 1-2 s, attempt 2: 2-4 s).
+	assert.GreaterOrEqual(t, j.Errors[2].At.Sub(j.Errors[0].At), 2*time.Second)
 }

@@ -72,10 +72,16 @@ func (l *Lease) orphanErr(ctx context.Context, err error) {
 
 // unrecordedSQL puts back in the queue the attempts ($1, $2) of worker $3 whose outcome
 // could not be written (batchListeners.unrecorded): their handlers ran, but the database
-// does not know what they came to, so the jobs run again. The attempt counts (it ran);
-// the next claim takes a new token. Fenced like every other write.
-const unrecordedSQL = `UPDATE {s}.jobs SET status = 'queued', locked_at = NULL, locked_by = NULL,
-	lease_until = NULL
+// does not know what they came to, so the jobs run again. The attempt counts (it ran): a
+// job with none left goes dead, as a job taken back from a dead worker does
+// (TakeBackSet), and any other waits the default backoff, min(2^attempts s, 1 h) ×
+// [0.5, 1), computed by the database — so an outcome that can never be written (a
+// statement that always times out, a trigger that refuses it) cannot make a handler run
+// again and again without end. The next claim takes a new token. Fenced like every other
+// write.
+var unrecordedSQL = `UPDATE {s}.jobs SET ` + TakeBackSet(`'its outcome could not be written; run again'`) + `,
+	run_at = CASE WHEN attempts >= max_attempts THEN run_at
+		ELSE now() + make_interval(secs => least(power(2, attempts), 3600) * (0.5 + random() * 0.5)) END
 WHERE ` + FenceSQL
 
 // PutBackUnrecorded puts back the jobs whose outcome could not be written.

@@ -56,7 +56,7 @@ RETURNING ` + jobColumns
 func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	var row *JobRow
 	// A workflow task's dependents are settled in the cancel's transaction
-	// (workflowsettle.go), as a worker settles them with an outcome.
+	// (internal/settle), as a worker settles them with an outcome.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
 		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil || !settle.IsTask(row) {

@@ -1,6 +1,6 @@
 // This file holds what a worker does differently when it is one of many processes on
 // the same queues: it learns how many processes serve them (the workers table, renewed
-// with the election statement, see leader.go), and bounds the statements it keeps in
+// with the election statement, see internal/ownership, leader.go), and bounds the statements it keeps in
 // flight on the queues' rows by that count, so that the fleet as a whole keeps about
 // WorkerConfig.FleetStatements of them in flight whatever its size. (Measured on two
 // cores: 16 processes with one statement each in flight drained at 0.9–1.2 of one

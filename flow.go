@@ -1,8 +1,8 @@
 // This file holds flow control: the limits a queue may declare (a global concurrency
 // limit, a limit per partition key, a rate limit, fair sharing across keys), their
 // validation, and the operator calls that change them at run time. The claim statements
-// that keep them exactly at READ COMMITTED are in flowclaim.go; the watcher that tells a
-// worker's claim loops which path to take is in flowwatch.go.
+// that keep them exactly at READ COMMITTED are in internal/claim (flowclaim.go); the watcher that tells a
+// worker's claim loops which path to take is there too (flowwatch.go).
 //
 // A queue without limits never reaches this file: its claim loops run claimSQL
 // (claim.go), unchanged.

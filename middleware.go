@@ -2,7 +2,7 @@
 // which runs code of the user's around each job in order, and error handlers
 // (HandleErrors), which see every failed attempt, with a panic's value and stack, and
 // every handler still running past its timeout. The worker reaches them at one seam in
-// execute.go.
+// internal/execute.
 
 package skiplock
 

@@ -1,6 +1,6 @@
 // This file holds the Sweeper: it takes back running jobs whose lease ended (their worker
-// died) and deletes finished jobs past retention (retention.go), one sweeper at a time
-// per schema; its maintenance vacuum is in vacuum.go.
+// died) and deletes finished jobs past retention, one sweeper at a time
+// per schema; the engine is internal/maintenance.
 
 package skiplock
 

@@ -45,7 +45,7 @@ type Worker struct {
 	queues  *claim.QueueSet
 	loops   claim.ClaimLoopConfig // what a queue's claim loops need, for queues added later
 	sweeper *Sweeper              // the embedded sweeper; nil when SweepInterval is negative
-	// qmu serializes the run-time queue changes (queueset.go) with Run's start and stop;
+	// qmu serializes the run-time queue changes (workerqueues.go) with Run's start and stop;
 	// qstate says which of them they meet.
 	qmu      sync.Mutex
 	qstate   queueState
@@ -58,7 +58,7 @@ type Worker struct {
 	pause       *claim.PauseWatcher    // the paused flags of the queues
 	flow        *claim.FlowWatch       // which queues claim under limits, and with which
 	elector     *ownership.Elector     // registers the worker, and campaigns when it has leaderTasks
-	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (leader.go)
+	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (internal/ownership)
 	listener    *notify.Listener
 	executor    *execute.Executor
 	periodic    *periodicRunner      // nil without PeriodicJobs
@@ -144,9 +144,9 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.gate = pgutil.NewGate(cfg.FleetStatements)
 	held := ownership.NewHeldJobs()
 	w.queues = claim.NewQueueSet() // filled below; the elector reads its names when it registers
-	// The worker's row in the workers table is its lease (leader.go): a worker that leaves
+	// The worker's row in the workers table is its lease (internal/ownership): a worker that leaves
 	// while handlers still run expires it rather than deleting it, and the job lease
-	// cancels the handlers before that row can end (lease.go).
+	// cancels the handlers before that row can end (internal/ownership).
 	w.elector = ownership.NewWorkerElector(c.db, c.flows, w.id, w.queues.Names, campaign, w.gate.SetFleet,
 		func() bool { return held.Count() > 0 }, w.logger)
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)

@@ -1,6 +1,6 @@
 // This file holds a queue's claim loops (queueRunner): when to run a claim and how many
 // jobs to ask for (free slots, batching cooldown, backoff on errors, a rate limit's next
-// token), and the hand-off of the claimed jobs to the runners (execute.go). The claim
+// token), and the hand-off of the claimed jobs to the runners (internal/execute, execute.go). The claim
 // statements are in claim.go (plain) and flowclaim.go (under limits); the fallback poll
 // that wakes the loops is in poll.go.
 
@@ -42,10 +42,10 @@ type ClaimLoopConfig struct {
 	// every queue of the worker.
 	Conns chan struct{}
 	// Gate bounds the claims and outcome batches in flight by the number of processes
-	// serving the queues (fleet.go); a claim takes a turn after its connection token.
+	// serving the queues (internal/pgutil, gate.go); a claim takes a turn after its connection token.
 	Gate *pgutil.Gate
 	// Start registers a claimed job (its context, its lease) and returns it ready for
-	// the runners (jobStarter, execute.go); slot: it holds a slot of a concurrency limit.
+	// the runners (jobStarter, internal/execute, execute.go); slot: it holds a slot of a concurrency limit.
 	Start func(job ClaimedJob, slot bool) Dispatched
 	// StaleAfter is how old a claim may be when its reply arrives: after that the lease
 	// it wrote may be ending already (the reply came late, held up in a hanging
@@ -86,11 +86,11 @@ type QueueRunner struct {
 	Max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
 	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
-	paused atomic.Bool  // the queue is paused: claim nothing (pause.go)
+	paused atomic.Bool  // the queue is paused: claim nothing (the root's pause.go)
 	wakes  []chan struct{}
 	Jobs   chan Dispatched // to the runners; room for max jobs, so a send never blocks
 
-	// flow is the queue's limited claim path (flow.go); nil: the plain claim (claimSQL).
+	// flow is the queue's limited claim path (the root's flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
 	// plainMu is held for reading by each plain claim in flight (flowQueue.adopt).
 	plainMu sync.RWMutex
@@ -111,7 +111,7 @@ type QueueRunner struct {
 	// Loops are the queue's claim loops, started by claimLoops; the Worker stops them
 	// alone when it removes the queue at run time (queueset.go).
 	Loops lifecycle.Goroutines
-	// Runners counts the queue's runners started (execute.go), under executor.mu; they
+	// Runners counts the queue's runners started (internal/execute, execute.go), under executor.mu; they
 	// end once jobs is closed (closeJobs) and their job is done. ran waits for them.
 	Runners   int64
 	Ran       sync.WaitGroup

@@ -2,7 +2,7 @@
 // the claim path its limits call for (the plain claim of claim.go, or a limited one of
 // flowclaim.go), reading the limits set at run time at start, on every control message
 // that says they changed, and once a minute regardless. The limits themselves and the
-// calls that set them are in flow.go.
+// calls that set them are in the root's flow.go.
 
 package claim
 

@@ -3,7 +3,7 @@
 // hand over, one attempt's timeout (WorkerConfig.JobTimeout, a per-kind Timeout method,
 // EnqueueOptions.Timeout), the call of the handler with panic recovery, and the drain of
 // the runners at shutdown. Each finished attempt goes to the outcome recorder
-// (outcome.go), in one call.
+// (internal/record, outcome.go), in one call.
 
 package execute
 
@@ -38,7 +38,7 @@ type TimeoutArgs interface {
 type JobStarter struct {
 	Held     *ownership.HeldJobs
 	Slots    *record.SlotJobs
-	MaxBytes int                // the client's MaxPayloadBytes, for outputs (progress.go)
+	MaxBytes int                // the client's MaxPayloadBytes, for outputs (the root's progress.go)
 	Attempt  *record.AttemptRef // given to every claimed row, for CompleteTx
 
 	// Base is the context job contexts derive from: set by the executor's Start, before
@@ -82,8 +82,8 @@ type ExecutorConfig struct {
 	LeaseInterval   time.Duration // a handler past its timeout by this much is reported overrunning, and every interval after
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
-	MW              *Middlewares            // Use, UseKind, HandleErrors (middleware.go)
-	Marks           *ownership.OverrunMarks // marks overrunning attempts in the database (overrunmark.go)
+	MW              *Middlewares            // Use, UseKind, HandleErrors (the root's middleware.go)
+	Marks           *ownership.OverrunMarks // marks overrunning attempts in the database (internal/ownership, overrunmark.go)
 }
 
 // Executor runs the handlers of one worker's claimed jobs. As a Service, its Start sets
@@ -264,7 +264,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	if !ok {
 		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
-		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (middleware.go)
+		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
 	}
 	policy := e.cfg.RetryPolicy
 	if h.Policy != nil {
@@ -276,7 +276,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 
 // overrunWatch watches the handler of one attempt at a time past its timeout. Its job is
 // not taken from it: the lease is renewed until the handler returns, and the attempt is
-// then recorded as a timed-out failure (outcome.go). Meanwhile the handler is reported
+// then recorded as a timed-out failure (internal/record, outcome.go). Meanwhile the handler is reported
 // overrunning: a warning per lease interval from its timeout plus one interval on, the
 // error handlers' HandleStuck once, and a count (Worker.Overrunning). A runner keeps one
 // for all its jobs: its timer is armed for each attempt and stopped when the handler
@@ -357,8 +357,8 @@ func (o *overrunWatch) fire() {
 		"job", d.Row.ID, "kind", d.Row.Kind, "attempt", d.Row.Attempts, "timeout", timeout,
 		"over_by", overBy)
 	if first {
-		e.cfg.Marks.Write(d.Key)              // counted in Stats (overrunmark.go)
-		e.cfg.MW.stuck(d.Ctx, d.Row, timeout) // error handlers (middleware.go)
+		e.cfg.Marks.Write(d.Key)              // counted in Stats (internal/ownership, overrunmark.go)
+		e.cfg.MW.stuck(d.Ctx, d.Row, timeout) // error handlers (the root's middleware.go)
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {

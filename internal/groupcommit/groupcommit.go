@@ -1,6 +1,6 @@
 // Package groupcommit holds the Batcher: it groups concurrent callers' items into
-// batches that share one statement and one commit. The coalesced enqueues (coalesce.go),
-// the success batches (complete.go) and the failure batches (retry.go) use it.
+// batches that share one statement and one commit. The coalesced enqueues (internal/enqueue, coalesce.go),
+// the success batches (internal/record, complete.go) and the failure batches (internal/record, failure.go) use it.
 package groupcommit
 
 import (
@@ -13,8 +13,8 @@ import (
 // Batcher groups concurrent callers' items into batches and writes each batch with one
 // statement (write), so one commit serves them all; a caller either waits for the batch
 // that holds its item (submit) or leaves it to be written (post, and wait to flush). It
-// serves the coalesced enqueues (coalesce.go), the urgent successes (complete.go) and the
-// failure recorder (retry.go). A batch is sent
+// serves the coalesced enqueues (internal/enqueue, coalesce.go), the urgent successes (internal/record, complete.go) and the
+// failure recorder (internal/record, failure.go). A batch is sent
 //
 //   - at once when no other batch is being written (an idle system adds no latency),
 //   - when a batch in flight finishes (the items that arrived meanwhile go together),

@@ -98,7 +98,7 @@ const purgeMargin = 5 * time.Minute
 // DELETE takes its batch's ids as an array (id = ANY (ARRAY(...))), found once and then
 // reached through the primary key: with id IN (SELECT ... LIMIT), statistics that said
 // the table was empty made the planner rescan the whole table for every one of its rows.
-// k deletes the keys of coalesced enqueues (coalesce.go) older than $8
+// k deletes the keys of coalesced enqueues (internal/enqueue, coalesce.go) older than $8
 // (enqueueKeyRetention); the second column counts them, apart from the jobs. The third
 // is the cutoff, now() - $1.
 //

@@ -123,7 +123,7 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 //
 //   - A job whose owner's worker lease (its row in the workers table) has not ended is
 //     never taken, whatever its own lease says: its worker is alive and reaches the
-//     database, and a handler that has not returned keeps its job (reclaim.go: the
+//     database, and a handler that has not returned keeps its job (internal/ownership, reclaim.go: the
 //     owner's lease decides). So the job's own lease decides only for an owner without
 //     a live row: a worker of a release before the workers table (a rolling deploy),
 //     or a dead one (which reclaimDeadSQL takes back sooner).
@@ -219,7 +219,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 			return err
 		}
 		// The dependents of workflow tasks that died here are settled (cancelled, or
-		// released under RunDependents) in the same transaction (workflowsettle.go).
+		// released under RunDependents) in the same transaction (internal/settle).
 		return s.flows.Settle(ctx, tx, dead)
 	})
 	if err != nil {
@@ -254,7 +254,7 @@ func (s *Sweeper) reclaimExpired(ctx context.Context, tx pgx.Tx, res *jobtype.Sw
 		var (
 			id            int64
 			status, queue string
-			task          bool // a workflow task (workflowsettle.go)
+			task          bool // a workflow task (internal/settle)
 			n             int
 		)
 		_, err = pgx.ForEachRow(rows, []any{&id, &status, &queue, &task}, func() error {

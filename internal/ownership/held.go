@@ -27,7 +27,7 @@ type heldJob struct {
 	// no free connection) does not let the lease end and the job run again; there is no
 	// handler left to cancel. The batch removes the attempt once written.
 	recording bool
-	// state is what the handler reported (progress.go): its progress rides on the heartbeat.
+	// state is what the handler reported (the root's progress.go): its progress rides on the heartbeat.
 	state *jobtype.State
 	// row and began name the attempt in the log of a shutdown waiting for it.
 	row   *jobtype.JobRow

@@ -26,7 +26,7 @@ WHERE id = $1 AND fence = $2 AND (status || '') = 'running' AND locked_by = $3`
 const overrunMarkTimeout = 10 * time.Second
 
 // OverrunMarks writes the marks of one worker's overrunning attempts. Each mark is
-// written by the goroutine that reports the overrun (execute.go); the executor's Stop
+// written by the goroutine that reports the overrun (internal/execute, execute.go); the executor's Stop
 // waits for those in flight, so none outlives the worker.
 type OverrunMarks struct {
 	pool     *pgxpool.Pool

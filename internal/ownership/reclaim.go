@@ -43,7 +43,7 @@ import (
 //     at its commit): idle workers claim them at once, not at their next poll.
 //   - A workflow task's last attempt is left to the sweeper's reclaim (its owner's row
 //     has expired, so the sweeper takes it once its job lease passes): sent dead, its
-//     dependents must be settled in the same transaction (workflowsettle.go), and this
+//     dependents must be settled in the same transaction (internal/settle), and this
 //     statement runs alone, autocommitted, after every renewal of every worker, where
 //     a transaction around it would add two statements to every idle worker's cost
 //     (TestWorker_IdleCostDoesNotGrowWithQueueCount).

@@ -43,7 +43,7 @@ func (ref *AttemptRef) CompleteTx(ctx context.Context, tx jobtype.DBTX, row *job
 	if tag.RowsAffected() > 0 {
 		if settle.IsTask(row) {
 			// A workflow task's dependents are settled in the same transaction, as the
-			// worker's own success batch does (workflowsettle.go).
+			// worker's own success batch does (internal/settle).
 			if err := ref.Flows.Settle(ctx, tx, []int64{row.ID}); err != nil {
 				return fmt.Errorf("skiplock: CompleteTx: job %d: settling its workflow: %w", row.ID, err)
 			}

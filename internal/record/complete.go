@@ -85,10 +85,10 @@ type Completer struct {
 	// 3 jobs), each freed slot made a claim of its own, and per-statement costs took over.
 	urgent *groupcommit.Batcher[Success]
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
-	// (fleet.go); each statement takes a turn. nil: no bound.
+	// (internal/pgutil, gate.go); each statement takes a turn. nil: no bound.
 	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
-	// (workflowsettle.go); nil: none.
+	// (internal/settle); nil: none.
 	flows *settle.Settler
 
 	Ch      chan Success
@@ -137,7 +137,7 @@ type Success struct {
 	key              jobtype.AttemptKey
 	mode             jobtype.Completion // how it is recorded (completer.modeOf)
 	progress, output *string
-	task             bool      // a workflow task: its batch settles it (workflowsettle.go)
+	task             bool      // a workflow task: its batch settles it (internal/settle)
 	skipped          time.Time // when a batch first passed over its locked row
 }
 

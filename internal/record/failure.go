@@ -113,10 +113,10 @@ type FailureRecorder struct {
 	// how many slots it freed.
 	done BatchListeners
 	// gate bounds this worker's statements on the queues' rows by the fleet's size
-	// (fleet.go); each statement takes a turn. nil: no bound.
+	// (internal/pgutil, gate.go); each statement takes a turn. nil: no bound.
 	gate *pgutil.Gate
 	// flows settles the workflow tasks of a batch in the batch's transaction
-	// (workflowsettle.go); nil: none.
+	// (internal/settle); nil: none.
 	flows *settle.Settler
 }
 

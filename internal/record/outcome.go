@@ -1,9 +1,9 @@
 // This file holds the outcome recorder: the one place a finished attempt goes. The
-// executor (execute.go) hands it each attempt once its handler returned, with the
+// executor (internal/execute, execute.go) hands it each attempt once its handler returned, with the
 // attempt's key and result; the recorder decides what becomes of it — a success batch
-// (complete.go), a failure batch (retry.go), the release of a job cut off by shutdown,
+// (complete.go), a failure batch (failure.go), the release of a job cut off by shutdown,
 // or nothing (the worker no longer holds the job, or has stopped) — and tells the hooks.
-// The lease (lease.go), the success and failure batches and the slot accounting are
+// The lease (internal/ownership, lease.go), the success and failure batches and the slot accounting are
 // handed to it when it is built.
 
 package record
@@ -27,7 +27,7 @@ var ErrShutdown = jobtype.ErrShutdown
 // AttemptResult is what one attempt's handler came to, as the executor hands it over.
 type AttemptResult struct {
 	// Ctx is the handler's context: its cancel cause says why it ended early, its state
-	// what the handler reported (progress.go), and the hooks get it back.
+	// what the handler reported (the root's progress.go), and the hooks get it back.
 	Ctx      context.Context
 	Row      *jobtype.JobRow
 	Err      error // nil: success
@@ -54,7 +54,7 @@ type OutcomeRecorder struct {
 	held      *ownership.HeldJobs        // the attempts this worker runs, their leases renewed
 	completer *Completer                 // success batches
 	failures  *FailureRecorder           // failure batches
-	release   func([]jobtype.AttemptKey) // puts jobs cut off by shutdown back in the queue (lease.go)
+	release   func([]jobtype.AttemptKey) // puts jobs cut off by shutdown back in the queue (internal/ownership, lease.go)
 	slots     *SlotJobs
 	hooks     []jobtype.Hook
 	logger    *slog.Logger

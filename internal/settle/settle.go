@@ -177,7 +177,7 @@ func (m JobMapper) Run(ctx context.Context, db jobtype.DBTX, j *Inserted, wake b
 // lockSequencesSQL locks the sequence rows of the tasks whose jobs are in $1, in key
 // order, before settleSQL runs as a statement of its own: its snapshot, taken after the
 // lock, sees every job an enqueue that held the row has chained behind them (an
-// enqueue, in turn, reads its tail's state only once it holds the row; sequence.go).
+// enqueue, in turn, reads its tail's state only once it holds the row; internal/enqueue, sequence.go).
 // Tasks of plain workflows have no sequence row: it locks nothing.
 const lockSequencesSQL = `SELECT 1 FROM {s}.sequences
 WHERE workflow_id = ANY (ARRAY(SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])))

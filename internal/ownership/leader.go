@@ -68,7 +68,7 @@ WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
 RETURNING l.leader_id`
 
 // registrationCTEs are the two steps of a worker's registration in the workers table (see
-// internal/pgutil, gate.go), written with the placeholders of the statement that holds them: rows
+// the root's fleet.go, Client.Workers), written with the placeholders of the statement that holds them: rows
 // expired for over prune are deleted on the way (never this worker's own: two writes in
 // one statement must not touch the same row), and this worker's row is written with its
 // queues and an expiry ttl from now.

@@ -341,3 +341,55 @@ func TestOwnership_AnOutcomeThatCanNeverBeWrittenEndsDead(t *testing.T) {
 	// The retries waited their backoff (attempt 1: 1-2 s, attempt 2: 2-4 s).
 	assert.GreaterOrEqual(t, j.Errors[2].At.Sub(j.Errors[0].At), 2*time.Second)
 }
+
+type deafToCancelArgs struct{}
+
+func (deafToCancelArgs) Kind() string { return "deaf_to_cancel" }
+
+// StopAndCancel returns soon after its context ends, also while the database is down:
+// it no longer waits for Run's last statements (ending the worker's lease, putting jobs
+// back) to reach their time limits. Before, with the path black-holed, it returned tens
+// of seconds after its deadline.
+func TestWorker_StopAndCancelReturnsSoonAfterItsContextWhileTheDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, pool := proxiedPool(t, 8)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "w", Logger: testLogger(), PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	started, unblock := make(chan struct{}, 1), make(chan struct{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[deafToCancelArgs]) error {
+		started <- struct{}{}
+		<-unblock // deaf to ctx
+		return nil
+	}))
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(context.Background()) }()
+	t.Cleanup(func() {
+		close(unblock)
+		proxy.Restore()
+		select {
+		case <-runErr: // nil, or ErrHandlersStillRunning: the handler returned meanwhile or not
+		case <-time.After(2 * time.Minute):
+			t.Error("Run did not return")
+		}
+	})
+	_, err = b.client.Enqueue(b.ctx, deafToCancelArgs{}, nil)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not start")
+	}
+
+	proxy.Blackhole() // the database stops answering
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	began := time.Now()
+	err = w.StopAndCancel(ctx)
+	took := time.Since(began)
+	require.ErrorIs(t, err, skiplock.ErrHandlersStillRunning)
+	t.Logf("StopAndCancel took %s", took)
+	assert.Less(t, took, 5*time.Second, "StopAndCancel with a 1 s context returned after %s", took)
+}

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/execute"
@@ -359,7 +360,10 @@ var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with hand
 // Run to return. If every handler returned, it returns nil: their jobs were put back or
 // their results recorded, as in a graceful shutdown. If ctx ends first, it gives up:
 // Run stops renewing the worker's leases and ends its worker lease (its row in the
-// workers table), so other workers take its jobs back at once, and both Run and StopAndCancel return an error matching [ErrHandlersStillRunning].
+// workers table), so other workers take its jobs back at once, and both Run and
+// StopAndCancel return an error matching [ErrHandlersStillRunning]. StopAndCancel waits
+// at most a second more for Run: when the database does not answer, it returns while Run
+// still waits for its last statements' time limits.
 // The process must then exit: its handlers still run, and their jobs will run
 // elsewhere. On a Worker whose Run has not been called, it does nothing.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
@@ -375,10 +379,22 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 	case <-w.runDone:
 	case <-ctx.Done():
 		w.executor.Abandon() // too late if Run already stopped waiting for handlers: harmless
-		<-w.runDone
+		// Run now ends the worker's lease and returns; with the database reachable that
+		// takes milliseconds. With the database down its statements wait for their time
+		// limits, and the caller's deadline has already passed: wait a moment, no more.
+		t := time.NewTimer(stopAndCancelGrace)
+		defer t.Stop()
+		select {
+		case <-w.runDone:
+		case <-t.C:
+			return fmt.Errorf("%w (and Run is still ending: the database did not answer within %s)", ErrHandlersStillRunning, stopAndCancelGrace)
+		}
 	}
 	return w.runErr
 }
+
+// stopAndCancelGrace is how long StopAndCancel waits for Run after its context ended.
+const stopAndCancelGrace = time.Second
 
 // held is the set of attempts the worker runs.
 func (w *Worker) held() *ownership.HeldJobs { return w.starter.Held }

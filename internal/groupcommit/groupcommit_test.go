@@ -1,9 +1,12 @@
 package groupcommit
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,5 +43,197 @@ func TestBatcher_HoldSendsOnLastOrMaxRows(t *testing.T) {
 	defer mu.Unlock()
 	if want := [][]int{{1, 2, 3}, {4, 5, 6}}; !reflect.DeepEqual(writes, want) {
 		t.Fatalf("batches written: %v, want %v", writes, want)
+	}
+}
+
+// gatedWriter is a Write that hands each batch to the test and waits until the test
+// lets it finish, so that a test decides what is in flight.
+type gatedWriter struct {
+	batches  chan []int    // each batch, as Write is called
+	finish   chan struct{} // one receive per batch lets it finish
+	inFlight atomic.Int64
+	maxSeen  atomic.Int64 // the most batches written at once
+}
+
+func newGatedWriter() *gatedWriter {
+	return &gatedWriter{batches: make(chan []int, 16), finish: make(chan struct{})}
+}
+
+func (w *gatedWriter) write(items []int) {
+	n := w.inFlight.Add(1)
+	for {
+		m := w.maxSeen.Load()
+		if n <= m || w.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	w.batches <- slices.Clone(items)
+	<-w.finish
+	w.inFlight.Add(-1)
+}
+
+// next waits for the next batch written; no window in these tests is due within the limit.
+func (w *gatedWriter) next(t *testing.T) []int {
+	t.Helper()
+	select {
+	case b := <-w.batches:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch was written")
+		return nil
+	}
+}
+
+// release lets the oldest batch being written finish.
+func (w *gatedWriter) release(t *testing.T) {
+	t.Helper()
+	select {
+	case w.finish <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch is being written to finish")
+	}
+}
+
+// none checks that no further batch is being written.
+func (w *gatedWriter) none(t *testing.T) {
+	t.Helper()
+	select {
+	case b := <-w.batches:
+		t.Fatalf("batch %v was written, want none", b)
+	default:
+	}
+}
+
+// Without hold, an idle batcher sends an item at once: an idle system adds no latency,
+// whatever the window.
+func TestBatcher_SendsAtOnceWhenIdle(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 2, Write: w.write}
+	g.Post(1, 1)
+	if b := w.next(t); !slices.Equal(b, []int{1}) {
+		t.Fatalf("batch %v, want [1]", b)
+	}
+	w.release(t)
+	g.Wait()
+	if !g.Idle() {
+		t.Fatal("the batcher is not idle once its only batch was written")
+	}
+}
+
+// The items that arrive while a batch is written go together once it finishes.
+func TestBatcher_ItemsArrivingInFlightGoTogetherWhenItFinishes(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 1, Write: w.write}
+	g.Post(1, 1)
+	w.next(t)
+	for i := 2; i <= 4; i++ {
+		g.Post(i, 1)
+	}
+	w.none(t)
+	w.release(t)
+	if b := w.next(t); !slices.Equal(b, []int{2, 3, 4}) {
+		t.Fatalf("batch %v, want [2 3 4]", b)
+	}
+	w.release(t)
+	g.Wait()
+}
+
+// A batch that reaches MaxRows is sent at once, beside the one in flight, without
+// waiting for its window; at most MaxInFlight batches are written at once.
+func TestBatcher_SendsAFullBatchAtOnceUpToMaxInFlight(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 3, MaxInFlight: 2, Write: w.write}
+	g.Post(1, 1)
+	w.next(t)
+	g.Post(2, 1)
+	g.Post(3, 2) // 3 rows: full
+	if b := w.next(t); !slices.Equal(b, []int{2, 3}) {
+		t.Fatalf("batch %v, want [2 3]", b)
+	}
+	g.Post(4, 3) // full, but both slots are taken
+	g.mu.Lock()
+	inFlight, ready := g.inFlight, len(g.ready)
+	g.mu.Unlock()
+	if inFlight != 2 || ready != 1 {
+		t.Fatalf("%d batches in flight and %d ready, want 2 and 1 waiting for a slot", inFlight, ready)
+	}
+	w.none(t)
+	w.release(t)
+	if b := w.next(t); !slices.Equal(b, []int{4}) {
+		t.Fatalf("batch %v, want [4]", b)
+	}
+	w.release(t)
+	w.release(t)
+	g.Wait()
+	if m := w.maxSeen.Load(); m != 2 {
+		t.Fatalf("%d batches written at once, want at most (and here exactly) 2", m)
+	}
+}
+
+// A batch collecting while another is in flight is sent when its window ends, beside
+// it: the window bounds the latency a batch adds.
+func TestBatcher_SendsAWaitingBatchWhenItsWindowEnds(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: 20 * time.Millisecond, MaxRows: 100, MaxInFlight: 2, Write: w.write}
+	g.Post(1, 1)
+	w.next(t)
+	began := time.Now()
+	g.Post(2, 1)
+	if b := w.next(t); !slices.Equal(b, []int{2}) {
+		t.Fatalf("batch %v, want [2]", b)
+	}
+	if waited := time.Since(began); waited < g.Window {
+		t.Fatalf("the batch was sent after %s, before its window of %s", waited, g.Window)
+	}
+	w.release(t)
+	w.release(t)
+	g.Wait()
+}
+
+// A caller whose ctx ends before its batch is sent withdraws its item: it is never
+// written, and the others of its batch are.
+func TestBatcher_SubmitWithdrawsAnItemNotYetSent(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 1, Write: w.write}
+	g.Post(1, 1)
+	w.next(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if sent, err := g.Submit(ctx, 2, 1); sent || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit = %v, %v; want false, %v", sent, err, context.Canceled)
+	}
+	g.Post(3, 1)
+	w.release(t)
+	if b := w.next(t); !slices.Equal(b, []int{3}) {
+		t.Fatalf("batch %v, want [3]: the withdrawn item must not be written", b)
+	}
+	w.release(t)
+	g.Wait()
+}
+
+// Submit returns once the batch holding its item was written.
+func TestBatcher_SubmitWaitsForItsBatch(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 1, Write: w.write}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Submit(context.Background(), 1, 1)
+		done <- err
+	}()
+	w.next(t)
+	select {
+	case err := <-done:
+		t.Fatalf("Submit returned (%v) before its batch was written", err)
+	default:
+	}
+	w.release(t)
+	if err := <-done; err != nil {
+		t.Fatalf("Submit = %v, want nil", err)
 	}
 }

@@ -45,19 +45,19 @@ func TestHeldJobs_CountsHandlersStillRunning(t *testing.T) {
 	if n := h.Count(); n != 2 {
 		t.Fatalf("Count = %d after one returned, want 2", n)
 	}
-	if !h.holds(b.key) {
+	if !h.Holds(b.key) {
 		t.Fatal("a recorded attempt is no longer held: its lease would stop being renewed before its outcome is written")
 	}
 	h.Remove(a.key)
-	if h.holds(a.key) || h.Count() != 1 {
-		t.Fatalf("after Remove: holds %v, Count %d; want false, 1", h.holds(a.key), h.Count())
+	if h.Holds(a.key) || h.Count() != 1 {
+		t.Fatalf("after Remove: holds %v, Count %d; want false, 1", h.Holds(a.key), h.Count())
 	}
 	h.RemoveKeys([]jobtype.AttemptKey{b.key, c.key, {ID: 99, Fence: 1}})
-	if h.holds(b.key) || h.holds(c.key) || h.Count() != 0 {
-		t.Fatalf("after RemoveKeys: holds %v %v, Count %d; want false false 0", h.holds(b.key), h.holds(c.key), h.Count())
+	if h.Holds(b.key) || h.Holds(c.key) || h.Count() != 0 {
+		t.Fatalf("after RemoveKeys: holds %v %v, Count %d; want false false 0", h.Holds(b.key), h.Holds(c.key), h.Count())
 	}
 	h.Recorded(a.key) // not held: no effect
-	if h.holds(a.key) {
+	if h.Holds(a.key) {
 		t.Fatal("Recorded brought back an attempt that was removed")
 	}
 }
@@ -79,7 +79,7 @@ func TestHeldJobs_HoldsOnlyTheExactAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := h.holds(tt.key); got != tt.want {
+			if got := h.Holds(tt.key); got != tt.want {
 				t.Fatalf("holds(%v) = %v, want %v", tt.key, got, tt.want)
 			}
 		})
@@ -209,7 +209,7 @@ func TestHeldJobs_ExpiringCancelsAttemptsRenewedBeforeTheCutoff(t *testing.T) {
 	if again := h.expiring(cutoff, errWatchdog); len(again) != 0 {
 		t.Fatalf("a second pass returned %v again, want each attempt once", again)
 	}
-	if !h.holds(stale.key) {
+	if !h.Holds(stale.key) {
 		t.Fatal("an expiring attempt was dropped: it stays held until its handler returns")
 	}
 }
@@ -245,7 +245,7 @@ func TestHeldJobs_RenewedAtMovesLeasesForwardOnly(t *testing.T) {
 			if got := len(h.expiring(cutoff, errWatchdog)) == 1; got != tt.wantExpiring {
 				t.Fatalf("expiring after the renewal: %v, want %v", got, tt.wantExpiring)
 			}
-			if h.holds(jobtype.AttemptKey{ID: 2, Fence: 1}) {
+			if h.Holds(jobtype.AttemptKey{ID: 2, Fence: 1}) {
 				t.Fatal("a renewal of an attempt not held added it")
 			}
 		})

@@ -295,12 +295,6 @@ func cell(s string, n int) string {
 	return string([]rune(s)[:n-1]) + "…"
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // jobJSON is `get --json`: the whole job.
 type jobJSON struct {
 	ID          int64                   `json:"id"`

@@ -4,36 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/skiplock/skiplock"
 )
-
-// idList is the value of requeue's --id: comma-separated job ids, the flag repeatable.
-type idList []int64
-
-func (l *idList) String() string {
-	if l == nil {
-		return ""
-	}
-	s := make([]string, len(*l))
-	for i, id := range *l {
-		s[i] = strconv.FormatInt(id, 10)
-	}
-	return strings.Join(s, ",")
-}
-
-func (l *idList) Set(v string) error {
-	for part := range strings.SplitSeq(v, ",") {
-		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 64)
-		if err != nil || id <= 0 {
-			return fmt.Errorf("%q is not a job id (a positive number)", part)
-		}
-		*l = append(*l, id)
-	}
-	return nil
-}
 
 // checkRequeue makes sure requeue has at least one filter: it never requeues everything.
 func checkRequeue(o *options) error {
@@ -93,11 +67,4 @@ func cmdCancel(ctx context.Context, a *app, o *options) error {
 		_, err = fmt.Fprintf(a.stdout, "job %d cancelled\n", job.ID)
 	}
 	return err
-}
-
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

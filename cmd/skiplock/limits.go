@@ -13,19 +13,6 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-// limitsOptions are the flags of `skiplock limits`.
-type limitsOptions struct {
-	queue          string
-	concurrency    int
-	keyConcurrency int
-	rate           int
-	ratePeriod     time.Duration
-	fair           bool
-	none           bool
-	reset          bool
-	set            bool // a limit flag (or --none) was given
-}
-
 // limitsCommand is `skiplock limits`: show, set or reset the flow-control limits set at
 // run time (Client.SetQueueLimits).
 func limitsCommand() *command {

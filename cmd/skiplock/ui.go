@@ -14,15 +14,6 @@ import (
 	"github.com/skiplock/skiplock/ui"
 )
 
-// uiOptions are the flags of `skiplock ui`.
-type uiOptions struct {
-	listen    string
-	readOnly  bool
-	token     string
-	basicAuth string
-	hosts     string
-}
-
 const (
 	// defaultListen keeps the dashboard on this machine unless asked otherwise.
 	defaultListen = "127.0.0.1:8080"

@@ -10,40 +10,6 @@ import (
 	"text/tabwriter"
 )
 
-// command is one thing the tool does, such as "stats" or "migrate up".
-type command struct {
-	name    string // as typed: "stats", "migrate up"
-	args    string // the synopsis after the name
-	summary string // one line for the command list
-	help    string // what `skiplock help <name>` explains, after the synopsis
-	maxArgs int    // positional arguments allowed after the flags
-	serve   bool   // runs until interrupted: --timeout bounds its requests, not the command
-	// flags defines the command's own flags on fs, storing into o; nil when it has none.
-	flags func(fs *flag.FlagSet, o *options)
-	// check validates the parsed flags before anything connects; nil when nothing to check.
-	check func(o *options) error
-	run   func(ctx context.Context, a *app, o *options) error
-}
-
-// options holds the parsed flags of every command; each command defines the ones it uses.
-type options struct {
-	args   []string // positional arguments after the flags
-	target int
-	yes    bool
-	json   bool
-	status string
-	queue  string
-	kind   string
-	limit  int
-	ids    idList
-	id     int64
-	ui     uiOptions
-	limits limitsOptions
-
-	sqlFormat string // migrate sql
-	out       string // migrate sql
-}
-
 // commands lists every command in the order the usage shows them. It is a function, not
 // a variable, because help looks commands up.
 func commands() []*command {
@@ -344,4 +310,28 @@ func (a *app) printCommandUsage(w io.Writer, c *command) {
 		tw.Flush()
 	}
 	fmt.Fprint(w, "\n"+globalUsage)
+}
+
+// commandGroups names the commands that take a subcommand, with the subcommands' names.
+var commandGroups = map[string]string{
+	"migrate":  "up, down, status or sql",
+	"workflow": "show, cancel or retry",
+}
+
+// cmdHelp prints the usage, or the usage of the command named in its arguments.
+func cmdHelp(_ context.Context, a *app, o *options) error {
+	name := strings.Join(o.args, " ")
+	switch {
+	case name == "":
+		a.printUsage(a.stdout)
+	case commandGroups[name] != "":
+		a.printGroupUsage(a.stdout, name)
+	default:
+		cmd := findCommand(name)
+		if cmd == nil {
+			return usagef("", "help: unknown command %q", name)
+		}
+		a.printCommandUsage(a.stdout, cmd)
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strings"
 )
@@ -41,4 +44,11 @@ func buildVersion(bi *debug.BuildInfo) string {
 		v += " " + rev + dirty
 	}
 	return v
+}
+
+// cmdVersion prints the skiplock module's version from the build info, and the Go version.
+func cmdVersion(_ context.Context, a *app, _ *options) error {
+	bi, _ := debug.ReadBuildInfo() // nil without build info: buildVersion says (devel)
+	_, err := fmt.Fprintf(a.stdout, "skiplock %s (%s)\n", buildVersion(bi), runtime.Version())
+	return err
 }

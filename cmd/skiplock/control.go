@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -10,6 +11,43 @@ import (
 
 	"github.com/skiplock/skiplock"
 )
+
+// controlCommands returns the commands on queues and schedules: pause, resume and periodic.
+func controlCommands() []*command {
+	return []*command{
+		{
+			name:    "pause",
+			args:    "QUEUE",
+			summary: "stop workers claiming from a queue (running jobs finish)",
+			help: "Pauses QUEUE: every worker stops claiming its jobs within about 100ms (within one poll\n" +
+				"interval if its listener is down). Running jobs finish; enqueueing still works. The\n" +
+				"pause is stored, so workers started later see it, until 'skiplock resume QUEUE'.",
+			maxArgs: 1,
+			check:   checkQueueArg("pause"),
+			run:     cmdPause,
+		},
+		{
+			name:    "resume",
+			args:    "QUEUE",
+			summary: "let workers claim from a paused queue again",
+			help:    "Ends the pause of QUEUE: workers claim its jobs again at once.",
+			maxArgs: 1,
+			check:   checkQueueArg("resume"),
+			run:     cmdResume,
+		},
+		{
+			name:    "periodic",
+			args:    "[--json]",
+			summary: "list periodic schedules with their last and next run",
+			help: "Lists the periodic schedules workers declared: schedule, whether still active (declared\n" +
+				"by a running worker), the last occurrence enqueued and its job, and the next run.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			run: cmdPeriodic,
+		},
+	}
+}
 
 // checkQueueArg makes sure cmd was given exactly one queue name.
 func checkQueueArg(cmd string) func(o *options) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -17,6 +18,74 @@ import (
 
 	"github.com/skiplock/skiplock"
 )
+
+// inspectCommands returns the commands that show what the queues hold: stats, workers,
+// get and dead.
+func inspectCommands() []*command {
+	return []*command{
+		{
+			name:    "stats",
+			args:    "[--json]",
+			summary: "jobs by queue and status, the oldest due job's age, jobs finished lately",
+			help: "Counts the jobs of each queue by status and shows how long the oldest due, queued job\n" +
+				"has waited, and how many jobs finished (the archive included) in the last minute and\n" +
+				"hour, with the rate per second over the last minute.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			run: cmdStats,
+		},
+		{
+			name:    "workers",
+			args:    "[--json]",
+			summary: "registered workers, their queues, which one leads the maintenance",
+			help: "Lists the workers table: every running worker keeps a row there, renewed every few\n" +
+				"seconds, and deletes it when it stops; a worker that died stays listed as not alive\n" +
+				"for about a minute. LEADER marks the one that runs the fleet's maintenance (the\n" +
+				"sweep, the archive purge, the vacuum check).",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			run: cmdWorkers,
+		},
+		{
+			name:    "get",
+			args:    "--id N [--json]",
+			summary: "show one job: state, args, metadata, progress, output, last error",
+			help: "Shows one job, from the jobs table or the archive: its state, args and metadata, the\n" +
+				"progress its handler last recorded, its output, and its last error. --json prints\n" +
+				"everything, the error history included. A missing job is an error (exit status 1).",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.Int64Var(&o.id, "id", 0, "the `id` of the job")
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a list")
+			},
+			check: func(o *options) error {
+				if o.id <= 0 {
+					return usagef("get", "get: --id must be a job id (a positive number)")
+				}
+				return nil
+			},
+			run: cmdGet,
+		},
+		{
+			name:    "dead",
+			args:    "[--status dead|failed] [--queue Q] [--kind K] [--limit N] [--json]",
+			summary: "list dead and failed jobs, oldest first, with their last errors",
+			help: "Lists jobs that ended dead (attempts exhausted) or failed (a permanent error), oldest\n" +
+				"first, with the first line of their last error. --json prints whole errors and the\n" +
+				"error history.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.StringVar(&o.status, "status", "", "list only jobs of status `S`, dead or failed; default both")
+				fs.StringVar(&o.queue, "queue", "", "only jobs of queue `Q`")
+				fs.StringVar(&o.kind, "kind", "", "only jobs of kind `K`")
+				fs.IntVar(&o.limit, "limit", defaultListLimit, "list at most `N` jobs")
+				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			},
+			check: checkDead,
+			run:   cmdDead,
+		},
+	}
+}
 
 // statuses are the job states in the order stats shows them.
 var statuses = []skiplock.JobStatus{

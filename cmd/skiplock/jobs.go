@@ -3,11 +3,53 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/skiplock/skiplock"
 )
+
+// requeueCommand is `skiplock requeue`.
+func requeueCommand() *command {
+	return &command{
+		name:    "requeue",
+		args:    "[--id 1,2,3] [--kind K] [--queue Q]",
+		summary: "put dead and failed jobs back in the queue, attempts reset",
+		help: "Moves dead and failed jobs back to queued, due now, with their attempts reset; their\n" +
+			"error history stays. Give at least one filter; a job must match all given filters.",
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.Var(&o.ids, "id", "only the jobs with these `ids`: comma-separated, or the flag repeated")
+			fs.StringVar(&o.kind, "kind", "", "only jobs of kind `K`")
+			fs.StringVar(&o.queue, "queue", "", "only jobs of queue `Q`")
+		},
+		check: checkRequeue,
+		run:   cmdRequeue,
+	}
+}
+
+// cancelCommand is `skiplock cancel`.
+func cancelCommand() *command {
+	return &command{
+		name:    "cancel",
+		args:    "--id N",
+		summary: "cancel a queued or running job",
+		help: "Cancels a job: a queued job will not run; a running job's handler is told through its\n" +
+			"context at once (at its worker's next heartbeat if the message is lost), and its\n" +
+			"result is ignored. A job already\n" +
+			"finished is left as it is. A missing job is an error (exit status 1).",
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.Int64Var(&o.id, "id", 0, "the `id` of the job")
+		},
+		check: func(o *options) error {
+			if o.id <= 0 {
+				return usagef("cancel", "cancel: --id must be a job id (a positive number)")
+			}
+			return nil
+		},
+		run: cmdCancel,
+	}
+}
 
 // checkRequeue makes sure requeue has at least one filter: it never requeues everything.
 func checkRequeue(o *options) error {

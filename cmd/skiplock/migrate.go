@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,57 @@ import (
 
 	"github.com/skiplock/skiplock"
 )
+
+// migrateCommands returns the "migrate" group's subcommands that need a database.
+func migrateCommands() []*command {
+	return []*command{
+		{
+			name:    "migrate up",
+			args:    "[--target N]",
+			summary: "apply pending migrations (up to version N; default: all)",
+			help: "Applies the schema migrations the schema lacks, in one transaction under an advisory\n" +
+				"lock, so several processes may run it at once. It creates the schema if needed.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.IntVar(&o.target, "target", 0, "stop at version `N`; 0 means the latest")
+			},
+			check: func(o *options) error {
+				if o.target < 0 {
+					return usagef("migrate up", "migrate up: --target must be 0 (latest) or a version, got %d", o.target)
+				}
+				return nil
+			},
+			run: cmdMigrateUp,
+		},
+		{
+			name:    "migrate down",
+			args:    "--target N | --target 0 --yes",
+			summary: "revert migrations down to version N (0, the default, needs --yes)",
+			help: "Reverts applied migrations, newest first, down to version N. Version 0 reverts all of\n" +
+				"them: that drops skiplock's tables and every job in them, so it needs --yes.",
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.IntVar(&o.target, "target", 0, "keep version `N` and revert the ones after it; 0 reverts every migration")
+				fs.BoolVar(&o.yes, "yes", false, "confirm reverting to version 0, which drops every job")
+			},
+			check: func(o *options) error {
+				if o.target < 0 {
+					return usagef("migrate down", "migrate down: --target must be a version (0 or more), got %d", o.target)
+				}
+				if o.target == 0 && !o.yes {
+					return usagef("migrate down", "migrate down to version 0 drops skiplock's tables and every job in them: "+
+						"pass --yes to confirm, or --target N to keep version N")
+				}
+				return nil
+			},
+			run: cmdMigrateDown,
+		},
+		{
+			name:    "migrate status",
+			summary: "show the current, latest and applied versions",
+			help:    "Shows which migrations the schema has and whether any are pending.",
+			run:     cmdMigrateStatus,
+		},
+	}
+}
 
 // migrateStart connects, reads the schema's migration status and checks --target against
 // the latest version this build knows: the common start of migrate up and down. The

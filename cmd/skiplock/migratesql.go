@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,6 +20,34 @@ import (
 
 	"github.com/skiplock/skiplock/migrations"
 )
+
+// migrateSQLCommand is `skiplock migrate sql`, which needs no database.
+func migrateSQLCommand() *command {
+	return &command{
+		name:    "migrate sql",
+		args:    "[--format plain|golang-migrate|goose|atlas] [--out DIR]",
+		summary: "print the migrations as SQL files for your migration tool, the schema written in",
+		help: "Prints skiplock's migrations as plain SQL, every object qualified with --schema (quoted;\n" +
+			"no search_path), each file ending with the row skiplock records in <schema>.schema_migrations,\n" +
+			"so that Migrate, CheckSchema and workers see the versions applied. --format lays them\n" +
+			"out for golang-migrate (NNN_skiplock_name.up.sql and .down.sql), goose (one file with\n" +
+			"-- +goose Up and Down) or atlas (up files; run `atlas migrate hash`); plain (the default)\n" +
+			"prints the up files. --out writes the files to a directory; without it they go to stdout.\n" +
+			"Keep them in a directory (and version table) of their own: their numbers are skiplock's.\n" +
+			"Needs no database.",
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.StringVar(&o.sqlFormat, "format", formatPlain, "`layout`: plain, golang-migrate, goose or atlas")
+			fs.StringVar(&o.out, "out", "", "write the files to directory `DIR` instead of printing them")
+		},
+		check: func(o *options) error {
+			if !slices.Contains(sqlFormats, o.sqlFormat) {
+				return usagef("migrate sql", "migrate sql: --format %q: use one of %s", o.sqlFormat, strings.Join(sqlFormats, ", "))
+			}
+			return nil
+		},
+		run: cmdMigrateSQL,
+	}
+}
 
 // SQL formats of migrate sql.
 const (

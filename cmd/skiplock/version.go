@@ -8,6 +8,16 @@ import (
 	"strings"
 )
 
+// versionCommand is `skiplock version`.
+func versionCommand() *command {
+	return &command{
+		name:    "version",
+		summary: "print the build's version",
+		help:    "Prints the version of the build and of Go. It needs no database.",
+		run:     cmdVersion,
+	}
+}
+
 // skiplockModule is the module whose version `skiplock version` prints.
 const skiplockModule = "github.com/skiplock/skiplock"
 

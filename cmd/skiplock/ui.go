@@ -51,35 +51,9 @@ func uiCommand() *command {
 // cmdUI checks the listen address against the auth options, connects, and serves until
 // ctx ends.
 func cmdUI(ctx context.Context, a *app, o *options) error {
-	opt := o.ui
-	if opt.token == "" {
-		opt.token = a.getenv("SKIPLOCK_UI_TOKEN")
-	}
-	if opt.basicAuth == "" {
-		opt.basicAuth = a.getenv("SKIPLOCK_UI_BASIC_AUTH")
-	}
-	var basic *ui.BasicAuth
-	if opt.basicAuth != "" {
-		user, pass, ok := strings.Cut(opt.basicAuth, ":")
-		if !ok || user == "" || pass == "" {
-			return usagef("ui", "ui: --basic-auth must be user:password, both non-empty")
-		}
-		basic = &ui.BasicAuth{User: user, Password: pass}
-	}
-	if _, _, err := net.SplitHostPort(opt.listen); err != nil {
-		return usagef("ui", "ui: --listen %q is not host:port (for example %s)", opt.listen, defaultListen)
-	}
-	if !ui.IsLoopbackListen(opt.listen) && opt.token == "" && basic == nil {
-		return usagef("ui", "ui: --listen %s is reachable from other machines: set --token or --basic-auth "+
-			"(or $SKIPLOCK_UI_TOKEN / $SKIPLOCK_UI_BASIC_AUTH) so that only you can act on the jobs, or listen on %s",
-			opt.listen, defaultListen)
-	}
-
-	var hosts []string
-	for _, name := range strings.Split(opt.hosts, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			hosts = append(hosts, name)
-		}
+	opt, basic, hosts, err := a.uiSettings(o.ui)
+	if err != nil {
+		return err
 	}
 
 	client, pool, err := a.connect(ctx, "ui")
@@ -134,6 +108,42 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 		err = serr
 	}
 	return err
+}
+
+// uiSettings completes the ui flags from the environment and checks them: the token and
+// basic auth from $SKIPLOCK_UI_TOKEN and $SKIPLOCK_UI_BASIC_AUTH when the flags leave them
+// out, the listen address against the auth, and --allowed-host split into names.
+func (a *app) uiSettings(opt uiOptions) (uiOptions, *ui.BasicAuth, []string, error) {
+	if opt.token == "" {
+		opt.token = a.getenv("SKIPLOCK_UI_TOKEN")
+	}
+	if opt.basicAuth == "" {
+		opt.basicAuth = a.getenv("SKIPLOCK_UI_BASIC_AUTH")
+	}
+	var basic *ui.BasicAuth
+	if opt.basicAuth != "" {
+		user, pass, ok := strings.Cut(opt.basicAuth, ":")
+		if !ok || user == "" || pass == "" {
+			return opt, nil, nil, usagef("ui", "ui: --basic-auth must be user:password, both non-empty")
+		}
+		basic = &ui.BasicAuth{User: user, Password: pass}
+	}
+	if _, _, err := net.SplitHostPort(opt.listen); err != nil {
+		return opt, nil, nil, usagef("ui", "ui: --listen %q is not host:port (for example %s)", opt.listen, defaultListen)
+	}
+	if !ui.IsLoopbackListen(opt.listen) && opt.token == "" && basic == nil {
+		return opt, nil, nil, usagef("ui", "ui: --listen %s is reachable from other machines: set --token or --basic-auth "+
+			"(or $SKIPLOCK_UI_TOKEN / $SKIPLOCK_UI_BASIC_AUTH) so that only you can act on the jobs, or listen on %s",
+			opt.listen, defaultListen)
+	}
+
+	var hosts []string
+	for _, name := range strings.Split(opt.hosts, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			hosts = append(hosts, name)
+		}
+	}
+	return opt, basic, hosts, nil
 }
 
 func authMode(token string, basic *ui.BasicAuth) string {

@@ -71,50 +71,22 @@ func main() {
 	}
 }
 
+// run is the demo, one numbered step after another: each step's work is a function below.
 func run(ctx context.Context) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("cannot reach Postgres at %s: %w (run `make db`, or set DATABASE_URL)", redact(url), err)
-	}
-
-	keep := os.Getenv("SKIPLOCK_DEMO_SCHEMA") != ""
-	if keep {
-		// The demo writes the name into its own SQL: only a plain lower-case name will do.
-		schema = os.Getenv("SKIPLOCK_DEMO_SCHEMA")
-		if !regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`).MatchString(schema) {
-			return fmt.Errorf("SKIPLOCK_DEMO_SCHEMA %q: use [a-z_][a-z0-9_], 1-48 characters", schema)
-		}
-	} else {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		schema = "skiplock_demo_" + hex.EncodeToString(b[:])
-		defer func() {
-			// Dropped even after an interrupt: ctx is done by then.
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_, _ = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-		}()
-	}
-	step("1. migrate", "schema %s (this run's own; dropped at the end unless SKIPLOCK_DEMO_SCHEMA named it)", schema)
-	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
+	dropSchema, err := chooseSchema(ctx, pool)
+	if err != nil {
 		return err
 	}
-	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
-		return err
-	}
-	if err := createOrders(ctx, pool, schema); err != nil {
-		return err
-	}
+	defer dropSchema()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: logger})
+
+	step("1. migrate", "schema %s (this run's own; dropped at the end unless SKIPLOCK_DEMO_SCHEMA named it)", schema)
+	client, err := migrate(ctx, pool, logger)
 	if err != nil {
 		return err
 	}
@@ -127,6 +99,86 @@ func run(ctx context.Context) error {
 	fmt.Printf("   order %d committed together with its confirmation job\n", orderID)
 
 	step("3. order + email job, rolled back", "")
+	if err := rollBackOrder(ctx, pool, client); err != nil {
+		return err
+	}
+
+	step("4. a flaky job and a burst of 10,000 jobs", "")
+	if err := enqueueFlakyAndBurst(ctx, client); err != nil {
+		return err
+	}
+
+	step("5. run a worker", "until every job is finished")
+	w, err := newWorker(pool, client, logger)
+	if err != nil {
+		return err
+	}
+	if err := runUntilDone(ctx, pool, w); err != nil {
+		return err
+	}
+
+	step("6. jobs by status", "")
+	return printTable(ctx, pool)
+}
+
+// connect opens a pool on $DATABASE_URL (a local Postgres when it is unset) and checks
+// that the database answers.
+func connect(ctx context.Context) (*pgxpool.Pool, error) {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach Postgres at %s: %w (run `make db`, or set DATABASE_URL)", redact(url), err)
+	}
+	return pool, nil
+}
+
+// chooseSchema sets schema for this run: SKIPLOCK_DEMO_SCHEMA when set, else a new random
+// name. It returns what to do at the end: drop the random schema, keep a named one.
+func chooseSchema(ctx context.Context, pool *pgxpool.Pool) (drop func(), err error) {
+	if name := os.Getenv("SKIPLOCK_DEMO_SCHEMA"); name != "" {
+		// The demo writes the name into its own SQL: only a plain lower-case name will do.
+		schema = name
+		if !regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`).MatchString(schema) {
+			return nil, fmt.Errorf("SKIPLOCK_DEMO_SCHEMA %q: use [a-z_][a-z0-9_], 1-48 characters", schema)
+		}
+		return func() {}, nil
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema = "skiplock_demo_" + hex.EncodeToString(b[:])
+	return func() {
+		// Dropped even after an interrupt: ctx is done by then.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	}, nil
+}
+
+// migrate gives schema a fresh start: skiplock's tables (skiplock.Migrate) and the
+// application's orders table beside them. It returns a client on the schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*skiplock.Client, error) {
+	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
+		return nil, err
+	}
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		return nil, err
+	}
+	if err := createOrders(ctx, pool, schema); err != nil {
+		return nil, err
+	}
+	return skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: logger})
+}
+
+// rollBackOrder places an order whose transaction rolls back, and shows that neither the
+// order nor its job is left.
+func rollBackOrder(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client) error {
 	if _, err := placeOrder(ctx, pool, client, "bob@example.com", false); err != nil {
 		return err
 	}
@@ -138,8 +190,12 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("   after the rollback: %d order and %d job for bob@example.com — no order, no job\n", orders, jobs)
+	return nil
+}
 
-	step("4. a flaky job and a burst of 10,000 jobs", "")
+// enqueueFlakyAndBurst enqueues one job that fails twice before it succeeds, and 10,000
+// small jobs in one EnqueueMany (one COPY).
+func enqueueFlakyAndBurst(ctx context.Context, client *skiplock.Client) error {
 	if _, err := client.Enqueue(ctx, SyncInventory{SKU: "SKU-42"}, nil); err != nil {
 		return err
 	}
@@ -151,8 +207,12 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Println("   enqueued 10,001 jobs (the burst with one COPY)")
+	return nil
+}
 
-	step("5. run a worker", "until every job is finished")
+// newWorker makes a worker of 20 on the default queue, with a short retry backoff for the
+// demo, and registers the handlers.
+func newWorker(pool *pgxpool.Pool, client *skiplock.Client, logger *slog.Logger) (*skiplock.Worker, error) {
 	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 		Queues:       map[string]skiplock.QueueConfig{"default": {MaxWorkers: 20}},
 		RetryPolicy:  skiplock.BackoffPolicy{Base: 150 * time.Millisecond}, // seconds in production; short for the demo
@@ -160,12 +220,17 @@ func run(ctx context.Context) error {
 		Logger:       logger,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := (&handlers{pool: pool, schema: schema, out: os.Stdout}).register(w); err != nil {
-		return err
+		return nil, err
 	}
+	return w, nil
+}
 
+// runUntilDone runs w, printing the jobs by status every 250ms, until no job is queued or
+// running; then it stops w.
+func runUntilDone(ctx context.Context, pool *pgxpool.Pool, w *skiplock.Worker) error {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
@@ -194,12 +259,7 @@ func run(ctx context.Context) error {
 	}
 	tick.Stop()
 	cancel()
-	if err := <-done; err != nil {
-		return err
-	}
-
-	step("6. jobs by status", "")
-	return printTable(ctx, pool)
+	return <-done
 }
 
 // createOrders makes the application's own table, beside skiplock's in schema.

@@ -9,11 +9,25 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // ErrJobRunning is returned by [Client.Delete] for a job that is running: cancel it
 // first ([Client.Cancel]), then delete it once its handler has returned.
 var ErrJobRunning = errors.New("skiplock: job is running")
+
+// ErrTaskPending is returned by [Client.Delete] for the queued job of a workflow task
+// (or a batch job, or a sequence's job): deleting it would leave the task unsettled, its
+// dependents (or the batch's callback, or the sequence's next job) waiting for ever.
+// Cancel it instead ([Client.Cancel], or [Client.CancelWorkflow]): a cancelled task is
+// settled, and its job can be deleted once it is final.
+var ErrTaskPending = errors.New("skiplock: job is a workflow task that has not finished")
+
+// notPendingTask is the condition that keeps the queued jobs of workflow tasks from being
+// deleted (ErrTaskPending): a task settles only when its job reaches a final state, and a
+// deleted job never does (the settle statement reads a missing job as one its success
+// deleted).
+const notPendingTask = `NOT (status = 'queued' AND metadata ? '` + settle.MetaWorkflow + `')`
 
 // deleteBatch is how many jobs of each table one statement of DeleteMany deletes: each
 // batch is a transaction of its own, so locks and WAL stay small and a long DeleteMany
@@ -26,7 +40,7 @@ const deleteBatch = 1000
 // first makes the DELETE wait and then re-check status, so it never deletes a job a
 // worker has just claimed.
 const deleteSQL = `WITH h AS (
-	DELETE FROM {s}.jobs WHERE id = $1 AND status <> 'running' RETURNING ` + jobColumns + `
+	DELETE FROM {s}.jobs WHERE id = $1 AND status <> 'running' AND ` + notPendingTask + ` RETURNING ` + jobColumns + `
 ), a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = $1 RETURNING ` + archiveJobColumns + `
 )
@@ -41,9 +55,9 @@ SELECT * FROM h UNION ALL SELECT * FROM a`
 // waiting on them.
 const deleteManySQL = `WITH h AS (
 	DELETE FROM {s}.jobs WHERE id = ANY (ARRAY(
-		SELECT id FROM {s}.jobs WHERE status <> 'running' AND ` + listFilter + `
+		SELECT id FROM {s}.jobs WHERE status <> 'running' AND ` + notPendingTask + ` AND ` + listFilter + `
 		ORDER BY id LIMIT $9 FOR UPDATE SKIP LOCKED))
-		AND status <> 'running' AND ` + listFilter + `
+		AND status <> 'running' AND ` + notPendingTask + ` AND ` + listFilter + `
 	RETURNING 1
 ), a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
@@ -56,7 +70,8 @@ SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM a)`
 
 // Delete deletes the job with the given id from the jobs table or the archive and
 // returns it as it was. A queued job is deleted (it will not run; its unique key is
-// free again); a running one is not: Delete returns it with [ErrJobRunning]. It returns
+// free again); a running one is not: Delete returns it with [ErrJobRunning]; nor is the
+// queued job of a workflow task, which returns [ErrTaskPending]. It returns
 // [ErrJobNotFound] when there is no such job.
 func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 	// A job moved to the archive while this statement waited on its row is in neither
@@ -76,13 +91,17 @@ func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 		if cur.Status == StatusRunning {
 			return cur, fmt.Errorf("%w: job %d: cancel it first, then delete it", ErrJobRunning, id)
 		}
+		if _, task := cur.Metadata[settle.MetaWorkflow]; task && cur.Status == StatusQueued {
+			return cur, fmt.Errorf("%w: job %d: cancel it (or its workflow) first, then delete it", ErrTaskPending, id)
+		}
 	}
 	return nil, fmt.Errorf("skiplock: delete: job %d keeps moving; try again", id)
 }
 
 // DeleteMany deletes the jobs that match p's filters from the jobs table and the archive,
-// and returns how many it deleted. Running jobs are never deleted: they are left as they
-// are, not counted, and not waited for (cancel them first; delete them once finished).
+// and returns how many it deleted. Running jobs, and the queued jobs of workflow tasks
+// ([ErrTaskPending]), are never deleted: they are left as they are, not counted, and not
+// waited for (cancel them first; delete them once finished).
 // A job being claimed or completed at that very moment may be left too. At least one
 // filter must be set, so that an empty ListParams cannot delete every job; to delete all
 // finished jobs, call it once per final status. p.Limit, when positive, caps the count;

@@ -393,3 +393,37 @@ func TestWorker_StopAndCancelReturnsSoonAfterItsContextWhileTheDatabaseIsDown(t 
 	t.Logf("StopAndCancel took %s", took)
 	assert.Less(t, took, 5*time.Second, "StopAndCancel with a 1 s context returned after %s", took)
 }
+
+// The queued job of a workflow task cannot be deleted: its task would never settle, and
+// its dependents would wait for ever. Delete returns ErrTaskPending, DeleteMany leaves it
+// (and counts only what it deleted), and the workflow still runs to its end. Before,
+// both deleted it, and the dependent task waited for ever.
+func TestDelete_AQueuedWorkflowTaskIsNotDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: noopArgs{}},
+		{Name: "b", Args: noopArgs{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	plain, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	a := info.Task("a").JobID
+
+	_, err = b.client.Delete(b.ctx, a)
+	require.ErrorIs(t, err, skiplock.ErrTaskPending)
+	n, err := b.client.DeleteMany(b.ctx, skiplock.ListParams{Status: skiplock.StatusQueued})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "only the plain job was deleted")
+	_, err = b.client.Get(b.ctx, plain.ID)
+	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		wf, err := b.client.GetWorkflow(b.ctx, info.ID)
+		require.NoError(t, err)
+		return wf.Task("b").State == "succeeded"
+	}, "the workflow ran to its end")
+}

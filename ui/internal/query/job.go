@@ -31,9 +31,12 @@ var knownColumns = []string{"id", "queue", "kind", "payload", "status", "priorit
 const runNowSQL = `UPDATE {s}.jobs SET run_at = now()
 WHERE id = $1 AND status = 'queued' AND run_at > now()`
 
-// deleteHotSQL deletes jobs from the hot table, except running ones: their worker holds
-// them and would write their result to a row that is gone. It returns the deleted ids.
-const deleteHotSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status <> 'running' RETURNING id`
+// deleteHotSQL deletes jobs from the hot table, except running ones (their worker holds
+// them and would write their result to a row that is gone) and the queued jobs of
+// workflow tasks (their tasks would never settle: skiplock.ErrTaskPending). It returns
+// the deleted ids.
+const deleteHotSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status <> 'running'
+	AND NOT (status = 'queued' AND metadata ? 'skiplock_workflow') RETURNING id`
 
 // deleteArchiveSQL deletes finished jobs from the archive.
 const deleteArchiveSQL = `DELETE FROM {s}.jobs_archive WHERE id = ANY($1) RETURNING id`

@@ -427,3 +427,35 @@ func TestDelete_AQueuedWorkflowTaskIsNotDeleted(t *testing.T) {
 		return wf.Task("b").State == "succeeded"
 	}, "the workflow ran to its end")
 }
+
+// The last attempt of a workflow task whose worker died is taken back by the reclaim by
+// liveness, as any other job is, and goes dead with its dependents settled in the same
+// transaction. Before, the reclaim left it to the sweeper's lease-based reclaim: 60–90 s
+// at defaults, and for ever when no worker sweeps (here: SweepInterval -1).
+func TestOwnership_ADeadWorkersLastAttemptOfAWorkflowTaskIsTakenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: noopArgs{}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
+		{Name: "b", Args: noopArgs{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	a := info.Task("a").JobID
+	// Task a's only attempt runs on worker "ghost", which died: its row has expired.
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at)
+		VALUES ('ghost', '{default}', now() - interval '1 minute', now() - interval '1 second')`))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', attempts = 1, fence = fence + 1,
+		locked_by = 'ghost', locked_at = now(), lease_until = now() + interval '1 hour' WHERE id = $1`), a)
+	require.NoError(t, err)
+
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "live", SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	waitStatus(t, b, a, skiplock.StatusDead, 20*time.Second, "task a's job was taken back, dead")
+	eventually(t, 10*time.Second, func() bool {
+		wf, err := b.client.GetWorkflow(b.ctx, info.ID)
+		require.NoError(t, err)
+		return wf.Task("a").State == "dead" && wf.Task("b").State == "cancelled"
+	}, "task a settled dead and its dependent was cancelled")
+}

@@ -41,12 +41,12 @@ import (
 //     (the next claim takes a new one, so the dead owner's late writes match nothing).
 //   - The queues of the jobs taken back are notified in the same statement (delivered
 //     at its commit): idle workers claim them at once, not at their next poll.
-//   - A workflow task's last attempt is left to the sweeper's reclaim (its owner's row
-//     has expired, so the sweeper takes it once its job lease passes): sent dead, its
+//   - A workflow task's last attempt is left to reclaimDeadTasksSQL: sent dead, its
 //     dependents must be settled in the same transaction (internal/settle), and this
 //     statement runs alone, autocommitted, after every renewal of every worker, where
 //     a transaction around it would add two statements to every idle worker's cost
-//     (TestWorker_IdleCostDoesNotGrowWithQueueCount).
+//     (TestWorker_IdleCostDoesNotGrowWithQueueCount). Its last column says whether
+//     there is such a job, so the transaction runs only then.
 //   - The running worker's own jobs ($3) are never its to take back: it has just renewed
 //     its row, and its own jobs are watched by its heartbeats and watchdog. Its row can
 //     read expired here only when something else ended it between the renewal and this
@@ -57,6 +57,27 @@ var reclaimDeadSQL = `WITH dead AS (
 	WHERE j.status = 'running' AND w.expires_at < now()
 		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
 		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `')
+		AND j.locked_by <> $3
+	ORDER BY j.locked_at
+	LIMIT $1
+	FOR UPDATE OF j SKIP LOCKED
+)` + takeBackCTE + `,
+	EXISTS (SELECT FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
+		WHERE j.status = 'running' AND w.expires_at < now()
+			AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
+			AND j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `'
+			AND j.locked_by <> $3)`
+
+// reclaimDeadTasksSQL takes back the running jobs that reclaimDeadSQL leaves: the last
+// attempts of workflow tasks whose owner's lease ended. They go dead, and their
+// dependents are settled in the same transaction (reclaimer.takeBack), so it runs in one
+// of its own, and only when reclaimDeadSQL reported such a job (its last column): an
+// idle worker's reclaim stays one autocommit statement. Before, these jobs waited for the
+// sweeper's lease-based reclaim (60–90 s at defaults), and for ever with no sweeper.
+var reclaimDeadTasksSQL = `WITH dead AS (
+	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
+	WHERE j.status = 'running' AND w.expires_at < now()
+		AND j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `'
 		AND j.locked_by <> $3
 	ORDER BY j.locked_at
 	LIMIT $1
@@ -131,12 +152,13 @@ const workerCancelAfter = workerTTL - workerTTL/CancelMargin
 type reclaimer struct {
 	db          pgutil.DB
 	sql         string // reclaimDeadSQL, rendered
+	tasks       string // reclaimDeadTasksSQL, rendered
 	predecessor string // reclaimPredecessorSQL, rendered
 	flows       *settle.Settler
 }
 
 func newReclaimer(db pgutil.DB, flows *settle.Settler) *reclaimer {
-	return &reclaimer{db: db, sql: db.Render(reclaimDeadSQL), predecessor: db.Render(reclaimPredecessorSQL),
+	return &reclaimer{db: db, sql: db.Render(reclaimDeadSQL), tasks: db.Render(reclaimDeadTasksSQL), predecessor: db.Render(reclaimPredecessorSQL),
 		flows: flows}
 }
 
@@ -144,11 +166,11 @@ func newReclaimer(db pgutil.DB, flows *settle.Settler) *reclaimer {
 // sent dead, in one transaction: a dead task's dependents are cancelled or released with
 // it, never left waiting. (It runs at start only; reclaimDeadSQL leaves such tasks to
 // the sweeper.)
-func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err error) {
+func (r *reclaimer) takeBack(ctx context.Context, sql string, args ...any) (n int64, err error) {
 	err = pgx.BeginFunc(ctx, r.db.Pool, func(tx pgx.Tx) error {
 		var queues int64
 		var dead []int64
-		if err := tx.QueryRow(ctx, r.predecessor, args...).Scan(&n, &queues, &dead); err != nil {
+		if err := tx.QueryRow(ctx, sql, args...).Scan(&n, &queues, &dead); err != nil {
 			return err
 		}
 		if len(dead) == 0 {
@@ -164,7 +186,7 @@ func (r *reclaimer) takeBack(ctx context.Context, args ...any) (n int64, err err
 func (r *reclaimer) Predecessors(ctx context.Context, workerID string) (int64, error) {
 	var total int64
 	for {
-		n, err := r.takeBack(ctx, reclaimDeadBatch, r.db.Channel, workerID)
+		n, err := r.takeBack(ctx, r.predecessor, reclaimDeadBatch, r.db.Channel, workerID)
 		if err != nil {
 			return total, err
 		}
@@ -180,9 +202,14 @@ func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, reclaimDeadTimeout)
 	defer cancel()
 	var n, queues int64
-	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to the sweeper
-	err := r.db.Pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.db.Channel, workerID).Scan(&n, &queues, &dead)
-	return n, err
+	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to reclaimDeadTasksSQL
+	var tasksLeft bool
+	err := r.db.Pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.db.Channel, workerID).Scan(&n, &queues, &dead, &tasksLeft)
+	if err != nil || !tasksLeft {
+		return n, err
+	}
+	t, err := r.takeBack(ctx, r.tasks, reclaimDeadBatch, r.db.Channel, workerID)
+	return n + t, err
 }
 
 // AppendHistory starts the expression that appends an entry to the error history (the

@@ -84,8 +84,11 @@ func TestOwnership_HandlersHoldingThePoolDoNotStopTheWorkerLease(t *testing.T) {
 	}))
 	runWorker(t, wb)
 
+	// A success commits with the handler's transaction (CompleteTx); the handler notes its
+	// end just after: wait for both.
 	eventually(t, 90*time.Second, func() bool {
-		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs &&
+			b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE event = 'end'`) >= jobs
 	}, "every job succeeded")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.attempt_log WHERE event LIKE 'cancelled%'`),
 		"a handler was cancelled: %v", cancelled(t, b))

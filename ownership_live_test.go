@@ -357,14 +357,11 @@ type unrecordableArgs struct{}
 
 func (unrecordableArgs) Kind() string { return "unrecordable" }
 
-// A success that cannot be written (here the database refuses it: a trigger on the
-// archive) puts the job back in the queue, its attempt counted (it ran), so that it runs
-// again.
-// Before, the worker stopped renewing it and left it running; with ownership by liveness
-// no one takes a live worker's job, so it stayed running for as long as the worker lived.
-func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+// refusedSuccesses makes the database refuse every success of an unrecordable job (a
+// trigger on the archive, while {s}.refuse holds true) and returns the count of its
+// handler's runs on a worker that the test then starts with runWorker.
+func refusedSuccesses(t *testing.T, b *bundle) (runs *atomic.Int64, w *skiplock.Worker) {
+	t.Helper()
 	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.refuse (on_ bool NOT NULL);
 		INSERT INTO {s}.refuse VALUES (true);
 		CREATE FUNCTION {s}.refuse_archive() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -376,12 +373,24 @@ func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
 		END $$;
 		CREATE TRIGGER refuse BEFORE INSERT ON {s}.jobs_archive FOR EACH ROW EXECUTE FUNCTION {s}.refuse_archive()`))
 	require.NoError(t, err)
-	var runs atomic.Int64
-	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, Logger: testLogger()})
+	runs = new(atomic.Int64)
+	w = newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, Logger: testLogger()})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[unrecordableArgs]) error {
 		runs.Add(1)
 		return nil
 	}))
+	return runs, w
+}
+
+// A success that cannot be written (here the database refuses it: a trigger on the
+// archive) puts the job back in the queue, its attempt counted (it ran), so that it runs
+// again.
+// Before, the worker stopped renewing it and left it running; with ownership by liveness
+// no one takes a live worker's job, so it stayed running for as long as the worker lived.
+func TestOwnership_AnOutcomeThatCannotBeWrittenPutsTheJobBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runs, w := refusedSuccesses(t, b)
 	job, err := b.client.Enqueue(b.ctx, unrecordableArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 10})
 	require.NoError(t, err)
 	runWorker(t, w)

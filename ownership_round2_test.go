@@ -8,10 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -103,13 +103,8 @@ func cancelled(t *testing.T, b *bundle) []string {
 	rows, err := b.pool.Query(b.ctx, b.q(`SELECT job_id || '/' || attempt || ': ' || event FROM {s}.attempt_log
 		WHERE event LIKE 'cancelled%' ORDER BY at`))
 	require.NoError(t, err)
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	return out
 }
 
@@ -319,18 +314,7 @@ func TestOwnership_ATokenHandedOutTwiceIsNotRunTwice(t *testing.T) {
 func TestOwnership_AnOutcomeThatCanNeverBeWrittenEndsDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.pool.Exec(b.ctx, b.q(`CREATE FUNCTION {s}.refuse_archive() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			RAISE EXCEPTION 'refused by the test';
-		END $$;
-		CREATE TRIGGER refuse BEFORE INSERT ON {s}.jobs_archive FOR EACH ROW EXECUTE FUNCTION {s}.refuse_archive()`))
-	require.NoError(t, err)
-	var runs atomic.Int64
-	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, Logger: testLogger()})
-	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[unrecordableArgs]) error {
-		runs.Add(1)
-		return nil
-	}))
+	runs, w := refusedSuccesses(t, b) // never turned off
 	job, err := b.client.Enqueue(b.ctx, unrecordableArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
 	require.NoError(t, err)
 	runWorker(t, w)

@@ -297,8 +297,8 @@ func (s *Sweeper) wake(ctx context.Context, queues map[string]bool) {
 	}
 }
 
-// sweepConfig is the Sweeper's configuration with its defaults filled; the root's
-// SweeperConfig converts to it.
+// Config is the Sweeper's configuration with its defaults filled: the fields of the
+// root's SweeperConfig (documented there), which converts to it.
 type Config struct {
 	Interval          time.Duration
 	VisibilityTimeout time.Duration

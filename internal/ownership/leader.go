@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -122,7 +121,6 @@ const resignSQL = `UPDATE {s}.leader SET expires_at = '-infinity' WHERE name = $
 // Internal API for per-fleet work: [elector.whileLeader] runs a function only while this
 // process leads, with a context that ends when it stops leading.
 type Elector struct {
-	pool *pgxpool.Pool
 	// conn runs the election and registration statements, on a connection of its own
 	// (leaseconn.go): a renewal never waits for the pool the handlers use.
 	conn   *leaseConn
@@ -165,7 +163,7 @@ type Elector struct {
 
 func NewElector(db pgutil.DB, id, role string, logger *slog.Logger) *Elector {
 	return &Elector{
-		pool: db.Pool, conn: newLeaseConn(db.Pool, "skiplock-lease "+id), id: id, role: role, logger: logger,
+		conn: newLeaseConn(db.Pool, "skiplock-lease "+id), id: id, role: role, logger: logger,
 		elect:      db.Render(electSQL),
 		resign:     db.Render(resignSQL),
 		changed:    make(chan struct{}),

@@ -100,10 +100,16 @@ func (w *WorkflowInfo) Task(name string) *WorkflowTaskInfo {
 // EnqueueWorkflow writes wf in a transaction of its own and returns it once committed.
 // See [Client.EnqueueWorkflowTx].
 func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (*WorkflowInfo, error) {
+	return c.enqueueWorkflow(ctx, wf, "")
+}
+
+// enqueueWorkflow writes wf in a transaction of its own (writeWorkflow; callback names a
+// batch's callback task, or is empty).
+func (c *Client) enqueueWorkflow(ctx context.Context, wf Workflow, callback string) (*WorkflowInfo, error) {
 	var info *WorkflowInfo
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		info, err = c.EnqueueWorkflowTx(ctx, tx, wf)
+		info, err = c.writeWorkflow(ctx, tx, wf, callback)
 		return err
 	})
 	if err != nil {
@@ -290,15 +296,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (*WorkflowInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	var info *WorkflowInfo
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		info, err = c.writeWorkflow(ctx, tx, wf, batchCallbackTask)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return info, nil
+	return c.enqueueWorkflow(ctx, wf, batchCallbackTask)
 }
 
 // EnqueueBatchTx writes b inside the caller's transaction tx, as [Client.EnqueueWorkflowTx]

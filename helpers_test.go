@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // bundle is what setup hands a test: a migrated schema of its own and a client on it.
@@ -147,11 +148,4 @@ func forKeepingModes(t *testing.T, f func(t *testing.T, mode skiplock.Completion
 
 // work stands for a handler's work of length d: it returns after d, or when ctx ends
 // first, as a handler that respects its context does.
-func work(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
+func work(ctx context.Context, d time.Duration) { pgutil.Sleep(ctx, d) }

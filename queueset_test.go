@@ -195,7 +195,7 @@ func TestWorker_SetMaxWorkersLowersWithoutCuttingAndRaises(t *testing.T) {
 // goroutines of queues added and removed at run time end with Run.
 func TestWorker_RunTimeQueuesLeaveNoGoroutine(t *testing.T) {
 	b := setup(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), ignorePgxReader)
 	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
 	ran := make(chan struct{}, 10)
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {

@@ -525,7 +525,7 @@ func (timedArgs) Timeout() time.Duration { return timedArgsTimeout }
 // process to itself.
 func TestWorker_StopAndCancelGivesUpAndFreesTheJobs(t *testing.T) {
 	b := setup(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), ignorePgxReader)
 	started := make(chan int64, 2)
 	stuck := make(chan struct{})
 	w := newWorker(t, b, skiplock.WorkerConfig{ID: "stopping", ShutdownTimeout: 300 * time.Millisecond,

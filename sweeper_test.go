@@ -220,6 +220,53 @@ func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
 	}
 }
 
+// Statistics that count more dead rows than the jobs table's file can hold predate a
+// TRUNCATE (another session's counts reach them after it): the sweeper neither vacuums nor
+// analyzes the emptied table, whose ANALYZE would make every session re-plan its claims
+// for a table of no rows.
+func TestSweeper_NoVacuumOnStatisticsOlderThanATruncate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	writer, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer writer.Release()
+	table := `"` + b.schema + `".jobs`
+	dead := func() int {
+		return b.count(t, `SELECT coalesce(n_dead_tup, 0)::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, table)
+	}
+	// A session's counts reach the statistics when it goes idle, at most once a second;
+	// counts held back by that wait go up to 10 s later (Postgres's PGSTAT_IDLE_INTERVAL).
+	// So the writer's INSERT is counted at once and its DELETE, within the second after,
+	// is held back past the TRUNCATE that follows it, unless the flush timing lets it in
+	// first (then the TRUNCATE zeroes the counts, and the sequence is tried again).
+	eventually(t, 90*time.Second, func() bool {
+		_, err := writer.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 20000)`))
+		require.NoError(t, err)
+		_, err = writer.Exec(b.ctx, b.q(`DELETE FROM {s}.jobs`))
+		require.NoError(t, err)
+		// The TRUNCATE's own counts (which zero the table's) go at once.
+		_, err = b.pool.Exec(b.ctx, b.q(`SELECT pg_stat_force_next_flush(); TRUNCATE {s}.jobs`))
+		require.NoError(t, err)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for end := time.Now().Add(12 * time.Second); time.Now().Before(end); <-tick.C {
+			if dead() >= 20000 {
+				return true
+			}
+		}
+		return false
+	}, "the writer's dead rows reached the statistics after the TRUNCATE")
+	require.Less(t, b.count(t, `SELECT (pg_relation_size($1::regclass) / 8192)::int`, table), 2,
+		"the jobs table's file is empty")
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.False(t, res.Vacuumed, "the sweeper vacuumed a table of no pages on stale statistics")
+	assert.Zero(t, b.count(t, `SELECT (vacuum_count + analyze_count)::int FROM pg_stat_user_tables WHERE relid = $1::regclass`, table),
+		"the emptied jobs table was neither vacuumed nor analyzed")
+}
+
 // holeOnReclaim black-holes a proxy the moment its pool starts the sweeper's reclaim
 // statement: the sweep transaction then holds the sweep lock with a connection that
 // never answers.

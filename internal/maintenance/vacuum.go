@@ -76,7 +76,7 @@ func (s *Sweeper) vacuumIfBloated(ctx context.Context, res *jobtype.SweepResult)
 		&tasksRecorded, &tasksPages); err != nil {
 		return
 	}
-	if dead < vacuumDeadTuples || dead < live/4 {
+	if dead < vacuumDeadTuples || dead < live/4 || staleDeadCount(dead, pages) {
 		s.analyzeIfGrown(ctx, table, recorded, pages)
 		// workflow_tasks, which the settler reads and writes by job id and task name in
 		// every outcome batch that holds workflow tasks, grows from empty the same way as
@@ -138,6 +138,26 @@ func (s *Sweeper) analyzeIfGrown(ctx context.Context, table string, recorded, pa
 	if err != nil {
 		s.logger.Debug("skiplock: analyzing a grown table failed", "table", table, "err", err)
 	}
+}
+
+// maxTuplesPerPage is the most row versions a heap page of 8 kB holds (Postgres's
+// MaxHeapTuplesPerPage: the page less its header, over the smallest tuple header and its
+// line pointer). A job row is far bigger, so real tables hold a tenth of that or less.
+const maxTuplesPerPage = (8192 - 24) / (24 + 4)
+
+// staleDeadCount reports that the statistics count more dead rows than a table of pages
+// pages can hold: they predate a TRUNCATE (which empties the file at once, while the
+// counts of the rows the truncating session and others had written reach the statistics
+// up to a second later, after it). Vacuuming such a table finds nothing to do, and its
+// ANALYZE would do harm: it records an empty table, so Postgres drops every session's
+// cached plans on it and plans the claims afresh for a table of no rows. Seen in the
+// bench, which truncates the jobs table between workloads: the next workload's first
+// vacuum check read 17,762–60,050 dead rows in a table of one page, and its VACUUM
+// (ANALYZE) and the re-planning it caused landed among the latency workload's first job
+// starts. (For a block size above 8 kB the bound is four times too low at worst, which only
+// lets such a vacuum through as before.)
+func staleDeadCount(dead, pages int64) bool {
+	return dead > pages*maxTuplesPerPage
 }
 
 // analyzedSize is a table's size when analyzeIfGrown last analyzed it: its pages, and the

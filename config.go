@@ -201,6 +201,10 @@ type WorkerConfig struct {
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
 	// the default.
 	ArchiveRetention time.Duration
+	// DeadRetention is how long jobs that ended without success (dead or failed) are kept
+	// before the embedded sweeper deletes them: [SweeperConfig].DeadRetention. Defaults to
+	// 0: kept until deleted or requeued; negative is an error.
+	DeadRetention time.Duration
 	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive; a
 	// queue's [QueueConfig].Completion or a kind's [KindConfig].Completion overrides it.
 	Completion Completion
@@ -391,6 +395,9 @@ func (cfg *WorkerConfig) validate() error {
 	}
 	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
 		return err
+	}
+	if cfg.DeadRetention < 0 {
+		return &configError{field: "WorkerConfig.DeadRetention", value: cfg.DeadRetention.String(), fix: "use a positive duration, or 0 to keep dead and failed jobs"}
 	}
 	if err := checkRetention("WorkerConfig", cfg.Completion, 0, ""); err != nil {
 		return err

@@ -105,7 +105,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		var err error
 		sw, err = NewSweeper(client, SweeperConfig{
 			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
-			ArchiveRetention: cfg.ArchiveRetention, QueueRetention: queueKeep, KindRetention: kindKeep, Logger: logger,
+			ArchiveRetention: cfg.ArchiveRetention, QueueRetention: queueKeep, KindRetention: kindKeep,
+			DeadRetention: cfg.DeadRetention, Logger: logger,
 		})
 		if err != nil {
 			return nil, err

@@ -370,3 +370,26 @@ func ExampleClient_Workers() {
 	// web-1 [default email] true true
 	// 0 registered after it stopped
 }
+
+// Edit a job before it starts: reschedule it, raise its priority, then run it now.
+func ExampleClient_Update() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, nil)
+
+	p := 5
+	job, err := client.Update(ctx, job.ID, skiplock.JobUpdate{
+		RunAt: time.Now().Add(24 * time.Hour), Priority: &p, Args: SendEmail{To: "ada@example.org"},
+	})
+	fmt.Println(err, job.Priority, job.RunAt.After(time.Now().Add(time.Hour)))
+	job, _ = client.Update(ctx, job.ID, skiplock.JobUpdate{RunNow: true})
+	fmt.Println(job.RunAt.After(time.Now()), string(job.Payload))
+	// Output:
+	// <nil> 5 true
+	// false {"to": "ada@example.org", "subject": ""}
+}

@@ -41,6 +41,7 @@ type options struct {
 	id     int64
 	ui     uiOptions
 	limits limitsOptions
+	edit   editOptions
 
 	sqlFormat string // migrate sql
 	out       string // migrate sql

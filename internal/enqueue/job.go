@@ -83,6 +83,16 @@ func (j *Job) encodeMetadata() error {
 	return nil
 }
 
+// EncodeMetadata checks metadata m as an enqueue does and returns its JSON (an edit of a
+// job's metadata, Client.Update).
+func EncodeMetadata(m map[string]string) ([]byte, error) {
+	j := Job{Meta: m}
+	if err := j.encodeMetadata(); err != nil {
+		return nil, err
+	}
+	return j.Metadata, nil
+}
+
 var emptyObject = []byte("{}")
 
 // metadataText is the metadata as a statement argument: text, as the payload goes, and

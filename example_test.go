@@ -393,3 +393,30 @@ func ExampleClient_Update() {
 	// <nil> 5 true
 	// false {"to": "ada@example.org", "subject": ""}
 }
+
+// Debounce and replace: a unique enqueue that meets a queued holder gives it the new
+// args and pushes it later, so a burst of enqueues of one key runs once, with the last
+// args.
+func ExampleUniqueOpts_debounce() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{
+		ArgsFields: []string{"to"}, Replace: true, Debounce: time.Minute, MaxDelay: 10 * time.Minute,
+	}}
+	for _, subject := range []string{"draft 1", "draft 2", "final"} {
+		job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com", Subject: subject}, opts)
+		fmt.Println(job.ID > 0, job.Duplicate, job.Replaced)
+	}
+	stats, _ := client.Stats(ctx)
+	fmt.Println(stats[0].Counts[skiplock.StatusQueued])
+	// Output:
+	// true false false
+	// true true true
+	// true true true
+	// 1
+}

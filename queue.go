@@ -284,6 +284,9 @@ func (c *Client) prepareMany(params []EnqueueParams) ([]enqueue.Job, error) {
 	jobs := make([]enqueue.Job, len(params))
 	for i := range params {
 		j, err := c.prepare(params[i].Args, params[i].Options)
+		if err == nil {
+			err = j.CheckBulk()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}

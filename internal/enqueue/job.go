@@ -56,6 +56,9 @@ type Job struct {
 	Metadata  []byte            // Meta as JSON, set by encodeMetadata
 	// PartitionKey is Options.PartitionKey; nil: none.
 	PartitionKey *string
+	// OnHolder is what a duplicate does to a queued holder of UniqueKey (replace.go):
+	// the zero value leaves it as it is.
+	OnHolder HolderEdit
 }
 
 // maxMetadataBytes bounds a job's metadata as JSON (see the root's EnqueueOptions.Metadata).
@@ -136,6 +139,13 @@ func Prepare(kind string, args Args, o Options, maxPayloadBytes int) (Job, error
 			return Job{}, err
 		}
 		j.UniqueKey, j.UniqueStates = &k, states
+		if j.OnHolder, err = o.Unique.holderEdit(); err != nil {
+			return Job{}, err
+		}
+		if d := o.Unique.Debounce; d > 0 && j.RunAt == nil {
+			t := time.Now().Add(d)
+			j.RunAt = &t
+		}
 	}
 	if o.Timeout < 0 || (o.Timeout > 0 && o.Timeout < time.Millisecond) {
 		return Job{}, fmt.Errorf("%w: Timeout %s: must be zero (the kind's or worker's timeout) or at least 1ms", ErrInvalidOptions, o.Timeout)

@@ -24,6 +24,9 @@ type Unique struct {
 	ByQueue    bool
 	ByPeriod   time.Duration
 	States     []jobtype.JobStatus
+	Replace    bool
+	Debounce   time.Duration
+	MaxDelay   time.Duration
 }
 
 // uniqueKeyPrefix marks keys computed from UniqueOpts, apart from caller-chosen keys.

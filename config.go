@@ -72,6 +72,15 @@ type Config struct {
 	// around each job (before its own [WorkerConfig].Hooks), and those that implement
 	// [EnqueueHook] see each enqueue. Nil means none; a nil entry is an error.
 	Hooks []Hook
+	// InsertMiddleware rewrite each job before it is written: queue, priority, run_at,
+	// args, metadata (see [InsertMiddleware]), in order. Nil means none; a nil entry is an
+	// error.
+	InsertMiddleware []InsertMiddleware
+	// Keyring holds the keys of encrypted args: an enqueue with [EnqueueOptions].Encrypt
+	// seals the args with its current key, and a worker made from this client opens a
+	// sealed job's args with the key that sealed it before its handler decodes them. Nil
+	// means none: Encrypt is refused, and sealed jobs fail with [ErrNoKey].
+	Keyring *Keyring
 }
 
 // Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
@@ -354,6 +363,11 @@ func (cfg *Config) validate() error {
 	for i, h := range cfg.Hooks {
 		if h == nil || (reflect.ValueOf(h).Kind() == reflect.Pointer && reflect.ValueOf(h).IsNil()) {
 			return &configError{field: fmt.Sprintf("Config.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
+		}
+	}
+	for i, mw := range cfg.InsertMiddleware {
+		if mw == nil {
+			return &configError{field: fmt.Sprintf("Config.InsertMiddleware[%d]", i), value: "nil", fix: "leave nil middleware out"}
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -419,4 +420,27 @@ func ExampleUniqueOpts_debounce() {
 	// true true true
 	// true true true
 	// 1
+}
+
+// Encrypted args: the jobs table holds only ciphertext and the key's id; a worker of a
+// client with the key gets the args back.
+func ExampleKeyring() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	key := make([]byte, 32) // from your secret store
+	ring, _ := skiplock.NewKeyring("k1", map[string][]byte{"k1": key})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Keyring: ring})
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, &skiplock.EnqueueOptions{Encrypt: true})
+
+	kid, sealed := skiplock.SealedKey(job.Payload)
+	fmt.Println(sealed, kid, strings.Contains(string(job.Payload), "ada@"))
+	args, _ := ring.Open(job.Kind, job.Payload)
+	fmt.Println(string(args))
+	// Output:
+	// true k1 false
+	// {"to":"ada@example.com","subject":""}
 }

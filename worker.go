@@ -249,7 +249,12 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
 			a = reflect.New(t.Elem()).Interface().(T)
 		}
-		if err := json.Unmarshal(row.Payload, &a); err != nil {
+		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
+		if err != nil {
+			return err // another worker may hold the key: retried like any failure
+		}
+		row.Payload = payload
+		if err := json.Unmarshal(payload, &a); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, a, err))
 		}
 		return fn(ctx, &Job[T]{JobRow: row, Args: a})

@@ -617,6 +617,30 @@ func TestStats(t *testing.T) {
 	})
 }
 
+// A job whose args are encrypted (skiplock.Keyring) shows the key's id, not the
+// ciphertext.
+func TestGet_EncryptedArgsAreRedacted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ring, err := skiplock.NewKeyring("k1", map[string][]byte{"k1": make([]byte, 32)})
+	require.NoError(t, err)
+	sealed, err := ring.Seal("email", []byte(`{"to": "ann@example.com"}`))
+	require.NoError(t, err)
+	id := f.insert(job{status: "queued"})
+	_, err = f.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{f.schema, "jobs"}.Sanitize()+` SET payload = $2 WHERE id = $1`, id, string(sealed))
+	require.NoError(t, err)
+	r := f.run("get", "--id", strconv.FormatInt(id, 10))
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, []string{"args", "(encrypted", "with", "key", "k1)"}, row(t, r.stdout, "args"))
+	assert.NotContains(t, r.stdout, `"ct"`)
+	r = f.run("get", "--id", strconv.FormatInt(id, 10), "--json")
+	require.Equal(t, 0, r.code, r)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	assert.Nil(t, got["args"])
+	assert.Equal(t, "k1", got["args_encrypted_with"])
+}
+
 func TestGet(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, true)

@@ -33,6 +33,7 @@ type Options struct {
 	Timeout      time.Duration
 	Metadata     map[string]string
 	PartitionKey string
+	Encrypt      bool // the root seals the payload (Job.Sealer)
 }
 
 // Job is a validated job ready to insert.
@@ -59,6 +60,8 @@ type Job struct {
 	// OnHolder is what a duplicate does to a queued holder of UniqueKey (replace.go):
 	// the zero value leaves it as it is.
 	OnHolder HolderEdit
+	// Sealer, when not nil, encrypts Payload before it is written (Seal, rewrite.go).
+	Sealer Sealer
 }
 
 // maxMetadataBytes bounds a job's metadata as JSON (see the root's EnqueueOptions.Metadata).
@@ -218,13 +221,21 @@ func encodePayload(kind string, args Args, maxBytes int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
+	return payload, checkPayload(kind, payload, maxBytes)
+}
+
+// checkPayload checks that jsonb takes payload and that it fits maxBytes.
+func checkPayload(kind string, payload []byte, maxBytes int) error {
+	if !json.Valid(payload) {
+		return fmt.Errorf("%w: kind %q: the payload is not valid JSON", ErrInvalidPayload, kind)
+	}
 	if err := pgutil.CheckJSONB(payload); err != nil {
-		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+		return fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
 	if maxBytes > 0 && len(payload) > maxBytes {
-		return nil, fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), maxBytes)
+		return fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), maxBytes)
 	}
-	return payload, nil
+	return nil
 }
 
 // MergeOptions returns base (an args type's default options) with the fields over (the
@@ -263,5 +274,6 @@ func MergeOptions(base, over Options) Options {
 	if over.PartitionKey != "" {
 		base.PartitionKey = over.PartitionKey
 	}
+	base.Encrypt = base.Encrypt || over.Encrypt
 	return base
 }

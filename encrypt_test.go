@@ -22,8 +22,10 @@ type alwaysSealed struct {
 	Token string `json:"token"`
 }
 
-func (alwaysSealed) Kind() string                            { return "sealed_kind" }
-func (alwaysSealed) EnqueueOptions() skiplock.EnqueueOptions { return skiplock.EnqueueOptions{Encrypt: true} }
+func (alwaysSealed) Kind() string { return "sealed_kind" }
+func (alwaysSealed) EnqueueOptions() skiplock.EnqueueOptions {
+	return skiplock.EnqueueOptions{Encrypt: true}
+}
 
 func keyring(t *testing.T, current string, ids ...string) *skiplock.Keyring {
 	t.Helper()

@@ -17,13 +17,6 @@ import (
 // job.Payload: the handler decodes them), or that handler wrapped by [Middleware].
 type JobHandler = jobtype.JobHandler
 
-// InsertMiddleware rewrites a job before it is written ([Config].InsertMiddleware). See
-// [jobtype.InsertMiddleware].
-type InsertMiddleware = jobtype.InsertMiddleware
-
-// InsertJob is a job being enqueued, as an [InsertMiddleware] sees and changes it.
-type InsertJob = jobtype.InsertJob
-
 // Middleware wraps the handler of a job with code of its own: a transaction per job, a
 // tenant put in the context, a recover-and-report. It returns a JobHandler that calls
 // next (or does not: its return is then the attempt's result). It runs in the job's

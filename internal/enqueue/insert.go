@@ -63,7 +63,6 @@ type statements struct {
 	// insertUnnest[gated]: the bulk insert with unique keys.
 	insertUnnest [2]string
 	findUnique   string
-	editHolder   string // replace.go
 }
 
 func newStatements(schema string) statements {
@@ -77,7 +76,6 @@ func newStatements(schema string) statements {
 		},
 		insertUnnest: [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
 		findUnique:   r(findUniqueSQL),
-		editHolder:   r(editHolderSQL),
 	}
 }
 

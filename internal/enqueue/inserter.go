@@ -180,7 +180,7 @@ func (e *Inserter) EnqueueManyTx(ctx context.Context, tx jobtype.DBTX, jobs []Jo
 // The returned function must be called once with the insert's result; on error it has
 // been called already.
 func (e *Inserter) Enqueuing(ctx context.Context, j *Job) (func(*jobtype.JobRow, error), error) {
-	if err := e.rewrite(ctx, j); err != nil {
+	if err := rewrite(ctx, e.mw, e.maxBytes, j); err != nil {
 		return nil, err
 	}
 	if err := j.Seal(e.maxBytes); err != nil {

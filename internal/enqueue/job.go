@@ -277,3 +277,33 @@ func MergeOptions(base, over Options) Options {
 	base.Encrypt = base.Encrypt || over.Encrypt
 	return base
 }
+
+// CheckBulk refuses, for EnqueueMany, the unique options that only a single enqueue
+// honours.
+func (j *Job) CheckBulk() error {
+	if j.OnHolder.any() {
+		return fmt.Errorf("%w: Unique.Replace and Unique.Debounce are for Enqueue and EnqueueTx, not EnqueueMany", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// Sealer encrypts a payload of kind for storage (the root's Keyring).
+type Sealer func(kind string, payload []byte) ([]byte, error)
+
+// Seal replaces j's payload by its encryption when j is to be encrypted, once, and checks
+// that the result still fits maxBytes. Every path that writes a job calls it last (the
+// enqueues through Enqueuing, workflows, batches and sequences after prepare).
+func (j *Job) Seal(maxBytes int) error {
+	if j.Sealer == nil {
+		return nil
+	}
+	sealed, err := j.Sealer(j.Kind, j.Payload)
+	if err != nil {
+		return fmt.Errorf("%w: kind %q: encrypting the args: %v", ErrInvalidPayload, j.Kind, err)
+	}
+	if maxBytes > 0 && len(sealed) > maxBytes {
+		return fmt.Errorf("%w: kind %q: %d bytes once encrypted, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, j.Kind, len(sealed), maxBytes)
+	}
+	j.Payload, j.Sealer = sealed, nil
+	return nil
+}

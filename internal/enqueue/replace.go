@@ -7,48 +7,13 @@ package enqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
-
-// HolderEdit is what a duplicate enqueue does to a queued job holding its key.
-type HolderEdit struct {
-	Replace  bool          // give the holder the new job's payload
-	Debounce time.Duration // push the holder's run_at to now() + Debounce; 0: leave it
-	MaxDelay time.Duration // but never past its created_at + MaxDelay; 0: no bound
-}
-
-// any reports whether e changes the holder at all.
-func (e HolderEdit) any() bool { return e.Replace || e.Debounce > 0 }
-
-// holderEdit checks u's Replace, Debounce and MaxDelay.
-func (u *Unique) holderEdit() (HolderEdit, error) {
-	e := HolderEdit{Replace: u.Replace, Debounce: u.Debounce, MaxDelay: u.MaxDelay}
-	switch {
-	case e.Debounce < 0:
-		return e, fmt.Errorf("%w: Unique.Debounce %s is negative", ErrInvalidOptions, e.Debounce)
-	case e.MaxDelay < 0:
-		return e, fmt.Errorf("%w: Unique.MaxDelay %s is negative", ErrInvalidOptions, e.MaxDelay)
-	case e.MaxDelay > 0 && e.MaxDelay < e.Debounce:
-		return e, fmt.Errorf("%w: Unique.MaxDelay %s is shorter than Debounce %s", ErrInvalidOptions, e.MaxDelay, e.Debounce)
-	case e.MaxDelay > 0 && e.Debounce == 0:
-		return e, fmt.Errorf("%w: Unique.MaxDelay needs Debounce", ErrInvalidOptions)
-	}
-	return e, nil
-}
-
-// CheckBulk refuses, for EnqueueMany, the unique options that only a single enqueue
-// honours.
-func (j *Job) CheckBulk() error {
-	if j.OnHolder.any() {
-		return fmt.Errorf("%w: Unique.Replace and Unique.Debounce are for Enqueue and EnqueueTx, not EnqueueMany", ErrInvalidOptions)
-	}
-	return nil
-}
 
 // editHolderSQL edits holder $1 while it is queued: payload $3 when $2; run_at pushed to
 // now() + $4 ms (never earlier than it was), bounded by created_at + $5 ms, when $4 is
@@ -82,7 +47,7 @@ func (w *writer) editHolder(ctx context.Context, db jobtype.DBTX, j *Job, existi
 		maxDelay = &m
 	}
 	run := func() (*jobtype.JobRow, error) {
-		return jobtype.ScanJob(db.QueryRow(ctx, w.sql.editHolder, existing.ID, e.Replace, string(j.Payload), debounce, maxDelay))
+		return jobtype.ScanJob(db.QueryRow(ctx, pgutil.Render(w.schema, editHolderSQL), existing.ID, e.Replace, string(j.Payload), debounce, maxDelay))
 	}
 	var row *jobtype.JobRow
 	var err error

@@ -1,6 +1,5 @@
-// This file holds what runs on a prepared job just before it is written: the client's
-// insert middleware (which may rewrite it, checked again after) and the sealing of an
-// encrypted payload.
+// This file holds the client's insert middleware, run on a prepared job just before it is
+// written: they may rewrite it, and what they changed is checked again.
 
 package enqueue
 
@@ -17,31 +16,10 @@ import (
 // task, batch and sequence marks).
 const ReservedMetadataPrefix = "skiplock_"
 
-// Sealer encrypts a payload of kind for storage (the root's Keyring).
-type Sealer func(kind string, payload []byte) ([]byte, error)
-
-// Seal replaces j's payload by its encryption when j is to be encrypted, once, and checks
-// that the result still fits maxBytes. Every path that writes a job calls it last (the
-// enqueues through Enqueuing, workflows, batches and sequences after prepare).
-func (j *Job) Seal(maxBytes int) error {
-	if j.Sealer == nil {
-		return nil
-	}
-	sealed, err := j.Sealer(j.Kind, j.Payload)
-	if err != nil {
-		return fmt.Errorf("%w: kind %q: encrypting the args: %v", ErrInvalidPayload, j.Kind, err)
-	}
-	if maxBytes > 0 && len(sealed) > maxBytes {
-		return fmt.Errorf("%w: kind %q: %d bytes once encrypted, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, j.Kind, len(sealed), maxBytes)
-	}
-	j.Payload, j.Sealer = sealed, nil
-	return nil
-}
-
-// rewrite runs the insert middleware on j and checks what they changed as an enqueue
+// rewrite runs the insert middleware mws on j and checks what they changed as an enqueue
 // checks its options. The unique key stays the one computed from the caller's args.
-func (e *Inserter) rewrite(ctx context.Context, j *Job) error {
-	if len(e.mw) == 0 {
+func rewrite(ctx context.Context, mws []jobtype.InsertMiddleware, maxBytes int, j *Job) error {
+	if len(mws) == 0 {
 		return nil
 	}
 	ij := &jobtype.InsertJob{Kind: j.Kind, Queue: j.Queue, Priority: int(j.Priority), Payload: j.Payload,
@@ -52,7 +30,7 @@ func (e *Inserter) rewrite(ctx context.Context, j *Job) error {
 	if j.RunAt != nil {
 		ij.RunAt = *j.RunAt
 	}
-	for i, mw := range e.mw {
+	for i, mw := range mws {
 		if err := mw(ctx, ij); err != nil {
 			return fmt.Errorf("skiplock: insert middleware %d refused the job of kind %q: %w", i, j.Kind, err)
 		}
@@ -61,7 +39,7 @@ func (e *Inserter) rewrite(ctx context.Context, j *Job) error {
 	if err := checkOptions(&o); err != nil {
 		return fmt.Errorf("insert middleware: %w", err)
 	}
-	if err := checkPayload(j.Kind, ij.Payload, e.maxBytes); err != nil {
+	if err := checkPayload(j.Kind, ij.Payload, maxBytes); err != nil {
 		return fmt.Errorf("insert middleware: %w", err)
 	}
 	if err := sameMarks(j.Meta, ij.Metadata); err != nil {

@@ -57,7 +57,12 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	var row *JobRow
 	// A workflow task's dependents are settled in the cancel's transaction
 	// (internal/settle), as a worker settles them with an outcome.
+	// The workflow's row is taken first, as CancelWorkflow takes it before the jobs it
+	// cancels: in the other order, the two could each wait for the other.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, c.db.Render(settle.LockWorkflowOfJobSQL), id); err != nil {
+			return err
+		}
 		var err error
 		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil || !settle.IsTask(row) {
 			return err

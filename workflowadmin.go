@@ -7,6 +7,7 @@ package skiplock
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -53,9 +54,31 @@ func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, erro
 	return info, nil
 }
 
+// lockWorkflowSQL locks workflow $1's row for CancelWorkflow and RetryWorkflow, before
+// their statements take their snapshots. Every settle of the workflow's tasks takes the
+// row FOR SHARE before its own statement (internal/settle, lockSQL), so the two never
+// interleave: a settle that committed first is seen whole (the task it released, with
+// its job; the dependency it satisfied), and one that comes later waits for this
+// transaction and then reads what it changed. Without it, a settle committing while the
+// statement ran released a task the cancel had read as waiting (its job was left queued
+// and ran), or satisfied a dependency the retry had read as unsettled (the reopened task
+// waited for ever). No row: the workflow does not exist, and the call changes nothing.
+const lockWorkflowSQL = `SELECT 1 FROM {s}.workflows WHERE id = $1 FOR UPDATE`
+
+// lockWorkflow takes lockWorkflowSQL in tx and reports whether workflow id exists.
+func (c *Client) lockWorkflow(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	var one int
+	err := tx.QueryRow(ctx, pgutil.Render(c.schema, lockWorkflowSQL), id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // cancelWorkflowSQL cancels what has not started: waiting tasks, and the queued jobs of
 // released ones (with their tasks, so that nothing settles them again). A running job
 // finishes (or is cancelled by Client.Cancel); its dependents are already cancelled.
+// It runs after lockWorkflowSQL: no settle of the workflow commits meanwhile.
 const cancelWorkflowSQL = `WITH w AS (
 	UPDATE {s}.workflow_tasks SET state = 'cancelled'
 	WHERE workflow_id = $1 AND state = 'waiting'
@@ -75,11 +98,20 @@ r AS (
 SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
 
 // CancelWorkflow cancels every task of workflow id that has not started: tasks still
-// waiting for dependencies, and queued jobs. Running tasks finish; their dependents are
-// cancelled with the rest. It returns how many tasks it cancelled.
+// waiting for dependencies, and queued jobs. Running tasks finish (a failed attempt's
+// retries with them); their dependents are cancelled with the rest. It returns how many
+// tasks it cancelled (0 for a workflow that does not exist). A task whose last
+// dependency's outcome is being recorded at that moment is cancelled too: the call waits
+// for that transaction (see docs/workflows.md).
 func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
-	if err := c.pool.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n); err != nil {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
+			return err
+		}
+		return tx.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n)
+	})
+	if err != nil {
 		return 0, c.wrapErr("cancel workflow", err)
 	}
 	return n, nil
@@ -91,6 +123,8 @@ func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 //   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
 //     while waiting) wait again for their dependencies that have not succeeded; those
 //     with none left are inserted as jobs (ins).
+//
+// It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
 const retryWorkflowSQL = `WITH req AS (
 	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
 		locked_by = NULL, locked_at = NULL, lease_until = NULL
@@ -131,10 +165,15 @@ SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
-// again for their dependencies. It returns how many tasks it put back.
+// again for their dependencies. It returns how many tasks it put back (0 for a workflow
+// that does not exist). Outcomes recorded while it runs wait for it, or are seen by it
+// whole.
 func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
+			return err
+		}
 		var queues []string
 		var ins settle.Inserted
 		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,

@@ -1,0 +1,162 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// raceStep is a workflow task of the settle-race tests: it fails permanently while Fail
+// is set and the test has not healed it, and waits for the test's gate when Gate is set.
+type raceStep struct {
+	Fail bool `json:"fail,omitempty"`
+	Gate bool `json:"gate,omitempty"`
+}
+
+func (raceStep) Kind() string { return "race_step" }
+
+// raceSetup returns a worker that runs raceStep (healed tells failing steps to succeed,
+// closing gate lets gated ones go on; each run is counted in race_runs), and holds the
+// settle of a task in the middle of its transaction: a trigger on workflow_tasks, fired
+// by the update that matches when (a condition on OLD and NEW), waits for an advisory
+// lock that the returned hold has taken; unhold lets it go.
+func raceSetup(t *testing.T, b *bundle, when string, healed *atomic.Bool, gate chan struct{}) (w *skiplock.Worker, unhold func()) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.race_runs (task text);
+		CREATE FUNCTION {s}.hold_settle() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA)); RETURN NULL; END $$;
+		CREATE TRIGGER hold_settle AFTER UPDATE ON {s}.workflow_tasks FOR EACH ROW
+			WHEN (`+when+`) EXECUTE FUNCTION {s}.hold_settle()`))
+	require.NoError(t, err)
+	holder, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(b.ctx, `SELECT pg_advisory_lock(hashtext($1))`, b.schema)
+	require.NoError(t, err)
+	var once sync.Once
+	unhold = func() {
+		once.Do(func() {
+			_, err := holder.Exec(b.ctx, `SELECT pg_advisory_unlock(hashtext($1))`, b.schema)
+			assert.NoError(t, err)
+			holder.Release()
+		})
+	}
+	w = newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[raceStep]) error {
+		if job.Args.Gate {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if job.Args.Fail && !healed.Load() {
+			return skiplock.Permanent(errors.New("failing until healed"))
+		}
+		_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.race_runs VALUES ($1)`), job.Metadata["skiplock_task"])
+		return err
+	}))
+	return w, unhold
+}
+
+// waiting counts the backends of the test's schema that wait for a lock: on the
+// advisory lock of the held settle (advisory), or on another transaction (rows).
+func waiting(t *testing.T, b *bundle, advisory bool) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		AND (wait_event = 'advisory') = $1 AND strpos(query, $2) > 0`, advisory, `"`+b.schema+`".`)
+}
+
+// lockedCall runs call on its own goroutine and returns its result's channel once call
+// has either returned or started to wait for a lock.
+func lockedCall(t *testing.T, b *bundle, call func() (int, error)) <-chan [2]any {
+	t.Helper()
+	done := make(chan [2]any, 1)
+	go func() {
+		n, err := call()
+		done <- [2]any{n, err}
+	}()
+	eventually(t, 10*time.Second, func() bool { return len(done) > 0 || waiting(t, b, false) > 0 },
+		"the call neither returned nor waited for a lock")
+	return done
+}
+
+// CancelWorkflow while a settle that releases a task is committing: the task's job was
+// inserted after the cancel took its snapshot, and before, the cancel found the task
+// released (not waiting) and did not see its job, which stayed queued. Now the cancel
+// waits for the settle and cancels the job.
+func TestCancelWorkflow_ATaskReleasedWhileItRunsIsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	w, unhold := raceSetup(t, b, `NEW.name = 'b' AND OLD.state = 'waiting' AND NEW.state = 'released'`, &healed, nil)
+	t.Cleanup(unhold)
+	// b's queue has no worker: whatever happens to its job stays visible.
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "cancel race", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: raceStep{}},
+		{Name: "b", Args: raceStep{}, DependsOn: []string{"a"}, Options: &skiplock.EnqueueOptions{Queue: "parked"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool { return waiting(t, b, true) > 0 }, "a's settle did not reach the hold")
+
+	done := lockedCall(t, b, func() (int, error) { return b.client.CancelWorkflow(b.ctx, wf.ID) })
+	unhold()
+	res := <-done
+	require.Nil(t, res[1])
+	assert.Equal(t, 1, res[0], "b cancelled")
+
+	info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"a": "succeeded", "b": "cancelled"}, states(info))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE metadata ->> 'skiplock_task' = 'b' AND status <> 'cancelled'`),
+		"b's job was left to run after the workflow was cancelled")
+}
+
+// RetryWorkflow while a settle of a dependency of a task it reopens is committing: the
+// settle left the task alone (it was cancelled), and before, the retry counted that
+// dependency as unsettled from its snapshot, so the reopened task waited for it for
+// ever. Now the retry waits for the settle and sees the dependency settled.
+func TestRetryWorkflow_ADependencySettledMeanwhileIsCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	gate := make(chan struct{})
+	w, unhold := raceSetup(t, b, `NEW.name = 'p2' AND OLD.state = 'released' AND NEW.state = 'succeeded'`, &healed, gate)
+	t.Cleanup(unhold)
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "retry race", Tasks: []skiplock.WorkflowTask{
+		{Name: "p1", Args: raceStep{Fail: true}},
+		{Name: "p2", Args: raceStep{Gate: true}},
+		{Name: "c", Args: raceStep{}, DependsOn: []string{"p1", "p2"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+		require.NoError(t, err)
+		return info.Task("p1").State == "failed" && info.Task("c").State == "cancelled"
+	}, "p1 did not fail")
+	close(gate) // p2 succeeds; its settle finds c cancelled, leaves it, and is held
+	eventually(t, 10*time.Second, func() bool { return waiting(t, b, true) > 0 }, "p2's settle did not reach the hold")
+
+	healed.Store(true)
+	done := lockedCall(t, b, func() (int, error) { return b.client.RetryWorkflow(b.ctx, wf.ID) })
+	unhold()
+	res := <-done
+	require.Nil(t, res[1])
+	assert.Equal(t, 2, res[0], "p1 requeued, c reopened")
+
+	eventually(t, 15*time.Second, func() bool {
+		info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+		require.NoError(t, err)
+		return info.Task("c").State == "succeeded"
+	}, "c never ran: it waits for p2, which had succeeded")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.race_runs WHERE task = 'c'`))
+}

@@ -121,8 +121,13 @@ func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 //   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
 //     their attempts reset, and their tasks to released;
 //   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
-//     while waiting) wait again for their dependencies that have not succeeded; those
-//     with none left are inserted as jobs (ins).
+//     while waiting) wait again for their dependencies that will settle again; those
+//     with none left are inserted as jobs (ins). A dependency settles again if it is
+//     requeued here (rel), reopened here (cand) or still waiting or released; one that
+//     stays as it was (succeeded; or ended and its job is gone) is settled already, and
+//     is counted into the task's outcome counts, which a batch's callback reads. In an
+//     on_failure = 'cancel' workflow only successes satisfy a dependency: every other
+//     one is waited for.
 //
 // It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
 const retryWorkflowSQL = `WITH req AS (
@@ -138,23 +143,40 @@ rel AS (
 	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
 	RETURNING name
 ),
-cand AS (
-	SELECT t.name, (SELECT count(*) FROM {s}.workflow_edges e JOIN {s}.workflow_tasks p
-			ON p.workflow_id = e.workflow_id AND p.name = e.parent
-			WHERE e.workflow_id = t.workflow_id AND e.child = t.name AND p.state <> 'succeeded') AS waiting
+par AS (
+	SELECT t.name, w.on_failure, p.state,
+		p.name IN (SELECT name FROM rel) OR p.state IN ('waiting', 'released')
+			OR (p.state = 'cancelled' AND p.job_id IS NULL) AS again
 	FROM {s}.workflow_tasks t
+	JOIN {s}.workflows w ON w.id = t.workflow_id
+	LEFT JOIN {s}.workflow_edges e ON e.workflow_id = t.workflow_id AND e.child = t.name
+	LEFT JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
+),
+cand AS (
+	SELECT name,
+		count(*) FILTER (WHERE again OR on_failure = 'cancel' AND state <> 'succeeded') AS waiting,
+		count(*) FILTER (WHERE NOT again AND state = 'succeeded') AS ns,
+		count(*) FILTER (WHERE NOT again AND state = 'failed') AS nf,
+		count(*) FILTER (WHERE NOT again AND state = 'dead') AS nd,
+		count(*) FILTER (WHERE NOT again AND state = 'cancelled') AS nc
+	FROM par GROUP BY name
 ),
 back AS (
 	UPDATE {s}.workflow_tasks t SET waiting = c.waiting,
 		state = CASE WHEN c.waiting = 0 THEN 'released' ELSE 'waiting' END,
-		n_succeeded = 0, n_failed = 0, n_dead = 0, n_cancelled = 0
+		n_succeeded = c.ns, n_failed = c.nf, n_dead = c.nd, n_cancelled = c.nc
 	FROM cand c WHERE t.workflow_id = $1 AND t.name = c.name
 	RETURNING t.*
 ),
 ins AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
+	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms,
+		CASE WHEN metadata ? '` + settle.MetaBatch + `' THEN metadata || jsonb_build_object(
+			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
+			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
+		ELSE metadata END,
+		partition_key
 	FROM back WHERE state = 'released'
 	RETURNING ` + settle.InsertedTaskColumns + `
 )
@@ -165,9 +187,10 @@ SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
-// again for their dependencies. It returns how many tasks it put back (0 for a workflow
-// that does not exist). Outcomes recorded while it runs wait for it, or are seen by it
-// whole.
+// again for their dependencies. A batch's callback reopened so counts every job of the
+// batch: those that stay succeeded, and the retried ones as they end. It returns how
+// many tasks it put back (0 for a workflow that does not exist). Outcomes recorded while
+// it runs wait for it, or are seen by it whole.
 func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

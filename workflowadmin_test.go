@@ -14,6 +14,98 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
+// countedJob is a job of a batch whose callback's counts a test reads; it fails
+// permanently while its Fail is set and the test has not healed it.
+type countedJob struct {
+	Fail bool `json:"fail,omitempty"`
+}
+
+func (countedJob) Kind() string { return "counted_job" }
+
+type countedCallback struct{}
+
+func (countedCallback) Kind() string { return "counted_callback" }
+
+// After RetryWorkflow, a batch's callback counts every job of the batch: the jobs that
+// had succeeded before the retry and the retried ones (before: only the retried ones,
+// Succeeded=1 of 10).
+func TestRetryWorkflow_ABatchsCallbackCountsEveryJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		onlyOnSuccess bool
+		// parked jobs are enqueued an hour ahead: CancelWorkflow cancels them, queued.
+		parked int
+		// failing jobs fail until the retry.
+		failing int
+	}{
+		{name: "a failed job of an OnlyOnSuccess batch", onlyOnSuccess: true, failing: 1},
+		{name: "jobs cancelled with the workflow", parked: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var healed atomic.Bool
+			var mu sync.Mutex
+			var got []skiplock.BatchCounts
+			w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedJob]) error {
+				if job.Args.Fail && !healed.Load() {
+					return skiplock.Permanent(errors.New("failing until healed"))
+				}
+				return nil
+			}))
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedCallback]) error {
+				counts, ok := skiplock.BatchCountsOf(job.JobRow)
+				assert.True(t, ok, "the callback carries no counts")
+				mu.Lock()
+				got = append(got, counts)
+				mu.Unlock()
+				return nil
+			}))
+			callbacks := func() []skiplock.BatchCounts {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]skiplock.BatchCounts(nil), got...)
+			}
+
+			const n = 10
+			jobs := make([]skiplock.EnqueueParams, n)
+			for i := range jobs {
+				jobs[i] = skiplock.EnqueueParams{Args: countedJob{Fail: i < tc.failing}}
+				if i >= n-tc.parked {
+					jobs[i].Options = &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)}
+				}
+			}
+			batch, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "counted", OnlyOnSuccess: tc.onlyOnSuccess,
+				Jobs: jobs, Callback: countedCallback{}})
+			require.NoError(t, err)
+			runWorker(t, w)
+			finished := `SELECT count(*) FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name <> 'callback'
+				AND state IN ('succeeded', 'failed')`
+			eventually(t, 30*time.Second, func() bool { return b.count(t, finished, batch.ID) == n-tc.parked },
+				"the batch's jobs due now did not finish")
+			if tc.parked > 0 {
+				cancelled, err := b.client.CancelWorkflow(b.ctx, batch.ID)
+				require.NoError(t, err)
+				require.Equal(t, tc.parked+1, cancelled, "the parked jobs and the waiting callback")
+			}
+			info := waitSettled(t, b, batch.ID)
+			require.Equal(t, "cancelled", info.Task("callback").State)
+			require.Empty(t, callbacks())
+
+			healed.Store(true)
+			retried, err := b.client.RetryWorkflow(b.ctx, batch.ID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.failing+tc.parked+1, retried, "the failed or cancelled jobs, and the callback")
+			info = waitSettled(t, b, batch.ID)
+			assert.Equal(t, "succeeded", info.Task("callback").State)
+			eventually(t, 10*time.Second, func() bool { return len(callbacks()) > 0 }, "the callback did not run")
+			assert.Equal(t, []skiplock.BatchCounts{{Succeeded: n}}, callbacks())
+		})
+	}
+}
+
 // raceStep is a workflow task of the settle-race tests: it fails permanently while Fail
 // is set and the test has not healed it, and waits for the test's gate when Gate is set.
 type raceStep struct {

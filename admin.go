@@ -41,9 +41,12 @@ LIMIT 1`
 // cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
 // of its worker's writes (status running) no longer matches, so its handler's late result
 // is fenced out. The worker learns of it from the control message Cancel sends, or at
-// its next heartbeat, and cancels the handler's context.
+// its next heartbeat, and cancels the handler's context. A running job also keeps its
+// lease (lease_until): its worker renews it while the handler still runs and ends it
+// when the handler returns (internal/ownership, cancelled.go), so RetryWorkflow can tell
+// an attempt still running from one that has ended.
 const cancelSQL = `UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), locked_at = NULL,
-	lease_until = NULL
+	lease_until = CASE WHEN status = 'running' THEN lease_until END
 WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING ` + jobColumns
 

@@ -117,6 +117,18 @@ func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 	return n, nil
 }
 
+// retryLockSQL locks, in id order (the order every batched statement locks jobs in),
+// the jobs RetryWorkflow puts back, and says of each whether its handler may still run:
+// a job cancelled while running keeps its lease (lease_until) while its worker runs the
+// handler (internal/ownership, cancelled.go), and loses it when the handler returns.
+// Locked, no lease renewal or end lands between this check and the requeue.
+const retryLockSQL = `SELECT t.name, j.id, (j.status = 'cancelled' AND j.lease_until > now()) IS TRUE
+FROM {s}.jobs j JOIN {s}.workflow_tasks t ON t.job_id = j.id
+WHERE t.workflow_id = $1 AND t.state IN ('failed', 'dead', 'cancelled')
+	AND j.status IN ('failed', 'dead', 'cancelled')
+ORDER BY j.id
+FOR UPDATE OF j`
+
 // retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
 //   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
 //     their attempts reset, and their tasks to released;
@@ -189,12 +201,20 @@ SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
 // again for their dependencies. A batch's callback reopened so counts every job of the
 // batch: those that stay succeeded, and the retried ones as they end. It returns how
-// many tasks it put back (0 for a workflow that does not exist). Outcomes recorded while
-// it runs wait for it, or are seen by it whole.
+// many tasks it put back (0 for a workflow that does not exist).
+//
+// A task whose job was cancelled while it ran ([Client.Cancel]) is put back only once
+// its handler has returned: until then RetryWorkflow changes nothing and returns an
+// error that matches [ErrJobRunning] (call it again once the handler has returned, or
+// once its worker is gone and the job's lease has ended). Outcomes recorded while it
+// runs wait for it, or are seen by it whole.
 func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
+			return err
+		}
+		if err := c.refuseRunning(ctx, tx, id); err != nil {
 			return err
 		}
 		var queues []string
@@ -211,10 +231,38 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 		}
 		return c.notify.Queues(ctx, tx, queues)
 	})
+	if errors.Is(err, ErrJobRunning) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, c.wrapErr("retry workflow", err)
 	}
 	return n, nil
+}
+
+// refuseRunning runs retryLockSQL in tx for workflow id and returns an error matching
+// [ErrJobRunning] for the first job it would put back whose handler may still run.
+func (c *Client) refuseRunning(ctx context.Context, tx pgx.Tx, id int64) error {
+	rows, err := tx.Query(ctx, pgutil.Render(c.schema, retryLockSQL), id)
+	if err != nil {
+		return err
+	}
+	var (
+		name, busyName string
+		job, busyJob   int64
+		running        bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &job, &running}, func() error {
+		if running && busyJob == 0 {
+			busyName, busyJob = name, job
+		}
+		return nil
+	})
+	if err != nil || busyJob == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: retry workflow %d: task %q (job %d) was cancelled while it ran and its handler has not returned yet; "+
+		"retry the workflow once it has (at the latest once the job's lease ends)", ErrJobRunning, id, busyName, busyJob)
 }
 
 // dependencyOutputsSQL reads the outputs of a task's dependencies, from the hot table or

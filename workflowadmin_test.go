@@ -106,6 +106,75 @@ func TestRetryWorkflow_ABatchsCallbackCountsEveryJob(t *testing.T) {
 	}
 }
 
+// deafStep is a workflow task whose first attempt ignores its context until the test
+// releases it; every attempt writes its start and end (database clock) to the audit
+// table deaf_audit.
+type deafStep struct{}
+
+func (deafStep) Kind() string { return "deaf_step" }
+
+// A task cancelled while it runs is not run again by RetryWorkflow before its handler
+// has returned: RetryWorkflow refuses with ErrJobRunning while the handler runs, past the
+// job's visibility timeout (its worker renews the cancelled job's lease), and puts it
+// back once it has returned. Before, RetryWorkflow requeued it at once and a second
+// attempt ran beside the first.
+func TestRetryWorkflow_ATaskCancelledWhileItRunsIsNotRunBesideItself(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.deaf_audit (job_id bigint, started timestamptz, finished timestamptz)`))
+	require.NoError(t, err)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseHandler := func() { releaseOnce.Do(func() { close(release) }) }
+	var attempts atomic.Int64
+	const visibility = time.Second
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		VisibilityTimeout: visibility, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[deafStep]) error {
+		var started time.Time
+		if err := b.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&started); err != nil {
+			return err
+		}
+		if attempts.Add(1) == 1 {
+			<-release // deaf to ctx: it was cancelled, and goes on
+		}
+		_, err := b.pool.Exec(context.Background(), b.q(`INSERT INTO {s}.deaf_audit VALUES ($1, $2, clock_timestamp())`), job.ID, started)
+		return err
+	}))
+	runWorker(t, w)
+	t.Cleanup(releaseHandler) // before the worker stops (cleanups run last first)
+
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "deaf", Tasks: []skiplock.WorkflowTask{{Name: "t", Args: deafStep{}}}})
+	require.NoError(t, err)
+	id := wf.Task("t").JobID
+	eventually(t, 10*time.Second, func() bool { return attempts.Load() == 1 }, "the first attempt did not start")
+	_, err = b.client.Cancel(b.ctx, id)
+	require.NoError(t, err)
+
+	// Past the visibility timeout the handler still runs: every retry is refused.
+	holdsFor(t, 2*visibility+visibility/2, 100*time.Millisecond, func() {
+		_, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+		require.ErrorIs(t, err, skiplock.ErrJobRunning, "a retry while the cancelled attempt's handler runs")
+		require.Equal(t, int64(1), attempts.Load(), "a second attempt started beside the first")
+	})
+
+	releaseHandler()
+	eventually(t, 10*time.Second, func() bool {
+		n, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+		if errors.Is(err, skiplock.ErrJobRunning) {
+			return false
+		}
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		return true
+	}, "the retry was still refused after the handler returned")
+	info := waitSettled(t, b, wf.ID)
+	assert.Equal(t, "succeeded", info.Task("t").State)
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.deaf_audit`), "two attempts ran")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.deaf_audit a JOIN {s}.deaf_audit o
+		ON o.job_id = a.job_id AND o.started > a.started AND o.started < a.finished`), "an attempt started while another ran")
+}
+
 // raceStep is a workflow task of the settle-race tests: it fails permanently while Fail
 // is set and the test has not healed it, and waits for the test's gate when Gate is set.
 type raceStep struct {

@@ -3,6 +3,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,4 +321,71 @@ func TestRetryWorkflow_ADependencySettledMeanwhileIsCounted(t *testing.T) {
 		return info.Task("c").State == "succeeded"
 	}, "c never ran: it waits for p2, which had succeeded")
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.race_runs WHERE task = 'c'`))
+}
+
+// Client.Cancel of a workflow's jobs beside CancelWorkflow of the workflow: the two take
+// the workflow's row and the jobs' rows in one order, so neither fails on a deadlock.
+// Before, Cancel's settle, holding the job, waited for a dependent's row CancelWorkflow
+// held while CancelWorkflow waited for the job (40P01); Cancel taking the job's row
+// before the workflow's, against CancelWorkflow taking the workflow's first, deadlocked
+// too.
+func TestCancelWorkflow_BesideCancelOfItsJobsNeverDeadlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const workflows, roots = 20, 4
+	type target struct {
+		wf   int64
+		jobs []int64
+	}
+	var targets []target
+	for range workflows {
+		tasks := []skiplock.WorkflowTask{{Name: "last", Args: raceStep{}, DependsOn: []string{"r0"}}}
+		for i := range roots {
+			tasks = append(tasks, skiplock.WorkflowTask{Name: "r" + strconv.Itoa(i), Args: raceStep{},
+				Options: &skiplock.EnqueueOptions{Queue: "parked"}})
+		}
+		info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "both cancels", Tasks: tasks})
+		require.NoError(t, err)
+		tg := target{wf: info.ID}
+		for _, task := range info.Tasks {
+			if task.JobID != 0 {
+				tg.jobs = append(tg.jobs, task.JobID)
+			}
+		}
+		targets = append(targets, tg)
+	}
+	start := make(chan struct{})
+	errs := make(chan error, workflows*(roots+1))
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := b.client.CancelWorkflow(b.ctx, tg.wf)
+			errs <- err
+		}()
+		for _, id := range tg.jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := b.client.Cancel(b.ctx, id)
+				errs <- err
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, tg := range targets {
+		info, err := b.client.GetWorkflow(b.ctx, tg.wf)
+		require.NoError(t, err)
+		for _, task := range info.Tasks {
+			assert.Equal(t, "cancelled", task.State, "workflow %d task %s", tg.wf, task.Name)
+		}
+	}
 }

@@ -64,6 +64,11 @@ type OutcomeRecorder struct {
 	toRelease []jobtype.AttemptKey
 	relClosed bool        // the first release is done; later returns are put back one by one
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
+
+	// LostReturned, when set, is told of each attempt whose handler returned after the
+	// worker found it no longer held: a job cancelled while it ran keeps its lease until
+	// then (internal/ownership, cancelled.go).
+	LostReturned func(jobtype.AttemptKey)
 }
 
 func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecorder, release func([]jobtype.AttemptKey), slots *SlotJobs, hooks []jobtype.Hook, logger *slog.Logger) *OutcomeRecorder {
@@ -96,6 +101,9 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 	case errors.Is(cause, ownership.ErrJobLost):
 		r.held.Remove(k)
 		r.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
+		if r.LostReturned != nil {
+			r.LostReturned(k)
+		}
 	case err == nil:
 		res = r.success(k, a, lastSlot)
 	default:

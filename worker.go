@@ -258,7 +258,7 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		if err := json.Unmarshal(payload, &a); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, a, err))
 		}
-		return fn(ctx, &Job[T]{JobRow: row, Args: a})
+		return fn(ctx, &Job[T]{JobRow: row, Args: a, ctx: ctx})
 	}}
 	if p, ok := kindOf.(retryPolicyArgs); ok {
 		h.Policy = p.RetryPolicy()

@@ -266,18 +266,27 @@ func (c *Client) refuseRunning(ctx context.Context, tx pgx.Tx, id int64) error {
 }
 
 // dependencyOutputsSQL reads the outputs of a task's dependencies, from the hot table or
-// the archive.
-const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output)
+// the archive, and says of each whether its job row is gone: the task became a job
+// (job_id is set, as it is from its release on) and neither table holds it any more.
+const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output), p.job_id IS NOT NULL AND j.id IS NULL AND a.id IS NULL
 FROM {s}.workflow_edges e
 JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 LEFT JOIN {s}.jobs j ON j.id = p.job_id
 LEFT JOIN {s}.jobs_archive a ON a.id = p.job_id
-WHERE e.workflow_id = $1 AND e.child = $2`
+WHERE e.workflow_id = $1 AND e.child = $2
+ORDER BY p.name`
 
 // DependencyOutputs returns, for the workflow task whose job is row, the output each of
-// its dependencies recorded with [SetOutput], by task name (a dependency that recorded
-// none, or whose row is gone under CompletionDelete, maps to nil). A job that is not a
+// its dependencies recorded with [SetOutput], by task name (nil for one that recorded
+// none, or that never ran: cancelled, or settled without a job). A job that is not a
 // workflow task has no dependencies: the map is empty.
+//
+// A dependency whose job row is gone (purged from the archive after ArchiveRetention,
+// deleted on success under [CompletionDelete], or deleted) has an output nobody can read
+// any more: DependencyOutputs then returns an error matching [ErrDependencyOutputGone]
+// that names it, with the map of the other dependencies' outputs. Keep finished jobs
+// ([WorkerConfig].ArchiveRetention, a completion mode that keeps them) for as long as a
+// task may run after its dependencies.
 func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	wf, err := strconv.ParseInt(row.Metadata[settle.MetaWorkflow], 10, 64)
@@ -288,18 +297,29 @@ func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
 	}
-	var name string
-	var o []byte
-	_, err = pgx.ForEachRow(rows, []any{&name, &o}, func() error {
-		if o != nil {
+	var (
+		name    string
+		o       []byte
+		rowGone bool
+		gone    []string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &o, &rowGone}, func() error {
+		switch {
+		case rowGone:
+			gone = append(gone, name)
+		case o != nil:
 			out[name] = json.RawMessage(append([]byte(nil), o...))
-		} else {
+		default:
 			out[name] = nil
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
+	}
+	if len(gone) > 0 {
+		return out, fmt.Errorf("%w: dependencies %q of task %q (workflow %d): keep finished jobs for as long as a task may run after them (ArchiveRetention, the completion mode)",
+			ErrDependencyOutputGone, gone, row.Metadata[settle.MetaTask], wf)
 	}
 	return out, nil
 }

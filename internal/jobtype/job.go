@@ -75,6 +75,9 @@ type JobRow struct {
 	Fence int64
 
 	attempt Attempt // the worker running this attempt, for CompleteTx; nil outside a handler
+	// inTx is 1 once CompleteTx wrote this attempt's success in a caller's transaction
+	// (MarkCompletedInTx); read and written atomically.
+	inTx uint32
 }
 
 // Progress is a running job's progress as its handler last recorded it with

@@ -113,6 +113,11 @@ type Options struct {
 	StarveProcs int
 	// StarveFor is how long the starvation lasts. Defaults to twice the visibility timeout.
 	StarveFor time.Duration
+	// NoHeldPool skips the held-pool fault (heldpool.go). Defaults to false: once, a
+	// worker of its own runs HeldPoolJobs jobs whose handlers hold its pool's connections.
+	NoHeldPool bool
+	// HeldPoolJobs is how many jobs the held-pool fault runs. Defaults to 48.
+	HeldPoolJobs int
 	// StallFor, when positive, also stops one busy worker outright (SIGSTOP) for that
 	// long at the start of the starvation, then continues it: a heartbeat that cannot run
 	// at all. Defaults to zero: none.
@@ -185,15 +190,18 @@ type Options struct {
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
 // 25 jobs, 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
-// starvation and six changes of the limited queue's limits; the limited queue's jobs work
-// up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two minutes.
+// starvation, 16 jobs on a held pool and six changes of the limited queue's limits; the
+// limited queue's jobs work up to 300ms, so that its 300 jobs keep it at its limit. It
+// takes well under two minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
+	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
+		HeldPoolJobs: HeldPoolSlots}
 }
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
 		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
+		o.NoHeldPool = true
 		o.Workflows, o.Batches = -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
@@ -210,6 +218,9 @@ func (o Options) withDefaults() Options {
 		o.Kills = 20
 	case o.Kills < 0:
 		o.Kills = 0
+	}
+	if o.HeldPoolJobs <= 0 {
+		o.HeldPoolJobs = 48
 	}
 	o.Workflows = orDefault(o.Workflows, 1000)
 	o.Batches = orDefault(o.Batches, 20)
@@ -310,6 +321,7 @@ type runner struct {
 	enq     *enqueuer
 	flows   *FlowReport // the workflow phase's counts, filled by runFlows and analyze
 	faults  []Fault
+	held    *HeldPoolReport // the held-pool fault's findings (heldpool.go); nil without it
 
 	stopWatchdog func()
 	fo           *failoverState // failover runs only
@@ -597,8 +609,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// faultPlan orders the faults: kills spread over the window, the restart at about 40% of
-// it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
+// faultPlan orders the faults: kills spread over the window, the held pool at about 25%,
+// the restart at about 40% of it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
 // at about 85% (after the deploy: at its shorter visibility timeout) and the black hole
 // last (it lasts BlackholeFor, and the faults after it would wait for it).
 func (r *runner) faultPlan() []FaultKind {
@@ -615,6 +627,7 @@ func (r *runner) faultPlan() []FaultKind {
 			others = append(others, placed{kind, at})
 		}
 	}
+	add(r.opts.NoHeldPool, FaultHeldPool, 25)
 	add(r.opts.NoRestart, FaultRestart, 40)
 	add(r.opts.NoDeploy, FaultDeploy, 55)
 	add(r.opts.NoTerminate, FaultTerminate, 70)
@@ -661,6 +674,8 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.deploy(ctx, &f)
 		case FaultBlackhole:
 			err = r.blackhole(ctx, &f)
+		case FaultHeldPool:
+			err = r.heldPool(ctx, &f)
 		}
 		if err != nil {
 			return err

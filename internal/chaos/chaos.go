@@ -15,7 +15,10 @@
 //     Postgres through a loopback proxy of its own (package blackhole), which stops
 //     forwarding for a while, with no reset, then forwards again;
 //   - starves the CPU once: StarveProcs busy processes (four per core by default) for
-//     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout.
+//     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout;
+//   - holds one healthy worker's pool full once (heldpool.go): a worker of its own whose
+//     handlers each hold a transaction on its pool, more slots than connections, and
+//     commit their success in it (CompleteTx); none may be cancelled or run twice.
 //
 // With [Options.DefaultLeases] (see [DefaultLeaseRecovery]) the workers run at the
 // library's default VisibilityTimeout and SweepInterval, the kills alternate between the

@@ -116,7 +116,7 @@ func (partArgs) Kind() string { return "batch_part" }
 // Each job of a HandleBatch call has its own context (Job.Context), which ends when that
 // job is cancelled or passes its timeout, while the call's context goes on for the
 // others. Two jobs share one call: "stays" works until the test lets it finish, "ends"
-// has its context ended mid-call (by its own 300 ms timeout, or by Client.Cancel). The
+// has its context ended mid-call (by its own 1 s timeout, or by Client.Cancel). The
 // call sees "ends" end within seconds and stops working for it; "stays" finishes, with
 // its own output, and succeeds; "ends" is recorded as its end says (a timed-out failure,
 // or left cancelled). Before, the call had one context, the first job's: a timeout or
@@ -131,7 +131,7 @@ func TestHandleBatch_EachJobObservesItsOwnCancelAndTimeout(t *testing.T) {
 		status skiplock.JobStatus                // "ends" afterwards
 		cause  string                            // in the cause its part of the call saw
 	}{
-		{name: "timeout", opts: &skiplock.EnqueueOptions{Timeout: 300 * time.Millisecond, MaxAttempts: 1},
+		{name: "timeout", opts: &skiplock.EnqueueOptions{Timeout: time.Second, MaxAttempts: 1},
 			status: skiplock.StatusDead, cause: "job timeout"},
 		{name: "cancel", opts: &skiplock.EnqueueOptions{MaxAttempts: 1},
 			end: func(b *bundle, ends int64) error {

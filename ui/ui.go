@@ -45,17 +45,23 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.SessionMaxAge <= 0 {
 		cfg.SessionMaxAge = DefaultSessionMaxAge
 	}
+	proxies, err := parseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	db := query.New(cfg.Client, cfg.StatsMaxAge)
 	h := &Handler{
 		cfg:      cfg,
 		client:   cfg.Client,
-		db:       query.New(cfg.Client, cfg.StatsMaxAge),
+		db:       db,
 		prefix:   cfg.Prefix,
 		csrfKey:  cfg.CSRFKey,
 		crossOri: http.NewCrossOriginProtection(),
 		log:      cfg.Logger,
 		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
-		audits:   &auditLog{},
+		audit:    &auditLog{db: db.Audit, log: cfg.Logger, keepActions: maxAuditActions, keepRefs: maxAuditRefused},
 		hosts:    map[string]struct{}{},
+		proxies:  proxies,
 	}
 	for _, name := range cfg.AllowedHosts {
 		if name == anyHost {
@@ -101,7 +107,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /logout", h.logout)
 	m.HandleFunc("GET /queues", h.queuesPage)
 	m.HandleFunc("GET /queues/live", h.queuesLive)
-	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue)
+	m.HandleFunc("POST /queues/pause", h.pauseQueue) // the queue is the form's "queue" field
+	m.HandleFunc("POST /queues/resume", h.resumeQueue)
+	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue) // the forms of earlier versions' pages
 	m.HandleFunc("POST /queues/{queue}/resume", h.resumeQueue)
 	m.HandleFunc("GET /jobs", h.jobsPage)
 	m.HandleFunc("GET /jobs/{id}", h.jobPage)
@@ -166,13 +174,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodPost {
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if !h.readForm(w, r) {
+			return
+		}
 		if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
-			h.refuse(w, r, http.StatusForbidden, "Refused: a cross-origin request cannot act on jobs.")
+			h.refuseForgery(w, r, "cross-origin request", "Refused: a cross-origin request cannot act on jobs.")
 			return
 		}
 		if !h.checkCSRF(r) {
-			h.refuse(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or out of date. Reload the page and try again.")
+			h.refuseForgery(w, r, "CSRF token missing or out of date",
+				"Refused: the form's CSRF token is missing or out of date. Reload the page and try again.")
 			return
 		}
 		if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
@@ -185,6 +196,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// readForm reads the form of the POST r, at most maxFormBytes, and answers when it cannot:
+// 413 for a larger body (before the CSRF check, which would otherwise find no token in
+// the cut form and call it a forgery), 400 for one that does not parse.
+func (h *Handler) readForm(w http.ResponseWriter, r *http.Request) bool {
+	tooBig := r.ContentLength > maxFormBytes
+	if !tooBig {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		err := r.ParseForm()
+		var mbe *http.MaxBytesError
+		tooBig = errors.As(err, &mbe)
+		if err != nil && !tooBig {
+			h.refuse(w, r, http.StatusBadRequest, "The form could not be read.")
+			return false
+		}
+	}
+	if tooBig {
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		h.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("Refused: a form is at most %d KiB.", maxFormBytes>>10))
+		return false
+	}
+	return true
 }
 
 // setSecurityHeaders allows only the handler's own script, stylesheet and images, and

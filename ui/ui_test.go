@@ -445,7 +445,7 @@ func TestReadOnly_HidesAndRefusesEveryAction(t *testing.T) {
 func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	h, err := ui.New(ui.Config{Client: b.client, Logger: quietLogger()})
+	h, err := ui.New(ui.Config{Client: b.client, TrustLoopback: true, Logger: quietLogger()})
 	require.NoError(t, err)
 
 	serve := func(remote string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -466,6 +466,7 @@ func TestAuth_RefusesOffLoopbackWithoutAuth(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, serve("127.0.0.1:40000", map[string]string{"X-Forwarded-For": "203.0.113.7"}).Code,
 		"a local proxy forwarding someone else's request")
 	assert.Equal(t, http.StatusForbidden, serve("127.0.0.1:40000", map[string]string{"Forwarded": "for=203.0.113.7"}).Code)
+	assert.Equal(t, http.StatusForbidden, serve("127.0.0.1:40000", map[string]string{"X-Forwarded-Proto": "https"}).Code)
 
 	ext, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, AllowedHosts: []string{"example.com"}, Logger: quietLogger()})
 	require.NoError(t, err)
@@ -646,8 +647,9 @@ func TestExtensionPoints_QueueSettingsAndPeriodic(t *testing.T) {
 	assert.True(t, qs.paused["emails"])
 	r = b.get("/queues")
 	assert.Contains(t, r.body, ">paused<")
-	assert.Contains(t, r.body, "/queues/emails/resume")
-	r = b.act("/queues", "/queues/emails/resume", nil)
+	action, form := queueForm(t, r.body, "emails")
+	assert.Equal(t, "/queues/resume", action)
+	r = b.post(action, form)
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.False(t, qs.paused["emails"])
 

@@ -1,6 +1,7 @@
 -- Migration 11: the dashboard's audit log (package ui, skiplock ui). Every action taken
 -- through the dashboard (retry, cancel, delete, requeue, bulk, pause, resume, sign in and
--- out) and every forged or cross-origin action it refused is a row here, so the /audit
+-- out) and every forged or cross-origin action it refused (and every failed sign-in) is
+-- a row here, so the /audit
 -- page outlives a restart and shows what every instance behind a load balancer did.
 -- Bounded: each insert deletes, in the same statement, what lies beyond the newest 10,000
 -- actions and, apart, beyond the newest 1,000 refusals (a flood of forgeries cannot push
@@ -9,7 +10,7 @@
 CREATE TABLE ui_audit (
     id      bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at      timestamptz NOT NULL DEFAULT now(),
-    refused boolean     NOT NULL,            -- a refused forgery, not an action
+    refused boolean     NOT NULL,            -- a refused forgery or failed sign-in
     who     text        NOT NULL,            -- the user or credential
     client  text        NOT NULL,            -- the client address
     action  text        NOT NULL,

@@ -89,10 +89,14 @@ func (h *Handler) serveAudited(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	refused := false
 	if action == "sign in" {
 		who = "—" // a sign-in names no one until it succeeds, and its session is in the answer
+		// Anyone may try: a failed sign-in is kept with the refusals (bounded apart, at a
+		// bounded rate), so a flood of them cannot push the actions out.
+		refused = rec.status != http.StatusSeeOther
 	}
-	h.audit.add(r.Context(), query.AuditEntry{Who: who, From: h.clientAddr(r), Action: action, Target: target, Result: result})
+	h.audit.add(r.Context(), query.AuditEntry{Refused: refused, Who: who, From: h.clientAddr(r), Action: action, Target: target, Result: result})
 	rec.send()
 }
 

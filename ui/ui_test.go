@@ -528,6 +528,11 @@ func TestAuth_TokenLoginSetsASession(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.Equal(t, http.StatusOK, b.get("/queues").code)
 	assert.Equal(t, http.StatusOK, b.get("/queues/live").code)
+	// Anyone may try to sign in: the failures are kept with the refusals, apart from the
+	// actions, so a flood of them cannot push the actions out of the audit table.
+	assert.Equal(t, 2, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE refused AND action = 'sign in'`),
+		"the wrong token, and the form without its CSRF token")
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE NOT refused AND action = 'sign in'`))
 }
 
 func TestIsLoopbackListen(t *testing.T) {

@@ -32,7 +32,7 @@ FROM {s}.ui_audit WHERE refused = $1 ORDER BY id DESC LIMIT $2`
 // where, when (the database's clock), and what came of it.
 type AuditEntry struct {
 	At      time.Time
-	Refused bool // a refused forgery (bad CSRF token, another origin), not an action
+	Refused bool // a refused forgery (bad CSRF token, another origin) or a failed sign-in
 	Who     string
 	From    string // the client address
 	Action  string

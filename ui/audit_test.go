@@ -5,6 +5,7 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -135,4 +136,31 @@ func findRows(body, action string) string {
 		out += rest[i : i+j]
 		rest = rest[i+j:]
 	}
+}
+
+// Behind a trusted proxy the audit names the client the proxy forwards for (the nearest
+// X-Forwarded-For address that is not a trusted proxy); what a client writes further left
+// in the header is not believed.
+func TestAudit_NamesTheClientATrustedProxyForwardsFor(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	id := b.insert(job{status: "dead"})
+	h, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, TrustedProxies: []string{"127.0.0.0/8", "10.0.0.0/8"},
+		Logger: quietLogger()})
+	require.NoError(t, err)
+	page := direct(h, httptest.NewRequest(http.MethodGet, "/queues", nil), "127.0.0.1:40000")
+	require.Equal(t, http.StatusOK, page.Code)
+	m := csrfRE.FindStringSubmatch(page.Body.String())
+	require.NotNil(t, m)
+	f := loginForm{token: m[1], cookie: page.Result().Cookies()[0]}
+	action := func(xff string) int {
+		req := httptest.NewRequest(http.MethodPost, "/jobs/"+strconv.FormatInt(id, 10)+"/retry",
+			strings.NewReader(url.Values{"csrf": {f.token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", xff)
+		req.AddCookie(f.cookie)
+		return direct(h, req, "127.0.0.1:40000").Code
+	}
+	require.Equal(t, http.StatusSeeOther, action("198.51.100.66, 203.0.113.9, 10.1.2.3"))
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE client = '203.0.113.9 via 127.0.0.1:40000'`))
 }

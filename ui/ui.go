@@ -174,28 +174,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodPost {
-		if !h.readForm(w, r) {
-			return
+		if h.postAllowed(w, r) {
+			h.serveAudited(w, r)
 		}
-		if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
-			h.refuseForgery(w, r, "cross-origin request", "Refused: a cross-origin request cannot act on jobs.")
-			return
-		}
-		if !h.checkCSRF(r) {
-			h.refuseForgery(w, r, "CSRF token missing or out of date",
-				"Refused: the form's CSRF token is missing or out of date. Reload the page and try again.")
-			return
-		}
-		if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
-			h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
-			return
-		}
-	}
-	if r.Method == http.MethodPost {
-		h.serveAudited(w, r)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// postAllowed reads the form of the POST r and checks it may act: its size (413), its
+// origin and CSRF token (403, recorded as refused forgeries), the read-only mode (403).
+// It answers and reports false when not.
+func (h *Handler) postAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if !h.readForm(w, r) {
+		return false
+	}
+	if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
+		h.refuseForgery(w, r, "cross-origin request", "Refused: a cross-origin request cannot act on jobs.")
+		return false
+	}
+	if !h.checkCSRF(r) {
+		msg := "Refused: the form's CSRF token is missing or out of date. Reload the page and try again."
+		if _, err := r.Cookie(csrfCookie); err != nil && r.TLS == nil && !h.local(r) && !h.forwardedHTTPS(r) {
+			msg = "Refused: the browser sent no CSRF cookie. Over plain HTTP it keeps no Secure cookie, and " +
+				"cookies are Secure unless the request is local: use HTTPS, or set TrustLoopback " +
+				"(skiplock ui --trust-loopback) for a browser on this machine."
+		}
+		h.refuseForgery(w, r, "CSRF token missing or out of date", msg)
+		return false
+	}
+	if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
+		h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
+		return false
+	}
+	return true
 }
 
 // readForm reads the form of the POST r, at most maxFormBytes, and answers when it cannot:

@@ -47,8 +47,8 @@ func uiCommand() *command {
 			fs.BoolVar(&o.ui.readOnly, "read-only", false, "refuse every action and hide its buttons")
 			fs.StringVar(&o.ui.token, "token", "", "require this `token` (bearer header or the /login page); defaults to $SKIPLOCK_UI_TOKEN")
 			fs.StringVar(&o.ui.basicAuth, "basic-auth", "", "require HTTP basic auth as `user:password`; defaults to $SKIPLOCK_UI_BASIC_AUTH")
-			fs.BoolVar(&o.ui.trustLoopback, "trust-loopback", false, "serve loopback connections without a proxy header as users of this machine: without auth when no token or basic auth is set (never with a proxy on this machine)")
-			fs.StringVar(&o.ui.proxies, "trusted-proxy", "", "believe the X-Forwarded-For and X-Forwarded-Proto headers of these proxies' `ADDRS` (comma-separated IPs or CIDR prefixes)")
+			fs.BoolVar(&o.ui.trustLoopback, "trust-loopback", false, "take loopback connections without a proxy header for users of this machine, served without auth when no token or basic auth is set (not when a proxy on this machine forwards to the dashboard)")
+			fs.StringVar(&o.ui.proxies, "trusted-proxy", "", "believe X-Forwarded-For and X-Forwarded-Proto from the proxies at `ADDRS` (comma-separated IPs or CIDR prefixes), from no one else")
 		},
 		run: cmdUI,
 	}

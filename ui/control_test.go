@@ -4,6 +4,7 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,6 +57,8 @@ func TestClientControl_PausesQueuesAndListsSchedules(t *testing.T) {
 	assert.Contains(t, r.body, ">active<")
 }
 
+var queueLinkRE = regexp.MustCompile(`<td><a href="([^"]+)">`)
+
 // Queues whose names the library refuses but the tables hold (written by SQL or an older
 // version) are paused and resumed by their exact names, through ClientControl; their names
 // stay text in the page, in the form and in the audit, quoted there.
@@ -103,6 +106,16 @@ func TestClientControl_PausesAndResumesQueuesTheLibraryRefuses(t *testing.T) {
 		assert.False(t, paused(name), "resumed %q", name)
 	}
 	assert.Equal(t, "queued", b.status(target), "no button acted on anything but its queue")
+
+	// Each row's link lists its queue's job, by the exact name (escaped into the query).
+	page := b.get("/queues").body
+	for _, row := range queueRowRE.FindAllStringSubmatch(page, -1) {
+		name := html.UnescapeString(row[1])
+		link := queueLinkRE.FindStringSubmatch(row[2])
+		require.NotNil(t, link, row[2])
+		want := b.ids(`SELECT id FROM {s}.jobs WHERE queue = $1 ORDER BY id DESC`, name)
+		assert.Equal(t, want, listed(b.get(html.UnescapeString(link[1])).body), "the link of %q", name)
+	}
 	assert.Equal(t, 0, b.count(`SELECT count(*) FROM {s}.queues WHERE name <> ALL($1)`, names), "no other queue was written")
 
 	// The audit quotes each name: no line or row can be made to say something else.

@@ -1,7 +1,7 @@
 package ui
 
 // This file holds where audit entries go: a log line each, and a row of the ui_audit
-// table (migration 011_ui_audit), bounded per kind; refused requests are recorded at a
+// table (migration 012_ui_audit), bounded per kind; refused requests are recorded at a
 // bounded rate, so a flood of forgeries costs the database little.
 
 import (

@@ -28,7 +28,7 @@
 //   - Workers (/workers): the registered workers and the jobs running now with their
 //     progress.
 //   - Audit (/audit): the recent actions of every instance, who did them and the outcome,
-//     and the refused forgeries; kept in the bounded ui_audit table (migration 11).
+//     and the refused forgeries; kept in the bounded ui_audit table (migration 12).
 //   - Periodic (/periodic): schedules with their last and next run, when a
 //     [PeriodicSource] is configured.
 //

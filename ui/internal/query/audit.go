@@ -1,6 +1,6 @@
 package query
 
-// This file holds the audit log's table (migration 011_ui_audit): recording an entry,
+// This file holds the audit log's table (migration 012_ui_audit): recording an entry,
 // which keeps each kind bounded in the same statement, and reading the newest.
 
 import (

@@ -1,4 +1,4 @@
--- Migration 11: the dashboard's audit log (package ui, skiplock ui). Every action taken
+-- Migration 12: the dashboard's audit log (package ui, skiplock ui). Every action taken
 -- through the dashboard (retry, cancel, delete, requeue, bulk, pause, resume, sign in and
 -- out) and every forged or cross-origin action it refused (and every failed sign-in) is
 -- a row here, so the /audit

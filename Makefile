@@ -62,7 +62,7 @@ demo: env
 UI_LISTEN ?= 127.0.0.1:8080
 ui: env
 	DATABASE_URL='$(DSN)' SKIPLOCK_DEMO_SCHEMA=skiplock_demo $(GO) run ./examples/quickstart
-	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)'
+	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)' --trust-loopback
 
 ## db: make sure a Postgres answers and print its connection string.
 db: env

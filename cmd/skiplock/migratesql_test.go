@@ -34,12 +34,17 @@ UNION ALL
 SELECT 'idx ' || replace(indexdef, quote_ident($1) || '.', 'S.') FROM pg_indexes WHERE schemaname = $1
 UNION ALL
 SELECT 'con ' || conrelid::regclass::text || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-WHERE connamespace = to_regnamespace(quote_ident($1))`, schema)
+WHERE connamespace = to_regnamespace(quote_ident($1))
+UNION ALL
+SELECT 'fn ' || proname || '(' || pg_get_function_arguments(oid) || ') ' || pg_get_function_result(oid) || ' '
+    || coalesce(array_to_string(proconfig, ' '), '') || ' ' || md5(prosrc) || ' ' || coalesce(obj_description(oid, 'pg_proc'), '')
+FROM pg_proc WHERE pronamespace = to_regnamespace(quote_ident($1))`, schema)
 	require.NoError(t, err)
 	shape, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	for i := range shape {
 		shape[i] = strings.ReplaceAll(shape[i], schema+".", "S.")
+		shape[i] = strings.ReplaceAll(shape[i], "search_path="+schema+",", "search_path=S,") // a function's pinned path
 	}
 	slices.Sort(shape)
 	return shape
@@ -101,7 +106,8 @@ func TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt(t *testing.T) {
 				require.NoError(t, err, "up file %d", i+1)
 			}
 			var inDecoy int
-			require.NoError(t, c.QueryRow(t.Context(), `SELECT count(*) FROM pg_class WHERE relnamespace = to_regnamespace($1)`, decoy).Scan(&inDecoy))
+			require.NoError(t, c.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = to_regnamespace($1))
+				+ (SELECT count(*) FROM pg_proc WHERE pronamespace = to_regnamespace($1))`, decoy).Scan(&inDecoy))
 			assert.Zero(t, inDecoy, "nothing relied on search_path")
 			assert.Equal(t, want, schemaShape(t, conn, schema), "the schema Migrate builds")
 

@@ -93,6 +93,38 @@ var fromCurrentRE = regexp.MustCompile(`(?im)^([ \t]*SET\s+search_path\s+)FROM\s
 // dollarQuoteRE finds the opening tag of a dollar-quoted string: a function's body.
 var dollarQuoteRE = regexp.MustCompile(`\$[A-Za-z_]*\$`)
 
+// createFunctionRE finds the statements whose body holds semicolons.
+var createFunctionRE = regexp.MustCompile(`(?im)^[ \t]*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b`)
+
+// gooseStatements wraps each CREATE FUNCTION of sql in goose's StatementBegin and
+// StatementEnd annotations: goose splits a file at every line that ends with a
+// semicolon, which a function's body has many of. (golang-migrate sends a file whole,
+// and atlas's lexer knows dollar quotes.) qualify has checked that every quote closes.
+func gooseStatements(sql string) string {
+	var b strings.Builder
+	rest := sql
+	for {
+		fn := createFunctionRE.FindStringIndex(rest)
+		if fn == nil {
+			break
+		}
+		open := dollarQuoteRE.FindStringIndex(rest[fn[1]:])
+		if open == nil {
+			break
+		}
+		tag := rest[fn[1]+open[0] : fn[1]+open[1]]
+		closed := fn[1] + open[1] + strings.Index(rest[fn[1]+open[1]:], tag) + len(tag)
+		end := len(rest)
+		if semi := strings.IndexByte(rest[closed:], ';'); semi >= 0 {
+			end = closed + semi + 1
+		}
+		b.WriteString(rest[:fn[0]] + "-- +goose StatementBegin\n" + rest[fn[0]:end] + "\n-- +goose StatementEnd")
+		rest = rest[end:]
+	}
+	b.WriteString(rest)
+	return b.String()
+}
+
 // statementStartRE finds lines that begin a statement a rule must have covered.
 var statementStartRE = regexp.MustCompile(`(?im)^[ \t]*(CREATE|ALTER|DROP|INSERT|UPDATE|DELETE|COMMENT|GRANT|REVOKE|DO|SELECT|WITH|TRUNCATE|SET|RESET|COPY|CALL|REFRESH|CLUSTER|VACUUM|ANALYZE|REINDEX|LOCK)\b`)
 
@@ -229,7 +261,7 @@ func migrationFiles(ms []sqlMigration, format, schema string) []sqlFile {
 		case formatGolangMigrate:
 			files = append(files, sqlFile{base + ".up.sql", header(m, "up") + m.up}, sqlFile{base + ".down.sql", header(m, "down") + m.down})
 		case formatGoose:
-			files = append(files, sqlFile{base + ".sql", header(m, "up and down") + "-- +goose Up\n" + m.up + "\n-- +goose Down\n" + m.down})
+			files = append(files, sqlFile{base + ".sql", header(m, "up and down") + "-- +goose Up\n" + gooseStatements(m.up) + "\n-- +goose Down\n" + gooseStatements(m.down)})
 		case formatAtlas:
 			files = append(files, sqlFile{base + ".sql", header(m, "up") + m.up})
 		default: // plain

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,42 @@ FROM pg_proc WHERE pronamespace = to_regnamespace(quote_ident($1))`, schema)
 	}
 	slices.Sort(shape)
 	return shape
+}
+
+// gooseSplit splits a goose file's section into the statements goose sends: a statement
+// ends at a line ending with a semicolon (before any -- comment), except between
+// -- +goose StatementBegin and StatementEnd, whose lines are one statement.
+func gooseSplit(section string) []string {
+	var stmts []string
+	var buf strings.Builder
+	flush := func() {
+		if strings.TrimSpace(buf.String()) != "" {
+			stmts = append(stmts, buf.String())
+		}
+		buf.Reset()
+	}
+	inBlock := false
+	for _, line := range strings.Split(section, "\n") {
+		switch strings.TrimSpace(line) {
+		case "-- +goose Up", "-- +goose Down":
+			continue
+		case "-- +goose StatementBegin":
+			flush()
+			inBlock = true
+			continue
+		case "-- +goose StatementEnd":
+			flush()
+			inBlock = false
+			continue
+		}
+		buf.WriteString(line + "\n")
+		code, _, _ := strings.Cut(line, "--")
+		if !inBlock && strings.HasSuffix(strings.TrimSpace(code), ";") {
+			flush()
+		}
+	}
+	flush()
+	return stmts
 }
 
 // TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt writes the migrations for each
@@ -101,9 +138,23 @@ func TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt(t *testing.T) {
 			defer c.Close(context.Background())
 			_, err = c.Exec(t.Context(), "SET search_path TO "+pgx.Identifier{decoy}.Sanitize())
 			require.NoError(t, err)
+			apply := func(file string) error {
+				if format != formatGoose {
+					_, err := c.Exec(t.Context(), file) // the simple protocol: the file as a tool sends it
+					return err
+				}
+				// goose sends a file statement by statement, in a transaction.
+				return pgx.BeginFunc(t.Context(), c, func(tx pgx.Tx) error {
+					for _, stmt := range gooseSplit(file) {
+						if _, err := tx.Exec(t.Context(), stmt); err != nil {
+							return fmt.Errorf("%w in the statement goose would send:\n%s", err, stmt)
+						}
+					}
+					return nil
+				})
+			}
 			for i, up := range ups {
-				_, err := c.Exec(t.Context(), up) // the simple protocol: the file as a tool sends it
-				require.NoError(t, err, "up file %d", i+1)
+				require.NoError(t, apply(up), "up file %d", i+1)
 			}
 			var inDecoy int
 			require.NoError(t, c.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = to_regnamespace($1))
@@ -148,8 +199,7 @@ func TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt(t *testing.T) {
 
 			// Down, newest first: only the bookkeeping table stays, empty.
 			for i := len(downs) - 1; i >= 0; i-- {
-				_, err := c.Exec(t.Context(), downs[i])
-				require.NoError(t, err, "down file %d", i+1)
+				require.NoError(t, apply(downs[i]), "down file %d", i+1)
 			}
 			var tables []string
 			rows, err := c.Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = $1`, schema)

@@ -341,6 +341,9 @@ func sqlCases() (bad, ok []sqlCase) {
 	kind := func(k string) skiplock.JobArgs { return anyKindArgs{kind: k} }
 	blob := func(n int) skiplock.JobArgs { return anyKindArgs{kind: "blob", S: strings.Repeat("x", n)} } // {"s":"…"}: n+8 bytes
 	meta := func(n int) map[string]string { return map[string]string{"k": strings.Repeat("v", n)} }      // {"k":"…"}: n+8 bytes
+	// Characters Go's encoding/json escapes in 6 bytes: \u003c, \u0026, \u2028.
+	ltBlob := func(n int) skiplock.JobArgs { return anyKindArgs{kind: "blob", S: strings.Repeat("<", n)} }     // 6n+8 bytes
+	escMeta := func(c string, n int) map[string]string { return map[string]string{"k": strings.Repeat(c, n)} } // 6n+8 bytes
 	noop := noopArgs{}
 	invalid := func(name string, args skiplock.JobArgs, o skiplock.EnqueueOptions, goErr error, column string) sqlCase {
 		return sqlCase{name: name, args: args, opts: o, goErr: goErr, code: "22023", column: column}
@@ -367,6 +370,9 @@ func sqlCases() (bad, ok []sqlCase) {
 		invalid("negative timeout", noop, skiplock.EnqueueOptions{Timeout: -time.Second}, skiplock.ErrInvalidOptions, "timeout"),
 		invalid("timeout under a millisecond", noop, skiplock.EnqueueOptions{Timeout: 500 * time.Microsecond}, skiplock.ErrInvalidOptions, "timeout"),
 		{name: "payload over the limit", args: blob(sqlPayloadLimit - 8 + 1), goErr: skiplock.ErrPayloadTooLarge, code: "54000", column: "args"},
+		{name: "payload over the limit as Go escapes it", args: ltBlob((sqlPayloadLimit-8)/6 + 1), goErr: skiplock.ErrPayloadTooLarge, code: "54000", column: "args"},
+		invalid("metadata over 16 KiB as Go escapes &", noop, skiplock.EnqueueOptions{Metadata: escMeta("&", (sqlMetadataLimit-8)/6+1)}, skiplock.ErrInvalidOptions, "metadata"),
+		invalid("metadata over 16 KiB as Go escapes U+2028", noop, skiplock.EnqueueOptions{Metadata: escMeta("\u2028", (sqlMetadataLimit-8)/6+1)}, skiplock.ErrInvalidOptions, "metadata"),
 	}
 	ok = []sqlCase{
 		{name: "defaults", args: noop},
@@ -381,6 +387,9 @@ func sqlCases() (bad, ok []sqlCase) {
 		{name: "metadata of 16 KiB", args: noop, opts: skiplock.EnqueueOptions{Metadata: meta(sqlMetadataLimit - 8)}},
 		{name: "timeout of a millisecond", args: noop, opts: skiplock.EnqueueOptions{Timeout: time.Millisecond + 700*time.Microsecond}},
 		{name: "payload at the limit", args: blob(sqlPayloadLimit - 8)},
+		{name: "payload under the limit as Go escapes it", args: ltBlob((sqlPayloadLimit - 8) / 6)},
+		{name: "metadata under 16 KiB as Go escapes &", args: noop, opts: skiplock.EnqueueOptions{Metadata: escMeta("&", (sqlMetadataLimit-8)/6)}},
+		{name: "metadata under 16 KiB as Go escapes U+2028", args: noop, opts: skiplock.EnqueueOptions{Metadata: escMeta("\u2028", (sqlMetadataLimit-8)/6)}},
 		{name: "payload that is not an object", args: stringArgs("hello")},
 	}
 	return bad, ok

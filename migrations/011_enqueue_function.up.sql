@@ -16,28 +16,47 @@
 -- stand in for it (pg_catalog comes first, as always when it is not listed). `skiplock
 -- migrate sql` writes the same path in, with the schema's name.
 
--- jsonb_separators counts the separators jsonb's text form writes that compact JSON does
--- not: for each object of n keys, n ': ' and n-1 ', '; for each array of n elements, n-1.
--- (Strings are not scanned: their commas and colons are not separators.)
-CREATE FUNCTION jsonb_separators(value jsonb) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SECURITY INVOKER
+-- enqueue_json_size is the size of value as Go's encoding/json writes it, the size the Go
+-- client limits: compact (jsonb's text has a space after each ':' and ','), with <, > and
+-- & written \u003c, \u003e, \u0026 and U+2028, U+2029 as \u2028, \u2029. Strings and
+-- numbers are as Postgres writes them (a payload of Go values: as Go does). When that
+-- size cannot exceed bound it returns an upper bound of it, no more than bound, without
+-- the walk of the value that counts the separators.
+CREATE FUNCTION enqueue_json_size(value jsonb, bound bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY INVOKER
 SET search_path FROM CURRENT
-AS $separators$
-WITH RECURSIVE v(j) AS (
-    SELECT value
-    UNION ALL
-    SELECT c.value FROM v CROSS JOIN LATERAL (
-        SELECT e.value FROM jsonb_each(CASE WHEN jsonb_typeof(v.j) = 'object' THEN v.j END) e
+AS $json_size$
+DECLARE
+    t    text := value::text;
+    size bigint := octet_length(t);
+    separators bigint;
+BEGIN
+    -- Outside strings JSON has none of these characters: count them in the whole text.
+    size := size + 5 * (size - octet_length(translate(t, '<>&', '')));
+    IF getdatabaseencoding() = 'UTF8' THEN
+        size := size + 3 * (char_length(t) - char_length(translate(t, chr(8232) || chr(8233), '')));
+    END IF;
+    IF size <= bound THEN
+        RETURN size;
+    END IF;
+    -- For each object of n keys, n ': ' and n-1 ', '; for each array of n elements, n-1.
+    WITH RECURSIVE v(j) AS (
+        SELECT value
         UNION ALL
-        SELECT a.value FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v.j) = 'array' THEN v.j END) a(value)
-    ) c
-)
-SELECT coalesce(sum(CASE jsonb_typeof(j)
-    WHEN 'object' THEN greatest(2 * (SELECT count(*) FROM jsonb_object_keys(j)) - 1, 0)
-    WHEN 'array' THEN greatest(jsonb_array_length(j) - 1, 0)
-    ELSE 0 END), 0)::bigint
-FROM v
-$separators$;
+        SELECT c.value FROM v CROSS JOIN LATERAL (
+            SELECT e.value FROM jsonb_each(CASE WHEN jsonb_typeof(v.j) = 'object' THEN v.j END) e
+            UNION ALL
+            SELECT a.value FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v.j) = 'array' THEN v.j END) a(value)
+        ) c
+    )
+    SELECT coalesce(sum(CASE jsonb_typeof(j)
+        WHEN 'object' THEN greatest(2 * (SELECT count(*) FROM jsonb_object_keys(j)) - 1, 0)
+        WHEN 'array' THEN greatest(jsonb_array_length(j) - 1, 0)
+        ELSE 0 END), 0)
+    INTO separators FROM v;
+    RETURN size - separators;
+END
+$json_size$;
 
 CREATE FUNCTION enqueue(
     kind          text,
@@ -127,15 +146,10 @@ BEGIN
         RAISE EXCEPTION 'skiplock: enqueue: args is null: pass a JSON value (an object for a Go struct)'
             USING ERRCODE = 'null_value_not_allowed', COLUMN = 'args';
     END IF;
-    -- The limit applies to compact JSON, as Go measures its json.Marshal output. args::text
-    -- puts a space after each ':' and ','; only when that text is over the limit are the
-    -- separators counted and taken off (their count needs a walk of the whole value).
-    v_size := octet_length(args::text);
+    -- The limits apply to the JSON as Go's json.Marshal writes it (enqueue_json_size).
+    v_size := enqueue_json_size(args, max_payload_bytes);
     IF v_size > max_payload_bytes THEN
-        v_size := v_size - jsonb_separators(args);
-    END IF;
-    IF v_size > max_payload_bytes THEN
-        RAISE EXCEPTION 'skiplock: enqueue: args is % bytes as compact JSON, the limit is %', v_size, max_payload_bytes
+        RAISE EXCEPTION 'skiplock: enqueue: args is % bytes as JSON, the limit is %', v_size, max_payload_bytes
             USING ERRCODE = 'program_limit_exceeded', COLUMN = 'args';
     END IF;
     IF timeout IS NOT NULL THEN
@@ -151,9 +165,9 @@ BEGIN
         RAISE EXCEPTION 'skiplock: enqueue: metadata key "%": keys must be non-empty and values strings', left(v_bad, 40)
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'metadata';
     END IF;
-    v_size := octet_length(v_meta::text) - jsonb_separators(v_meta);
+    v_size := enqueue_json_size(v_meta, max_metadata_bytes);
     IF v_size > max_metadata_bytes THEN
-        RAISE EXCEPTION 'skiplock: enqueue: metadata is % bytes as compact JSON, at most %', v_size, max_metadata_bytes
+        RAISE EXCEPTION 'skiplock: enqueue: metadata is % bytes as JSON, at most %', v_size, max_metadata_bytes
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'metadata';
     END IF;
 

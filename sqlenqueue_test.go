@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -445,26 +446,7 @@ func TestSQLEnqueue_RefusesWhatGoRefuses(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`), "refused input wrote nothing")
 
 	// Accepted by both, and stored alike (the row Go wrote, then the row SQL wrote).
-	type stored struct {
-		Queue, Kind, Payload, Metadata string
-		Priority, MaxAttempts          int
-		UniqueKey, PartitionKey        *string
-		TimeoutMs                      *int64
-		RunAt                          *time.Time
-	}
-	read := func(id int64, withRunAt bool) stored {
-		var s stored
-		var runAt time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT queue, kind, payload::text, metadata::text, priority, max_attempts,
-			unique_key, partition_key, timeout_ms, run_at FROM {s}.jobs WHERE id = $1`), id).Scan(
-			&s.Queue, &s.Kind, &s.Payload, &s.Metadata, &s.Priority, &s.MaxAttempts, &s.UniqueKey, &s.PartitionKey, &s.TimeoutMs, &runAt))
-		if withRunAt {
-			s.RunAt = &runAt
-		}
-		_, err := b.pool.Exec(b.ctx, b.q(`DELETE FROM {s}.jobs WHERE id = $1`), id)
-		require.NoError(t, err)
-		return s
-	}
+	read := func(id int64, withRunAt bool) storedJob { return takeJob(t, b.pool, b.schema, id, withRunAt) }
 	for _, c := range ok {
 		row, err := b.client.Enqueue(b.ctx, c.args, &c.opts)
 		if !assert.NoError(t, err, "%s: Go", c.name) {
@@ -527,4 +509,126 @@ func TestSQLEnqueue_AppRoleWithTheREADMEGrantsAndAnEnqueueOnlyRole(t *testing.T)
 	mustSQLEnqueue(t, ctx, narrowPool, r.schema, "priv_ok", `{}`, nil)
 	_, dup = mustSQLEnqueue(t, ctx, narrowPool, r.schema, "priv_ok", `{}`, map[string]any{"unique_key": "k"})
 	assert.True(t, dup, "the enqueue-only role sees the held key")
+}
+
+// storedJob is what an enqueue writes into a job's row.
+type storedJob struct {
+	Queue, Kind, Payload, Metadata string
+	Priority, MaxAttempts          int
+	UniqueKey, PartitionKey        *string
+	TimeoutMs                      *int64
+	RunAt                          *time.Time // only when the caller chose it
+}
+
+// takeJob reads job id's row, then deletes it.
+func takeJob(t *testing.T, pool *pgxpool.Pool, schema string, id int64, withRunAt bool) storedJob {
+	t.Helper()
+	var s storedJob
+	var runAt time.Time
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT queue, kind, payload::text, metadata::text, priority, max_attempts,
+		unique_key, partition_key, timeout_ms, run_at FROM `+jobs+` WHERE id = $1`, id).Scan(
+		&s.Queue, &s.Kind, &s.Payload, &s.Metadata, &s.Priority, &s.MaxAttempts, &s.UniqueKey, &s.PartitionKey, &s.TimeoutMs, &runAt))
+	if withRunAt {
+		s.RunAt = &runAt
+	}
+	_, err := pool.Exec(context.Background(), `DELETE FROM `+jobs+` WHERE id = $1`, id)
+	require.NoError(t, err)
+	return s
+}
+
+// goOutcome names what Client.Enqueue did with an input, for comparison with sqlOutcome.
+func goOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "inserted"
+	case errors.Is(err, skiplock.ErrNilArgs):
+		return "null"
+	case errors.Is(err, skiplock.ErrPayloadTooLarge):
+		return "too large"
+	case errors.Is(err, skiplock.ErrInvalidKind), errors.Is(err, skiplock.ErrInvalidQueue),
+		errors.Is(err, skiplock.ErrInvalidOptions), errors.Is(err, skiplock.ErrInvalidPayload):
+		return "invalid"
+	}
+	return "error: " + err.Error()
+}
+
+// sqlOutcome names what <schema>.enqueue did with an input, as goOutcome does.
+func sqlOutcome(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return "inserted"
+	case errors.As(err, &pgErr) && pgErr.Code == "22004":
+		return "null"
+	case errors.As(err, &pgErr) && pgErr.Code == "54000":
+		return "too large"
+	case errors.As(err, &pgErr) && pgErr.Code == "22023":
+		return "invalid"
+	}
+	return "error: " + err.Error()
+}
+
+// FuzzSQLEnqueueAgreesWithGo gives each input to Client.Enqueue and to <schema>.enqueue,
+// as TestSQLEnqueue_RefusesWhatGoRefuses does with its table: both insert the same row,
+// or both refuse it for the same reason. Text SQL cannot carry (invalid UTF-8, NUL) and
+// numbers outside SQL's integer types are Go's alone to refuse. Its seeds run in every
+// test run; go test -run '^$' -fuzz FuzzSQLEnqueueAgreesWithGo . looks further.
+func FuzzSQLEnqueueAgreesWithGo(f *testing.F) {
+	schema := pgtest.Schema(f)
+	pool := pgtest.Pool(f)
+	if err := skiplock.Migrate(context.Background(), pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		f.Fatal(err)
+	}
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: testLogger()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("send_email", "", "", "", int64(0), int64(0), int64(0), int64(0), "", "", "hello")
+	f.Add("k", "mail-1_x", "key-1", "tenant", int64(-32768), int64(1000000), int64(1700000000), int64(1000), "trace", "<&>", "\u2028")
+	f.Add("", "Bad Queue", "", "", int64(32768), int64(-1), int64(253402300800), int64(999), "skiplock_x", "1", "")
+	f.Add("k", "q", strings.Repeat("u", 256), "", int64(0), int64(1000001), int64(-62135596801), int64(-1), "", "v", "x")
+	f.Fuzz(func(t *testing.T, kind, queue, uniqueKey, partitionKey string, priority, maxAttempts, runAtSec, timeoutUs int64,
+		metaKey, metaValue, payload string) {
+		ctx := context.Background()
+		args := anyKindArgs{kind: kind, S: payload}
+		opts := skiplock.EnqueueOptions{Queue: queue, Priority: int(priority), MaxAttempts: int(maxAttempts),
+			UniqueKey: uniqueKey, PartitionKey: partitionKey}
+		var runAt time.Time
+		if runAtSec != 0 {
+			runAt = time.Unix(runAtSec, 0).UTC()
+			opts.RunAt = runAt
+		}
+		if timeoutUs > -1<<40 && timeoutUs < 1<<40 { // whole microseconds: what an interval holds
+			opts.Timeout = time.Duration(timeoutUs) * time.Microsecond
+		}
+		if metaKey != "" || metaValue != "" {
+			opts.Metadata = map[string]string{metaKey: metaValue}
+		}
+		c := sqlCase{name: "fuzz", args: args, opts: opts}
+
+		row, goErr := client.Enqueue(ctx, args, &opts)
+		var fromGo storedJob
+		if goErr == nil {
+			fromGo = takeJob(t, pool, schema, row.ID, !runAt.IsZero())
+		}
+		// What only Go can be given: the SQL call could not carry it (jsonb refuses \u0000
+		// before the function runs).
+		sqlCarries := priority == int64(int32(priority)) && maxAttempts == int64(int32(maxAttempts)) &&
+			(runAt.IsZero() || runAt.Year() > -4000 && runAt.Year() < 200000) && !strings.ContainsRune(payload, 0)
+		for _, s := range []string{kind, queue, uniqueKey, partitionKey, metaKey, metaValue} {
+			sqlCarries = sqlCarries && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+		}
+		if !sqlCarries {
+			require.Error(t, goErr, "Go accepted what SQL cannot be given")
+			return
+		}
+		kindArg, payloadArg := c.sqlKindArgs(t)
+		id, _, sqlErr := sqlEnqueue(ctx, pool, schema, kindArg, payloadArg, c.sqlNamed(t))
+		require.Equal(t, goOutcome(goErr), sqlOutcome(sqlErr), "Go: %v; SQL: %v", goErr, sqlErr)
+		if sqlErr == nil {
+			require.NotNil(t, id)
+			require.Equal(t, fromGo, takeJob(t, pool, schema, *id, !runAt.IsZero()), "the row SQL wrote is the row Go wrote")
+		}
+	})
 }

@@ -156,6 +156,7 @@ func TestSQLEnqueue_InTheCallersTransactionWakesAnIdleWorkerAtCommit(t *testing.
 	// Rolled back: no job, nothing started.
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }() // on a failure (tx is each of the test's transactions in turn): the pool's Close waits for its connections
 	mustSQLEnqueue(t, b.ctx, tx, b.schema, "noop", `{"n": 1}`, nil)
 	require.NoError(t, tx.Rollback(b.ctx))
 	noStart("rolled back")
@@ -261,6 +262,7 @@ func TestSQLEnqueue_UniqueKeysBehaveAsGos(t *testing.T) {
 		key := "strict-" + string(iso)
 		tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
 		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
 		var one int
 		require.NoError(t, tx.QueryRow(b.ctx, `SELECT 1`).Scan(&one)) // takes the snapshot
 		mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "noop", `{}`, keyed(key))

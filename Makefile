@@ -24,13 +24,14 @@ DEPS_ENFORCE ?= .,./internal/claim,./internal/enqueue,./internal/execute,./inter
 ## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
 test: env-test fmt-check vet unit fuzz-short
 
-## env: a Postgres that answers (started or installed when missing). env-test: that, and
-## pgbouncer for the PgBouncer test; only `test` asks for it, so `demo` installs nothing more.
+## env: a Postgres that answers (started or installed when missing). env-test: that,
+## pgbouncer for the PgBouncer test, chromium for the dashboard's, and python3-psycopg for
+## the Python SQL-enqueue example; only `test` asks for them, so `demo` installs nothing more.
 env:
 	@./scripts/ensure-env.sh
 
 env-test:
-	@./scripts/ensure-env.sh --pgbouncer --chromium
+	@./scripts/ensure-env.sh --pgbouncer --chromium --sql-examples
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -133,6 +133,8 @@ func describeAction(r *http.Request) (action, target string) {
 		return parts[2], "queue " + quoted(parts[1])
 	case len(parts) == 3 && parts[0] == "jobs" && slices.Contains([]string{"retry", "cancel", "delete"}, parts[2]):
 		return parts[2], "job " + number(parts[1])
+	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":
+		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):
 		return parts[2] + " workflow", "workflow " + number(parts[1])
 	case p == "/dead":

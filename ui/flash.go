@@ -12,7 +12,9 @@ import (
 // it, so a link cannot make the page say something the handler did not.
 var flashes = map[string]string{
 	"requeued":  "Requeued %s.",
-	"runnow":    "The job is due now; a worker will pick it up at its next poll.",
+	"runnow":    "The job is due now; a worker will pick it up at once.",
+	"edited":    "Updated the job.",
+	"notedited": "Not changed: a worker started the job first.",
 	"cancelled": "Cancelled the job.",
 	"deleted":   "Deleted %s.",
 	"running":   "Not deleted: the job is running. Cancel it first, then delete it.",

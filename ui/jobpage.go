@@ -27,10 +27,14 @@ type jobView struct {
 	Attempts  []attempt
 	CanRetry  bool
 	RetryWhat string // "Requeue" or "Run now"
-	CanCancel bool
-	CanDelete bool
-	Running   bool
-	Timeline  []event // the job's life, oldest first
+	// CanEdit: the job has not started (or may run again), so it can be rescheduled or
+	// given another priority (jobedit.go); RunAtValue is its run_at for the form, UTC.
+	CanEdit    bool
+	RunAtValue string
+	CanCancel  bool
+	CanDelete  bool
+	Running    bool
+	Timeline   []event // the job's life, oldest first
 }
 
 // event is one line of a job's timeline.
@@ -103,6 +107,8 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 			v.CanRetry, v.RetryWhat = job.RunAt.After(time.Now()), "Run now"
 		}
 		v.CanCancel = job.Status == skiplock.StatusQueued || job.Status == skiplock.StatusRunning
+		v.CanEdit = job.Status == skiplock.StatusQueued || job.Status == skiplock.StatusDead || job.Status == skiplock.StatusFailed
+		v.RunAtValue = job.RunAt.UTC().Format(editTimeLayout)
 		v.CanDelete = !v.Running
 	}
 	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
@@ -155,14 +161,16 @@ func (h *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
 	}
 	done := url.Values{"done": {"requeued"}, "n_requeued": {"1"}}
 	if res.Requeued == 0 {
-		due, err := h.db.Jobs.RunNow(ctx, id)
-		if err != nil {
+		// A queued job: due now, its queue's workers woken at once (Client.Update).
+		_, err := h.client.Update(ctx, id, skiplock.JobUpdate{RunNow: true})
+		switch {
+		case err == nil:
+			done = url.Values{"done": {"runnow"}}
+		case errors.Is(err, skiplock.ErrJobRunning), errors.Is(err, skiplock.ErrJobFinished), errors.Is(err, skiplock.ErrJobNotFound):
+			done = url.Values{"done": {"unchanged"}}
+		default:
 			h.fail(w, r, err)
 			return
-		}
-		done = url.Values{"done": {"runnow"}}
-		if !due {
-			done = url.Values{"done": {"unchanged"}}
 		}
 	}
 	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), done)

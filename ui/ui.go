@@ -116,6 +116,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /jobs/{id}/retry", h.retryJob)
 	m.HandleFunc("POST /jobs/{id}/cancel", h.cancelJob)
 	m.HandleFunc("POST /jobs/{id}/delete", h.deleteJob)
+	m.HandleFunc("POST /jobs/{id}/edit", h.editJob)
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
 	m.HandleFunc("GET /dead/bulk", h.bulkPage)

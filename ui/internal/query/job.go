@@ -26,11 +26,6 @@ LIMIT 1`
 var knownColumns = []string{"id", "queue", "kind", "payload", "status", "priority", "run_at", "attempts",
 	"max_attempts", "locked_at", "locked_by", "last_error", "errors", "unique_key", "created_at", "finished_at"}
 
-// runNowSQL makes a queued job that waits for a later run_at (scheduled, or backing off
-// after a failure) due now. Workers find it at their next poll.
-const runNowSQL = `UPDATE {s}.jobs SET run_at = now()
-WHERE id = $1 AND status = 'queued' AND run_at > now()`
-
 // deleteHotSQL deletes jobs from the hot table, except running ones (their worker holds
 // them and would write their result to a row that is gone) and the queued jobs of
 // workflow tasks (their tasks would never settle: skiplock.ErrTaskPending). It returns
@@ -50,13 +45,13 @@ const runningSQL = `SELECT id FROM {s}.jobs WHERE id = ANY($1) AND status = 'run
 
 // Jobs runs the statements of the job page and of the job and dead-page actions.
 type Jobs struct {
-	pool                                                  *pgxpool.Pool
-	extras, runNow, deleteHot, deleteArchive, deleteStuck string
-	running                                               string
+	pool                                          *pgxpool.Pool
+	extras, deleteHot, deleteArchive, deleteStuck string
+	running                                       string
 }
 
 func newJobs(pool *pgxpool.Pool, x func(string) string) *Jobs {
-	return &Jobs{pool: pool, extras: x(extrasSQL), runNow: x(runNowSQL), deleteHot: x(deleteHotSQL),
+	return &Jobs{pool: pool, extras: x(extrasSQL), deleteHot: x(deleteHotSQL),
 		deleteArchive: x(deleteArchiveSQL), deleteStuck: x(deleteStuckSQL), running: x(runningSQL)}
 }
 
@@ -89,16 +84,6 @@ func (j *Jobs) Extras(ctx context.Context, id int64) (Extras, error) {
 		_ = json.Unmarshal(errs, &x.Errors) // a history edited by hand into another shape shows nothing
 	}
 	return x, nil
-}
-
-// RunNow makes job id due now when it is queued for a later run_at, and reports whether
-// it was.
-func (j *Jobs) RunNow(ctx context.Context, id int64) (bool, error) {
-	tag, err := j.pool.Exec(ctx, j.runNow, id)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() > 0, nil
 }
 
 // DeleteResult is what a delete did.

@@ -15,7 +15,9 @@
 //     Postgres through a loopback proxy of its own (package blackhole), which stops
 //     forwarding for a while, with no reset, then forwards again;
 //   - starves the CPU once: StarveProcs busy processes (four per core by default) for
-//     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout.
+//     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout;
+//   - steps the server's wall clock once: back by ClockStep, for ClockStepFor, then
+//     forward again (the cluster runs under libfaketime; clockstep.go).
 //
 // With [Options.DefaultLeases] (see [DefaultLeaseRecovery]) the workers run at the
 // library's default VisibilityTimeout and SweepInterval, the kills alternate between the
@@ -113,6 +115,19 @@ type Options struct {
 	StarveProcs int
 	// StarveFor is how long the starvation lasts. Defaults to twice the visibility timeout.
 	StarveFor time.Duration
+	// NoClockStep skips the server-clock-step fault, and runs the cluster without
+	// libfaketime. Defaults to false: the cluster runs under libfaketime (which must be
+	// installed: apt-get install libfaketime) and its wall clock steps ClockStep back for
+	// ClockStepFor, then forward again, once.
+	NoClockStep bool
+	// ClockStep is the size of the clock step. Defaults to 75s: past the worker lease
+	// (10s), the minute after which expired worker rows were pruned, and the visibility
+	// timeout.
+	ClockStep time.Duration
+	// ClockStepFor is how long the server's clock stays stepped back. Defaults to 3s:
+	// every worker renews its row meanwhile (every 1.7–3 s), so each row is written with
+	// the stepped clock and reads ClockStep older when the clock comes back.
+	ClockStepFor time.Duration
 	// StallFor, when positive, also stops one busy worker outright (SIGSTOP) for that
 	// long at the start of the starvation, then continues it: a heartbeat that cannot run
 	// at all. Defaults to zero: none.
@@ -185,7 +200,7 @@ type Options struct {
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
 // 25 jobs, 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
-// starvation and six changes of the limited queue's limits; the limited queue's jobs work
+// starvation, a 75 s step of the server's clock (back for 3 s, then forward) and six changes of the limited queue's limits; the limited queue's jobs work
 // up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two minutes.
 func Quick() Options {
 	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
@@ -193,7 +208,7 @@ func Quick() Options {
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
-		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
+		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve, o.NoClockStep = -1, true, true, true, true, true, true
 		o.Workflows, o.Batches = -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
@@ -231,6 +246,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlackholeFor <= 0 {
 		o.BlackholeFor = 2 * o.VisibilityTimeout
+	}
+	if o.ClockStep <= 0 {
+		o.ClockStep = 75 * time.Second
+	}
+	if o.ClockStepFor <= 0 {
+		o.ClockStepFor = 3 * time.Second
 	}
 	if o.StarveProcs <= 0 {
 		o.StarveProcs = 4 * runtime.NumCPU()
@@ -300,8 +321,9 @@ type runner struct {
 	rec     *recorder
 	rng     *rand.Rand
 	dir     string
-	bin     string          // the worker program
-	cluster *pgtest.Cluster // the primary: after a failover, the promoted standby
+	bin     string            // the worker program
+	cluster *pgtest.Cluster   // the primary: after a failover, the promoted standby
+	clock   *pgtest.FakeClock // the cluster's wall clock (clockstep.go); nil with NoClockStep
 	pool    *pgxpool.Pool
 	url     string // what the workers and the pool connect to
 	client  *skiplock.Client
@@ -349,9 +371,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		if opts.DefaultLeases {
 			leases = "the library's default lease settings, kills alternating leader and follower"
 		}
-		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation; %s; seed %d",
+		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation, %d server clock step; %s; seed %d",
 			opts.Workers, opts.Jobs, opts.Kills, one(opts.NoRestart), one(opts.NoTerminate), one(opts.NoDeploy), one(opts.NoBlackhole),
-			one(opts.NoStarve), leases, opts.Seed)
+			one(opts.NoStarve), one(opts.NoClockStep), leases, opts.Seed)
 	}
 
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -453,7 +475,15 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		}
 	} else {
 		t := time.Now()
-		cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), pgtest.ClusterOptions{Settings: serverSettings})
+		copts := pgtest.ClusterOptions{Settings: serverSettings}
+		if !r.opts.NoClockStep {
+			var err error
+			if r.clock, err = pgtest.NewFakeClock(r.dir); err != nil {
+				return rep, fmt.Errorf("chaos: the server-clock-step fault (NoClockStep, -no-clock-step, skips it): %w", err)
+			}
+			copts.Env = r.clock.Env()
+		}
+		cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), copts)
 		if err != nil {
 			return rep, err
 		}
@@ -597,7 +627,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// faultPlan orders the faults: kills spread over the window, the restart at about 40% of
+// faultPlan orders the faults: kills spread over the window, the clock step at about 25%,
+// the restart at about 40% of
 // it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
 // at about 85% (after the deploy: at its shorter visibility timeout) and the black hole
 // last (it lasts BlackholeFor, and the faults after it would wait for it).
@@ -615,6 +646,7 @@ func (r *runner) faultPlan() []FaultKind {
 			others = append(others, placed{kind, at})
 		}
 	}
+	add(r.opts.NoClockStep, FaultClockStep, 25)
 	add(r.opts.NoRestart, FaultRestart, 40)
 	add(r.opts.NoDeploy, FaultDeploy, 55)
 	add(r.opts.NoTerminate, FaultTerminate, 70)
@@ -661,6 +693,8 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.deploy(ctx, &f)
 		case FaultBlackhole:
 			err = r.blackhole(ctx, &f)
+		case FaultClockStep:
+			err = r.clockStep(ctx, &f)
 		}
 		if err != nil {
 			return err

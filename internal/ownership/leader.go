@@ -369,15 +369,24 @@ func (e *Elector) renewedAt(ctx context.Context, sent time.Time) {
 }
 
 // reclaimLoop runs the reclaim by liveness after each renewal of the worker's row (kicked
-// by renewedAt; kicks coalesce), until ctx ends.
+// by renewedAt; kicks coalesce), and when the judgement of a worker that stopped renewing
+// falls due (observer.untilJudgement), until ctx ends.
 func (e *Elector) reclaimLoop(ctx context.Context) {
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.reclaimKick:
+		case <-due.C:
 		}
 		e.reclaimOnce(ctx)
+		due.Stop()
+		if d, ok := e.Reclaim.obs.untilJudgement(time.Now()); ok {
+			due.Reset(d)
+		}
 	}
 }
 

@@ -87,6 +87,26 @@ func (o *observer) dead(now time.Time, after time.Duration) (ids []string, value
 	return ids, values
 }
 
+// untilJudgement returns how long from now until the next worker not yet judged dead
+// would be, if its row stays as last seen; ok is false when there is none. The reclaim
+// runs then (reclaimLoop), so a dead worker's jobs are taken back when the judgement is
+// due rather than at the next renewal after it. A live worker's row changes every renewal
+// and pushes its judgement back, so the time keeps moving ahead of it.
+func (o *observer) untilJudgement(now time.Time) (d time.Duration, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.seen {
+		left := s.since.Add(workerTTL).Sub(now)
+		if s.ended || left <= 0 {
+			continue // judged already
+		}
+		if !ok || left < d {
+			d, ok = left, true
+		}
+	}
+	return d, ok
+}
+
 // sameValue reports whether two values read of expires_at are the same instant.
 func sameValue(a, b pgtype.Timestamptz) bool {
 	return a.Valid == b.Valid && a.InfinityModifier == b.InfinityModifier && a.Time.Equal(b.Time)

@@ -70,3 +70,23 @@ func TestObserver_JudgesByUnchangedValueOverItsOwnClock(t *testing.T) {
 		})
 	}
 }
+
+// The reclaim runs when the next judgement falls due: a lease after the first sight of a
+// value that has not changed since, never for a worker already judged.
+func TestObserver_UntilJudgementIsTheEarliestDueJudgement(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	o := newObserver()
+	_, ok := o.untilJudgement(t0)
+	if ok {
+		t.Fatal("a judgement due with no worker seen")
+	}
+	o.observe(t0, []string{"a", "b", "c"}, []pgtype.Timestamptz{at(1), at(2), at(3)}, []bool{false, false, true})
+	o.observe(t0.Add(4*time.Second), []string{"a", "b", "c"}, []pgtype.Timestamptz{at(1), at(20), at(3)}, []bool{false, false, true})
+	if d, ok := o.untilJudgement(t0.Add(5 * time.Second)); !ok || d != 5*time.Second {
+		t.Fatalf("until judgement = %v, %v; want a's, 5s", d, ok)
+	}
+	if d, ok := o.untilJudgement(t0.Add(11 * time.Second)); !ok || d != 3*time.Second {
+		t.Fatalf("until judgement = %v, %v; want b's, 3s (a is judged, c ended)", d, ok)
+	}
+}

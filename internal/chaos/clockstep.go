@@ -36,10 +36,14 @@ func (r *runner) clockStep(ctx context.Context, f *Fault) error {
 	if err := r.clock.Step(r.opts.ClockStep); err != nil {
 		return err
 	}
-	f.End = time.Now().Round(0)
 	if waitErr != nil {
 		return waitErr
 	}
+	// Every server process reads the new offset within the clock's cache.
+	if err := sleepUntil(ctx, time.Now().Add(r.clock.Cache)); err != nil {
+		return err
+	}
+	f.End = time.Now().Round(0)
 	// The workers' rows as the server's clock reads them right after the step forward:
 	// all expired, yet (what the fault checks) none of their jobs is taken.
 	f.Detail = fmt.Sprintf("server clock %s back for %s, then %s forward", fmtDur(r.opts.ClockStep),

@@ -25,14 +25,14 @@ DEPS_ENFORCE ?= .,./internal/claim,./internal/enqueue,./internal/execute,./inter
 test: env-test fmt-check vet unit fuzz-short
 
 ## env: a Postgres that answers (started or installed when missing). env-test: that,
-## pgbouncer for the PgBouncer test, chromium for the dashboard's browser test and
-## libfaketime for the clock-step tests; only `test` and `chaos` ask for it, so `demo`
-## installs nothing more.
+## pgbouncer for the PgBouncer test, chromium for the dashboard's, python3-psycopg for
+## the Python SQL-enqueue example and libfaketime for the clock-step tests; only `test`
+## (and `chaos`, for libfaketime) ask for them, so `demo` installs nothing more.
 env:
 	@./scripts/ensure-env.sh
 
 env-test:
-	@./scripts/ensure-env.sh --pgbouncer --chromium --faketime
+	@./scripts/ensure-env.sh --pgbouncer --chromium --sql-examples --faketime
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -64,7 +64,7 @@ demo: env
 UI_LISTEN ?= 127.0.0.1:8080
 ui: env
 	DATABASE_URL='$(DSN)' SKIPLOCK_DEMO_SCHEMA=skiplock_demo $(GO) run ./examples/quickstart
-	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)'
+	DATABASE_URL='$(DSN)' $(GO) run ./cmd/skiplock ui --schema skiplock_demo --listen '$(UI_LISTEN)' --trust-loopback
 
 ## db: make sure a Postgres answers and print its connection string.
 db: env

@@ -41,9 +41,12 @@ LIMIT 1`
 // cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
 // of its worker's writes (status running) no longer matches, so its handler's late result
 // is fenced out. The worker learns of it from the control message Cancel sends, or at
-// its next heartbeat, and cancels the handler's context.
+// its next heartbeat, and cancels the handler's context. A running job also keeps its
+// lease (lease_until): its worker renews it while the handler still runs and ends it
+// when the handler returns (internal/ownership, cancelled.go), so RetryWorkflow can tell
+// an attempt still running from one that has ended.
 const cancelSQL = `UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), locked_at = NULL,
-	lease_until = NULL
+	lease_until = CASE WHEN status = 'running' THEN lease_until END
 WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING ` + jobColumns
 
@@ -57,7 +60,12 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	var row *JobRow
 	// A workflow task's dependents are settled in the cancel's transaction
 	// (internal/settle), as a worker settles them with an outcome.
+	// The workflow's row is taken first, as CancelWorkflow takes it before the jobs it
+	// cancels: in the other order, the two could each wait for the other.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, c.db.Render(settle.LockWorkflowOfJobSQL), id); err != nil {
+			return err
+		}
 		var err error
 		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil || !settle.IsTask(row) {
 			return err

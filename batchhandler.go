@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,9 +39,18 @@ type BatchHandlerConfig struct {
 // as from Handle's handlers); a slice of another length fails every job of the call.
 // A panic in fn fails every job of the call with the panic's value.
 //
-// fn's context is the first job's: it ends when that job's timeout passes or the worker
-// shuts down. [SetOutput] and [SetProgress] are not available per job in fn. Each job is
-// still its own row: it is retried, timed out, cancelled and recorded alone.
+// Each job is still its own row: it is retried, timed out, cancelled and recorded alone.
+// Each job's own context is [Job.Context]: it ends when that job is cancelled
+// ([Client.Cancel]), passes its timeout, or is cut off by the worker's shutdown, and fn
+// should stop working for that job then (and may report that job's output and progress
+// with it: [SetOutput], [RecordProgress]). fn's ctx carries the first job's values (a
+// hook's tracing span) and ends only once every job of the call has ended its own: one
+// job's cancel or timeout does not cut the others' work.
+//
+// A job whose context ended stays with the call until fn returns, its slot taken and its
+// lease renewed, since fn may still be writing for it; then it is recorded as with
+// Handle: past its timeout as a timed-out failure whatever fn returned for it, and after
+// [Client.Cancel] not at all (the cancel wrote it).
 func HandleBatch[T JobArgs](w *Worker, cfg BatchHandlerConfig, fn func(ctx context.Context, jobs []*Job[T]) []error) error {
 	if fn == nil {
 		return errors.New("skiplock: HandleBatch: nil handler")
@@ -73,7 +83,8 @@ type jobBatch[T JobArgs] struct {
 
 // run is the per-job handler: it joins the open batch (or opens one and, as its leader,
 // calls fn for it when it is full or MaxWait has passed) and returns its own result. The
-// leader calls fn in its own goroutine: no goroutine is started.
+// leader calls fn in its own goroutine: no long-lived goroutine is started (see
+// batchContext).
 func (c *batchCollector[T]) run(ctx context.Context, job *Job[T]) error {
 	c.mu.Lock()
 	b, leader := c.open, false
@@ -104,9 +115,37 @@ func (c *batchCollector[T]) run(ctx context.Context, job *Job[T]) error {
 		c.open = nil // closed to newcomers: they open the next batch
 	}
 	c.mu.Unlock()
-	b.errs = c.call(ctx, b.jobs)
+	callCtx, end := batchContext(ctx, b.jobs)
+	b.errs = c.call(callCtx, b.jobs)
+	end()
 	close(b.done)
 	return b.errs[i]
+}
+
+// batchContext returns the context of one call of fn for jobs, whose leader's context is
+// leader: it carries leader's values and ends, with the cause of the last, once every
+// job's own context has ended. end releases it once fn has returned. It starts no
+// goroutine of its own; context.AfterFunc runs each job's countdown in a short-lived one
+// when that job's context ends.
+func batchContext[T JobArgs](leader context.Context, jobs []*Job[T]) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(leader))
+	var left atomic.Int64
+	left.Store(int64(len(jobs)))
+	stops := make([]func() bool, len(jobs))
+	for i, j := range jobs {
+		jctx := j.Context()
+		stops[i] = context.AfterFunc(jctx, func() {
+			if left.Add(-1) == 0 {
+				cancel(context.Cause(jctx))
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(context.Canceled)
+	}
 }
 
 // call runs fn and returns exactly one result per job.

@@ -3,6 +3,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -104,4 +105,113 @@ func TestHandleBatch_WrongResultCountOrPanicFailsEveryJob(t *testing.T) {
 	}, "the jobs did not all die")
 	assert.Equal(t, 10, b.count(t, `SELECT count(*) FROM {s}.jobs
 		WHERE last_error LIKE '%batch handler panicked: boom%' OR last_error LIKE '%batch handler returned 0 results%'`))
+}
+
+type partArgs struct {
+	Part string `json:"part"`
+}
+
+func (partArgs) Kind() string { return "batch_part" }
+
+// Each job of a HandleBatch call has its own context (Job.Context), which ends when that
+// job is cancelled or passes its timeout, while the call's context goes on for the
+// others. Two jobs share one call: "stays" works until the test lets it finish, "ends"
+// has its context ended mid-call (by its own 1 s timeout, or by Client.Cancel). The
+// call sees "ends" end within seconds and stops working for it; "stays" finishes, with
+// its own output, and succeeds; "ends" is recorded as its end says (a timed-out failure,
+// or left cancelled). Before, the call had one context, the first job's: a timeout or
+// cancel of the other job went unseen until the call returned, and one of the first job
+// cut the other's work.
+func TestHandleBatch_EachJobObservesItsOwnCancelAndTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		opts   *skiplock.EnqueueOptions          // of "ends"
+		end    func(b *bundle, ends int64) error // ends "ends"'s context mid-call; nil: its timeout does
+		status skiplock.JobStatus                // "ends" afterwards
+		cause  string                            // in the cause its part of the call saw
+	}{
+		{name: "timeout", opts: &skiplock.EnqueueOptions{Timeout: time.Second, MaxAttempts: 1},
+			status: skiplock.StatusDead, cause: "job timeout"},
+		{name: "cancel", opts: &skiplock.EnqueueOptions{MaxAttempts: 1},
+			end: func(b *bundle, ends int64) error {
+				_, err := b.client.Cancel(b.ctx, ends)
+				return err
+			},
+			status: skiplock.StatusCancelled, cause: "no longer held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			log := newAttemptLog(t, b)
+			w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, JobTimeout: -1,
+				Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}})
+			release := make(chan struct{})
+			var releaseOnce sync.Once
+			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+			require.NoError(t, skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{MaxJobs: 2, MaxWait: 5 * time.Second},
+				func(ctx context.Context, jobs []*skiplock.Job[partArgs]) []error {
+					errs := make([]error, len(jobs))
+					var wg sync.WaitGroup
+					for i, j := range jobs {
+						wg.Go(func() { errs[i] = batchPart(log, j, release) })
+					}
+					wg.Wait()
+					// The call's own context outlived "ends": "stays" was still alive.
+					if err := log.note(0, 0, "call", fmt.Sprintf("returned, ctx err %v", ctx.Err())); err != nil {
+						return []error{err}
+					}
+					return errs
+				}))
+			rows, err := b.client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{
+				{Args: partArgs{Part: "stays"}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
+				{Args: partArgs{Part: "ends"}, Options: tc.opts},
+			})
+			require.NoError(t, err)
+			require.Equal(t, 2, rows)
+			var stays, ends int64
+			require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT
+				(SELECT id FROM {s}.jobs WHERE payload->>'part' = 'stays'),
+				(SELECT id FROM {s}.jobs WHERE payload->>'part' = 'ends')`)).Scan(&stays, &ends))
+			runWorker(t, w)
+			eventually(t, 30*time.Second, func() bool {
+				return log.has(t, stays, 1, "working") && log.has(t, ends, 1, "working")
+			}, "both jobs are in the call")
+			if tc.end != nil {
+				require.NoError(t, tc.end(b, ends))
+			}
+			// Its part of the call stops within seconds, while the call goes on.
+			eventually(t, 10*time.Second, func() bool { return log.has(t, ends, 1, "stopped%") },
+				"the call did not see job %d's context end: %v", ends, log.events(t, ends))
+			assert.True(t, log.has(t, ends, 1, "stopped: %"+tc.cause+"%"), "its cause: %v", log.events(t, ends))
+			assert.False(t, log.has(t, stays, 1, "stopped%"), "the other job's part was cut: %v", log.events(t, stays))
+			releaseOnce.Do(func() { close(release) })
+
+			waitStatus(t, b, stays, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", stays)
+			waitStatus(t, b, ends, tc.status, 30*time.Second, "job %d is %s", ends, tc.status)
+			got, err := b.client.Get(b.ctx, stays)
+			require.NoError(t, err)
+			assert.JSONEq(t, `{"part":"stays"}`, string(got.Output), "the output it set with its own context")
+			assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.attempt_log
+				WHERE worker = 'call' AND event = 'returned, ctx err <nil>'`), "the call's own context ended early")
+		})
+	}
+}
+
+// batchPart is a batch call's work for one job: it notes that it works, then waits for
+// release or for the job's own context to end, and notes which came first.
+func batchPart(log attemptLog, j *skiplock.Job[partArgs], release <-chan struct{}) error {
+	if err := log.note(j.ID, j.Attempts, j.Args.Part, "working"); err != nil {
+		return err
+	}
+	select {
+	case <-release:
+		if err := skiplock.SetOutput(j.Context(), j.Args); err != nil {
+			return err
+		}
+		return log.note(j.ID, j.Attempts, j.Args.Part, "done")
+	case <-j.Context().Done():
+		cause := context.Cause(j.Context())
+		return errors.Join(cause, log.note(j.ID, j.Attempts, j.Args.Part, "stopped: "+cause.Error()))
+	}
 }

@@ -34,9 +34,12 @@ var ErrAttemptLost = jobtype.ErrAttemptLost
 //
 // The row stays locked by tx until it commits or rolls back: the job cannot be taken
 // away meanwhile, and the worker's own writes about it wait or pass over it. Call
-// CompleteTx last, just before Commit. After a commit, the worker records nothing more
-// for the attempt: whatever the handler returns then matches no row. If tx rolls back
-// instead, the worker records what the handler returns, as usual.
+// CompleteTx last, just before Commit. After a commit, the attempt has succeeded
+// whatever the handler returns: the worker writes nothing more for it, and its hooks are
+// told it succeeded, even when the handler then returns an error (when, say,
+// [Worker.StopAndCancel] cuts off what it does after the commit; the worker asks the
+// database, one statement, when a handler that called CompleteTx returns an error). If tx
+// rolls back instead, the worker records what the handler returns, as usual.
 //
 // job must be the one the worker handed to the handler: CompleteTx returns an error for
 // a job read any other way (Client.Get, List).

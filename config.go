@@ -72,6 +72,15 @@ type Config struct {
 	// around each job (before its own [WorkerConfig].Hooks), and those that implement
 	// [EnqueueHook] see each enqueue. Nil means none; a nil entry is an error.
 	Hooks []Hook
+	// InsertMiddleware rewrite each job before it is written: queue, priority, run_at,
+	// args, metadata (see [InsertMiddleware]), in order. Nil means none; a nil entry is an
+	// error.
+	InsertMiddleware []InsertMiddleware
+	// Keyring holds the keys of encrypted args: an enqueue with [EnqueueOptions].Encrypt
+	// seals the args with its current key, and a worker made from this client opens a
+	// sealed job's args with the key that sealed it before its handler decodes them. Nil
+	// means none: Encrypt is refused, and sealed jobs fail with [ErrNoKey].
+	Keyring *Keyring
 }
 
 // Defaults of [WorkerConfig], [QueueConfig] and [SweeperConfig]; each field's doc says
@@ -201,6 +210,10 @@ type WorkerConfig struct {
 	// deletes them. Defaults to [DefaultArchiveRetention] (7 days); zero or negative means
 	// the default.
 	ArchiveRetention time.Duration
+	// DeadRetention is how long jobs that ended without success (dead or failed) are kept
+	// before the embedded sweeper deletes them: [SweeperConfig].DeadRetention. Defaults to
+	// 0: kept until deleted or requeued; negative is an error.
+	DeadRetention time.Duration
 	// Completion says what happens to succeeded jobs. Defaults to CompletionArchive; a
 	// queue's [QueueConfig].Completion or a kind's [KindConfig].Completion overrides it.
 	Completion Completion
@@ -352,6 +365,11 @@ func (cfg *Config) validate() error {
 			return &configError{field: fmt.Sprintf("Config.Hooks[%d]", i), value: "nil", fix: "leave nil hooks out"}
 		}
 	}
+	for i, mw := range cfg.InsertMiddleware {
+		if mw == nil {
+			return &configError{field: fmt.Sprintf("Config.InsertMiddleware[%d]", i), value: "nil", fix: "leave nil middleware out"}
+		}
+	}
 	return nil
 }
 
@@ -391,6 +409,9 @@ func (cfg *WorkerConfig) validate() error {
 	}
 	if err := checkInterval("WorkerConfig.JobTimeout", cfg.JobTimeout, "the default (negative means no timeout)"); err != nil {
 		return err
+	}
+	if cfg.DeadRetention < 0 {
+		return &configError{field: "WorkerConfig.DeadRetention", value: cfg.DeadRetention.String(), fix: "use a positive duration, or 0 to keep dead and failed jobs"}
 	}
 	if err := checkRetention("WorkerConfig", cfg.Completion, 0, ""); err != nil {
 		return err

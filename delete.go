@@ -13,7 +13,9 @@ import (
 )
 
 // ErrJobRunning is returned by [Client.Delete] for a job that is running: cancel it
-// first ([Client.Cancel]), then delete it once its handler has returned.
+// first ([Client.Cancel]), then delete it once its handler has returned. It is matched
+// too by the error of [Client.RetryWorkflow] for a workflow with a job cancelled while
+// it ran whose handler has not returned yet.
 var ErrJobRunning = errors.New("skiplock: job is running")
 
 // ErrTaskPending is returned by [Client.Delete] for the queued job of a workflow task

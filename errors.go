@@ -46,6 +46,11 @@ var (
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].
 	ErrNotMigrated = pgutil.ErrNotMigrated
+	// ErrDependencyOutputGone is returned by [Client.DependencyOutputs] when the job row
+	// of a dependency is gone, so that its output cannot be read: the archived row was
+	// purged after ArchiveRetention, the job ran under [CompletionDelete], or it was
+	// deleted. The message names the dependencies.
+	ErrDependencyOutputGone = errors.New("skiplock: a dependency's job row is gone: its output cannot be read")
 )
 
 // Limits on enqueued jobs.

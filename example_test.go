@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -369,4 +370,77 @@ func ExampleClient_Workers() {
 	// Output:
 	// web-1 [default email] true true
 	// 0 registered after it stopped
+}
+
+// Edit a job before it starts: reschedule it, raise its priority, then run it now.
+func ExampleClient_Update() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, nil)
+
+	p := 5
+	job, err := client.Update(ctx, job.ID, skiplock.JobUpdate{
+		RunAt: time.Now().Add(24 * time.Hour), Priority: &p, Args: SendEmail{To: "ada@example.org"},
+	})
+	fmt.Println(err, job.Priority, job.RunAt.After(time.Now().Add(time.Hour)))
+	job, _ = client.Update(ctx, job.ID, skiplock.JobUpdate{RunNow: true})
+	fmt.Println(job.RunAt.After(time.Now()), string(job.Payload))
+	// Output:
+	// <nil> 5 true
+	// false {"to": "ada@example.org", "subject": ""}
+}
+
+// Debounce and replace: a unique enqueue that meets a queued holder gives it the new
+// args and pushes it later, so a burst of enqueues of one key runs once, with the last
+// args.
+func ExampleUniqueOpts_debounce() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{
+		ArgsFields: []string{"to"}, Replace: true, Debounce: time.Minute, MaxDelay: 10 * time.Minute,
+	}}
+	for _, subject := range []string{"draft 1", "draft 2", "final"} {
+		job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com", Subject: subject}, opts)
+		fmt.Println(job.ID > 0, job.Duplicate, job.Replaced)
+	}
+	stats, _ := client.Stats(ctx)
+	fmt.Println(stats[0].Counts[skiplock.StatusQueued])
+	// Output:
+	// true false false
+	// true true true
+	// true true true
+	// 1
+}
+
+// Encrypted args: the jobs table holds only ciphertext and the key's id; a worker of a
+// client with the key gets the args back.
+func ExampleKeyring() {
+	pool, schema, cleanup := examplePool()
+	defer cleanup()
+	ctx := context.Background()
+	if err := skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema}); err != nil {
+		panic(err)
+	}
+	key := make([]byte, 32) // from your secret store
+	ring, _ := skiplock.NewKeyring("k1", map[string][]byte{"k1": key})
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Keyring: ring})
+	job, _ := client.Enqueue(ctx, SendEmail{To: "ada@example.com"}, &skiplock.EnqueueOptions{Encrypt: true})
+
+	kid, sealed := skiplock.SealedKey(job.Payload)
+	fmt.Println(sealed, kid, strings.Contains(string(job.Payload), "ada@"))
+	args, _ := ring.Open(job.Kind, job.Payload)
+	fmt.Println(string(args))
+	// Output:
+	// true k1 false
+	// {"to":"ada@example.com","subject":""}
 }

@@ -23,7 +23,7 @@ type Outcome = jobtype.Outcome
 
 // The outcomes of an attempt.
 const (
-	OutcomeSucceeded = jobtype.OutcomeSucceeded // the handler returned nil
+	OutcomeSucceeded = jobtype.OutcomeSucceeded // the handler returned nil, or committed its success with CompleteTx
 	OutcomeRetry     = jobtype.OutcomeRetry     // failed; queued again after the retry policy's delay
 	OutcomeSnoozed   = jobtype.OutcomeSnoozed   // Snooze: queued again, the attempt given back
 	OutcomeDead      = jobtype.OutcomeDead      // failed with no attempts left

@@ -5,6 +5,8 @@
 package skiplock
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -36,6 +38,21 @@ type AttemptError = jobtype.AttemptError
 type Job[T JobArgs] struct {
 	*JobRow
 	Args T
+
+	ctx context.Context // the attempt's own context (Context); nil outside a handler
+}
+
+// Context returns the context of the job's own attempt: it ends when the job is cancelled
+// ([Client.Cancel]), passes its timeout, or is cut off by the worker's shutdown, with
+// that as its cause ([context.Cause]). In a [Handle] handler it is the handler's ctx; in a
+// [HandleBatch] call it is each job's own, while the call's ctx goes on for the others,
+// and [SetOutput] and [RecordProgress] given it report for that job alone. For a Job
+// not handed over by a worker it is [context.Background].
+func (j *Job[T]) Context() context.Context {
+	if j.ctx == nil {
+		return context.Background()
+	}
+	return j.ctx
 }
 
 // JobRow is a job as stored: its id, queue, kind, JSON payload, state, attempts, error

@@ -285,7 +285,10 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg []MigrateConfig,
 				name       text NOT NULL,
 				applied_at timestamptz NOT NULL DEFAULT now())`)
 		}
-		stmts = append(stmts, `SET LOCAL search_path TO `+ident)
+		// pg_temp last: a function created with SET search_path FROM CURRENT (migration 11's
+		// enqueue) keeps this path, and a session's temporary table must not stand in for
+		// the schema's (unlisted, pg_temp would come first).
+		stmts = append(stmts, `SET LOCAL search_path TO `+ident+`, pg_temp`)
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("skiplock: migrate schema %q: %w", schema, err)

@@ -172,3 +172,76 @@ func TestCompleteTx_WritesTheHandlersOutputAndProgress(t *testing.T) {
 		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.payments WHERE order_id = 4`))
 	})
 }
+
+type paidOrderArgs struct {
+	Order int `json:"order"`
+}
+
+func (paidOrderArgs) Kind() string { return "paid_order" }
+
+// outcomeLog is a hook that writes every JobFinished into the test's schema.
+type outcomeLog struct{ b *bundle }
+
+func (outcomeLog) JobStarted(ctx context.Context, _ *skiplock.JobRow) context.Context { return ctx }
+
+func (h outcomeLog) JobFinished(_ context.Context, job *skiplock.JobRow, res skiplock.JobResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = h.b.pool.Exec(ctx, h.b.q(`INSERT INTO {s}.outcomes VALUES ($1, $2, $3)`), job.ID, string(res.Status), string(res.Outcome))
+}
+
+// A handler commits its payment and its job's success together (CompleteTx, Commit),
+// then goes on with something that waits for its context; StopAndCancel cuts that off,
+// and the handler returns the shutdown's error. The job succeeded — the archive holds it,
+// with the one payment — so the hooks are told it succeeded, and the worker puts nothing
+// back. Before, the hooks were told the job was released to the queue.
+func TestCompleteTx_ASuccessCommittedBeforeStopAndCancelIsReportedSucceeded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	businessSetup(t, b)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.outcomes (job_id bigint, status text, outcome text)`))
+	require.NoError(t, err)
+	committed := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, JobTimeout: -1,
+		Hooks: []skiplock.Hook{outcomeLog{b}}, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[paidOrderArgs]) error {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, b.q(`INSERT INTO {s}.payments VALUES ($1, $2, $3, $4)`),
+			job.Args.Order, job.ID, job.Attempts, job.Fence); err != nil {
+			return err
+		}
+		if err := skiplock.CompleteTx(ctx, tx, job); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		close(committed)
+		<-ctx.Done() // what comes after the commit: StopAndCancel cuts it off
+		return context.Cause(ctx)
+	}))
+	job, err := b.client.Enqueue(b.ctx, paidOrderArgs{Order: 9}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	select {
+	case <-committed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not commit")
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, w.StopAndCancel(ctx))
+
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE id = $1 AND status = 'succeeded'`, job.ID))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1`, job.ID), "the job was put back")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.payments WHERE order_id = 9`))
+	var status, outcome string
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT status, outcome FROM {s}.outcomes WHERE job_id = $1`), job.ID).
+		Scan(&status, &outcome))
+	assert.Equal(t, []string{string(skiplock.StatusSucceeded), string(skiplock.OutcomeSucceeded)}, []string{status, outcome},
+		"what the hooks were told")
+}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -237,4 +238,46 @@ func TestPgBouncer_CoalescedEnqueueWhoseCommitAnswerIsLostInsertsEachJobOnce(t *
 	assert.Len(t, got, callers, "jobs in the table")
 	// The retries of the batch were cut too, until the proxy let one through.
 	assert.EqualValues(t, faults, proxy.cuts.Load(), "answers cut")
+}
+
+// A single Enqueue on an idle client — a batch of one job — whose commit's answer is lost
+// between PgBouncer and Postgres: the insert committed, and PgBouncer answers "08P01
+// server conn crashed?". The caller, which retries on an error as callers do, must get
+// its job's id once and find the job in the table once. Before, a batch of one took the
+// keyless single insert: the caller got the 08P01, and its retry inserted the job again.
+func TestPgBouncer_ASingleEnqueueWhoseCommitAnswerIsLostInsertsItOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	require.NoError(t, skiplock.Migrate(ctx, direct, skiplock.MigrateConfig{Schema: schema}))
+	// The marker is in the single insert and in the coalesced one alike.
+	proxy := startCutProxy(t, pgtest.URL(t), "jobs (queue, kind, payload, priority, ", 1)
+	pb := pgbouncer.Start(t, proxy.url(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 4})
+	pool := bouncerPool(t, pb, 4)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: testLogger()})
+	require.NoError(t, err)
+
+	var (
+		row   *skiplock.JobRow
+		calls int
+		errs  []error
+	)
+	for calls < 3 { // a caller that retries an enqueue that failed
+		calls++
+		if row, err = client.Enqueue(ctx, bouncerArgs{N: 41}, nil); err == nil {
+			break
+		}
+		errs = append(errs, err)
+	}
+	require.NoError(t, err)
+	require.EqualValues(t, 1, proxy.cuts.Load(), "the proxy cut the insert's answer")
+	assert.Empty(t, errs, "the caller saw errors")
+
+	var ids []int64
+	rows, err := direct.Query(ctx, fmt.Sprintf(`SELECT id FROM %q.jobs WHERE kind = 'bouncer'`, schema))
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	assert.Equal(t, []int64{row.ID}, ids, "the job's rows (%d calls)", calls)
 }

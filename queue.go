@@ -65,6 +65,14 @@ type EnqueueOptions struct {
 	// enqueued in ([Client.EnqueueSequenceTx]): [SequenceHold] (the zero value) or
 	// [SequenceMoveOn]. Other enqueues refuse it.
 	SequenceOnFailure SequencePolicy
+	// Encrypt seals the job's args with the client's [Keyring] (AES-GCM, its current
+	// key): the jobs table, its backups, the CLI and the dashboard see only ciphertext and
+	// the key's id, and a worker opens them just before the handler decodes them.
+	// Metadata, the kind, the queue and a unique key are not encrypted (a UniqueOpts key
+	// over the args is a hash of the plaintext: equal args give equal keys). Needs
+	// [Config].Keyring. An args type can set it for every job of its kind
+	// ([JobArgsWithOptions]).
+	Encrypt bool
 }
 
 // JobArgsWithOptions is implemented by args types that carry their own default
@@ -110,6 +118,7 @@ type Client struct {
 	pool     *pgxpool.Pool
 	schema   string
 	maxBytes int
+	keyring  *Keyring // encrypt.go; nil: none
 	logger   *slog.Logger
 	notify   *notify.Notifier  // wake-ups: the channel, the throttle of Enqueue's notifications
 	flows    *settle.Settler   // settles workflow tasks' dependents (internal/settle)
@@ -152,6 +161,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		notify:   notify.New(pool, cfg.Schema, cfg.NotifyInterval, cfg.Logger),
 		flows:    settle.New(cfg.Schema),
 		hooks:    slices.Clone(cfg.Hooks),
+		keyring:  cfg.Keyring,
 	}
 	var enqueueHooks []EnqueueHook // those of the hooks that implement EnqueueHook
 	for _, h := range cfg.Hooks {
@@ -160,7 +170,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		}
 	}
 	c.enq = enqueue.New(enqueue.Config{Pool: pool, Schema: cfg.Schema, Notifier: c.notify, Mapper: c.flows.Mapper,
-		Hooks: enqueueHooks, CoalesceWindow: cfg.CoalesceWindow})
+		Hooks: enqueueHooks, CoalesceWindow: cfg.CoalesceWindow, InsertMiddleware: cfg.InsertMiddleware,
+		MaxPayloadBytes: cfg.MaxPayloadBytes})
 	return c, nil
 }
 
@@ -284,6 +295,9 @@ func (c *Client) prepareMany(params []EnqueueParams) ([]enqueue.Job, error) {
 	jobs := make([]enqueue.Job, len(params))
 	for i := range params {
 		j, err := c.prepare(params[i].Args, params[i].Options)
+		if err == nil {
+			err = j.CheckBulk()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}
@@ -313,7 +327,15 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error
 				ErrInvalidOptions, enqueue.Truncate(k, 40), reservedMetadataPrefix)
 		}
 	}
-	return enqueue.Prepare(kind, args, o, c.maxBytes)
+	j, err := enqueue.Prepare(kind, args, o, c.maxBytes)
+	if err != nil || !o.Encrypt {
+		return j, err
+	}
+	if c.keyring == nil {
+		return enqueue.Job{}, fmt.Errorf("%w: Encrypt needs Config.Keyring", ErrInvalidOptions)
+	}
+	j.Sealer = c.keyring.Seal
+	return j, nil
 }
 
 // jobOptions merges the args type's default options with opts, for the engine, which
@@ -341,7 +363,8 @@ func (o EnqueueOptions) engine() enqueue.Options {
 		u = &e
 	}
 	return enqueue.Options{Queue: o.Queue, Priority: o.Priority, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts,
-		UniqueKey: o.UniqueKey, Unique: u, Timeout: o.Timeout, Metadata: o.Metadata, PartitionKey: o.PartitionKey}
+		UniqueKey: o.UniqueKey, Unique: u, Timeout: o.Timeout, Metadata: o.Metadata, PartitionKey: o.PartitionKey,
+		Encrypt: o.Encrypt}
 }
 
 // enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata

@@ -41,6 +41,13 @@ type SweeperConfig struct {
 	// QueueRetention and ArchiveRetention. Defaults to none; an invalid kind, or a value
 	// that is not positive, is an error.
 	KindRetention map[string]time.Duration
+	// DeadRetention is how long jobs that ended without success (dead: their attempts used
+	// up; failed: a permanent error) are kept before the sweeper deletes them; until then
+	// an operator can requeue them. Defaults to 0: kept until deleted or requeued (by
+	// [Client.Delete], [Client.DeleteMany] or the dashboard); negative is an error. The
+	// retentions above count from a job's end as this one does, and apply to the other
+	// finished jobs (succeeded and cancelled).
+	DeadRetention time.Duration
 	// BatchSize bounds the rows one statement reclaims or deletes, so a sweep never holds
 	// many locks or writes a huge transaction. Defaults to [DefaultSweepBatchSize] (1000);
 	// zero or negative means the default.
@@ -115,6 +122,9 @@ func (cfg *SweeperConfig) validate() error {
 	}
 	if err := checkInterval("SweeperConfig.VisibilityTimeout", cfg.VisibilityTimeout, "the default"); err != nil {
 		return err
+	}
+	if cfg.DeadRetention < 0 {
+		return &configError{field: "SweeperConfig.DeadRetention", value: cfg.DeadRetention.String(), fix: "use a positive duration, or 0 to keep dead and failed jobs"}
 	}
 	for name, d := range cfg.QueueRetention {
 		if validQueue(name) != nil {

@@ -185,6 +185,64 @@ func TestSweeper_PurgesPastRetention(t *testing.T) {
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE finished_at < now() - interval '7 days'`))
 }
 
+// DeadRetention deletes dead and failed jobs that ended before it, and nothing else; by
+// default they are kept (an operator requeues them).
+func TestSweeper_DeadRetentionPurgesOnlyOldDeadAndFailedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		INSERT INTO {s}.jobs (kind, status, attempts, finished_at)
+		SELECT 'k', s, 1, now() - age
+		FROM unnest(ARRAY['dead', 'failed', 'cancelled']) AS u(s),
+			unnest(ARRAY[interval '31 days', interval '29 days']) AS a(age),
+			generate_series(1, 6)`))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 4)`))
+	require.NoError(t, err)
+	counts := func() string {
+		var out string
+		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT string_agg(status || ' ' || old || ' ' || n, ', ' ORDER BY status, old)
+			FROM (SELECT status, coalesce(finished_at < now() - interval '30 days', false) AS old, count(*) AS n
+				FROM {s}.jobs GROUP BY 1, 2) c`)).Scan(&out))
+		return out
+	}
+	before := "cancelled false 6, cancelled true 6, dead false 6, dead true 6, failed false 6, failed true 6, queued false 4"
+
+	// The default keeps them.
+	year := 365 * 24 * time.Hour
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{BatchSize: 4, ArchiveRetention: year, Logger: testLogger()})
+	require.NoError(t, err)
+	_, err = s.Sweep(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, counts(), "a sweep with no DeadRetention deleted dead or failed jobs")
+
+	// 30 days, in batches of 4: the 12 dead and failed jobs older than that go; the
+	// younger ones stay, and so do the queued jobs and the cancelled ones (kept a year by
+	// the archive retention, which DeadRetention does not change).
+	s, err = skiplock.NewSweeper(b.client, skiplock.SweeperConfig{BatchSize: 4, DeadRetention: 30 * 24 * time.Hour,
+		ArchiveRetention: year, Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(12), res.Purged)
+	assert.Equal(t, "cancelled false 6, cancelled true 6, dead false 6, failed false 6, queued false 4", counts())
+}
+
+// A worker's embedded sweeper applies WorkerConfig.DeadRetention.
+func TestWorker_DeadRetentionReachesTheEmbeddedSweeper(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, finished_at)
+		VALUES ('k', 'dead', 1, now() - interval '2 hours'), ('k', 'dead', 1, now())`))
+	require.NoError(t, err)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: 20 * time.Millisecond, DeadRetention: time.Hour})
+	defer runWorker(t, w)()
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'dead'`) == 1
+	}, "the embedded sweeper deleted the dead job older than an hour")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'dead' AND finished_at > now() - interval '1 hour'`))
+}
+
 func TestSweeper_VacuumsBloatedJobsTable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

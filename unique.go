@@ -43,6 +43,21 @@ type UniqueOpts struct {
 	// archive retention bounds how far back; under CompletionDelete a succeeded job
 	// leaves no row and cannot count. Defaults to queued and running.
 	States []JobStatus
+	// Replace: when a queued job (not yet running) holds the key, this enqueue's args
+	// replace that job's, and the enqueue returns it with Duplicate and Replaced set. A
+	// holder already running (or finished, under States) is kept as it is: Duplicate
+	// only. For Enqueue and EnqueueTx; EnqueueMany refuses it.
+	Replace bool
+	// Debounce delays the job: a new job is due Debounce after it is enqueued (unless
+	// RunAt is set), and an enqueue that meets a queued holder pushes the holder's run_at
+	// to Debounce after now (never earlier than it was), so a burst of enqueues of one
+	// key runs once, Debounce after the last. Zero: no debounce; negative is an error.
+	// For Enqueue and EnqueueTx; EnqueueMany refuses it.
+	Debounce time.Duration
+	// MaxDelay bounds Debounce under a steady stream: a holder is never pushed later than
+	// MaxDelay after it was first enqueued (its created_at), so it runs at the latest
+	// then. Zero: no bound; it needs Debounce, and must be at least Debounce.
+	MaxDelay time.Duration
 }
 
 // allStatuses lists every job status, for validation and for periodic occurrences.

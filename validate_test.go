@@ -148,6 +148,7 @@ func TestNewWorker_InvalidConfig(t *testing.T) {
 		{"VisibilityTimeout under 1ms", skiplock.WorkerConfig{VisibilityTimeout: time.Millisecond - 1}, "WorkerConfig.VisibilityTimeout", nil},
 		{"PollInterval 1ns", skiplock.WorkerConfig{PollInterval: 1}, "WorkerConfig.PollInterval", nil},
 		{"SweepInterval 1µs", skiplock.WorkerConfig{SweepInterval: time.Microsecond}, "WorkerConfig.SweepInterval", nil},
+		{"DeadRetention negative", skiplock.WorkerConfig{DeadRetention: -time.Hour}, "WorkerConfig.DeadRetention is -1h0m0s", nil},
 		{"queue name", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"A b": {}}}, "WorkerConfig.Queues", skiplock.ErrInvalidQueue},
 		{"MaxWorkers negative", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: -1}}}, `WorkerConfig.Queues["q"].MaxWorkers`, nil},
 		{"MaxWorkers huge", skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 1 << 40}}}, `WorkerConfig.Queues["q"].MaxWorkers`, nil},
@@ -195,6 +196,7 @@ func TestNewSweeper_InvalidConfig(t *testing.T) {
 	}{
 		{"Interval 1ns", skiplock.SweeperConfig{Interval: 1}, "SweeperConfig.Interval is 1ns"},
 		{"VisibilityTimeout 2ns", skiplock.SweeperConfig{VisibilityTimeout: 2}, "SweeperConfig.VisibilityTimeout is 2ns"},
+		{"DeadRetention negative", skiplock.SweeperConfig{DeadRetention: -time.Hour}, "SweeperConfig.DeadRetention is -1h0m0s"},
 	}
 	for _, c := range cases {
 		s, err := skiplock.NewSweeper(b.client, c.cfg)

@@ -105,7 +105,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		var err error
 		sw, err = NewSweeper(client, SweeperConfig{
 			Interval: cfg.SweepInterval, VisibilityTimeout: cfg.VisibilityTimeout,
-			ArchiveRetention: cfg.ArchiveRetention, QueueRetention: queueKeep, KindRetention: kindKeep, Logger: logger,
+			ArchiveRetention: cfg.ArchiveRetention, QueueRetention: queueKeep, KindRetention: kindKeep,
+			DeadRetention: cfg.DeadRetention, Logger: logger,
 		})
 		if err != nil {
 			return nil, err
@@ -174,6 +175,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw})
 	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.Slots, hooks, w.logger)
+	w.outcomes.LostReturned = w.lease.EndCancelled
 	w.executor = execute.NewExecutor(execute.ExecutorConfig{
 		Handlers: w.handlers, Hooks: hooks, JobTimeout: cfg.JobTimeout, RetryPolicy: cfg.RetryPolicy,
 		LeaseInterval: w.lease.Interval, ShutdownTimeout: cfg.ShutdownTimeout, Logger: w.logger, MW: w.mw,
@@ -248,10 +250,15 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
 			a = reflect.New(t.Elem()).Interface().(T)
 		}
-		if err := json.Unmarshal(row.Payload, &a); err != nil {
+		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
+		if err != nil {
+			return err // another worker may hold the key: retried like any failure
+		}
+		row.Payload = payload
+		if err := json.Unmarshal(payload, &a); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, a, err))
 		}
-		return fn(ctx, &Job[T]{JobRow: row, Args: a})
+		return fn(ctx, &Job[T]{JobRow: row, Args: a, ctx: ctx})
 	}}
 	if p, ok := kindOf.(retryPolicyArgs); ok {
 		h.Policy = p.RetryPolicy()

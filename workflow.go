@@ -159,6 +159,9 @@ func (c *Client) planWorkflow(wf Workflow, callback string) (*enqueue.WorkflowPl
 	}
 	return enqueue.PlanWorkflow(spec, func(i int) (enqueue.Job, error) {
 		j, err := c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
+		if err == nil {
+			err = j.Seal(c.maxBytes)
+		}
 		if err == nil && callback != "" && wf.Tasks[i].Name == callback {
 			// The batch's callback: the settle statement counts the batch into it. The key
 			// is reserved (prepare refuses it from the caller), so only a batch sets it.
@@ -238,6 +241,9 @@ func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, arg
 		return nil, fmt.Errorf("%w: SequenceOnFailure %d: not a SequencePolicy", ErrInvalidOptions, policy)
 	}
 	j, err := c.prepare(args, opts)
+	if err == nil {
+		err = j.Seal(c.maxBytes)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ package skiplock
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -53,9 +54,31 @@ func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, erro
 	return info, nil
 }
 
+// lockWorkflowSQL locks workflow $1's row for CancelWorkflow and RetryWorkflow, before
+// their statements take their snapshots. Every settle of the workflow's tasks takes the
+// row FOR SHARE before its own statement (internal/settle, lockSQL), so the two never
+// interleave: a settle that committed first is seen whole (the task it released, with
+// its job; the dependency it satisfied), and one that comes later waits for this
+// transaction and then reads what it changed. Without it, a settle committing while the
+// statement ran released a task the cancel had read as waiting (its job was left queued
+// and ran), or satisfied a dependency the retry had read as unsettled (the reopened task
+// waited for ever). No row: the workflow does not exist, and the call changes nothing.
+const lockWorkflowSQL = `SELECT 1 FROM {s}.workflows WHERE id = $1 FOR UPDATE`
+
+// lockWorkflow takes lockWorkflowSQL in tx and reports whether workflow id exists.
+func (c *Client) lockWorkflow(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	var one int
+	err := tx.QueryRow(ctx, pgutil.Render(c.schema, lockWorkflowSQL), id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // cancelWorkflowSQL cancels what has not started: waiting tasks, and the queued jobs of
 // released ones (with their tasks, so that nothing settles them again). A running job
 // finishes (or is cancelled by Client.Cancel); its dependents are already cancelled.
+// It runs after lockWorkflowSQL: no settle of the workflow commits meanwhile.
 const cancelWorkflowSQL = `WITH w AS (
 	UPDATE {s}.workflow_tasks SET state = 'cancelled'
 	WHERE workflow_id = $1 AND state = 'waiting'
@@ -75,22 +98,50 @@ r AS (
 SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
 
 // CancelWorkflow cancels every task of workflow id that has not started: tasks still
-// waiting for dependencies, and queued jobs. Running tasks finish; their dependents are
-// cancelled with the rest. It returns how many tasks it cancelled.
+// waiting for dependencies, and queued jobs. Running tasks finish (a failed attempt's
+// retries with them); their dependents are cancelled with the rest. It returns how many
+// tasks it cancelled (0 for a workflow that does not exist). A task whose last
+// dependency's outcome is being recorded at that moment is cancelled too: the call waits
+// for that transaction (see docs/workflows.md).
 func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
-	if err := c.pool.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n); err != nil {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
+			return err
+		}
+		return tx.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n)
+	})
+	if err != nil {
 		return 0, c.wrapErr("cancel workflow", err)
 	}
 	return n, nil
 }
 
+// retryLockSQL locks, in id order (the order every batched statement locks jobs in),
+// the jobs RetryWorkflow puts back, and says of each whether its handler may still run:
+// a job cancelled while running keeps its lease (lease_until) while its worker runs the
+// handler (internal/ownership, cancelled.go), and loses it when the handler returns.
+// Locked, no lease renewal or end lands between this check and the requeue.
+const retryLockSQL = `SELECT t.name, j.id, (j.status = 'cancelled' AND j.lease_until > now()) IS TRUE
+FROM {s}.jobs j JOIN {s}.workflow_tasks t ON t.job_id = j.id
+WHERE t.workflow_id = $1 AND t.state IN ('failed', 'dead', 'cancelled')
+	AND j.status IN ('failed', 'dead', 'cancelled')
+ORDER BY j.id
+FOR UPDATE OF j`
+
 // retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
 //   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
 //     their attempts reset, and their tasks to released;
 //   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
-//     while waiting) wait again for their dependencies that have not succeeded; those
-//     with none left are inserted as jobs (ins).
+//     while waiting) wait again for their dependencies that will settle again; those
+//     with none left are inserted as jobs (ins). A dependency settles again if it is
+//     requeued here (rel), reopened here (cand) or still waiting or released; one that
+//     stays as it was (succeeded; or ended and its job is gone) is settled already, and
+//     is counted into the task's outcome counts, which a batch's callback reads. In an
+//     on_failure = 'cancel' workflow only successes satisfy a dependency: every other
+//     one is waited for.
+//
+// It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
 const retryWorkflowSQL = `WITH req AS (
 	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
 		locked_by = NULL, locked_at = NULL, lease_until = NULL
@@ -104,23 +155,40 @@ rel AS (
 	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
 	RETURNING name
 ),
-cand AS (
-	SELECT t.name, (SELECT count(*) FROM {s}.workflow_edges e JOIN {s}.workflow_tasks p
-			ON p.workflow_id = e.workflow_id AND p.name = e.parent
-			WHERE e.workflow_id = t.workflow_id AND e.child = t.name AND p.state <> 'succeeded') AS waiting
+par AS (
+	SELECT t.name, w.on_failure, p.state,
+		p.name IN (SELECT name FROM rel) OR p.state IN ('waiting', 'released')
+			OR (p.state = 'cancelled' AND p.job_id IS NULL) AS again
 	FROM {s}.workflow_tasks t
+	JOIN {s}.workflows w ON w.id = t.workflow_id
+	LEFT JOIN {s}.workflow_edges e ON e.workflow_id = t.workflow_id AND e.child = t.name
+	LEFT JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
+),
+cand AS (
+	SELECT name,
+		count(*) FILTER (WHERE again OR on_failure = 'cancel' AND state <> 'succeeded') AS waiting,
+		count(*) FILTER (WHERE NOT again AND state = 'succeeded') AS ns,
+		count(*) FILTER (WHERE NOT again AND state = 'failed') AS nf,
+		count(*) FILTER (WHERE NOT again AND state = 'dead') AS nd,
+		count(*) FILTER (WHERE NOT again AND state = 'cancelled') AS nc
+	FROM par GROUP BY name
 ),
 back AS (
 	UPDATE {s}.workflow_tasks t SET waiting = c.waiting,
 		state = CASE WHEN c.waiting = 0 THEN 'released' ELSE 'waiting' END,
-		n_succeeded = 0, n_failed = 0, n_dead = 0, n_cancelled = 0
+		n_succeeded = c.ns, n_failed = c.nf, n_dead = c.nd, n_cancelled = c.nc
 	FROM cand c WHERE t.workflow_id = $1 AND t.name = c.name
 	RETURNING t.*
 ),
 ins AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms, metadata, partition_key
+	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms,
+		CASE WHEN metadata ? '` + settle.MetaBatch + `' THEN metadata || jsonb_build_object(
+			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
+			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
+		ELSE metadata END,
+		partition_key
 	FROM back WHERE state = 'released'
 	RETURNING ` + settle.InsertedTaskColumns + `
 )
@@ -131,10 +199,24 @@ SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
-// again for their dependencies. It returns how many tasks it put back.
+// again for their dependencies. A batch's callback reopened so counts every job of the
+// batch: those that stay succeeded, and the retried ones as they end. It returns how
+// many tasks it put back (0 for a workflow that does not exist).
+//
+// A task whose job was cancelled while it ran ([Client.Cancel]) is put back only once
+// its handler has returned: until then RetryWorkflow changes nothing and returns an
+// error that matches [ErrJobRunning] (call it again once the handler has returned, or
+// once its worker is gone and the job's lease has ended). Outcomes recorded while it
+// runs wait for it, or are seen by it whole.
 func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
+			return err
+		}
+		if err := c.refuseRunning(ctx, tx, id); err != nil {
+			return err
+		}
 		var queues []string
 		var ins settle.Inserted
 		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
@@ -149,25 +231,62 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 		}
 		return c.notify.Queues(ctx, tx, queues)
 	})
+	if errors.Is(err, ErrJobRunning) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, c.wrapErr("retry workflow", err)
 	}
 	return n, nil
 }
 
+// refuseRunning runs retryLockSQL in tx for workflow id and returns an error matching
+// [ErrJobRunning] for the first job it would put back whose handler may still run.
+func (c *Client) refuseRunning(ctx context.Context, tx pgx.Tx, id int64) error {
+	rows, err := tx.Query(ctx, pgutil.Render(c.schema, retryLockSQL), id)
+	if err != nil {
+		return err
+	}
+	var (
+		name, busyName string
+		job, busyJob   int64
+		running        bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &job, &running}, func() error {
+		if running && busyJob == 0 {
+			busyName, busyJob = name, job
+		}
+		return nil
+	})
+	if err != nil || busyJob == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: retry workflow %d: task %q (job %d) was cancelled while it ran and its handler has not returned yet; "+
+		"retry the workflow once it has (at the latest once the job's lease ends)", ErrJobRunning, id, busyName, busyJob)
+}
+
 // dependencyOutputsSQL reads the outputs of a task's dependencies, from the hot table or
-// the archive.
-const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output)
+// the archive, and says of each whether its job row is gone: the task became a job
+// (job_id is set, as it is from its release on) and neither table holds it any more.
+const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output), p.job_id IS NOT NULL AND j.id IS NULL AND a.id IS NULL
 FROM {s}.workflow_edges e
 JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 LEFT JOIN {s}.jobs j ON j.id = p.job_id
 LEFT JOIN {s}.jobs_archive a ON a.id = p.job_id
-WHERE e.workflow_id = $1 AND e.child = $2`
+WHERE e.workflow_id = $1 AND e.child = $2
+ORDER BY p.name`
 
 // DependencyOutputs returns, for the workflow task whose job is row, the output each of
-// its dependencies recorded with [SetOutput], by task name (a dependency that recorded
-// none, or whose row is gone under CompletionDelete, maps to nil). A job that is not a
+// its dependencies recorded with [SetOutput], by task name (nil for one that recorded
+// none, or that never ran: cancelled, or settled without a job). A job that is not a
 // workflow task has no dependencies: the map is empty.
+//
+// A dependency whose job row is gone (purged from the archive after ArchiveRetention,
+// deleted on success under [CompletionDelete], or deleted) has an output nobody can read
+// any more: DependencyOutputs then returns an error matching [ErrDependencyOutputGone]
+// that names it, with the map of the other dependencies' outputs. Keep finished jobs
+// ([WorkerConfig].ArchiveRetention, a completion mode that keeps them) for as long as a
+// task may run after its dependencies.
 func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	wf, err := strconv.ParseInt(row.Metadata[settle.MetaWorkflow], 10, 64)
@@ -178,18 +297,29 @@ func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
 	}
-	var name string
-	var o []byte
-	_, err = pgx.ForEachRow(rows, []any{&name, &o}, func() error {
-		if o != nil {
+	var (
+		name    string
+		o       []byte
+		rowGone bool
+		gone    []string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &o, &rowGone}, func() error {
+		switch {
+		case rowGone:
+			gone = append(gone, name)
+		case o != nil:
 			out[name] = json.RawMessage(append([]byte(nil), o...))
-		} else {
+		default:
 			out[name] = nil
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
+	}
+	if len(gone) > 0 {
+		return out, fmt.Errorf("%w: dependencies %q of task %q (workflow %d): keep finished jobs for as long as a task may run after them (ArchiveRetention, the completion mode)",
+			ErrDependencyOutputGone, gone, row.Metadata[settle.MetaTask], wf)
 	}
 	return out, nil
 }

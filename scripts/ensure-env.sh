@@ -7,20 +7,24 @@
 #   - with --pgbouncer, pgbouncer is installed (the PgBouncer test starts its own);
 #   - with --faketime, libfaketime is installed (the clock-step tests run a server under it);
 #   - with --chromium, Debian's chromium is installed (the dashboard's browser test drives
-#     it), after an apt-get update: a fresh machine's package lists may not name it yet.
+#     it), after an apt-get update: a fresh machine's package lists may not name it yet;
+#   - with --sql-examples, on a machine with python3, Debian's python3-psycopg is installed
+#     unless a python3 already imports psycopg (examples/sql-enqueue's Python example).
 #
 # It never fails the build by itself: when it cannot provide a server it says so, and the
 # test harness falls back to a throwaway initdb cluster (or Docker) or fails with advice.
 set -u
 want_pgbouncer=0
 want_chromium=0
+want_sql_examples=0
 want_faketime=0
 for arg in "$@"; do
 	case "$arg" in
 	--pgbouncer) want_pgbouncer=1 ;;
 	--chromium) want_chromium=1 ;;
+	--sql-examples) want_sql_examples=1 ;;
 	--faketime) want_faketime=1 ;;
-	*) echo "ensure-env: unknown option $arg (use --pgbouncer, --chromium, --faketime)" >&2 ;;
+	*) echo "ensure-env: unknown option $arg (use --pgbouncer, --chromium, --sql-examples, --faketime)" >&2 ;;
 	esac
 done
 
@@ -107,6 +111,19 @@ if [ "$want_chromium" = 1 ] && ! [ -x /usr/bin/chromium ] && ! command -v chromi
 			say "could not install chromium: the dashboard's browser test will fail (apt-get update && apt-get install -y chromium)"
 	else
 		say "no chromium and no apt-get to install it with: the dashboard's browser test will fail; install Chromium or set SKIPLOCK_CHROMIUM to one"
+	fi
+fi
+if [ "$want_sql_examples" = 1 ]; then
+	has_psycopg=0
+	has_python=0
+	for py in python3 /usr/bin/python3; do
+		command -v "$py" >/dev/null 2>&1 || continue
+		has_python=1
+		"$py" -c 'import psycopg' 2>/dev/null && has_psycopg=1
+	done
+	if [ "$has_python" = 1 ] && [ "$has_psycopg" = 0 ]; then
+		apt_install python3-psycopg ||
+			say "could not install python3-psycopg: the Python SQL-enqueue example will fail (apt-get install python3-psycopg, or pip install 'psycopg[binary]')"
 	fi
 fi
 exit 0

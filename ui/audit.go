@@ -1,17 +1,19 @@
 package ui
 
 // This file holds the audit of actions: every action (retry, cancel, delete, requeue, bulk,
-// pause, resume, sign-in and sign-out) is written as a log line and kept in the
-// Handler's auditLog for the /audit page. The schema has no table for it (that would take
-// a migration), so the page shows this process's recent actions only; the log lines are
-// the lasting record.
+// pause, resume, sign-in and sign-out) and every refused forgery (a bad CSRF token,
+// another origin) is described here, with every name and value a client chose quoted,
+// and recorded by the Handler's auditLog; and the /audit page that lists them.
 
 import (
+	"bytes"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // who names the actor of r: Config.Actor's answer when set, else the credential used.
@@ -36,33 +38,46 @@ func (h *Handler) who(r *http.Request) string {
 	return "local (loopback)"
 }
 
-// statusRecorder keeps the status an action answered with.
-type statusRecorder struct {
-	http.ResponseWriter
+// heldAnswer holds an action's answer until its audit entry is written, so that whoever
+// sees the answer finds the entry.
+type heldAnswer struct {
+	w      http.ResponseWriter
 	status int
+	body   bytes.Buffer
 }
+
+// Header is the answer's header, set on the real one.
+func (a *heldAnswer) Header() http.Header { return a.w.Header() }
 
 // WriteHeader records the first status the action answers with.
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
+func (a *heldAnswer) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
 	}
-	s.ResponseWriter.WriteHeader(code)
 }
 
-// Write records 200 when the action writes a body before any status.
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
+// Write holds the body (an action answers with a redirect or a short message page).
+func (a *heldAnswer) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	return a.body.Write(b)
+}
+
+// send writes the held answer.
+func (a *heldAnswer) send() {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	a.w.WriteHeader(a.status)
+	_, _ = a.body.WriteTo(a.w)
 }
 
 // serveAudited serves the action r and records it: who, what, on what, and the outcome
-// (the flash codes of its redirect, or the refusal's status).
+// (the flash codes of its redirect, or the refusal's status); then sends the answer.
 func (h *Handler) serveAudited(w http.ResponseWriter, r *http.Request) {
 	who := h.who(r) // before: sign out ends the session that names it
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &heldAnswer{w: w}
 	h.mux.ServeHTTP(rec, r)
 	action, target := describeAction(r)
 	result := http.StatusText(rec.status)
@@ -74,54 +89,123 @@ func (h *Handler) serveAudited(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	refused := false
 	if action == "sign in" {
 		who = "—" // a sign-in names no one until it succeeds, and its session is in the answer
+		// Anyone may try: a failed sign-in is kept with the refusals (bounded apart, at a
+		// bounded rate), so a flood of them cannot push the actions out.
+		refused = rec.status != http.StatusSeeOther
 	}
-	e := auditEntry{At: time.Now(), Who: who, From: r.RemoteAddr, Action: action, Target: target, Result: result}
-	h.audits.add(e)
-	h.log.Info("skiplock ui: action", "who", e.Who, "from", e.From, "action", action, "target", target, "result", result)
+	h.audit.add(r.Context(), query.AuditEntry{Refused: refused, Who: who, From: h.clientAddr(r), Action: action, Target: target, Result: result})
+	rec.send()
 }
 
-// describeAction names the action of a POST and what it acted on.
+// refuseForgery refuses the POST r as a forgery (why says how it failed) and records it.
+func (h *Handler) refuseForgery(w http.ResponseWriter, r *http.Request, why, msg string) {
+	who := "—"
+	if r.URL.Path != "/login" { // else the request is not authenticated
+		who = h.who(r)
+	}
+	action, target := describeAction(r)
+	h.audit.add(r.Context(), query.AuditEntry{Refused: true, Who: who, From: h.clientAddr(r), Action: action, Target: target, Result: "refused: " + why})
+	h.refuse(w, r, http.StatusForbidden, msg)
+}
+
+// describeAction names the action of a POST and what it acted on. Every value the client
+// chose that is not a number or a known word is quoted (strconv.Quote, cut to
+// maxQuoted), so a queue name or form value cannot make a misleading audit line.
 func describeAction(r *http.Request) (action, target string) {
 	p := r.URL.Path
-	parts := strings.Split(strings.Trim(p, "/"), "/")
-	filter := func() string {
-		var f []string
-		for _, k := range []string{"status", "queue", "kind"} {
-			if v := r.PostFormValue(k); v != "" {
-				f = append(f, k+"="+v)
-			}
+	parts := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
+	for i, s := range parts {
+		if u, err := url.PathUnescape(s); err == nil {
+			parts[i] = u
 		}
-		if len(f) == 0 {
-			return "all dead and failed jobs"
-		}
-		return strings.Join(f, " ")
 	}
 	switch {
 	case p == "/login":
 		return "sign in", ""
 	case p == "/logout":
 		return "sign out", ""
-	case len(parts) == 3 && parts[0] == "jobs":
-		return parts[2], "job " + parts[1]
-	case len(parts) == 3 && parts[0] == "workflows":
-		return parts[2] + " workflow", "workflow " + parts[1]
-	case len(parts) == 3 && parts[0] == "queues":
-		return parts[2], "queue " + r.PathValue("queue")
+	case p == "/queues/pause" || p == "/queues/resume":
+		return parts[1], "queue " + quoted(r.PostFormValue("queue"))
+	case len(parts) == 3 && parts[0] == "queues" && (parts[2] == "pause" || parts[2] == "resume"):
+		return parts[2], "queue " + quoted(parts[1])
+	case len(parts) == 3 && parts[0] == "jobs" && slices.Contains([]string{"retry", "cancel", "delete"}, parts[2]):
+		return parts[2], "job " + number(parts[1])
+	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):
+		return parts[2] + " workflow", "workflow " + number(parts[1])
 	case p == "/dead":
 		ids := r.PostForm["id"]
-		t := strings.Join(ids[:min(len(ids), 10)], ", ")
+		shown := make([]string, 0, 10)
+		for _, id := range ids[:min(len(ids), 10)] {
+			shown = append(shown, number(id))
+		}
+		t := strings.Join(shown, ", ")
 		if len(ids) > 10 {
 			t += " and " + strconv.Itoa(len(ids)-10) + " more"
 		}
-		return r.PostFormValue("action") + " selected", "jobs " + t
+		return word(r.PostFormValue("action")) + " selected", "jobs " + t
 	case p == "/dead/bulk":
-		return r.PostFormValue("action") + " all matching", filter() + " (confirmed " + r.PostFormValue("count") + ")"
+		return word(r.PostFormValue("action")) + " all matching", auditFilter(r) + " (confirmed " + number(r.PostFormValue("count")) + ")"
 	}
-	return "POST " + p, ""
+	return "POST", quoted(p)
+}
+
+// auditFilter describes the filter of a bulk action, its values quoted.
+func auditFilter(r *http.Request) string {
+	var f []string
+	for _, k := range []string{"status", "queue", "kind"} {
+		if v := r.PostFormValue(k); v != "" {
+			f = append(f, k+"="+quoted(v))
+		}
+	}
+	if len(f) == 0 {
+		return "all dead and failed jobs"
+	}
+	return strings.Join(f, " ")
+}
+
+// maxQuoted bounds the characters of a client's value an audit line quotes.
+const maxQuoted = 100
+
+// quoted is s as a Go string literal: in quotes, with quotes, backslashes, control and
+// invisible characters (such as a right-to-left override) escaped; cut to maxQuoted.
+func quoted(s string) string { return strconv.Quote(clip(s, maxQuoted)) }
+
+// number is s when it is a decimal number (an id, a count), else quoted.
+func number(s string) string {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return s
+	}
+	return quoted(s)
+}
+
+// word is an action's name when it is one of the actions (requeue, delete), else quoted.
+func word(s string) string {
+	if s == "requeue" || s == "delete" {
+		return s
+	}
+	return quoted(s)
+}
+
+// auditView is the /audit page's data.
+type auditView struct {
+	Actions, Refused []query.AuditEntry
+	Shown, RefShown  int64
 }
 
 func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, "audit", "Audit", "audit", h.audits.recent())
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	v := &auditView{Shown: auditShown, RefShown: refusedShown}
+	var err error
+	if v.Actions, err = h.db.Audit.Recent(ctx, false, auditShown); err == nil {
+		v.Refused, err = h.db.Audit.Recent(ctx, true, refusedShown)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "audit", "Audit", "audit", v)
 }

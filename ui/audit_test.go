@@ -2,10 +2,13 @@ package ui_test
 
 import (
 	"bytes"
+	"html"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -60,29 +63,72 @@ func TestAudit_RecordsWhoDidWhatAndTheOutcome(t *testing.T) {
 
 	page := b.get("/audit")
 	require.Equal(t, http.StatusOK, page.code, page.body)
+	body := html.UnescapeString(page.body)
 	want := []struct{ action, has string }{
 		{"retry", "job " + strconv.FormatInt(dead, 10)},
 		{"retry", "Requeued 1 job."},
-		{"pause", "queue emails"},
-		{"requeue all matching", "status=failed (confirmed 1)"},
+		{"pause", `queue "emails"`},
+		{"requeue all matching", `status="failed" (confirmed 1)`},
 		{"requeue all matching", "Requeued 1 job."},
 		{"cancel", "Not Found"},
 		{"delete selected", "alice@example.com"},
 		{"delete selected", "jobs 424242"},
 	}
 	for _, w := range want {
-		assert.Contains(t, rowOf(t, page.body, `<tr data-audit="`+w.action+`">`)+findRows(page.body, w.action), w.has, w.action)
+		assert.Contains(t, findRows(body, w.action), w.has, w.action)
 	}
-	assert.Contains(t, page.body, "local (loopback)", "without an Actor answer, the credential used")
+	assert.Contains(t, body, "local (loopback)", "without an Actor answer, the credential used")
 	assert.Contains(t, logs.String(), `msg="skiplock ui: action"`)
-	assert.Contains(t, logs.String(), `action=pause target="queue emails"`)
+	assert.Contains(t, logs.String(), `action=pause target="queue \"emails\""`)
+}
+
+// The audit is a table: it outlives the handler (a restart, another instance), keeps the
+// newest actions and, apart, the newest refused forgeries (a missing CSRF token, a page
+// of another origin), so refusals cannot push actions out.
+func TestAudit_OutlivesARestartKeepsBoundsAndRecordsRefusedForgeries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ids := make([]int64, 5)
+	for i := range ids {
+		ids[i] = b.insert(job{status: "dead"})
+	}
+	ui.SetAuditLimits(b.h, 3, 2)
+	for _, id := range ids {
+		page := "/jobs/" + strconv.FormatInt(id, 10)
+		require.Equal(t, http.StatusSeeOther, b.act(page, page+"/retry", nil).code)
+	}
+	forged := "/jobs/" + strconv.FormatInt(ids[0], 10) + "/delete"
+	for range 3 {
+		assert.Equal(t, http.StatusForbidden, b.post(forged, url.Values{"csrf": {"forged"}}).code)
+	}
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+forged, strings.NewReader(url.Values{"csrf": {b.csrf("/queues")}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://evil.example")
+	assert.Equal(t, http.StatusForbidden, b.do(req).code)
+	assert.Equal(t, "queued", b.status(ids[0]), "nothing refused acted")
+
+	assert.Equal(t, 3, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE NOT refused`), "the newest 3 actions")
+	assert.Equal(t, 2, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE refused`), "the newest 2 refusals, apart")
+
+	// A new handler (a restart, or another instance) lists them.
+	b.serve(ui.Config{})
+	body := html.UnescapeString(b.get("/audit").body)
+	for _, id := range ids[2:] {
+		assert.Contains(t, findRows(body, "retry"), "job "+strconv.FormatInt(id, 10))
+	}
+	assert.NotContains(t, findRows(body, "retry"), "job "+strconv.FormatInt(ids[0], 10)+"<", "beyond the bound")
+	refused := findRows(body, "delete")
+	assert.Contains(t, refused, "refused: cross-origin request")
+	assert.Contains(t, refused, "refused: CSRF token missing or out of date")
+	assert.Contains(t, refused, "job "+strconv.FormatInt(ids[0], 10))
 }
 
 // findRows returns every audit row of action, for a match among several.
 func findRows(body, action string) string {
 	out := ""
 	for rest := body; ; {
-		i := bytes.Index([]byte(rest), []byte(`<tr data-audit="`+action+`">`))
+		i := bytes.Index([]byte(rest), []byte(`<tr data-audit="`+action+`"`))
 		if i < 0 {
 			return out
 		}
@@ -90,4 +136,31 @@ func findRows(body, action string) string {
 		out += rest[i : i+j]
 		rest = rest[i+j:]
 	}
+}
+
+// Behind a trusted proxy the audit names the client the proxy forwards for (the nearest
+// X-Forwarded-For address that is not a trusted proxy); what a client writes further left
+// in the header is not believed.
+func TestAudit_NamesTheClientATrustedProxyForwardsFor(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	id := b.insert(job{status: "dead"})
+	h, err := ui.New(ui.Config{Client: b.client, ExternalAuth: true, TrustedProxies: []string{"127.0.0.0/8", "10.0.0.0/8"},
+		Logger: quietLogger()})
+	require.NoError(t, err)
+	page := direct(h, httptest.NewRequest(http.MethodGet, "/queues", nil), "127.0.0.1:40000")
+	require.Equal(t, http.StatusOK, page.Code)
+	m := csrfRE.FindStringSubmatch(page.Body.String())
+	require.NotNil(t, m)
+	f := loginForm{token: m[1], cookie: page.Result().Cookies()[0]}
+	action := func(xff string) int {
+		req := httptest.NewRequest(http.MethodPost, "/jobs/"+strconv.FormatInt(id, 10)+"/retry",
+			strings.NewReader(url.Values{"csrf": {f.token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", xff)
+		req.AddCookie(f.cookie)
+		return direct(h, req, "127.0.0.1:40000").Code
+	}
+	require.Equal(t, http.StatusSeeOther, action("198.51.100.66, 203.0.113.9, 10.1.2.3"))
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE client = '203.0.113.9 via 127.0.0.1:40000'`))
 }

@@ -1,6 +1,6 @@
 package ui
 
-// This file holds the authentication gate every request passes (loopback, token, basic
+// This file holds the authentication gate every request passes (local user, token, basic
 // auth, login session, with wrong credentials throttled) and the login page.
 
 import (
@@ -10,17 +10,18 @@ import (
 )
 
 // authorize reports whether r may be served, and answers it when not: with a configured
-// token or basic auth, the request must present one; without, it must come from a
-// loopback address without proxy headers, unless ExternalAuth is set. Wrong credentials
-// are throttled per client address and in all (429 with Retry-After).
+// token or basic auth, the request must present one; without, it must be local
+// (Config.TrustLoopback), unless ExternalAuth is set. The right credential is always
+// checked and accepted; wrong ones back off per credential (429 with Retry-After).
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if h.cfg.Token == "" && h.cfg.BasicAuth == nil {
-		if h.cfg.ExternalAuth || fromLoopback(r) {
+		if h.cfg.ExternalAuth || h.local(r) {
 			return true
 		}
-		h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard has no authentication configured, so it serves "+
-			"only requests from this machine (a loopback address, no proxy). Set a token or basic auth "+
-			"(skiplock ui --token / --basic-auth), or ExternalAuth when your own middleware authenticates.")
+		h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard has no authentication configured, and this request "+
+			"is not from a trusted user of this machine. Set a token or basic auth (skiplock ui --token / --basic-auth), "+
+			"ExternalAuth when your own middleware authenticates, or TrustLoopback (skiplock ui --trust-loopback) to let "+
+			"this machine's users in without one, when no proxy on it forwards to the dashboard.")
 		return false
 	}
 	if h.sessionOK(r) {
@@ -29,13 +30,18 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) bool {
 	_, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	_, _, basic := r.BasicAuth()
 	if bearer || basic {
-		if !h.allowAttempt(w, r) {
-			return false
-		}
+		// Checked first, whatever the guessing: wrong credentials cost their sender,
+		// never the owner of the right one.
 		if h.tokenOK(r) || h.basicOK(r) {
 			return true
 		}
-		h.sess.failed(clientKey(r))
+		key := credToken
+		if basic {
+			key = credBasic
+		}
+		if h.backingOff(w, r, key) {
+			return false
+		}
 	}
 	// A page asks for the token on the login page; the live fragment the queues page
 	// fetches gets a plain 401 instead, so the script reports it rather than swapping a
@@ -51,16 +57,17 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// allowAttempt reports whether r may try a credential now, answering 429 when its
-// client (or all clients together) sent too many wrong ones lately.
-func (h *Handler) allowAttempt(w http.ResponseWriter, r *http.Request) bool {
-	limited, wait := h.sess.throttled(clientKey(r))
-	if !limited {
-		return true
+// backingOff counts a wrong credential of kind key and, when that credential is backing
+// off from earlier wrong ones, answers 429 with Retry-After and reports true.
+func (h *Handler) backingOff(w http.ResponseWriter, r *http.Request, key string) bool {
+	wait := h.sess.failed(key)
+	if wait <= 0 {
+		return false
 	}
 	w.Header().Set("Retry-After", retryAfter(wait))
-	h.refuse(w, r, http.StatusTooManyRequests, "Too many wrong tokens or passwords: try again in "+retryAfter(wait)+" s.")
-	return false
+	h.refuse(w, r, http.StatusTooManyRequests, "Too many wrong tokens or passwords: the next wrong one is answered in "+
+		retryAfter(wait)+" s (the right one is accepted at any time).")
+	return true
 }
 
 // loginPage asks for the token (only used when Token is set).
@@ -78,25 +85,26 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusNotFound, "This dashboard has no token to sign in with.")
 		return
 	}
-	if !h.allowAttempt(w, r) {
-		return
-	}
 	if !equal(r.PostFormValue("token"), h.cfg.Token) {
-		h.sess.failed(clientKey(r))
+		if h.backingOff(w, r, credToken) {
+			return
+		}
 		w.WriteHeader(http.StatusUnauthorized)
 		h.render(w, r, "login", "Sign in", "", map[string]any{"Failed": true})
 		return
 	}
-	if r.TLS == nil && !fromLoopback(r) && !forwardedHTTPS(r) {
+	if r.TLS == nil && !h.local(r) && !h.forwardedHTTPS(r) {
 		// The session cookie is Secure here, so a browser on plain HTTP would drop it
 		// (and without Secure it would cross the network in clear).
-		h.refuse(w, r, http.StatusForbidden, "Signing in needs HTTPS when the browser is on another machine: "+
-			"serve the dashboard behind a TLS proxy, or use basic auth or the Authorization: Bearer header.")
+		h.refuse(w, r, http.StatusForbidden, "Signing in needs HTTPS unless the browser is a trusted local user: "+
+			"serve the dashboard behind a TLS proxy (named in TrustedProxies, skiplock ui --trusted-proxy), "+
+			"set TrustLoopback (--trust-loopback) for a browser on this machine, or use basic auth or the "+
+			"Authorization: Bearer header.")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: h.sess.create(), Path: h.cookiePath(), HttpOnly: true,
-		Secure: secureCookies(r), SameSite: http.SameSiteStrictMode,
+		Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode,
 		MaxAge: int(h.cfg.SessionMaxAge / time.Second),
 	})
 	http.Redirect(w, r, h.prefix+"/queues", http.StatusSeeOther)
@@ -109,7 +117,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: h.cookiePath(), HttpOnly: true,
-		Secure: secureCookies(r), SameSite: http.SameSiteStrictMode, MaxAge: -1,
+		Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode, MaxAge: -1,
 	})
 	target := "/login"
 	if h.cfg.Token == "" {

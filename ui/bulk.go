@@ -122,7 +122,7 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.log.Info("skiplock ui: bulk action", "action", action, "status", f.Status, "queue", f.Queue, "kind", f.Kind,
-		"done", done, "skipped", skipped, "remote", r.RemoteAddr)
+		"done", done, "skipped", skipped, "remote", h.clientAddr(r))
 	ret := filterQuery(f, 0)
 	past := map[string]string{"requeue": "requeued", "delete": "deleted"}[action]
 	ret.Set("done", past)

@@ -66,11 +66,16 @@ func TestDeadPage_BulkRequeueByFilterConfirmsTheCountAndRunsInBatches(t *testing
 
 func TestDeadPage_BulkActionStopsAtItsTimeLimitAndSaysSo(t *testing.T) {
 	t.Parallel()
-	b := setup(t, ui.Config{QueryTimeout: time.Nanosecond})
+	key := []byte("one key for the three handlers below")
+	b := setup(t, ui.Config{CSRFKey: key})
 	id := b.insert(job{status: "dead"})
-	r := b.act("/audit", "/dead/bulk", url.Values{"action": {"requeue"}, "count": {"1"}})
+	csrf, browser := b.csrf("/audit"), b.http // its cookie is the jar's for 127.0.0.1, whatever the port
+	b.serve(ui.Config{CSRFKey: key, QueryTimeout: time.Nanosecond})
+	b.http = browser
+	r := b.post("/dead/bulk", url.Values{"csrf": {csrf}, "action": {"requeue"}, "count": {"1"}})
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.Contains(t, r.location, "budget")
-	assert.Contains(t, b.get("/audit").body, "stopped at its time limit")
+	b.serve(ui.Config{CSRFKey: key})
+	assert.Contains(t, b.get("/audit").body, "stopped at its time limit", "the audit entry is written past the query time")
 	assert.Equal(t, "dead", b.status(id))
 }

@@ -30,9 +30,27 @@ type Config struct {
 	BasicAuth *BasicAuth
 	// ExternalAuth says a middleware in front of the handler authenticates every request,
 	// so requests from other hosts are served without Token or BasicAuth. When false and
-	// neither is set, only requests from a loopback address without proxy headers are
-	// served; others get 403. Defaults to false.
+	// neither is set, only local requests (see TrustLoopback) are served; others get 403.
+	// Defaults to false.
 	ExternalAuth bool
+	// TrustLoopback takes a request that reaches the handler over a loopback connection
+	// (remote and local address both loopback), without a proxy header and not from one
+	// of TrustedProxies, for a user of this machine: it is served without Token or
+	// BasicAuth when neither is set (the audit names it "local (loopback)"), and its
+	// cookies need not be Secure over plain HTTP. Set it only when nothing on this
+	// machine forwards other people's requests to the handler: a reverse proxy on the
+	// same host that adds no client header (nginx's plain proxy_pass) would bring every
+	// visitor in as local. Defaults to false: no request is local, so without Token,
+	// BasicAuth or ExternalAuth every request gets 403, and every cookie is Secure.
+	TrustLoopback bool
+	// TrustedProxies are the addresses of the reverse proxies in front of the handler,
+	// as IPs or CIDR prefixes ("127.0.0.1", "10.0.0.0/8"). A request from one of them is
+	// never local; the audit names the client its X-Forwarded-For gives (the nearest
+	// address that is not a trusted proxy), and its X-Forwarded-Proto or Forwarded
+	// proto=https says whether the browser's connection is HTTPS (which a token sign-in
+	// on plain HTTP needs). Headers from any other address are ignored. Defaults to
+	// none: no proxy is trusted.
+	TrustedProxies []string
 	// AllowedHosts are the host names (without port) the handler answers to besides the
 	// loopback names (localhost, 127.0.0.1, [::1]) and the IP address a request reached.
 	// A request whose Host header names any other host gets 421 before anything else,

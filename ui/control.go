@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -18,14 +19,18 @@ import (
 //	ctl := ui.NewClientControl(client)
 //	h, err := ui.New(ui.Config{Client: client, Queues: ctl, Periodic: ctl})
 type ClientControl struct {
-	client *skiplock.Client
-	queues string // queueInfoSQL, rendered
+	client         *skiplock.Client
+	queues         string // queueInfoSQL, rendered
+	pause, unpause string // pauseNamedSQL and resumeNamedSQL, rendered
 }
 
 // NewClientControl returns the ClientControl of client.
 func NewClientControl(client *skiplock.Client) *ClientControl {
+	s := pgx.Identifier{client.Schema()}.Sanitize()
 	return &ClientControl{client: client,
-		queues: strings.ReplaceAll(queueInfoSQL, "{s}", pgx.Identifier{client.Schema()}.Sanitize())}
+		queues:  strings.ReplaceAll(queueInfoSQL, "{s}", s),
+		pause:   strings.ReplaceAll(pauseNamedSQL, "{s}", s),
+		unpause: strings.ReplaceAll(resumeNamedSQL, "{s}", s)}
 }
 
 // queueInfoSQL reads the queues that have control state (paused now, or once).
@@ -68,14 +73,35 @@ func (c *ClientControl) QueueInfo(ctx context.Context) (map[string]QueueInfo, er
 	return out, nil
 }
 
-// PauseQueue pauses queue on every worker ([skiplock.Client.PauseQueue]).
+// pauseNamedSQL and resumeNamedSQL pause and resume queue $1 by its exact name, for a
+// name the library refuses ([skiplock.ErrInvalidQueue]) that the tables hold all the same
+// (written by SQL or an older version). They write what [skiplock.Client.PauseQueue] and
+// ResumeQueue write, without the notification: no worker of this version serves such a
+// queue, and a worker that does reads the queues table at each poll.
+const (
+	pauseNamedSQL = `INSERT INTO {s}.queues AS q (name, paused_at, updated_at) VALUES ($1, now(), now())
+ON CONFLICT (name) DO UPDATE SET paused_at = coalesce(q.paused_at, now()), updated_at = now()`
+	resumeNamedSQL = `UPDATE {s}.queues SET paused_at = NULL, updated_at = now() WHERE name = $1 AND paused_at IS NOT NULL`
+)
+
+// PauseQueue pauses queue on every worker ([skiplock.Client.PauseQueue]); a queue whose
+// name the library refuses, by its exact name, with a parameterized statement.
 func (c *ClientControl) PauseQueue(ctx context.Context, queue string) error {
-	return c.client.PauseQueue(ctx, queue)
+	err := c.client.PauseQueue(ctx, queue)
+	if errors.Is(err, skiplock.ErrInvalidQueue) {
+		_, err = c.client.Pool().Exec(ctx, c.pause, queue)
+	}
+	return err
 }
 
-// ResumeQueue resumes queue ([skiplock.Client.ResumeQueue]).
+// ResumeQueue resumes queue ([skiplock.Client.ResumeQueue]); a queue whose name the
+// library refuses, by its exact name, as PauseQueue.
 func (c *ClientControl) ResumeQueue(ctx context.Context, queue string) error {
-	return c.client.ResumeQueue(ctx, queue)
+	err := c.client.ResumeQueue(ctx, queue)
+	if errors.Is(err, skiplock.ErrInvalidQueue) {
+		_, err = c.client.Pool().Exec(ctx, c.unpause, queue)
+	}
+	return err
 }
 
 // Schedules returns the periodic schedules workers declared; an inactive one (no running

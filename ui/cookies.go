@@ -13,8 +13,8 @@ import (
 	"strings"
 )
 
-// Cookie names. Both are HttpOnly and SameSite=Strict, and Secure unless the request came
-// straight from this machine over plain HTTP.
+// Cookie names. Both are HttpOnly and SameSite=Strict, and Secure unless the request is
+// local (Config.TrustLoopback) over plain HTTP.
 const (
 	csrfCookie    = "skiplock_ui_csrf"    // a random id, signed by the handler, the CSRF tokens are bound to
 	sessionCookie = "skiplock_ui_session" // a random session id, set by /login when Token is used
@@ -28,16 +28,20 @@ func (h *Handler) cookiePath() string {
 	return h.prefix + "/"
 }
 
-// secureCookies says whether r's cookies must be Secure: over TLS, or when the request
-// did not come straight from this machine (a browser elsewhere, or a proxy that
-// terminates TLS), so a session never travels in clear over a network.
-func secureCookies(r *http.Request) bool {
-	return r.TLS != nil || !fromLoopback(r)
+// secureCookies says whether r's cookies must be Secure: over TLS, or when the request is
+// not local (Config.TrustLoopback): a browser elsewhere, or a proxy that terminates TLS,
+// so a session never travels in clear over a network.
+func (h *Handler) secureCookies(r *http.Request) bool {
+	return r.TLS != nil || !h.local(r)
 }
 
-// forwardedHTTPS reports whether a proxy in front says the browser's connection is
-// HTTPS (X-Forwarded-Proto or Forwarded proto=https).
-func forwardedHTTPS(r *http.Request) bool {
+// forwardedHTTPS reports whether a trusted proxy in front (Config.TrustedProxies) says
+// the browser's connection is HTTPS (X-Forwarded-Proto or Forwarded proto=https). The
+// headers of any other client are ignored.
+func (h *Handler) forwardedHTTPS(r *http.Request) bool {
+	if !h.fromProxy(r) {
+		return false
+	}
 	if strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
 		return true
 	}
@@ -76,7 +80,7 @@ func (h *Handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		id = hex.EncodeToString(b)
 		http.SetCookie(w, &http.Cookie{
 			Name: csrfCookie, Value: id + "." + mac(h.csrfKey, "csrf-cookie|"+id), Path: h.cookiePath(), HttpOnly: true,
-			Secure: secureCookies(r), SameSite: http.SameSiteStrictMode,
+			Secure: h.secureCookies(r), SameSite: http.SameSiteStrictMode,
 		})
 	}
 	return mac(h.csrfKey, "csrf-form|"+id)

@@ -27,7 +27,8 @@
 //     confirmation with the count; run in batches), and requeue or delete them.
 //   - Workers (/workers): the registered workers and the jobs running now with their
 //     progress.
-//   - Audit (/audit): the recent actions of this process, who did them and the outcome.
+//   - Audit (/audit): the recent actions of every instance, who did them and the outcome,
+//     and the refused forgeries; kept in the bounded ui_audit table (migration 12).
 //   - Periodic (/periodic): schedules with their last and next run, when a
 //     [PeriodicSource] is configured.
 //
@@ -38,13 +39,17 @@
 // POST whose Origin names another host gets 403, so a web page on a domain re-pointed
 // to this machine (DNS rebinding) can neither read nor act. A token login starts a random
 // session kept in the handler's memory that ends after [Config].SessionIdle without use,
-// at [Config].SessionMaxAge, or at sign-out; wrong tokens and passwords are throttled per
-// client address and in all (429 with Retry-After). Cookies are HttpOnly, SameSite=Strict,
-// and Secure unless the request came straight from this machine over plain HTTP.
+// at [Config].SessionMaxAge, or at sign-out. The right token or password is always
+// checked and accepted; wrong ones back off per credential (429 with a Retry-After that
+// doubles while the guessing goes on), so guessing from many addresses, or through one
+// proxy, locks no one out. Cookies are HttpOnly, SameSite=Strict, and Secure unless the
+// request is local over plain HTTP.
 //
-// Without [Config].Token or [Config].BasicAuth, the handler serves only requests that come
-// from a loopback address with no proxy header, unless [Config].ExternalAuth says a
-// middleware in front of it authenticates every request. Every action is a POST carrying
+// Without [Config].Token or [Config].BasicAuth, the handler serves only local requests
+// (a loopback connection with no proxy header, and only when [Config].TrustLoopback says
+// no proxy on this machine forwards to it), unless [Config].ExternalAuth says a middleware
+// in front of it authenticates every request; by default it serves none. Proxy headers
+// are believed only from [Config].TrustedProxies. Every action is a POST carrying
 // a CSRF token bound to a cookie the handler signs; [Config].ReadOnly refuses them all and hides their
 // buttons. Every value from the database goes through html/template, so a job whose args
 // hold <script> shows it as text, and a strict Content-Security-Policy allows only the

@@ -9,3 +9,9 @@ func SetSessionClock(h *Handler, now func() time.Time) {
 	defer h.sess.mu.Unlock()
 	h.sess.now = now
 }
+
+// SetAuditLimits makes h keep only the newest actions and refused requests of the audit
+// table, so a test can see the bound without writing thousands of rows.
+func SetAuditLimits(h *Handler, actions, refused int) {
+	h.audit.keepActions, h.audit.keepRefs = actions, refused
+}

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui/internal/query"
@@ -20,9 +21,10 @@ type Handler struct {
 	pages    map[string]*template.Template
 	csrfKey  []byte
 	sess     *sessions
-	audits   *auditLog
+	audit    *auditLog
 	hosts    map[string]struct{} // AllowedHosts, normalised
 	anyHost  bool                // AllowedHosts holds "*"
+	proxies  []netip.Prefix      // TrustedProxies, parsed
 	crossOri *http.CrossOriginProtection
 	log      *slog.Logger
 }

@@ -31,6 +31,7 @@ type bundle struct {
 	client *skiplock.Client
 	schema string
 	srv    *httptest.Server
+	h      *ui.Handler  // the handler srv serves
 	http   *http.Client // keeps cookies, does not follow redirects
 }
 
@@ -54,15 +55,18 @@ func newBundle(t *testing.T) *bundle {
 	return &bundle{t: t, ctx: ctx, pool: pool, client: client, schema: schema}
 }
 
-// serve starts the handler for cfg on a loopback server.
+// serve starts the handler for cfg on a loopback server whose clients are this machine's
+// users (TrustLoopback), as with `skiplock ui --trust-loopback`.
 func (b *bundle) serve(cfg ui.Config) {
 	b.t.Helper()
 	cfg.Client = b.client
+	cfg.TrustLoopback = true
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
 	h, err := ui.New(cfg)
 	require.NoError(b.t, err)
+	b.h = h
 	var handler http.Handler = h
 	if cfg.Prefix != "" {
 		mux := http.NewServeMux()

@@ -75,7 +75,11 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &jobView{Job: job, Running: job.Status == skiplock.StatusRunning}
-	v.Args, v.ArgsCut = prettyJSON(job.Payload, maxShownPayload)
+	if key, ok := skiplock.SealedKey(job.Payload); ok {
+		v.Args = "(encrypted with key " + key + ")" // escaped by the template
+	} else {
+		v.Args, v.ArgsCut = prettyJSON(job.Payload, maxShownPayload)
+	}
 	for _, k := range sortedKeys(extras.Other) {
 		s, _ := prettyJSON(extras.Other[k], maxShownPayload)
 		v.Other = append(v.Other, field{k, s})

@@ -18,6 +18,8 @@ const (
 	maxShownPayload = 256 << 10
 	// maxQueuesShown bounds the rows of the queues table.
 	maxQueuesShown = 500
+	// maxQueueName is the longest queue name the tables hold (their checks), in characters.
+	maxQueueName = 64
 	// maxFormBytes bounds the body of a POST.
 	maxFormBytes = 64 << 10
 )

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui/internal/query"
@@ -246,6 +247,9 @@ func (h *Handler) queuesLive(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) pauseQueue(w http.ResponseWriter, r *http.Request)  { h.queueAction(w, r, true) }
 func (h *Handler) resumeQueue(w http.ResponseWriter, r *http.Request) { h.queueAction(w, r, false) }
 
+// queueAction pauses or resumes the queue named by the form's "queue" field (or, from the
+// forms of earlier versions' pages, the path), by its exact name: one the library refuses
+// but the table holds (written by SQL or an older version) too.
 func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request, pause bool) {
 	ctl, ok := h.cfg.Queues.(QueueController)
 	if !ok {
@@ -253,8 +257,15 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request, pause bool
 		return
 	}
 	queue := r.PathValue("queue")
+	if queue == "" {
+		queue = r.PostFormValue("queue")
+	}
 	if !validFilter(queue) {
 		h.refuse(w, r, http.StatusBadRequest, "Bad queue name.")
+		return
+	}
+	if n := utf8.RuneCountInString(queue); n == 0 || n > maxQueueName {
+		h.refuse(w, r, http.StatusNotFound, "No queue has that name: a queue's name is 1 to 64 characters.")
 		return
 	}
 	ctx, cancel := h.queryCtx(r)

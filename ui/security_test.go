@@ -100,7 +100,32 @@ func TestHost_RefusesUnknownHostsOnEveryServerMode(t *testing.T) {
 	})
 }
 
-var pauseFormRE = regexp.MustCompile(`<form method="post" action="([^"]+/pause)"`)
+var (
+	queueRowRE = regexp.MustCompile(`(?s)<tr data-queue="([^"]*)">(.*?)</tr>`)
+	postFormRE = regexp.MustCompile(`(?s)<form method="post" action="([^"]+)"[^>]*>(.*?)</form>`)
+	hiddenRE   = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+)
+
+// queueForm finds the row of queue on the queues page body and returns its pause or
+// resume form as a browser submits it: the action's path and the hidden fields, both
+// unescaped from the HTML.
+func queueForm(t *testing.T, body, queue string) (action string, form url.Values) {
+	t.Helper()
+	for _, row := range queueRowRE.FindAllStringSubmatch(body, -1) {
+		if html.UnescapeString(row[1]) != queue {
+			continue
+		}
+		m := postFormRE.FindStringSubmatch(row[2])
+		require.NotNil(t, m, "no form in the row of %q: %s", queue, row[2])
+		form = url.Values{}
+		for _, f := range hiddenRE.FindAllStringSubmatch(m[2], -1) {
+			form.Add(html.UnescapeString(f[1]), html.UnescapeString(f[2]))
+		}
+		return html.UnescapeString(m[1]), form
+	}
+	t.Fatalf("no row of queue %q on the page", queue)
+	return "", nil
+}
 
 func TestQueuesPage_AHostileQueueNameActsOnlyOnItsQueue(t *testing.T) {
 	t.Parallel()
@@ -111,22 +136,22 @@ func TestQueuesPage_AHostileQueueNameActsOnlyOnItsQueue(t *testing.T) {
 			qs := &queues{paused: map[string]bool{}}
 			b.serve(ui.Config{Prefix: prefix, Queues: qs})
 			target := b.insert(job{queue: "default"})
-			// The library refuses such a queue name; the table's check allows it.
-			hostile := "../jobs/" + strconv.FormatInt(target, 10) + "/delete?"
-			b.insert(job{queue: hostile})
+			// The library refuses such queue names; the table's check allows them.
+			hostile := []string{"../jobs/" + strconv.FormatInt(target, 10) + "/delete?", "..", "."}
+			for _, name := range hostile {
+				b.insert(job{queue: name})
+			}
+			for _, hostile := range hostile {
+				r := b.get(prefix + "/queues")
+				require.Equal(t, http.StatusOK, r.code, r.body)
+				action, form := queueForm(t, r.body, hostile)
+				assert.Equal(t, prefix+"/queues/pause", action, "the name is a form field, never a path segment")
 
-			r := b.get(prefix + "/queues")
-			require.Equal(t, http.StatusOK, r.code, r.body)
-			row := rowOf(t, r.body, `<tr data-queue="`+html.EscapeString(hostile)+`">`)
-			m := pauseFormRE.FindStringSubmatch(row)
-			require.NotNil(t, m, row)
-			action := html.UnescapeString(m[1])
-			assert.Equal(t, prefix+"/queues/"+url.PathEscape(hostile)+"/pause", action)
-
-			r = b.act(prefix+"/queues", action, nil)
-			require.Equal(t, http.StatusSeeOther, r.code, r.body)
-			assert.Equal(t, "queued", b.status(target), "the pause button deleted nothing")
-			assert.True(t, qs.paused[hostile], "it paused the queue it belongs to")
+				r = b.post(action, form)
+				require.Equal(t, http.StatusSeeOther, r.code, r.body)
+				assert.Equal(t, "queued", b.status(target), "the pause button deleted nothing")
+				assert.True(t, qs.paused[hostile], "it paused the queue %q", hostile)
+			}
 		})
 	}
 }
@@ -184,43 +209,79 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func TestLogin_ThrottlesWrongTokensPerClientAndInAll(t *testing.T) {
+// Wrong tokens and passwords from many addresses (or one proxy's) back off the guesser,
+// per credential, and never refuse the right one: it gets in at once from anywhere.
+func TestAuth_WrongCredentialsBackOffButNeverLockOutTheRightOne(t *testing.T) {
 	t.Parallel()
+	const token, user, password = "s3cret-token", "ops", "pw-of-ops"
 	b := newBundle(t)
-	const token = "s3cret-token"
-	h, err := ui.New(ui.Config{Client: b.client, Token: token, Logger: quietLogger()})
-	require.NoError(t, err)
-	clk := &clock{t: time.Now()}
-	ui.SetSessionClock(h, clk.now)
-	f := newLoginForm(t, h)
-
-	for i := range 5 {
-		assert.Equal(t, http.StatusUnauthorized, f.post(h, "127.0.0.1:40000", "wrong").Code, "attempt %d", i)
+	type try func(h http.Handler, f loginForm, remote, secret string) *httptest.ResponseRecorder
+	bearer := func(h http.Handler, _ loginForm, remote, secret string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/queues", nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		return direct(h, req, remote)
 	}
-	rec := f.post(h, "127.0.0.1:40000", "wrong")
-	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
-	wait, err := strconv.Atoi(rec.Header().Get("Retry-After"))
-	require.NoError(t, err, "Retry-After is whole seconds")
-	assert.True(t, wait >= 1 && wait <= 60, "Retry-After %d", wait)
-	assert.Equal(t, http.StatusTooManyRequests, f.post(h, "127.0.0.1:40000", token).Code, "even the right token waits")
-	req := httptest.NewRequest(http.MethodGet, "/queues", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	assert.Equal(t, http.StatusTooManyRequests, direct(h, req, "127.0.0.1:40001").Code, "the bearer header is throttled the same way")
-
-	clk.add(61 * time.Second)
-	rec = f.post(h, "127.0.0.1:40000", token)
-	assert.Equal(t, http.StatusSeeOther, rec.Code, "the window passed")
-
-	// Many addresses guessing together hit the global limit.
-	clk.add(61 * time.Second)
-	limited := 0
-	for i := range 100 {
-		if f.post(h, "198.51.100."+strconv.Itoa(i+1)+":40000", "wrong").Code == http.StatusTooManyRequests {
-			limited++
-		}
+	basic := func(h http.Handler, _ loginForm, remote, secret string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/queues", nil)
+		req.SetBasicAuth(user, secret)
+		return direct(h, req, remote)
 	}
-	assert.GreaterOrEqual(t, limited, 30, "the global limit stops guessing spread over addresses")
-	assert.Equal(t, http.StatusTooManyRequests, f.post(h, "203.0.113.9:40000", token).Code)
+	form := func(h http.Handler, f loginForm, remote, secret string) *httptest.ResponseRecorder {
+		return f.post(h, remote, secret)
+	}
+	for _, tc := range []struct {
+		name        string
+		try         try
+		right       string
+		in          int // the status of the right credential
+		otherTry    try // the other credential, which keeps its own count
+		otherRight  string
+		otherWrongs int
+	}{
+		{"basic auth", basic, password, http.StatusOK, bearer, token, http.StatusUnauthorized},
+		{"bearer header", bearer, token, http.StatusOK, basic, password, http.StatusUnauthorized},
+		{"login form", form, token, http.StatusSeeOther, basic, password, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, err := ui.New(ui.Config{Client: b.client, Token: token, BasicAuth: &ui.BasicAuth{User: user, Password: password},
+				TrustLoopback: true, Logger: quietLogger()})
+			require.NoError(t, err)
+			clk := &clock{t: time.Now()}
+			ui.SetSessionClock(h, clk.now)
+			f := newLoginForm(t, h)
+
+			// 65 wrong ones from 13 addresses, as one proxy's clients or one guesser's.
+			codes := map[int]int{}
+			lastWait := 0
+			for i := range 65 {
+				rec := tc.try(h, f, "127.0.0."+strconv.Itoa(2+i%13)+":40000", "wrong-"+strconv.Itoa(i))
+				codes[rec.Code]++
+				if rec.Code == http.StatusTooManyRequests {
+					wait, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+					require.NoError(t, err, "Retry-After is whole seconds")
+					assert.GreaterOrEqual(t, wait, lastWait, "the backoff only grows while the guessing goes on")
+					lastWait = wait
+				}
+				clk.add(100 * time.Millisecond)
+			}
+			assert.Equal(t, 65, codes[http.StatusUnauthorized]+codes[http.StatusTooManyRequests], codes)
+			assert.LessOrEqual(t, codes[http.StatusUnauthorized], 7, "past a few, wrong ones are refused: %v", codes)
+			assert.Greater(t, lastWait, 60, "and the guesser's wait grows past a minute")
+
+			// The right one, from a fresh address and from a guessing one, gets in at once.
+			assert.Equal(t, tc.in, tc.try(h, f, "127.0.0.99:40000", tc.right).Code)
+			assert.Equal(t, tc.in, tc.try(h, f, "127.0.0.2:40000", tc.right).Code)
+			// A wrong one still waits; the other credential has its own count.
+			assert.Equal(t, http.StatusTooManyRequests, tc.try(h, f, "127.0.0.99:40000", "wrong").Code)
+			assert.Equal(t, tc.otherWrongs, tc.otherTry(h, f, "127.0.0.99:40000", "wrong").Code)
+			assert.Equal(t, http.StatusOK, tc.otherTry(h, f, "127.0.0.99:40000", tc.otherRight).Code)
+
+			// After a quiet spell the wrong ones are forgotten.
+			clk.add(16 * time.Minute)
+			assert.Equal(t, http.StatusUnauthorized, tc.try(h, f, "127.0.0.5:40000", "wrong").Code)
+		})
+	}
 }
 
 func sessionCookieOf(rec *httptest.ResponseRecorder) *http.Cookie {
@@ -238,7 +299,8 @@ func TestSession_RandomExpiresAndEndsAtLogout(t *testing.T) {
 	const token = "s3cret-token"
 	newHandler := func() (*ui.Handler, *clock) {
 		h, err := ui.New(ui.Config{Client: b.client, Token: token, SessionIdle: time.Hour, SessionMaxAge: 3 * time.Hour,
-			AllowedHosts: []string{"jobs.example.com"}, Logger: quietLogger()})
+			AllowedHosts: []string{"jobs.example.com"}, TrustLoopback: true, TrustedProxies: []string{"198.51.100.0/24"},
+			Logger: quietLogger()})
 		require.NoError(t, err)
 		clk := &clock{t: time.Now()}
 		ui.SetSessionClock(h, clk.now)
@@ -269,7 +331,7 @@ func TestSession_RandomExpiresAndEndsAtLogout(t *testing.T) {
 	assert.Equal(t, http.StatusOK, page(a))
 
 	t.Run("off loopback the cookie is Secure, and plain HTTP cannot sign in", func(t *testing.T) {
-		login := func(proto string) *httptest.ResponseRecorder {
+		login := func(remote, proto string) *httptest.ResponseRecorder {
 			req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(url.Values{"csrf": {f.token}, "token": {token}}.Encode()))
 			req.Host = "jobs.example.com"
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -277,15 +339,21 @@ func TestSession_RandomExpiresAndEndsAtLogout(t *testing.T) {
 				req.Header.Set("X-Forwarded-Proto", proto)
 			}
 			req.AddCookie(f.cookie)
-			return direct(h, req, "203.0.113.7:40000")
+			return direct(h, req, remote)
 		}
-		rec := login("https") // behind a TLS proxy
+		rec := login("198.51.100.4:40000", "https") // behind a trusted TLS proxy
 		require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 		assert.True(t, sessionCookieOf(rec).Secure)
-		rec = login("")
-		assert.Equal(t, http.StatusForbidden, rec.Code)
-		assert.Contains(t, rec.Body.String(), "needs HTTPS")
-		assert.Nil(t, sessionCookieOf(rec), "no session travels in clear")
+		for _, c := range []struct{ remote, proto string }{
+			{"203.0.113.7:40000", ""},
+			{"203.0.113.7:40000", "https"}, // a header only a trusted proxy is believed on
+			{"198.51.100.4:40000", "http"}, // the trusted proxy says the browser is on plain HTTP
+		} {
+			rec = login(c.remote, c.proto)
+			assert.Equal(t, http.StatusForbidden, rec.Code, c)
+			assert.Contains(t, rec.Body.String(), "needs HTTPS", c)
+			assert.Nil(t, sessionCookieOf(rec), "no session travels in clear")
+		}
 	})
 
 	// Idle: a session unused for longer than SessionIdle ends.
@@ -377,4 +445,84 @@ func TestStatic_NoDirectoryListingAndAFavicon(t *testing.T) {
 func io_Copy(dst *strings.Builder, resp *http.Response) (int64, error) {
 	defer resp.Body.Close()
 	return io.Copy(dst, resp.Body)
+}
+
+// A reverse proxy on this machine that adds no client header (nginx's plain proxy_pass)
+// reaches the handler from loopback like a local user. Unless TrustLoopback says the
+// machine has no such proxy, nothing is served without credentials, and every cookie is
+// Secure; a proxy named in TrustedProxies is never local.
+func TestAuth_ASameHostProxyIsNotALocalUserUnlessTrusted(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	get := func(cfg ui.Config, remote string, hdr map[string]string) *httptest.ResponseRecorder {
+		cfg.Client, cfg.Logger = b.client, quietLogger()
+		h, err := ui.New(cfg)
+		require.NoError(t, err)
+		req := httptest.NewRequest(http.MethodGet, "/queues", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return direct(h, req, remote)
+	}
+	csrfCookie := func(rec *httptest.ResponseRecorder) *http.Cookie {
+		for _, c := range rec.Result().Cookies() {
+			if c.Name == "skiplock_ui_csrf" {
+				return c
+			}
+		}
+		t.Fatal("no CSRF cookie")
+		return nil
+	}
+
+	// The default: the proxy's request, from 127.0.0.1 with no header, is refused.
+	rec := get(ui.Config{}, "127.0.0.1:40000", nil)
+	assert.Equal(t, http.StatusForbidden, rec.Code, "no credentials and no local user by default")
+	assert.Contains(t, rec.Body.String(), "TrustLoopback")
+	bearer := map[string]string{"Authorization": "Bearer t0ken"}
+	rec = get(ui.Config{Token: "t0ken"}, "127.0.0.1:40000", bearer)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.True(t, csrfCookie(rec).Secure, "not local: the cookie is Secure")
+	rec = get(ui.Config{Token: "t0ken", TrustLoopback: true}, "127.0.0.1:40000", bearer)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.False(t, csrfCookie(rec).Secure, "local over plain HTTP")
+
+	// TrustLoopback: a user of this machine, with a cookie a plain-HTTP browser keeps.
+	rec = get(ui.Config{TrustLoopback: true}, "127.0.0.1:40000", nil)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.False(t, csrfCookie(rec).Secure)
+
+	// A proxy named as such is never local, header or not.
+	proxy := ui.Config{TrustLoopback: true, TrustedProxies: []string{"127.0.0.1"}}
+	assert.Equal(t, http.StatusForbidden, get(proxy, "127.0.0.1:40000", nil).Code)
+	assert.Equal(t, http.StatusForbidden, get(proxy, "127.0.0.1:40000", map[string]string{"X-Forwarded-For": "127.0.0.1"}).Code)
+	assert.Equal(t, http.StatusOK, get(proxy, "[::1]:40000", nil).Code, "another loopback address is still local")
+
+	_, err := ui.New(ui.Config{Client: b.client, TrustedProxies: []string{"not-an-ip"}})
+	assert.ErrorIs(t, err, ui.ErrInvalidConfig)
+}
+
+// A form past the size limit gets 413 before any other check: a CSRF check would read the
+// cut form, find no token, and call an honest request a forgery.
+func TestActions_AnOversizedFormGets413NotACSRFRefusal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	id := b.insert(job{status: "dead"})
+	action := "/jobs/" + strconv.FormatInt(id, 10) + "/retry"
+	form := url.Values{"csrf": {b.csrf("/queues")}, "pad": {strings.Repeat("x", 100<<10)}}
+
+	r := b.post(action, form)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r.code, r.body)
+	// The same without a Content-Length (chunked): cut at the limit while it is read.
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+action, io.MultiReader(strings.NewReader(form.Encode())))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.ContentLength = -1
+	assert.Equal(t, http.StatusRequestEntityTooLarge, b.do(req).code)
+	assert.Equal(t, "dead", b.status(id))
+
+	form.Set("pad", strings.Repeat("x", 1<<10))
+	r = b.post(action, form)
+	assert.Equal(t, http.StatusSeeOther, r.code, "a form within the limit acts: %s", r.body)
+	assert.Equal(t, "queued", b.status(id))
 }

@@ -1,7 +1,7 @@
 package ui
 
 // This file holds the login sessions (random ids kept by the server, with an idle and an
-// absolute expiry, revoked by logout) and the throttle on wrong credentials.
+// absolute expiry, revoked by logout) and the backoff on wrong credentials.
 
 import (
 	"crypto/rand"
@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Session and throttle limits.
+// Session and backoff limits.
 const (
 	// DefaultSessionIdle is how long a login session lasts without a request.
 	DefaultSessionIdle = time.Hour
@@ -21,16 +21,23 @@ const (
 	DefaultSessionMaxAge = 12 * time.Hour
 	// maxSessions bounds the sessions kept; past it, logging in ends the oldest.
 	maxSessions = 10_000
-	// failWindow is the span over which wrong credentials are counted.
-	failWindow = time.Minute
-	// maxFailsPerClient is how many wrong tokens or passwords one client address may send
-	// per failWindow; the next waits out the window (429 with Retry-After).
-	maxFailsPerClient = 5
-	// maxFailsGlobal bounds the wrong credentials of all clients together per failWindow,
-	// so many addresses cannot share the guessing. Sessions already signed in keep working.
-	maxFailsGlobal = 60
-	// maxThrottled bounds the client addresses the throttle remembers.
-	maxThrottled = 10_000
+	// freeFails is how many wrong values one credential (the token, or basic auth) takes
+	// before it backs off.
+	freeFails = 5
+	// firstBackoff is the first backoff; it doubles with each further wrong value, up to
+	// maxBackoff. While a credential backs off, a wrong value gets 429 with Retry-After
+	// (and counts); the right one is accepted at any time.
+	firstBackoff = time.Second
+	maxBackoff   = 15 * time.Minute
+	// failForget is the quiet time after which a credential's wrong values are forgotten.
+	failForget = 15 * time.Minute
+)
+
+// The credentials wrong values are counted by: per credential, not per client address
+// (behind a proxy every client shares one, and an attacker has many).
+const (
+	credToken = "token"      // the bearer header and the login form
+	credBasic = "basic auth" // any user name
 )
 
 // session is one signed-in browser.
@@ -46,17 +53,18 @@ type sessions struct {
 	idle   time.Duration
 	maxAge time.Duration
 	now    func() time.Time
-	fails  map[string]*failCount // by client address
-	global failCount
+	fails  map[string]*backoff // by credential: credToken, credBasic
 }
 
-type failCount struct {
-	n     int
-	start time.Time
+// backoff counts the recent wrong values of one credential.
+type backoff struct {
+	n     int       // wrong values since the last quiet spell of failForget
+	last  time.Time // the latest
+	until time.Time // wrong values before then get 429
 }
 
 func newSessions(idle, maxAge time.Duration) *sessions {
-	return &sessions{byHash: map[string]*session{}, fails: map[string]*failCount{},
+	return &sessions{byHash: map[string]*session{}, fails: map[string]*backoff{},
 		idle: idle, maxAge: maxAge, now: time.Now}
 }
 
@@ -125,52 +133,35 @@ func (s *sessions) expire(now time.Time) {
 	}
 }
 
-// throttled reports whether client may not try credentials now, and for how long.
-func (s *sessions) throttled(client string) (bool, time.Duration) {
+// failed counts a wrong value of credential key and returns how long the backoff in
+// force before it still lasts (0: none, answer 401). Each wrong value past freeFails
+// doubles the backoff, so a guesser waits longer and longer, whether it waits or not; the
+// right value is checked before this and never waits.
+func (s *sessions) failed(key string) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	wait := time.Duration(0)
-	if f := s.fails[client]; f != nil && now.Sub(f.start) < failWindow && f.n >= maxFailsPerClient {
-		wait = max(wait, failWindow-now.Sub(f.start))
+	b := s.fails[key]
+	if b == nil {
+		b = &backoff{}
+		s.fails[key] = b
 	}
-	if now.Sub(s.global.start) < failWindow && s.global.n >= maxFailsGlobal {
-		wait = max(wait, failWindow-now.Sub(s.global.start))
+	var wait time.Duration
+	if now.Before(b.until) {
+		wait = b.until.Sub(now)
 	}
-	return wait > 0, wait
-}
-
-// failed counts a wrong credential from client. Past maxThrottled addresses within a
-// window, a new address is not remembered: the global count stops it instead, at once.
-func (s *sessions) failed(client string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	count := func(c *failCount) {
-		if now.Sub(c.start) >= failWindow {
-			c.n, c.start = 0, now
-		}
-		c.n++
+	if now.Sub(b.last) >= failForget {
+		b.n = 0
 	}
-	f := s.fails[client]
-	if f == nil && len(s.fails) >= maxThrottled {
-		for k, v := range s.fails {
-			if now.Sub(v.start) >= failWindow {
-				delete(s.fails, k)
-			}
+	b.n++
+	b.last = now
+	if b.n > freeFails {
+		d := min(firstBackoff<<min(b.n-freeFails-1, 30), maxBackoff)
+		if until := now.Add(d); until.After(b.until) {
+			b.until = until
 		}
 	}
-	if f == nil && len(s.fails) >= maxThrottled {
-		count(&s.global)
-		s.global.n = max(s.global.n, maxFailsGlobal)
-		return
-	}
-	if f == nil {
-		f = &failCount{}
-		s.fails[client] = f
-	}
-	count(f)
-	count(&s.global)
+	return wait
 }
 
 // retryAfter is a Retry-After value: whole seconds, at least 1.

@@ -7,7 +7,6 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
-	"net/url"
 	"time"
 
 	"github.com/skiplock/skiplock/ui/internal/query"
@@ -46,14 +45,11 @@ type pageData struct {
 }
 
 var funcs = template.FuncMap{
-	"ago":      ago,
-	"until":    until,
-	"stamp":    stamp,
-	"duration": shortDuration,
-	"num":      thousands,
-	// pathEscape escapes a name for one path segment: a queue called "../jobs/1/delete?"
-	// stays one segment of the URL it goes in.
-	"pathEscape": url.PathEscape,
+	"ago":        ago,
+	"until":      until,
+	"stamp":      stamp,
+	"duration":   shortDuration,
+	"num":        thousands,
 	"isZero":     func(t time.Time) bool { return t.IsZero() },
 	"scanWindow": func() int64 { return query.ScanWindow },
 	// sortLink hands a sortable column header its page, key and label.

@@ -45,17 +45,23 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.SessionMaxAge <= 0 {
 		cfg.SessionMaxAge = DefaultSessionMaxAge
 	}
+	proxies, err := parseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	db := query.New(cfg.Client, cfg.StatsMaxAge)
 	h := &Handler{
 		cfg:      cfg,
 		client:   cfg.Client,
-		db:       query.New(cfg.Client, cfg.StatsMaxAge),
+		db:       db,
 		prefix:   cfg.Prefix,
 		csrfKey:  cfg.CSRFKey,
 		crossOri: http.NewCrossOriginProtection(),
 		log:      cfg.Logger,
 		sess:     newSessions(cfg.SessionIdle, cfg.SessionMaxAge),
-		audits:   &auditLog{},
+		audit:    &auditLog{db: db.Audit, log: cfg.Logger, keepActions: maxAuditActions, keepRefs: maxAuditRefused},
 		hosts:    map[string]struct{}{},
+		proxies:  proxies,
 	}
 	for _, name := range cfg.AllowedHosts {
 		if name == anyHost {
@@ -101,7 +107,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /logout", h.logout)
 	m.HandleFunc("GET /queues", h.queuesPage)
 	m.HandleFunc("GET /queues/live", h.queuesLive)
-	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue)
+	m.HandleFunc("POST /queues/pause", h.pauseQueue) // the queue is the form's "queue" field
+	m.HandleFunc("POST /queues/resume", h.resumeQueue)
+	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue) // the forms of earlier versions' pages
 	m.HandleFunc("POST /queues/{queue}/resume", h.resumeQueue)
 	m.HandleFunc("GET /jobs", h.jobsPage)
 	m.HandleFunc("GET /jobs/{id}", h.jobPage)
@@ -166,25 +174,63 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodPost {
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
-			h.refuse(w, r, http.StatusForbidden, "Refused: a cross-origin request cannot act on jobs.")
-			return
+		if h.postAllowed(w, r) {
+			h.serveAudited(w, r)
 		}
-		if !h.checkCSRF(r) {
-			h.refuse(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or out of date. Reload the page and try again.")
-			return
-		}
-		if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
-			h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
-			return
-		}
-	}
-	if r.Method == http.MethodPost {
-		h.serveAudited(w, r)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// postAllowed reads the form of the POST r and checks it may act: its size (413), its
+// origin and CSRF token (403, recorded as refused forgeries), the read-only mode (403).
+// It answers and reports false when not.
+func (h *Handler) postAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if !h.readForm(w, r) {
+		return false
+	}
+	if err := h.crossOri.Check(r); err != nil || !h.originAllowed(r) {
+		h.refuseForgery(w, r, "cross-origin request", "Refused: a cross-origin request cannot act on jobs.")
+		return false
+	}
+	if !h.checkCSRF(r) {
+		msg := "Refused: the form's CSRF token is missing or out of date. Reload the page and try again."
+		if _, err := r.Cookie(csrfCookie); err != nil && r.TLS == nil && !h.local(r) && !h.forwardedHTTPS(r) {
+			msg = "Refused: the browser sent no CSRF cookie. Over plain HTTP it keeps no Secure cookie, and " +
+				"cookies are Secure unless the request is local: use HTTPS, or set TrustLoopback " +
+				"(skiplock ui --trust-loopback) for a browser on this machine."
+		}
+		h.refuseForgery(w, r, "CSRF token missing or out of date", msg)
+		return false
+	}
+	if h.cfg.ReadOnly && r.URL.Path != "/login" && r.URL.Path != "/logout" {
+		h.refuse(w, r, http.StatusForbidden, "Refused: this dashboard is read-only.")
+		return false
+	}
+	return true
+}
+
+// readForm reads the form of the POST r, at most maxFormBytes, and answers when it cannot:
+// 413 for a larger body (before the CSRF check, which would otherwise find no token in
+// the cut form and call it a forgery), 400 for one that does not parse.
+func (h *Handler) readForm(w http.ResponseWriter, r *http.Request) bool {
+	tooBig := r.ContentLength > maxFormBytes
+	if !tooBig {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		err := r.ParseForm()
+		var mbe *http.MaxBytesError
+		tooBig = errors.As(err, &mbe)
+		if err != nil && !tooBig {
+			h.refuse(w, r, http.StatusBadRequest, "The form could not be read.")
+			return false
+		}
+	}
+	if tooBig {
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		h.refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("Refused: a form is at most %d KiB.", maxFormBytes>>10))
+		return false
+	}
+	return true
 }
 
 // setSecurityHeaders allows only the handler's own script, stylesheet and images, and

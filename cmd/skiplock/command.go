@@ -41,6 +41,7 @@ type options struct {
 	id     int64
 	ui     uiOptions
 	limits limitsOptions
+	edit   editOptions
 
 	sqlFormat string // migrate sql
 	out       string // migrate sql
@@ -73,11 +74,13 @@ func (l *idList) Set(v string) error {
 
 // uiOptions are the flags of `skiplock ui`.
 type uiOptions struct {
-	listen    string
-	readOnly  bool
-	token     string
-	basicAuth string
-	hosts     string
+	listen        string
+	readOnly      bool
+	token         string
+	basicAuth     string
+	hosts         string
+	trustLoopback bool
+	proxies       string
 }
 
 // limitsOptions are the flags of `skiplock limits`.

@@ -22,7 +22,7 @@
 //	cancel --id N                  cancel a queued or running job
 //	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --fair | --none)... | --queue Q --reset]
 //	                               show, set or reset a queue's flow-control limits on every worker
-//	ui [--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS]
+//	ui [--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS | --trust-loopback] [--trusted-proxy ADDRS]
 //	                               serve the operator dashboard (default http://127.0.0.1:8080/)
 //	version                        print the build's version
 //	help [command]                 print the usage, or a command's

@@ -378,6 +378,7 @@ type jobJSON struct {
 	LockedBy    string                  `json:"locked_by,omitempty"`
 	FinishedAt  *time.Time              `json:"finished_at"`
 	Args        json.RawMessage         `json:"args"`
+	ArgsKey     string                  `json:"args_encrypted_with,omitempty"` // args null: sealed with this key
 	Metadata    map[string]string       `json:"metadata"`
 	Progress    *skiplock.Progress      `json:"progress"`
 	Output      json.RawMessage         `json:"output"`
@@ -409,6 +410,9 @@ func cmdGet(ctx context.Context, a *app, o *options) error {
 			t := j.FinishedAt
 			out.FinishedAt = &t
 		}
+		if key, ok := skiplock.SealedKey(j.Payload); ok {
+			out.Args, out.ArgsKey = nil, key // the ciphertext is of no use to a reader
+		}
 		if out.Metadata == nil {
 			out.Metadata = map[string]string{}
 		}
@@ -435,7 +439,11 @@ func cmdGet(ctx context.Context, a *app, o *options) error {
 	if !j.FinishedAt.IsZero() {
 		field("finished", "%s", j.FinishedAt.UTC().Format(time.RFC3339))
 	}
-	field("args", "%s", cell(string(j.Payload), 200))
+	if key, ok := skiplock.SealedKey(j.Payload); ok {
+		field("args", "(encrypted with key %s)", cell(key, 64))
+	} else {
+		field("args", "%s", cell(string(j.Payload), 200))
+	}
 	if len(j.Metadata) > 0 {
 		keys := slices.Sorted(maps.Keys(j.Metadata))
 		for i, k := range keys {

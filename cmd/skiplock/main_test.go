@@ -617,6 +617,30 @@ func TestStats(t *testing.T) {
 	})
 }
 
+// A job whose args are encrypted (skiplock.Keyring) shows the key's id, not the
+// ciphertext.
+func TestGet_EncryptedArgsAreRedacted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ring, err := skiplock.NewKeyring("k1", map[string][]byte{"k1": make([]byte, 32)})
+	require.NoError(t, err)
+	sealed, err := ring.Seal("email", []byte(`{"to": "ann@example.com"}`))
+	require.NoError(t, err)
+	id := f.insert(job{status: "queued"})
+	_, err = f.pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{f.schema, "jobs"}.Sanitize()+` SET payload = $2 WHERE id = $1`, id, string(sealed))
+	require.NoError(t, err)
+	r := f.run("get", "--id", strconv.FormatInt(id, 10))
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, []string{"args", "(encrypted", "with", "key", "k1)"}, row(t, r.stdout, "args"))
+	assert.NotContains(t, r.stdout, `"ct"`)
+	r = f.run("get", "--id", strconv.FormatInt(id, 10), "--json")
+	require.Equal(t, 0, r.code, r)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	assert.Nil(t, got["args"])
+	assert.Equal(t, "k1", got["args_encrypted_with"])
+}
+
 func TestGet(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, true)
@@ -930,6 +954,46 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, 1, r.code, r)
 	assert.Equal(t, fmt.Sprintf("skiplock: cancel: job 987654321 not found in schema %q\n", f.schema), r.stderr)
 	assert.Empty(t, r.stdout)
+}
+
+func TestUpdate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	queued := f.insert(job{status: "queued"})
+	running := f.insert(job{status: "running", attempts: 1, lockedBy: "host-1/worker-7"})
+
+	r := f.run("update", "--id", id(queued), "--run-at", "2030-01-02T15:04:05Z", "--priority", "3", "--queue", "reports")
+	require.Equal(t, 0, r.code, r)
+	assert.Equal(t, fmt.Sprintf("job %d updated: queued, queue reports, priority 3, due 2030-01-02T15:04:05Z\n", queued), r.stdout)
+	r = f.run("update", "--id", id(queued), "--run-now")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, fmt.Sprintf("job %d updated: queued, queue reports, priority 3, due ", queued))
+	assert.NotContains(t, r.stdout, "2030")
+
+	r = f.run("update", "--id", id(running), "--priority", "1")
+	require.Equal(t, 1, r.code, r)
+	assert.Equal(t, fmt.Sprintf("skiplock: update: job %d is running: left unchanged\n", running), r.stderr)
+	r = f.run("update", "--id", "987654321", "--run-now")
+	require.Equal(t, 1, r.code, r)
+	assert.Equal(t, fmt.Sprintf("skiplock: update: job 987654321 not found in schema %q\n", f.schema), r.stderr)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"update", "--id", id(queued)}, "update: give --run-now, --run-at, --priority or --queue"},
+		{[]string{"update", "--id", id(queued), "--run-now", "--run-at", "2030-01-02T15:04:05Z"}, "update: give --run-now or --run-at, not both"},
+		{[]string{"update", "--id", id(queued), "--priority", "high"}, `update: --priority "high": must be a whole number`},
+		{[]string{"update", "--id", id(queued), "--run-at", "tomorrow"}, `update: --run-at "tomorrow": use RFC 3339`},
+		{[]string{"update", "--id", id(queued), "--queue", "Bad Queue"}, "update: invalid queue name"},
+	} {
+		r = f.run(c.args...)
+		assert.Equal(t, 2, r.code, r)
+		assert.Contains(t, r.stderr, c.want)
+	}
+	var queue string
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT queue FROM "`+f.schema+`".jobs WHERE id = $1`, queued).Scan(&queue))
+	assert.Equal(t, "reports", queue, "a refused update changed the job")
 }
 
 // TestBinary builds the command and runs it as a process: exit statuses, the streams

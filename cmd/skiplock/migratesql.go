@@ -81,14 +81,86 @@ var qualifyRules = []*regexp.Regexp{
 	regexp.MustCompile(`(?im)^([ \t]*ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*DROP\s+(?:TABLE|INDEX)\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*INSERT\s+INTO\s+)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*DROP\s+FUNCTION\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*COMMENT\s+ON\s+(?:TABLE|INDEX|FUNCTION)\s+)([a-z_][a-z0-9_]*)\b`),
+}
+
+// fromCurrentRE finds the search_path a function keeps from the session that creates it
+// (migration 11): Migrate's, the schema then pg_temp, which these files write in.
+var fromCurrentRE = regexp.MustCompile(`(?im)^([ \t]*SET\s+search_path\s+)FROM\s+CURRENT\b`)
+
+// dollarQuoteRE finds the opening tag of a dollar-quoted string: a function's body.
+var dollarQuoteRE = regexp.MustCompile(`\$[A-Za-z_]*\$`)
+
+// createFunctionRE finds the statements whose body holds semicolons.
+var createFunctionRE = regexp.MustCompile(`(?im)^[ \t]*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\b`)
+
+// gooseStatements wraps each CREATE FUNCTION of sql in goose's StatementBegin and
+// StatementEnd annotations: goose splits a file at every line that ends with a
+// semicolon, which a function's body has many of. (golang-migrate sends a file whole,
+// and atlas's lexer knows dollar quotes.) qualify has checked that every quote closes.
+func gooseStatements(sql string) string {
+	var b strings.Builder
+	rest := sql
+	for {
+		fn := createFunctionRE.FindStringIndex(rest)
+		if fn == nil {
+			break
+		}
+		open := dollarQuoteRE.FindStringIndex(rest[fn[1]:])
+		if open == nil {
+			break
+		}
+		tag := rest[fn[1]+open[0] : fn[1]+open[1]]
+		closed := fn[1] + open[1] + strings.Index(rest[fn[1]+open[1]:], tag) + len(tag)
+		end := len(rest)
+		if semi := strings.IndexByte(rest[closed:], ';'); semi >= 0 {
+			end = closed + semi + 1
+		}
+		b.WriteString(rest[:fn[0]] + "-- +goose StatementBegin\n" + rest[fn[0]:end] + "\n-- +goose StatementEnd")
+		rest = rest[end:]
+	}
+	b.WriteString(rest)
+	return b.String()
 }
 
 // statementStartRE finds lines that begin a statement a rule must have covered.
 var statementStartRE = regexp.MustCompile(`(?im)^[ \t]*(CREATE|ALTER|DROP|INSERT|UPDATE|DELETE|COMMENT|GRANT|REVOKE|DO|SELECT|WITH|TRUNCATE|SET|RESET|COPY|CALL|REFRESH|CLUSTER|VACUUM|ANALYZE|REINDEX|LOCK)\b`)
 
 // qualify writes ident (a sanitized schema) before the object of every statement of sql.
+// A function's body (dollar-quoted) is left as it is: its names resolve through the
+// search_path the function keeps, which fromCurrentRE writes in.
 func qualify(sql, ident, file string) (string, error) {
-	out := sql
+	var b strings.Builder
+	for rest := sql; rest != ""; {
+		open := dollarQuoteRE.FindStringIndex(rest)
+		if open == nil {
+			open = []int{len(rest), len(rest)}
+		}
+		q, err := qualifyStatements(rest[:open[0]], ident, file)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(q)
+		if open[0] == len(rest) {
+			break
+		}
+		tag := rest[open[0]:open[1]]
+		end := strings.Index(rest[open[1]:], tag)
+		if end < 0 {
+			return "", fmt.Errorf("migration file %s: dollar quote %s is not closed", file, tag)
+		}
+		end += open[1] + len(tag)
+		b.WriteString(rest[open[0]:end])
+		rest = rest[end:]
+	}
+	return b.String(), nil
+}
+
+// qualifyStatements is qualify for SQL outside any dollar-quoted string.
+func qualifyStatements(sql, ident, file string) (string, error) {
+	out := fromCurrentRE.ReplaceAllString(sql, "${1}= "+strings.ReplaceAll(ident, "$", "$$")+", pg_temp")
 	for _, re := range qualifyRules {
 		var b strings.Builder
 		last := 0
@@ -107,8 +179,8 @@ func qualify(sql, ident, file string) (string, error) {
 			end = len(out) - m[0]
 		}
 		line := out[m[0] : m[0]+end]
-		if !strings.Contains(line, ident+".") {
-			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX and INSERT INTO", file, strings.TrimSpace(line))
+		if !strings.Contains(line, ident+".") && !strings.Contains(line, "search_path = "+ident+", ") {
+			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX, INSERT INTO, CREATE/DROP FUNCTION and COMMENT ON", file, strings.TrimSpace(line))
 		}
 	}
 	return out, nil
@@ -189,7 +261,7 @@ func migrationFiles(ms []sqlMigration, format, schema string) []sqlFile {
 		case formatGolangMigrate:
 			files = append(files, sqlFile{base + ".up.sql", header(m, "up") + m.up}, sqlFile{base + ".down.sql", header(m, "down") + m.down})
 		case formatGoose:
-			files = append(files, sqlFile{base + ".sql", header(m, "up and down") + "-- +goose Up\n" + m.up + "\n-- +goose Down\n" + m.down})
+			files = append(files, sqlFile{base + ".sql", header(m, "up and down") + "-- +goose Up\n" + gooseStatements(m.up) + "\n-- +goose Down\n" + gooseStatements(m.down)})
 		case formatAtlas:
 			files = append(files, sqlFile{base + ".sql", header(m, "up") + m.up})
 		default: // plain

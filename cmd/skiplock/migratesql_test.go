@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,15 +35,56 @@ UNION ALL
 SELECT 'idx ' || replace(indexdef, quote_ident($1) || '.', 'S.') FROM pg_indexes WHERE schemaname = $1
 UNION ALL
 SELECT 'con ' || conrelid::regclass::text || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-WHERE connamespace = to_regnamespace(quote_ident($1))`, schema)
+WHERE connamespace = to_regnamespace(quote_ident($1))
+UNION ALL
+SELECT 'fn ' || proname || '(' || pg_get_function_arguments(oid) || ') ' || pg_get_function_result(oid) || ' '
+    || coalesce(array_to_string(proconfig, ' '), '') || ' ' || md5(prosrc) || ' ' || coalesce(obj_description(oid, 'pg_proc'), '')
+FROM pg_proc WHERE pronamespace = to_regnamespace(quote_ident($1))`, schema)
 	require.NoError(t, err)
 	shape, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	for i := range shape {
 		shape[i] = strings.ReplaceAll(shape[i], schema+".", "S.")
+		shape[i] = strings.ReplaceAll(shape[i], "search_path="+schema+",", "search_path=S,") // a function's pinned path
 	}
 	slices.Sort(shape)
 	return shape
+}
+
+// gooseSplit splits a goose file's section into the statements goose sends: a statement
+// ends at a line ending with a semicolon (before any -- comment), except between
+// -- +goose StatementBegin and StatementEnd, whose lines are one statement.
+func gooseSplit(section string) []string {
+	var stmts []string
+	var buf strings.Builder
+	flush := func() {
+		if strings.TrimSpace(buf.String()) != "" {
+			stmts = append(stmts, buf.String())
+		}
+		buf.Reset()
+	}
+	inBlock := false
+	for _, line := range strings.Split(section, "\n") {
+		switch strings.TrimSpace(line) {
+		case "-- +goose Up", "-- +goose Down":
+			continue
+		case "-- +goose StatementBegin":
+			flush()
+			inBlock = true
+			continue
+		case "-- +goose StatementEnd":
+			flush()
+			inBlock = false
+			continue
+		}
+		buf.WriteString(line + "\n")
+		code, _, _ := strings.Cut(line, "--")
+		if !inBlock && strings.HasSuffix(strings.TrimSpace(code), ";") {
+			flush()
+		}
+	}
+	flush()
+	return stmts
 }
 
 // TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt writes the migrations for each
@@ -96,12 +138,27 @@ func TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt(t *testing.T) {
 			defer c.Close(context.Background())
 			_, err = c.Exec(t.Context(), "SET search_path TO "+pgx.Identifier{decoy}.Sanitize())
 			require.NoError(t, err)
+			apply := func(file string) error {
+				if format != formatGoose {
+					_, err := c.Exec(t.Context(), file) // the simple protocol: the file as a tool sends it
+					return err
+				}
+				// goose sends a file statement by statement, in a transaction.
+				return pgx.BeginFunc(t.Context(), c, func(tx pgx.Tx) error {
+					for _, stmt := range gooseSplit(file) {
+						if _, err := tx.Exec(t.Context(), stmt); err != nil {
+							return fmt.Errorf("%w in the statement goose would send:\n%s", err, stmt)
+						}
+					}
+					return nil
+				})
+			}
 			for i, up := range ups {
-				_, err := c.Exec(t.Context(), up) // the simple protocol: the file as a tool sends it
-				require.NoError(t, err, "up file %d", i+1)
+				require.NoError(t, apply(up), "up file %d", i+1)
 			}
 			var inDecoy int
-			require.NoError(t, c.QueryRow(t.Context(), `SELECT count(*) FROM pg_class WHERE relnamespace = to_regnamespace($1)`, decoy).Scan(&inDecoy))
+			require.NoError(t, c.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = to_regnamespace($1))
+				+ (SELECT count(*) FROM pg_proc WHERE pronamespace = to_regnamespace($1))`, decoy).Scan(&inDecoy))
 			assert.Zero(t, inDecoy, "nothing relied on search_path")
 			assert.Equal(t, want, schemaShape(t, conn, schema), "the schema Migrate builds")
 
@@ -142,8 +199,7 @@ func TestMigrateSQL_FilesBuildTheSchemaAndAWorkerRunsOnIt(t *testing.T) {
 
 			// Down, newest first: only the bookkeeping table stays, empty.
 			for i := len(downs) - 1; i >= 0; i-- {
-				_, err := c.Exec(t.Context(), downs[i])
-				require.NoError(t, err, "down file %d", i+1)
+				require.NoError(t, apply(downs[i]), "down file %d", i+1)
 			}
 			var tables []string
 			rows, err := c.Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = $1`, schema)

@@ -25,14 +25,18 @@ const (
 func uiCommand() *command {
 	return &command{
 		name:    "ui",
-		args:    "[--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS]",
+		args:    "[--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS | --trust-loopback] [--trusted-proxy ADDRS]",
 		summary: "serve the operator dashboard (default http://" + defaultListen + "/)",
 		help: "Serves the dashboard: queues with live counts and a throughput plot, jobs, dead and\n" +
 			"failed jobs, and the actions retry, cancel, delete and requeue. It runs until\n" +
 			"interrupted; --timeout bounds each request's database work instead of the command.\n" +
-			"It listens on loopback by default and refuses any other address unless --token or\n" +
-			"--basic-auth is set. The token and the credentials may come from $SKIPLOCK_UI_TOKEN\n" +
-			"and $SKIPLOCK_UI_BASIC_AUTH instead, which keeps them out of the process list.\n" +
+			"It needs --token or --basic-auth, or --trust-loopback to let users of this machine in\n" +
+			"without one (only when no proxy on this machine forwards to it: nginx's plain\n" +
+			"proxy_pass would bring every visitor in as local). It listens on loopback by default\n" +
+			"and refuses any other address unless --token or --basic-auth is set. The token and\n" +
+			"the credentials may come from $SKIPLOCK_UI_TOKEN and $SKIPLOCK_UI_BASIC_AUTH instead,\n" +
+			"which keeps them out of the process list. Behind a reverse proxy, name it with\n" +
+			"--trusted-proxy: its X-Forwarded-For and X-Forwarded-Proto are believed, no one else's.\n" +
 			"It answers only to the loopback names (localhost, 127.0.0.1, [::1]), the IP address\n" +
 			"a request reached, and the names given by --allowed-host: a request for any other\n" +
 			"Host gets 421, so a web page on a domain re-pointed to this machine cannot use it.",
@@ -43,6 +47,8 @@ func uiCommand() *command {
 			fs.BoolVar(&o.ui.readOnly, "read-only", false, "refuse every action and hide its buttons")
 			fs.StringVar(&o.ui.token, "token", "", "require this `token` (bearer header or the /login page); defaults to $SKIPLOCK_UI_TOKEN")
 			fs.StringVar(&o.ui.basicAuth, "basic-auth", "", "require HTTP basic auth as `user:password`; defaults to $SKIPLOCK_UI_BASIC_AUTH")
+			fs.BoolVar(&o.ui.trustLoopback, "trust-loopback", false, "take loopback connections without a proxy header for users of this machine, served without auth when no token or basic auth is set (not when a proxy on this machine forwards to the dashboard)")
+			fs.StringVar(&o.ui.proxies, "trusted-proxy", "", "believe X-Forwarded-For and X-Forwarded-Proto from the proxies at `ADDRS` (comma-separated IPs or CIDR prefixes), from no one else")
 		},
 		run: cmdUI,
 	}
@@ -51,7 +57,7 @@ func uiCommand() *command {
 // cmdUI checks the listen address against the auth options, connects, and serves until
 // ctx ends.
 func cmdUI(ctx context.Context, a *app, o *options) error {
-	opt, basic, hosts, err := a.uiSettings(o.ui)
+	opt, cfg, err := a.uiSettings(o.ui)
 	if err != nil {
 		return err
 	}
@@ -62,17 +68,12 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 	}
 	defer pool.Close()
 	ctl := ui.NewClientControl(client)
-	h, err := ui.New(ui.Config{
-		Client:       client,
-		Queues:       ctl, // paused state, pause and resume buttons
-		Periodic:     ctl, // the periodic page
-		ReadOnly:     opt.readOnly,
-		Token:        opt.token,
-		BasicAuth:    basic,
-		AllowedHosts: hosts,
-		QueryTimeout: a.timeout,
-		Logger:       slog.New(slog.NewTextHandler(a.stderr, nil)),
-	})
+	cfg.Client = client
+	cfg.Queues = ctl   // paused state, pause and resume buttons
+	cfg.Periodic = ctl // the periodic page
+	cfg.QueryTimeout = a.timeout
+	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, nil))
+	h, err := ui.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 		mode = ", read-only"
 	}
 	fmt.Fprintf(a.stdout, "skiplock ui: schema %q at http://%s/ (%s%s); Ctrl-C stops it\n",
-		a.schema, ln.Addr(), authMode(opt.token, basic), mode)
+		a.schema, ln.Addr(), authMode(cfg), mode)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -112,48 +113,61 @@ func cmdUI(ctx context.Context, a *app, o *options) error {
 
 // uiSettings completes the ui flags from the environment and checks them: the token and
 // basic auth from $SKIPLOCK_UI_TOKEN and $SKIPLOCK_UI_BASIC_AUTH when the flags leave them
-// out, the listen address against the auth, and --allowed-host split into names.
-func (a *app) uiSettings(opt uiOptions) (uiOptions, *ui.BasicAuth, []string, error) {
+// out, that some way in is set, the listen address against the auth, and --allowed-host
+// and --trusted-proxy split into lists. It returns the handler's settings from them.
+func (a *app) uiSettings(opt uiOptions) (uiOptions, ui.Config, error) {
+	cfg := ui.Config{ReadOnly: opt.readOnly, TrustLoopback: opt.trustLoopback,
+		AllowedHosts: splitList(opt.hosts), TrustedProxies: splitList(opt.proxies)}
 	if opt.token == "" {
 		opt.token = a.getenv("SKIPLOCK_UI_TOKEN")
 	}
+	cfg.Token = opt.token
 	if opt.basicAuth == "" {
 		opt.basicAuth = a.getenv("SKIPLOCK_UI_BASIC_AUTH")
 	}
-	var basic *ui.BasicAuth
 	if opt.basicAuth != "" {
 		user, pass, ok := strings.Cut(opt.basicAuth, ":")
 		if !ok || user == "" || pass == "" {
-			return opt, nil, nil, usagef("ui", "ui: --basic-auth must be user:password, both non-empty")
+			return opt, cfg, usagef("ui", "ui: --basic-auth must be user:password, both non-empty")
 		}
-		basic = &ui.BasicAuth{User: user, Password: pass}
+		cfg.BasicAuth = &ui.BasicAuth{User: user, Password: pass}
 	}
 	if _, _, err := net.SplitHostPort(opt.listen); err != nil {
-		return opt, nil, nil, usagef("ui", "ui: --listen %q is not host:port (for example %s)", opt.listen, defaultListen)
+		return opt, cfg, usagef("ui", "ui: --listen %q is not host:port (for example %s)", opt.listen, defaultListen)
 	}
-	if !ui.IsLoopbackListen(opt.listen) && opt.token == "" && basic == nil {
-		return opt, nil, nil, usagef("ui", "ui: --listen %s is reachable from other machines: set --token or --basic-auth "+
+	noAuth := opt.token == "" && cfg.BasicAuth == nil
+	if noAuth && !ui.IsLoopbackListen(opt.listen) {
+		return opt, cfg, usagef("ui", "ui: --listen %s is reachable from other machines: set --token or --basic-auth "+
 			"(or $SKIPLOCK_UI_TOKEN / $SKIPLOCK_UI_BASIC_AUTH) so that only you can act on the jobs, or listen on %s",
 			opt.listen, defaultListen)
 	}
-
-	var hosts []string
-	for _, name := range strings.Split(opt.hosts, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			hosts = append(hosts, name)
-		}
+	if noAuth && !opt.trustLoopback {
+		return opt, cfg, usagef("ui", "ui: no authentication: set --token or --basic-auth (or $SKIPLOCK_UI_TOKEN / "+
+			"$SKIPLOCK_UI_BASIC_AUTH), or --trust-loopback to let the users of this machine in without one "+
+			"(only when no proxy on this machine forwards to the dashboard)")
 	}
-	return opt, basic, hosts, nil
+	return opt, cfg, nil
 }
 
-func authMode(token string, basic *ui.BasicAuth) string {
+// splitList splits a comma-separated flag into its non-empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func authMode(cfg ui.Config) string {
 	switch {
-	case token != "" && basic != nil:
+	case cfg.Token != "" && cfg.BasicAuth != nil:
 		return "token or basic auth"
-	case token != "":
+	case cfg.Token != "":
 		return "token required"
-	case basic != nil:
+	case cfg.BasicAuth != nil:
 		return "basic auth required"
 	}
-	return "no auth: loopback only"
+	return "no auth: users of this machine (loopback) only"
 }

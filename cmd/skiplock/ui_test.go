@@ -40,7 +40,15 @@ func TestUI_RefusesANonLoopbackListenWithoutAuth(t *testing.T) {
 		assert.Equal(t, exitUsage, r.code, r)
 		assert.Contains(t, r.stderr, "reachable from other machines: set --token or --basic-auth", r)
 	}
-	r := cli(t, nil, "--database-url", unreachableURL, "ui", "--listen", "nonsense")
+	// On loopback without auth, users of this machine get in only when the operator says
+	// no proxy on it forwards to the dashboard.
+	r := cli(t, nil, "--database-url", unreachableURL, "ui")
+	assert.Equal(t, exitUsage, r.code, r)
+	assert.Contains(t, r.stderr, "--trust-loopback", r)
+	r = cli(t, nil, "--database-url", unreachableURL, "ui", "--trust-loopback", "--trusted-proxy", "10.0.0.0/8,127.0.0.1")
+	assert.Equal(t, exitFail, r.code, r)
+	assert.Contains(t, r.stderr, "cannot reach the database")
+	r = cli(t, nil, "--database-url", unreachableURL, "ui", "--listen", "nonsense")
 	assert.Equal(t, exitUsage, r.code, r)
 	assert.Contains(t, r.stderr, "is not host:port")
 	r = cli(t, nil, "--database-url", unreachableURL, "ui", "--basic-auth", "nocolon")
@@ -61,7 +69,7 @@ func TestUI_ServesUntilInterrupted(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runEnv(ctx, []string{"--database-url", f.url, "--schema", f.schema, "ui", "--listen", "127.0.0.1:0"},
+		done <- runEnv(ctx, []string{"--database-url", f.url, "--schema", f.schema, "ui", "--listen", "127.0.0.1:0", "--trust-loopback"},
 			func(string) string { return "" }, &stdout, &stderr)
 	}()
 	addrRE := regexp.MustCompile(`http://(127\.0\.0\.1:\d+)/`)
@@ -76,7 +84,7 @@ func TestUI_ServesUntilInterrupted(t *testing.T) {
 	default:
 	}
 	addr := addrRE.FindStringSubmatch(stdout.String())[1]
-	assert.Contains(t, stdout.String(), "no auth: loopback only")
+	assert.Contains(t, stdout.String(), "no auth: users of this machine (loopback) only")
 
 	resp, err := http.Get("http://" + addr + "/queues")
 	require.NoError(t, err)

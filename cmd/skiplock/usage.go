@@ -19,7 +19,7 @@ func commands() []*command {
 		inspectCommands(), // stats, workers, get, dead
 		[]*command{requeueCommand()},
 		controlCommands(), // pause, resume, periodic
-		[]*command{cancelCommand()},
+		[]*command{cancelCommand(), updateCommand()},
 		workflowCommands(), // workflow show, cancel, retry
 		[]*command{limitsCommand(), uiCommand(), versionCommand(), helpCommand()},
 	)

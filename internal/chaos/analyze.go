@@ -74,6 +74,11 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	rep.EnqueueErrors = len(r.enq.failures)
 	rep.Enqueued = r.enq.enqueued.Load()
 	rep.Faults = r.faults
+	if rep.HeldPool = r.held; r.held != nil {
+		for _, e := range r.held.Examples {
+			example("held-pool handler ended early", "%s", e)
+		}
+	}
 
 	// Jobs: every committed seq in exactly one row, in a final state.
 	var jobs []jobRow
@@ -500,10 +505,11 @@ func (r *runner) diedBetween(p *proc, from, to time.Time) bool {
 
 // dbFaultBetween reports whether a Postgres restart, a backend termination, a black-holed
 // worker, a rolling deploy or a CPU starvation happened (at least in part) between from
-// and to. A step of the server's clock explains no re-run: it must cause none.
+// and to (not the held-pool fault: its worker is not one of the slots', and its database
+// is fine). A step of the server's clock explains no re-run: it must cause none.
 func (r *runner) dbFaultBetween(from, to time.Time) bool {
 	for _, f := range r.faults {
-		if f.Kind != FaultKill && f.Kind != FaultClockStep && !f.At.After(to) && !f.End.Before(from) {
+		if f.Kind != FaultKill && f.Kind != FaultHeldPool && f.Kind != FaultClockStep && !f.At.After(to) && !f.End.Before(from) {
 			return true
 		}
 	}

@@ -16,6 +16,9 @@
 //     forwarding for a while, with no reset, then forwards again;
 //   - starves the CPU once: StarveProcs busy processes (four per core by default) for
 //     StarveFor, after the rolling deploy, so at the deploy's shorter visibility timeout;
+//   - holds one healthy worker's pool full once (heldpool.go): a worker of its own whose
+//     handlers each hold a transaction on its pool, more slots than connections, and
+//     commit their success in it (CompleteTx); none may be cancelled or run twice.
 //   - steps the server's wall clock once: back by ClockStep, for ClockStepFor, then
 //     forward again (the cluster runs under libfaketime; clockstep.go).
 //
@@ -115,6 +118,11 @@ type Options struct {
 	StarveProcs int
 	// StarveFor is how long the starvation lasts. Defaults to twice the visibility timeout.
 	StarveFor time.Duration
+	// NoHeldPool skips the held-pool fault (heldpool.go). Defaults to false: once, a
+	// worker of its own runs HeldPoolJobs jobs whose handlers hold its pool's connections.
+	NoHeldPool bool
+	// HeldPoolJobs is how many jobs the held-pool fault runs. Defaults to 48.
+	HeldPoolJobs int
 	// NoClockStep skips the server-clock-step fault, and runs the cluster without
 	// libfaketime. Defaults to false: the cluster runs under libfaketime (which must be
 	// installed: apt-get install libfaketime) and its wall clock steps ClockStep back for
@@ -200,15 +208,19 @@ type Options struct {
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
 // 25 jobs, 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
-// starvation, a 75 s step of the server's clock (back for 3 s, then forward) and six changes of the limited queue's limits; the limited queue's jobs work
-// up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two minutes.
+// starvation, 16 jobs on a held pool, a 75 s step of the server's clock (back for 3 s,
+// then forward) and six changes of the limited queue's limits; the limited queue's jobs
+// work up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two
+// minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second}
+	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
+		HeldPoolJobs: HeldPoolSlots}
 }
 
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
-		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve, o.NoClockStep = -1, true, true, true, true, true, true
+		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
+		o.NoHeldPool, o.NoClockStep = true, true
 		o.Workflows, o.Batches = -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
@@ -225,6 +237,9 @@ func (o Options) withDefaults() Options {
 		o.Kills = 20
 	case o.Kills < 0:
 		o.Kills = 0
+	}
+	if o.HeldPoolJobs <= 0 {
+		o.HeldPoolJobs = 48
 	}
 	o.Workflows = orDefault(o.Workflows, 1000)
 	o.Batches = orDefault(o.Batches, 20)
@@ -332,6 +347,7 @@ type runner struct {
 	enq     *enqueuer
 	flows   *FlowReport // the workflow phase's counts, filled by runFlows and analyze
 	faults  []Fault
+	held    *HeldPoolReport // the held-pool fault's findings (heldpool.go); nil without it
 
 	stopWatchdog func()
 	fo           *failoverState // failover runs only
@@ -631,9 +647,8 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// faultPlan orders the faults: kills spread over the window, the clock step at about 25%,
-// the restart at about 40% of
-// it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
+// faultPlan orders the faults: kills spread over the window, the held pool at about 25%,
+// the clock step at about 30%, the restart at about 40% of it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
 // at about 85% (after the deploy: at its shorter visibility timeout) and the black hole
 // last (it lasts BlackholeFor, and the faults after it would wait for it).
 func (r *runner) faultPlan() []FaultKind {
@@ -650,7 +665,8 @@ func (r *runner) faultPlan() []FaultKind {
 			others = append(others, placed{kind, at})
 		}
 	}
-	add(r.opts.NoClockStep, FaultClockStep, 25)
+	add(r.opts.NoHeldPool, FaultHeldPool, 25)
+	add(r.opts.NoClockStep, FaultClockStep, 30)
 	add(r.opts.NoRestart, FaultRestart, 40)
 	add(r.opts.NoDeploy, FaultDeploy, 55)
 	add(r.opts.NoTerminate, FaultTerminate, 70)
@@ -697,6 +713,8 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.deploy(ctx, &f)
 		case FaultBlackhole:
 			err = r.blackhole(ctx, &f)
+		case FaultHeldPool:
+			err = r.heldPool(ctx, &f)
 		case FaultClockStep:
 			err = r.clockStep(ctx, &f)
 		}

@@ -45,6 +45,7 @@ type fleet struct {
 	mu       sync.Mutex
 	vt       time.Duration // the visibility timeout of workers started from now on
 	current  []*proc       // by slot
+	extra    []*proc       // started outside the slots (startExtra)
 	all      []*proc
 	crashes  []string
 	stopping bool
@@ -79,27 +80,75 @@ func (f *fleet) startLocked(slot int) (*proc, error) {
 		gen = old.gen + 1
 	}
 	p := &proc{slot: slot, gen: gen, id: fmt.Sprintf("w%d-g%d", slot, gen), done: make(chan struct{})}
+	if err := f.launchLocked(p, f.urls[slot], nil); err != nil {
+		return nil, err
+	}
+	f.current[slot] = p
+	return p, nil
+}
+
+// startExtra starts a worker outside the slots, which no kill, deploy or restart after a
+// crash reaches: id is its worker id, url its connection string, and args are passed
+// after the common flags (the last of a flag given twice wins). Its starter ends it with
+// stopExtra; stop ends it too.
+func (f *fleet) startExtra(id, url string, args []string) (*proc, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping {
+		return nil, errors.New("chaos: the fleet is stopping")
+	}
+	p := &proc{slot: -1, id: id, done: make(chan struct{})}
+	if err := f.launchLocked(p, url, args); err != nil {
+		return nil, err
+	}
+	f.extra = append(f.extra, p)
+	return p, nil
+}
+
+// launchLocked starts p's process with the common flags and extra, and its waiter. f.mu
+// is held.
+func (f *fleet) launchLocked(p *proc, url string, extra []string) error {
 	p.log = filepath.Join(f.logDir, p.id+".log")
 	p.ends = filepath.Join(f.logDir, p.id+".ends")
 	logFile, err := os.Create(p.log)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: worker log: %w", err)
+		return fmt.Errorf("chaos: worker log: %w", err)
 	}
-	args := []string{"-id", p.id, "-url", f.urls[slot], "-visibility-timeout", f.vt.String(), "-ends", p.ends}
-	p.cmd = exec.Command(f.bin, append(args, f.args...)...)
+	args := []string{"-id", p.id, "-url", url, "-visibility-timeout", f.vt.String(), "-ends", p.ends}
+	args = append(append(args, f.args...), extra...)
+	p.cmd = exec.Command(f.bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	setProcAttr(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("chaos: starting worker %s: %w", p.id, err)
+		return fmt.Errorf("chaos: starting worker %s: %w", p.id, err)
 	}
 	logFile.Close() // the child has its own descriptor
 	p.pid = p.cmd.Process.Pid
-	f.current[slot] = p
 	f.all = append(f.all, p)
 	f.wg.Add(1)
 	go f.wait(p)
-	return p, nil
+	return nil
+}
+
+// stopExtra ends p, started by startExtra, gracefully: SIGTERM, then SIGKILL after grace.
+func (f *fleet) stopExtra(p *proc, grace time.Duration) {
+	f.mu.Lock()
+	p.expected = true
+	f.mu.Unlock()
+	_ = signalGroup(p.pid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		f.mu.Lock()
+		p.killed, p.killAt = true, time.Now().Round(0)
+		f.mu.Unlock()
+		f.rec.logf("worker %s (pid %d) did not stop within %s of SIGTERM; killed", p.id, p.pid, grace)
+		_ = signalGroup(p.pid, syscall.SIGKILL)
+		<-p.done
+	}
 }
 
 // wait reaps p and restarts its slot if p died on its own: that is a crash, which the
@@ -116,7 +165,7 @@ func (f *fleet) wait(p *proc) {
 	}
 	f.crashes = append(f.crashes, fmt.Sprintf("%s (pid %d): %v, log %s", p.id, p.pid, p.err, p.log))
 	f.rec.logf("worker %s (pid %d) exited on its own: %v (log %s); starting a new one", p.id, p.pid, p.err, p.log)
-	if f.stopping || f.current[p.slot] != p {
+	if f.stopping || p.slot < 0 || f.current[p.slot] != p {
 		return
 	}
 	f.wg.Add(1) // legal: this goroutine's own Done is still pending
@@ -195,7 +244,7 @@ func (f *fleet) stop(grace time.Duration) {
 	f.mu.Lock()
 	f.stopping = true
 	var live []*proc
-	for _, p := range f.current {
+	for _, p := range append(f.current[:len(f.current):len(f.current)], f.extra...) {
 		if p == nil {
 			continue
 		}

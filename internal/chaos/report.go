@@ -130,6 +130,8 @@ type Report struct {
 
 	// Failover holds the failover figures of a failover run, nil otherwise.
 	Failover *FailoverReport
+	// HeldPool holds what the held-pool fault found (heldpool.go), nil without it.
+	HeldPool *HeldPoolReport
 
 	// HotTableBytes is pg_total_relation_size of skiplock.jobs (heap, indexes, TOAST)
 	// after a VACUUM, once every job is done; ArchiveBytes the same for the archive.
@@ -178,6 +180,7 @@ func (r *Report) Broken() []string {
 	if r.Flows != nil {
 		out = append(out, r.Flows.broken()...)
 	}
+	out = append(out, r.HeldPool.broken()...)
 	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
 	}
@@ -296,6 +299,7 @@ func (r *Report) Print(w io.Writer) {
 		}
 		row(fmt.Sprintf("  from %s: limit %d, %d starts, most running at a start", fmtDur(p.From), p.Limit, p.Starts), p.MostAtStart, ok)
 	}
+	r.HeldPool.print(row)
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
 	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole, FaultStarve, FaultClockStep} {
 		var first, held []time.Duration

@@ -185,21 +185,11 @@ func (co *coalescer) writeBatch(reqs []*enqueueRequest) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), coalesceTimeout)
 	defer cancel()
-	if n == 1 {
-		// One job alone (an idle client): the single-row insert, as if not coalesced, and
-		// its error is its caller's own.
-		r := reqs[0]
-		row, err := co.w.insertOne(ctx, co.w.pool, &r.jobs[0], len(notify) > 0, false)
-		if err != nil {
-			r.err = err
-			return
-		}
-		for _, q := range trailing {
-			co.w.notify.Throttle.Trailing(q)
-		}
-		r.rows = []*jobtype.JobRow{row}
-		return
-	}
+	// One job alone (an idle client) goes through the same keyed statement: a keyless
+	// insert whose commit's answer was lost (a pooler's "08P01 server conn crashed?")
+	// could only give its caller an error, and a caller that retried inserted the job
+	// twice (issue 41). Refused, it is written alone as a batch's jobs are, and its
+	// caller gets that insert's answer.
 	got, err := co.sendBatch(ctx, q, args)
 	if err == nil && len(got) != n {
 		// Cannot happen (the statement inserts every row or fails), but a caller must

@@ -30,6 +30,11 @@ type Config struct {
 	Mapper   settle.JobMapper // maps a sequence's released job to its task
 	// Hooks see each enqueue. Nil means none.
 	Hooks []jobtype.EnqueueHook
+	// InsertMiddleware rewrite each job before the hooks see it. Nil means none.
+	InsertMiddleware []jobtype.InsertMiddleware
+	// MaxPayloadBytes bounds a payload after the middleware and the encryption; zero or
+	// negative: no bound.
+	MaxPayloadBytes int
 	// CoalesceWindow is how long Enqueue may wait for concurrent calls to share its
 	// statement; zero or negative turns coalescing off.
 	CoalesceWindow time.Duration
@@ -43,6 +48,10 @@ type Inserter struct {
 	w     *writer
 	co    *coalescer // shares statements among concurrent enqueues; nil when off (coalesce.go)
 	hooks []jobtype.EnqueueHook
+	mw    []jobtype.InsertMiddleware // rewrite.go
+	// maxBytes is the payload limit (the root's Config.MaxPayloadBytes), checked again
+	// after the middleware and the encryption.
+	maxBytes int
 }
 
 // New returns the Inserter cfg describes. It does no I/O.
@@ -53,6 +62,8 @@ func New(cfg Config) *Inserter {
 		Sequences: newSequences(cfg.Schema, cfg.Mapper),
 		w:         w,
 		hooks:     slices.Clone(cfg.Hooks),
+		mw:        slices.Clone(cfg.InsertMiddleware),
+		maxBytes:  cfg.MaxPayloadBytes,
 	}
 	if cfg.CoalesceWindow > 0 {
 		e.co = newCoalescer(w, cfg.CoalesceWindow)
@@ -169,6 +180,12 @@ func (e *Inserter) EnqueueManyTx(ctx context.Context, tx jobtype.DBTX, jobs []Jo
 // The returned function must be called once with the insert's result; on error it has
 // been called already.
 func (e *Inserter) Enqueuing(ctx context.Context, j *Job) (func(*jobtype.JobRow, error), error) {
+	if err := rewrite(ctx, e.mw, e.maxBytes, j); err != nil {
+		return nil, err
+	}
+	if err := j.Seal(e.maxBytes); err != nil {
+		return nil, err
+	}
 	var dones []func(*jobtype.JobRow, error)
 	if len(e.hooks) > 0 {
 		if j.Meta == nil {

@@ -33,6 +33,7 @@ type Options struct {
 	Timeout      time.Duration
 	Metadata     map[string]string
 	PartitionKey string
+	Encrypt      bool // the root seals the payload (Job.Sealer)
 }
 
 // Job is a validated job ready to insert.
@@ -56,6 +57,11 @@ type Job struct {
 	Metadata  []byte            // Meta as JSON, set by encodeMetadata
 	// PartitionKey is Options.PartitionKey; nil: none.
 	PartitionKey *string
+	// OnHolder is what a duplicate does to a queued holder of UniqueKey (replace.go):
+	// the zero value leaves it as it is.
+	OnHolder HolderEdit
+	// Sealer, when not nil, encrypts Payload before it is written (Seal, rewrite.go).
+	Sealer Sealer
 }
 
 // maxMetadataBytes bounds a job's metadata as JSON (see the root's EnqueueOptions.Metadata).
@@ -81,6 +87,16 @@ func (j *Job) encodeMetadata() error {
 	}
 	j.Metadata = b
 	return nil
+}
+
+// EncodeMetadata checks metadata m as an enqueue does and returns its JSON (an edit of a
+// job's metadata, Client.Update).
+func EncodeMetadata(m map[string]string) ([]byte, error) {
+	j := Job{Meta: m}
+	if err := j.encodeMetadata(); err != nil {
+		return nil, err
+	}
+	return j.Metadata, nil
 }
 
 var emptyObject = []byte("{}")
@@ -126,6 +142,13 @@ func Prepare(kind string, args Args, o Options, maxPayloadBytes int) (Job, error
 			return Job{}, err
 		}
 		j.UniqueKey, j.UniqueStates = &k, states
+		if j.OnHolder, err = o.Unique.holderEdit(); err != nil {
+			return Job{}, err
+		}
+		if d := o.Unique.Debounce; d > 0 && j.RunAt == nil {
+			t := time.Now().Add(d)
+			j.RunAt = &t
+		}
 	}
 	if o.Timeout < 0 || (o.Timeout > 0 && o.Timeout < time.Millisecond) {
 		return Job{}, fmt.Errorf("%w: Timeout %s: must be zero (the kind's or worker's timeout) or at least 1ms", ErrInvalidOptions, o.Timeout)
@@ -198,13 +221,21 @@ func encodePayload(kind string, args Args, maxBytes int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
+	return payload, checkPayload(kind, payload, maxBytes)
+}
+
+// checkPayload checks that jsonb takes payload and that it fits maxBytes.
+func checkPayload(kind string, payload []byte, maxBytes int) error {
+	if !json.Valid(payload) {
+		return fmt.Errorf("%w: kind %q: the payload is not valid JSON", ErrInvalidPayload, kind)
+	}
 	if err := pgutil.CheckJSONB(payload); err != nil {
-		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+		return fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
 	if maxBytes > 0 && len(payload) > maxBytes {
-		return nil, fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), maxBytes)
+		return fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), maxBytes)
 	}
-	return payload, nil
+	return nil
 }
 
 // MergeOptions returns base (an args type's default options) with the fields over (the
@@ -243,5 +274,36 @@ func MergeOptions(base, over Options) Options {
 	if over.PartitionKey != "" {
 		base.PartitionKey = over.PartitionKey
 	}
+	base.Encrypt = base.Encrypt || over.Encrypt
 	return base
+}
+
+// CheckBulk refuses, for EnqueueMany, the unique options that only a single enqueue
+// honours.
+func (j *Job) CheckBulk() error {
+	if j.OnHolder.any() {
+		return fmt.Errorf("%w: Unique.Replace and Unique.Debounce are for Enqueue and EnqueueTx, not EnqueueMany", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// Sealer encrypts a payload of kind for storage (the root's Keyring).
+type Sealer func(kind string, payload []byte) ([]byte, error)
+
+// Seal replaces j's payload by its encryption when j is to be encrypted, once, and checks
+// that the result still fits maxBytes. Every path that writes a job calls it last (the
+// enqueues through Enqueuing, workflows, batches and sequences after prepare).
+func (j *Job) Seal(maxBytes int) error {
+	if j.Sealer == nil {
+		return nil
+	}
+	sealed, err := j.Sealer(j.Kind, j.Payload)
+	if err != nil {
+		return fmt.Errorf("%w: kind %q: encrypting the args: %v", ErrInvalidPayload, j.Kind, err)
+	}
+	if maxBytes > 0 && len(sealed) > maxBytes {
+		return fmt.Errorf("%w: kind %q: %d bytes once encrypted, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, j.Kind, len(sealed), maxBytes)
+	}
+	j.Payload, j.Sealer = sealed, nil
+	return nil
 }

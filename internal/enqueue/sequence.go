@@ -17,7 +17,7 @@ import (
 const (
 	// seqLockSQL takes the key's row (creating it), and holds it until the caller's
 	// transaction ends: enqueues of one key serialize, and a settle of the key's tail
-	// waits for it (lockSequencesSQL in internal/settle).
+	// waits for it (lockSQL in internal/settle).
 	seqLockSQL = `INSERT INTO {s}.sequences (key) VALUES ($1)
 ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
 RETURNING workflow_id, tail`

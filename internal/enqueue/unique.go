@@ -41,6 +41,9 @@ func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, noti
 		}
 		existing, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.findUnique, *j.UniqueKey, j.UniqueStates))
 		if err == nil {
+			if existing, err = w.editHolder(ctx, db, j, existing, callerTx); err != nil {
+				return nil, err
+			}
 			return w.duplicate(j, existing)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {

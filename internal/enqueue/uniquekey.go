@@ -24,6 +24,9 @@ type Unique struct {
 	ByQueue    bool
 	ByPeriod   time.Duration
 	States     []jobtype.JobStatus
+	Replace    bool
+	Debounce   time.Duration
+	MaxDelay   time.Duration
 }
 
 // uniqueKeyPrefix marks keys computed from UniqueOpts, apart from caller-chosen keys.
@@ -101,4 +104,30 @@ func canonicalArgs(payload []byte, fields []string) (any, error) {
 		out[f] = obj[f] // nil when missing
 	}
 	return out, nil
+}
+
+// HolderEdit is what a duplicate enqueue does to a queued job holding its key.
+type HolderEdit struct {
+	Replace  bool          // give the holder the new job's payload
+	Debounce time.Duration // push the holder's run_at to now() + Debounce; 0: leave it
+	MaxDelay time.Duration // but never past its created_at + MaxDelay; 0: no bound
+}
+
+// any reports whether e changes the holder at all.
+func (e HolderEdit) any() bool { return e.Replace || e.Debounce > 0 }
+
+// holderEdit checks u's Replace, Debounce and MaxDelay.
+func (u *Unique) holderEdit() (HolderEdit, error) {
+	e := HolderEdit{Replace: u.Replace, Debounce: u.Debounce, MaxDelay: u.MaxDelay}
+	switch {
+	case e.Debounce < 0:
+		return e, fmt.Errorf("%w: Unique.Debounce %s is negative", ErrInvalidOptions, e.Debounce)
+	case e.MaxDelay < 0:
+		return e, fmt.Errorf("%w: Unique.MaxDelay %s is negative", ErrInvalidOptions, e.MaxDelay)
+	case e.MaxDelay > 0 && e.MaxDelay < e.Debounce:
+		return e, fmt.Errorf("%w: Unique.MaxDelay %s is shorter than Debounce %s", ErrInvalidOptions, e.MaxDelay, e.Debounce)
+	case e.MaxDelay > 0 && e.Debounce == 0:
+		return e, fmt.Errorf("%w: Unique.MaxDelay needs Debounce", ErrInvalidOptions)
+	}
+	return e, nil
 }

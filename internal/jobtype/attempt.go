@@ -2,6 +2,7 @@ package jobtype
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,3 +37,12 @@ func SetAttempt(row *JobRow, a Attempt) { row.attempt = a }
 // AttemptOf returns the attempt SetAttempt tied row to, or nil for a row read any
 // other way.
 func AttemptOf(row *JobRow) Attempt { return row.attempt }
+
+// MarkCompletedInTx records that CompleteTx wrote the success of row's attempt in a
+// caller's transaction: once that transaction commits, the attempt has succeeded,
+// whatever its handler returns. Safe for concurrent use.
+func MarkCompletedInTx(row *JobRow) { atomic.StoreUint32(&row.inTx, 1) }
+
+// CompletedInTx reports whether MarkCompletedInTx was called for row: its success may
+// have committed with the handler's transaction.
+func CompletedInTx(row *JobRow) bool { return atomic.LoadUint32(&row.inTx) == 1 }

@@ -54,6 +54,10 @@ type JobRow struct {
 	// this existing job holds the unique key ([UniqueOpts], [EnqueueOptions].UniqueKey).
 	// It is not stored.
 	Duplicate bool
+	// Replaced is set, with Duplicate, when the enqueue changed the queued job holding
+	// the key: gave it its args ([UniqueOpts].Replace) or pushed its run_at
+	// ([UniqueOpts].Debounce). It is not stored.
+	Replaced bool
 	// Metadata is the string map given at enqueue ([EnqueueOptions].Metadata, plus what
 	// enqueue hooks added, such as a trace context). Empty when none.
 	Metadata map[string]string
@@ -71,6 +75,9 @@ type JobRow struct {
 	Fence int64
 
 	attempt Attempt // the worker running this attempt, for CompleteTx; nil outside a handler
+	// inTx is 1 once CompleteTx wrote this attempt's success in a caller's transaction
+	// (MarkCompletedInTx); read and written atomically.
+	inTx uint32
 }
 
 // Progress is a running job's progress as its handler last recorded it with

@@ -44,7 +44,7 @@ type Outcome string
 
 // The outcomes of an attempt.
 const (
-	OutcomeSucceeded Outcome = "succeeded" // the handler returned nil
+	OutcomeSucceeded Outcome = "succeeded" // the handler returned nil, or committed its success with CompleteTx
 	OutcomeRetry     Outcome = "retry"     // failed; queued again after the retry policy's delay
 	OutcomeSnoozed   Outcome = "snoozed"   // Snooze: queued again, the attempt given back
 	OutcomeDead      Outcome = "dead"      // failed with no attempts left

@@ -52,6 +52,7 @@ type Sweeper struct {
 type sweepSQL struct {
 	reclaim, purgeArchive string
 	purgeWorkflows        string // workflowretention.go
+	purgeDead             string // deadretention.go
 }
 
 // newSweeper returns the engine of a Sweeper whose cfg has its defaults filled; id is its
@@ -61,6 +62,7 @@ func New(db pgutil.DB, flows *settle.Settler, n *notify.Notifier, cfg Config, id
 		reclaim:        db.Render(ReclaimSQL),
 		purgeArchive:   db.Render(PurgeArchiveSQL),
 		purgeWorkflows: db.Render(purgeWorkflowsSQL),
+		purgeDead:      db.Render(purgeDeadSQL),
 	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d
@@ -237,7 +239,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	if err := s.purgeExpired(ctx, &res); err != nil {
 		return res, err
 	}
-	n, err := s.purgeWorkflows(ctx)
+	n, err := s.purgeDead(ctx)
+	res.Purged += n
+	if err != nil {
+		return res, err
+	}
+	n, err = s.purgeWorkflows(ctx)
 	res.PurgedWorkflows = n
 	if err != nil {
 		return res, s.db.WrapErr("sweep: purge workflows", err)
@@ -308,6 +315,7 @@ type Config struct {
 	ArchiveRetention  time.Duration
 	QueueRetention    map[string]time.Duration
 	KindRetention     map[string]time.Duration
+	DeadRetention     time.Duration
 	BatchSize         int
 	Logger            *slog.Logger
 }

@@ -137,7 +137,8 @@ type Lease struct {
 	// unheldSince holds, for each running job of this worker it did not hold at the last
 	// look, when it was first seen so (orphan.go). Used by the heartbeat loop only.
 	unheldSince map[jobtype.AttemptKey]time.Time
-	unrecorded  string // unrecordedSQL, rendered (orphan.go)
+	unrecorded  string           // unrecordedSQL, rendered (orphan.go)
+	cancelled   *cancelledLeases // leases of jobs cancelled while they ran (cancelled.go)
 	loop        *lifecycle.Loop
 }
 
@@ -150,6 +151,7 @@ func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Durat
 		orphans:          pgutil.Render(schema, orphansSQL),
 		orphanCandidates: pgutil.Render(schema, orphanCandidatesSQL),
 		unrecorded:       pgutil.Render(schema, unrecordedSQL),
+		cancelled:        newCancelledLeases(pool, schema, workerID, visibility, logger),
 	}
 }
 
@@ -264,16 +266,24 @@ func (l *Lease) renew(ctx context.Context, ids, fences []int64) {
 		return
 	}
 	l.held.renewedAt(renewed, began)
+	var lost []jobtype.AttemptKey
 	for i := range ids {
 		k := jobtype.AttemptKey{ID: ids[i], Fence: fences[i]}
 		if still[k] {
 			continue
 		}
 		if l.held.cancel(k, ErrJobLost) {
+			lost = append(lost, k)
 			l.logger.Warn("skiplock: job no longer held by this worker; cancelling its context", "job", k.ID, "fence", k.Fence)
 		}
 	}
+	l.cancelled.keep(ctx, lost)
 }
+
+// EndCancelled ends the lease of attempt k's row if its job was cancelled while k ran:
+// its handler has returned (the outcome recorder calls it for a result it drops because
+// the job is no longer held). For any other row it changes nothing.
+func (l *Lease) EndCancelled(k jobtype.AttemptKey) { l.cancelled.end(k) }
 
 // releaseTimeout bounds the shutdown release statement.
 const releaseTimeout = 10 * time.Second

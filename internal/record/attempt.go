@@ -48,6 +48,10 @@ func (ref *AttemptRef) CompleteTx(ctx context.Context, tx jobtype.DBTX, row *job
 				return fmt.Errorf("skiplock: CompleteTx: job %d: settling its workflow: %w", row.ID, err)
 			}
 		}
+		// If tx commits, the attempt has succeeded whatever the handler returns: the
+		// outcome recorder asks the database before it records anything else
+		// (OutcomeRecorder.Record).
+		jobtype.MarkCompletedInTx(row)
 		return nil
 	}
 	_, err = tx.Exec(ctx, ref.Lost)

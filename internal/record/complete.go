@@ -1,5 +1,6 @@
 // This file holds the completer: it batches many successes into one fenced statement per
-// flush and completion mode (the modes and their statements are in completion.go).
+// flush and completion mode (the modes and their statements are in completion.go), and
+// reads whether a success CompleteTx wrote in a handler's transaction committed.
 
 package record
 
@@ -63,6 +64,8 @@ func (c *Completer) retryAfter(batch []Success) time.Duration {
 type Completer struct {
 	pool  *pgxpool.Pool
 	stmts map[jobtype.Completion]completeStmts
+	// committedSQL is committedInTxSQL, rendered.
+	committedSQL string
 	// modeOf says how a job's success is recorded (its kind's, queue's or worker's mode).
 	modeOf func(queue, kind string) jobtype.Completion
 	// skipUntil: until then (Unix ns), batches pass over locked rows (see slowSuccessBatch).
@@ -121,7 +124,7 @@ type BatchListeners struct {
 func NewCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) jobtype.Completion, workerID string, batchSize int, flushEvery time.Duration,
 	gate *pgutil.Gate, done BatchListeners, flows *settle.Settler, logger *slog.Logger) *Completer {
 	c := &Completer{
-		pool: pool, stmts: RenderCompleteStmts(schema), modeOf: modeOf, workerID: workerID, flows: flows,
+		pool: pool, stmts: RenderCompleteStmts(schema), committedSQL: pgutil.Render(schema, committedInTxSQL), modeOf: modeOf, workerID: workerID, flows: flows,
 		BatchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
 		Ch: make(chan Success, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
@@ -505,4 +508,27 @@ func taskIDs(batch []Success) []int64 {
 		}
 	}
 	return ids
+}
+
+// committedInTxSQL says whether the success of attempt ($1 id, $2 token) that CompleteTx
+// wrote in a handler's transaction has committed: the archive holds the row as succeeded
+// with the attempt's token (archive mode), the hot table does (keep mode), or the row is
+// in neither (delete mode). A transaction that rolled back left the row running with the
+// token, which none of the three matches. Each test reaches a row by its primary key.
+const committedInTxSQL = `SELECT EXISTS (SELECT 1 FROM {s}.jobs_archive WHERE id = $1 AND fence = $2 AND status = 'succeeded')
+	OR EXISTS (SELECT 1 FROM {s}.jobs WHERE id = $1 AND fence = $2 AND status = 'succeeded')
+	OR NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE id = $1) AND NOT EXISTS (SELECT 1 FROM {s}.jobs_archive WHERE id = $1)`
+
+// committedCheckTimeout bounds CommittedInTx: past it (the database out of reach), the
+// attempt is recorded by what its handler returned, as before CompleteTx.
+const committedCheckTimeout = 5 * time.Second
+
+// CommittedInTx reports whether the success of attempt k, which CompleteTx wrote in its
+// handler's transaction, has committed (committedInTxSQL).
+func (c *Completer) CommittedInTx(k jobtype.AttemptKey) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), committedCheckTimeout)
+	defer cancel()
+	var ok bool
+	err := c.pool.QueryRow(ctx, c.committedSQL, k.ID, k.Fence).Scan(&ok)
+	return ok, err
 }

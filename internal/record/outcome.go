@@ -64,6 +64,11 @@ type OutcomeRecorder struct {
 	toRelease []jobtype.AttemptKey
 	relClosed bool        // the first release is done; later returns are put back one by one
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
+
+	// LostReturned, when set, is told of each attempt whose handler returned after the
+	// worker found it no longer held: a job cancelled while it ran keeps its lease until
+	// then (internal/ownership, cancelled.go).
+	LostReturned func(jobtype.AttemptKey)
 }
 
 func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecorder, release func([]jobtype.AttemptKey), slots *SlotJobs, hooks []jobtype.Hook, logger *slog.Logger) *OutcomeRecorder {
@@ -73,8 +78,9 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 // Record takes the result a of the attempt k and hands it on: a success to the completer,
 // a failure to the failure recorder, a job cut off by shutdown to the release. The result
 // of a job the worker no longer holds is dropped, and so is one that comes after Run
-// returned; both are logged. Every write is fenced on the claim's token. It tells the
-// hooks, and returns what it told them.
+// returned; both are logged. An error from a handler whose CompleteTx committed is its
+// job's success, written already (committedInTx). Every write is fenced on the claim's
+// token. It tells the hooks, and returns what it told them.
 func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.JobResult {
 	lastSlot := a.Slot && r.slots.give()
 	cause := context.Cause(a.Ctx)
@@ -90,18 +96,44 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 		r.held.Remove(k)
 		r.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
 			"job", row.ID, "attempt", row.Attempts, "err", err)
+	case err != nil && r.committedInTx(k, row):
+		// The handler committed its success with CompleteTx, then returned an error (the
+		// shutdown cut off what it did after the commit, say): the job has succeeded, and
+		// nothing is left to write or to put back.
+		r.held.Remove(k)
+		res = jobtype.JobResult{Status: jobtype.StatusSucceeded, Outcome: jobtype.OutcomeSucceeded, Duration: a.Duration}
 	case err != nil && errors.Is(cause, ErrShutdown):
 		r.cutOff(k, row)
 		res.Status, res.Outcome = jobtype.StatusQueued, jobtype.OutcomeReleased
 	case errors.Is(cause, ownership.ErrJobLost):
 		r.held.Remove(k)
 		r.logger.Info("skiplock: result of a job this worker no longer holds is dropped", "job", row.ID, "attempt", row.Attempts)
+		if r.LostReturned != nil {
+			r.LostReturned(k)
+		}
 	case err == nil:
 		res = r.success(k, a, lastSlot)
 	default:
 		res = r.failure(k, a, cause)
 	}
 	return r.report(a.Ctx, row, res)
+}
+
+// committedInTx reports whether row's handler wrote the attempt's success with
+// CompleteTx in a transaction that has committed. Only an attempt whose CompleteTx
+// matched its row asks the database; when the database does not answer, it is recorded by
+// what its handler returned (a write fenced on the token, which matches nothing if the
+// success did commit).
+func (r *OutcomeRecorder) committedInTx(k jobtype.AttemptKey, row *jobtype.JobRow) bool {
+	if !jobtype.CompletedInTx(row) {
+		return false
+	}
+	ok, err := r.completer.CommittedInTx(k)
+	if err != nil {
+		r.logger.Warn("skiplock: could not read whether a CompleteTx committed; the attempt is recorded by its handler's error",
+			"job", row.ID, "attempt", row.Attempts, "err", err)
+	}
+	return ok
 }
 
 // cutOff keeps the attempt k, cut off by shutdown, for the release: it stays held, its

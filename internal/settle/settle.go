@@ -174,27 +174,51 @@ func (m JobMapper) Run(ctx context.Context, db jobtype.DBTX, j *Inserted, wake b
 	return err
 }
 
-// lockSequencesSQL locks the sequence rows of the tasks whose jobs are in $1, in key
-// order, before settleSQL runs as a statement of its own: its snapshot, taken after the
-// lock, sees every job an enqueue that held the row has chained behind them (an
-// enqueue, in turn, reads its tail's state only once it holds the row; internal/enqueue, sequence.go).
-// Tasks of plain workflows have no sequence row: it locks nothing.
-const lockSequencesSQL = `SELECT 1 FROM {s}.sequences
-WHERE workflow_id = ANY (ARRAY(SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])))
-ORDER BY key FOR UPDATE`
+// lockSQL takes, before settleSQL runs as a statement of its own, the locks of the
+// workflows of the tasks whose jobs are in $1 (their snapshot is then taken after them):
+//
+//   - their sequence rows, FOR UPDATE in key order: settleSQL's snapshot sees every job
+//     an enqueue that held the row has chained behind them (an enqueue, in turn, reads
+//     its tail's state only once it holds the row; internal/enqueue, sequence.go). Tasks
+//     of plain workflows have no sequence row.
+//   - their workflow rows, FOR SHARE in id order: settles of one workflow do not wait
+//     for each other, but CancelWorkflow and RetryWorkflow (the root's workflowadmin.go)
+//     hold the row FOR UPDATE while they read and change its tasks, so a settle either
+//     commits before they take their snapshots or waits for them and reads what they
+//     changed; without it, one committing in between released a task the cancel had
+//     read as waiting, or satisfied a dependency the retry had read as unsettled.
+//
+// A settle holds its jobs' rows (the outcome it writes) before these; CancelWorkflow and
+// RetryWorkflow take the workflow row first and then only jobs a settle does not hold
+// (queued, or final with a final task), and Client.Cancel takes the workflow row before
+// the job's (the root's admin.go), so the orders cannot form a cycle.
+const lockSQL = `WITH w AS (
+	SELECT DISTINCT workflow_id AS id FROM {s}.workflow_tasks WHERE job_id = ANY ($1::bigint[])
+)
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {s}.sequences WHERE workflow_id = ANY (ARRAY(SELECT id FROM w))
+		ORDER BY key FOR UPDATE) s),
+	(SELECT count(*) FROM (SELECT 1 FROM {s}.workflows WHERE id = ANY (ARRAY(SELECT id FROM w))
+		ORDER BY id FOR SHARE) f)`
+
+// LockWorkflowOfJobSQL takes the row of the workflow of the task whose job is $1 FOR
+// SHARE (nothing for a job that is no task), as lockSQL does: a caller that writes the
+// job's outcome itself and then settles it (Client.Cancel) runs it first, so that it
+// takes the workflow's row before the job's, as CancelWorkflow does.
+const LockWorkflowOfJobSQL = `SELECT 1 FROM {s}.workflows
+WHERE id = (SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = $1) FOR SHARE`
 
 // Settler runs settleSQL for outcome batches that hold workflow tasks. A nil
 // settler settles nothing (batches run as they would without workflows).
 type Settler struct {
 	sql     string // settleSQL, rendered
-	lockSQL string // lockSequencesSQL, rendered
+	lockSQL string // lockSQL, rendered
 	Mapper  JobMapper
 }
 
 // New renders the settle statements for schema; a Client builds one
 // (Client.flows), which its workers, sweepers and operator calls share.
 func New(schema string) *Settler {
-	return &Settler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSequencesSQL),
+	return &Settler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSQL),
 		Mapper: NewJobMapper(schema)}
 }
 

@@ -155,7 +155,7 @@ func TestBrowser_QueuesLiveCountsAndRequeueADeadJob(t *testing.T) {
 		query: pool.Query, row: pool.QueryRow}
 	deadID := seed(t, d)
 
-	h, err := ui.New(ui.Config{Client: client, RefreshInterval: time.Second,
+	h, err := ui.New(ui.Config{Client: client, TrustLoopback: true, RefreshInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)

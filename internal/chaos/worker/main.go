@@ -16,7 +16,8 @@
 // deploy's SIGKILL after its grace, a database still out of reach) is still known.
 //
 // With -spin, it runs no worker: it keeps one CPU busy until it is killed. The harness
-// starts several as the stressor of its CPU-starvation fault.
+// starts several as the stressor of its CPU-starvation fault. With -held, it runs the
+// held-pool fault's worker instead (held.go).
 //
 // It logs to stderr, stops gracefully on SIGTERM or SIGINT, and keeps trying to start
 // while the database is unreachable (a Worker's Run fails when it cannot reach the
@@ -66,6 +67,7 @@ func main() {
 		limitedWork = flag.Duration("limited-work", 40*time.Millisecond, "the limited queue's handlers sleep a random time in [0, limited-work]")
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 		spinOnly    = flag.Bool("spin", false, "run no worker: keep one CPU busy until killed (the harness's CPU stressor)")
+		held        = flag.Duration("held", 0, "run the held-pool worker instead (held.go): handlers on the held queue hold a transaction on the pool this long")
 	)
 	flag.Parse()
 	if *spinOnly {
@@ -88,7 +90,15 @@ func main() {
 		defer f.Close()
 		ends = f
 	}
-	if err := run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, ends); err != nil {
+	work := func() error {
+		return run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, ends)
+	}
+	if *held > 0 {
+		work = func() error {
+			return runHeld(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *held, ends)
+		}
+	}
+	if err := work(); err != nil {
 		logger.Error("chaos worker: failed", "err", err)
 		os.Exit(1)
 	}

@@ -1,6 +1,7 @@
 // Package query holds the dashboard's own SQL and the reads and writes that run it: the
 // windowed and index-served job lists, a job's extra columns, deletes, the running jobs,
-// the workflows list, the bulk actions' batches and the throughput of the last hour.
+// the workflows list, the bulk actions' batches, the throughput of the last hour and the
+// audit log.
 // Reads the public [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go
 // through them instead. Every statement is rendered once, with the schema quoted in, when
 // the [DB] is built.
@@ -22,6 +23,7 @@ type DB struct {
 	Workflows *Workflows  // the newest workflows
 	Bulk      *Bulk       // the bulk actions' counts and batches
 	Hour      *Throughput // the jobs finished per minute over the last hour
+	Audit     *Audit      // the audit log
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -37,5 +39,6 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Workflows: newWorkflows(pool, x),
 		Bulk:      newBulk(pool, x),
 		Hour:      newThroughput(pool, x),
+		Audit:     newAudit(pool, x),
 	}
 }

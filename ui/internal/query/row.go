@@ -36,9 +36,10 @@ type Row struct {
 }
 
 // listColumns is what a list row shows: short prefixes of the args and the last error,
-// never a whole payload.
+// never a whole payload, and no ciphertext of encrypted args (skiplock.Keyring).
 const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
-	left(coalesce(last_error, ''), 300), left(payload::text, 160)`
+	left(coalesce(last_error, ''), 300),
+	CASE WHEN payload ? 'skiplock_sealed' THEN '(encrypted)' ELSE left(payload::text, 160) END`
 
 // collectRows reads rows of listColumns, newest first.
 func collectRows(rows pgx.Rows, archived bool) ([]Row, error) {

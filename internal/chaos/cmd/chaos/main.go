@@ -1,7 +1,8 @@
 // Command chaos runs skiplock's chaos harness (package internal/chaos): worker processes
 // on a throwaway Postgres cluster, killed with SIGKILL while they work, the server
 // restarted, every backend terminated, the fleet redeployed with another visibility
-// timeout, one worker's network path black-holed, the CPU starved by busy processes; then
+// timeout, one worker's network path black-holed, the CPU starved by busy processes, one
+// worker's pool held full by its own CompleteTx handlers; then
 // (full size) it kills 24 workers, leaders and followers, running at the library's default
 // lease settings, and reports how long their jobs took to run elsewhere. It checks that
 // no job was lost, stuck, or run by two workers at once, and prints a table of figures.

@@ -1,0 +1,193 @@
+package skiplock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type secretArgs struct {
+	Card string `json:"card"`
+}
+
+func (secretArgs) Kind() string { return "charge" }
+
+// alwaysSealed is a kind whose every job is encrypted.
+type alwaysSealed struct {
+	Token string `json:"token"`
+}
+
+func (alwaysSealed) Kind() string { return "sealed_kind" }
+func (alwaysSealed) EnqueueOptions() skiplock.EnqueueOptions {
+	return skiplock.EnqueueOptions{Encrypt: true}
+}
+
+func keyring(t *testing.T, current string, ids ...string) *skiplock.Keyring {
+	t.Helper()
+	keys := map[string][]byte{}
+	for _, id := range append(ids, current) {
+		k := make([]byte, 32)
+		copy(k, id) // a fixed key per id, so two keyrings agree on it
+		keys[id] = k
+	}
+	k, err := skiplock.NewKeyring(current, keys)
+	require.NoError(t, err)
+	return k
+}
+
+func clientWith(t *testing.T, b *bundle, cfg skiplock.Config) *skiplock.Client {
+	t.Helper()
+	cfg.Schema, cfg.Logger = b.schema, testLogger()
+	c, err := skiplock.NewClient(b.pool, cfg)
+	require.NoError(t, err)
+	return c
+}
+
+// Every enqueue path stores only ciphertext and the key's id; the worker's handler gets
+// the args back.
+func TestEncrypt_EveryPathStoresCiphertextAndTheHandlerGetsTheArgs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k1")})
+	enc := &skiplock.EnqueueOptions{Encrypt: true}
+	_, err := c.Enqueue(b.ctx, secretArgs{Card: "4111-enqueue"}, enc)
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = c.EnqueueTx(b.ctx, tx, secretArgs{Card: "4111-tx"}, enc)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	_, err = c.EnqueueMany(b.ctx, []skiplock.EnqueueParams{{Args: secretArgs{Card: "4111-many"}, Options: enc}})
+	require.NoError(t, err)
+	_, err = c.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{{Name: "a", Args: secretArgs{Card: "4111-workflow"}, Options: enc}}})
+	require.NoError(t, err)
+	_, err = c.EnqueueSequence(b.ctx, "seq", secretArgs{Card: "4111-sequence"}, enc)
+	require.NoError(t, err)
+	_, err = c.EnqueueBatch(b.ctx, skiplock.Batch{Name: "b", Jobs: []skiplock.EnqueueParams{{Args: secretArgs{Card: "4111-batch"}, Options: enc}},
+		Callback: alwaysSealed{Token: "4111-callback"}})
+	require.NoError(t, err)
+	_, err = c.Enqueue(b.ctx, alwaysSealed{Token: "4111-default"}, nil)
+	require.NoError(t, err)
+
+	const jobs = 8
+	require.Equal(t, jobs-1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "the batch's callback waits for its job")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload::text LIKE '%4111%'`), "plaintext args in the jobs table")
+	assert.Equal(t, jobs-1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->'skiplock_sealed'->>'kid' = 'k1'`))
+
+	_, err = b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (card text)`))
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(c, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	audit := b.q(`INSERT INTO {s}.audit VALUES ($1)`)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[secretArgs]) error {
+		_, err := b.pool.Exec(ctx, audit, job.Args.Card)
+		return err
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[alwaysSealed]) error {
+		_, err := b.pool.Exec(ctx, audit, job.Args.Token)
+		return err
+	}))
+	defer runWorker(t, w)()
+	eventually(t, 30*time.Second, func() bool { return b.count(t, `SELECT count(*) FROM {s}.audit`) == jobs }, "every job ran")
+	var cards string
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT string_agg(card, ' ' ORDER BY card) FROM {s}.audit`)).Scan(&cards))
+	assert.Equal(t, "4111-batch 4111-callback 4111-default 4111-enqueue 4111-many 4111-sequence 4111-tx 4111-workflow", cards)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE payload::text LIKE '%4111%'`), "plaintext args in the archive")
+}
+
+// Keys rotate: a ring whose current key is new still opens jobs sealed with the old one.
+// A worker without the key fails the attempt (retried, not lost) with ErrNoKey; altered
+// ciphertext, or a payload moved to a job of another kind, does not open.
+func TestEncrypt_RotationMissingKeysAndTampering(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k1")})
+	enc := &skiplock.EnqueueOptions{Encrypt: true, MaxAttempts: 5}
+	a, err := old.Enqueue(b.ctx, secretArgs{Card: "rotated"}, enc)
+	require.NoError(t, err)
+	rotated := keyring(t, "k2", "k1")
+	opened, err := rotated.Open("charge", a.Payload)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"card": "rotated"}`, string(opened), "the new ring opens the old key's job")
+	sealed, err := rotated.Seal("charge", []byte(`{"card": "new"}`))
+	require.NoError(t, err)
+	key, ok := skiplock.SealedKey(sealed)
+	assert.True(t, ok)
+	assert.Equal(t, "k2", key, "new jobs use the current key")
+
+	_, err = keyring(t, "k3").Open("charge", a.Payload)
+	assert.ErrorIs(t, err, skiplock.ErrNoKey)
+	var nilRing *skiplock.Keyring
+	_, err = nilRing.Open("charge", a.Payload)
+	assert.ErrorIs(t, err, skiplock.ErrNoKey)
+	_, err = rotated.Open("other_kind", a.Payload)
+	assert.ErrorContains(t, err, "sealed for another kind")
+	plain, err := rotated.Open("charge", []byte(`{"card": "plain"}`))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"card": "plain"}`, string(plain), "a payload that is not sealed is given as it is")
+
+	// A worker whose ring lacks the key: the attempt fails with ErrNoKey, the job is
+	// retried later, not lost; altered ciphertext fails the same way.
+	b2, err := old.Enqueue(b.ctx, secretArgs{Card: "altered"}, enc)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET payload = jsonb_set(payload, '{skiplock_sealed,ct}', to_jsonb('AAAA' || substr(payload->'skiplock_sealed'->>'ct', 5)))
+		WHERE id = $1`), b2.ID)
+	require.NoError(t, err)
+	stranger := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k3")})
+	w, err := skiplock.NewWorker(stranger, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[secretArgs]) error { return nil }))
+	stop := runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'queued' AND attempts = 1`) == 2
+	}, "both attempts failed and wait for a retry")
+	stop()
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE last_error LIKE '%does not hold%k1%'`))
+
+	// A worker of the next deploy, holding both keys, runs the first and refuses the
+	// altered one.
+	next := clientWith(t, b, skiplock.Config{Keyring: rotated})
+	w, err = skiplock.NewWorker(next, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[secretArgs]) error { return nil }))
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET run_at = now()`))
+	require.NoError(t, err)
+	defer runWorker(t, w)()
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE id = $1`, a.ID) == 1 &&
+			b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND attempts = 2`, b2.ID) == 1
+	}, "the old key's job ran; the altered one failed again")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND last_error LIKE '%do not open with key "k1"%'`, b2.ID))
+}
+
+// Encrypt without a keyring, or args that no longer fit once sealed, are refused with
+// nothing written.
+func TestEncrypt_RefusedWithNothingWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Enqueue(b.ctx, secretArgs{Card: "x"}, &skiplock.EnqueueOptions{Encrypt: true})
+	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	_, err = b.client.Enqueue(b.ctx, alwaysSealed{Token: "x"}, nil)
+	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, "an args type's default Encrypt")
+	small := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k1"), MaxPayloadBytes: 100})
+	_, err = small.Enqueue(b.ctx, secretArgs{Card: "0123456789012345678901234567890123456789012345678901234567890123456789"}, &skiplock.EnqueueOptions{Encrypt: true})
+	assert.ErrorIs(t, err, skiplock.ErrPayloadTooLarge)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`))
+	for name, keys := range map[string]map[string][]byte{
+		"short key":   {"k": make([]byte, 7)},
+		"bad id":      {"k 1": make([]byte, 32)},
+		"no such key": {"other": make([]byte, 32)},
+	} {
+		current := "k"
+		if name == "bad id" {
+			current = "k 1"
+		}
+		_, err := skiplock.NewKeyring(current, keys)
+		assert.Error(t, err, name)
+	}
+}

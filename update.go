@@ -1,0 +1,144 @@
+// This file holds editing a job that has not started: Client.Update changes when and
+// where it runs, its priority, args or metadata, fenced against a claim racing it.
+
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/enqueue"
+)
+
+// ErrJobFinished is returned by [Client.Update] for a job that succeeded or was
+// cancelled: it will not run again, so there is nothing to edit.
+var ErrJobFinished = errors.New("skiplock: job has finished")
+
+// JobUpdate says what [Client.Update] changes. Its zero value changes nothing; each field
+// set replaces that part of the job and is checked as [EnqueueOptions] are.
+type JobUpdate struct {
+	// RunNow makes the job due at once (the database's now()): "run now". It cannot be
+	// combined with RunAt.
+	RunNow bool
+	// RunAt, when not zero, is the job's new due time: "reschedule".
+	RunAt time.Time
+	// Priority, when not nil, is the job's new priority.
+	Priority *int
+	// Queue, when not empty, moves the job to that queue.
+	Queue string
+	// Args, when not nil, replaces the job's args. Its Kind must be the job's kind.
+	Args JobArgs
+	// Metadata, when not nil, replaces the job's metadata (skiplock's own marks of a
+	// workflow task, a batch or a sequence are kept); an empty map clears it.
+	Metadata map[string]string
+}
+
+// updateSQL edits job $1 unless it is running or final: run_at ($2: now(); else $3 when
+// not NULL), priority $4, queue $5, payload $6 (only for kind $7) and metadata $8 (the
+// caller's keys, over skiplock's own marks, which stay), each when not NULL. A claim that
+// locked the row first makes the UPDATE wait and then re-check status, so an edit never
+// lands on a job a worker has just claimed; an edit that locked it first makes the claim
+// skip the row (SKIP LOCKED) and take it afterwards, edited. A queued job that is due
+// after the edit wakes its queue's workers at commit.
+const updateSQL = `WITH u AS (
+	UPDATE {s}.jobs SET
+		run_at = CASE WHEN $2 THEN now() ELSE coalesce($3::timestamptz, run_at) END,
+		priority = coalesce($4::smallint, priority),
+		queue = coalesce($5::text, queue),
+		payload = coalesce($6::jsonb, payload),
+		metadata = CASE WHEN $8::jsonb IS NULL THEN metadata
+			ELSE $8::jsonb || coalesce((SELECT jsonb_object_agg(k, v) FROM jsonb_each(metadata) AS m(k, v)
+				WHERE starts_with(k, '` + reservedMetadataPrefix + `')), '{}') END
+	WHERE id = $1 AND status IN ('queued', 'dead', 'failed') AND ($6::jsonb IS NULL OR kind = $7)
+	RETURNING ` + jobColumns + `
+)
+SELECT u.* FROM u LEFT JOIN LATERAL (
+	SELECT pg_notify($9, u.queue) WHERE u.status = 'queued' AND u.run_at <= now()) AS n ON true`
+
+// Update edits the job with the given id and returns it as it is now. Only a job that
+// will or may run again can be edited: a queued (or scheduled) job, or a dead or failed
+// one (whose args can be fixed before a [Client.Requeue]). A running job returns
+// [ErrJobRunning]; a succeeded or cancelled one, [ErrJobFinished]; no such job,
+// [ErrJobNotFound]; an invalid change or Args of another kind, [ErrInvalidOptions] (or
+// the error an enqueue of those args would return), with nothing changed.
+//
+// The edit is atomic against the claim: either it lands before a worker claims the job
+// (which then runs the edited job) or the claim comes first and Update returns
+// [ErrJobRunning]. Editing a unique job's args does not change its unique key.
+func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, error) {
+	args, err := c.updateArgs(u)
+	if err != nil {
+		return nil, err
+	}
+	row, err := scanJob(c.pool.QueryRow(ctx, c.db.Render(updateSQL), append([]any{id}, args...)...))
+	if err == nil {
+		return row, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, c.wrapErr("update", err)
+	}
+	cur, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur.Status == StatusRunning:
+		return cur, fmt.Errorf("%w: job %d: it can be edited only before it starts", ErrJobRunning, id)
+	case cur.Status == StatusSucceeded || cur.Status == StatusCancelled:
+		return cur, fmt.Errorf("%w: job %d is %s", ErrJobFinished, id, cur.Status)
+	case u.Args != nil && u.Args.Kind() != cur.Kind:
+		return cur, fmt.Errorf("%w: Args of kind %q for job %d of kind %q", ErrInvalidOptions, u.Args.Kind(), id, cur.Kind)
+	}
+	return cur, fmt.Errorf("skiplock: update: job %d changed while it was edited; try again", id)
+}
+
+// updateArgs checks u as an enqueue checks its options and args, and returns updateSQL's
+// arguments from $2 (the channel last).
+func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
+	if u.RunNow && !u.RunAt.IsZero() {
+		return nil, fmt.Errorf("%w: JobUpdate: set RunNow or RunAt, not both", ErrInvalidOptions)
+	}
+	var jargs JobArgs = editArgs{}
+	if u.Args != nil {
+		jargs = u.Args
+	}
+	o := EnqueueOptions{Queue: u.Queue, RunAt: u.RunAt, Metadata: u.Metadata}
+	if u.Priority != nil {
+		o.Priority = *u.Priority
+	}
+	j, err := c.prepare(jargs, &o)
+	if err != nil {
+		return nil, err
+	}
+	var runAt, priority, queue, payload, kind, metadata any
+	if !u.RunAt.IsZero() {
+		runAt = u.RunAt
+	}
+	if u.Priority != nil {
+		priority = j.Priority
+	}
+	if u.Queue != "" {
+		queue = u.Queue
+	}
+	if u.Args != nil {
+		payload, kind = string(j.Payload), j.Kind
+	}
+	if u.Metadata != nil {
+		b, err := enqueue.EncodeMetadata(u.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		metadata = string(b)
+	}
+	return []any{u.RunNow, runAt, priority, queue, payload, kind, metadata, c.db.Channel}, nil
+}
+
+// editArgs stands for the args of a JobUpdate that leaves them as they are, so that
+// prepare checks the other fields.
+type editArgs struct{}
+
+// Kind implements JobArgs.
+func (editArgs) Kind() string { return "update" }

@@ -1,0 +1,391 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// countedJob is a job of a batch whose callback's counts a test reads; it fails
+// permanently while its Fail is set and the test has not healed it.
+type countedJob struct {
+	Fail bool `json:"fail,omitempty"`
+}
+
+func (countedJob) Kind() string { return "counted_job" }
+
+type countedCallback struct{}
+
+func (countedCallback) Kind() string { return "counted_callback" }
+
+// After RetryWorkflow, a batch's callback counts every job of the batch: the jobs that
+// had succeeded before the retry and the retried ones (before: only the retried ones,
+// Succeeded=1 of 10).
+func TestRetryWorkflow_ABatchsCallbackCountsEveryJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		onlyOnSuccess bool
+		// parked jobs are enqueued an hour ahead: CancelWorkflow cancels them, queued.
+		parked int
+		// failing jobs fail until the retry.
+		failing int
+	}{
+		{name: "a failed job of an OnlyOnSuccess batch", onlyOnSuccess: true, failing: 1},
+		{name: "jobs cancelled with the workflow", parked: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var healed atomic.Bool
+			var mu sync.Mutex
+			var got []skiplock.BatchCounts
+			w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedJob]) error {
+				if job.Args.Fail && !healed.Load() {
+					return skiplock.Permanent(errors.New("failing until healed"))
+				}
+				return nil
+			}))
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedCallback]) error {
+				counts, ok := skiplock.BatchCountsOf(job.JobRow)
+				assert.True(t, ok, "the callback carries no counts")
+				mu.Lock()
+				got = append(got, counts)
+				mu.Unlock()
+				return nil
+			}))
+			callbacks := func() []skiplock.BatchCounts {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]skiplock.BatchCounts(nil), got...)
+			}
+
+			const n = 10
+			jobs := make([]skiplock.EnqueueParams, n)
+			for i := range jobs {
+				jobs[i] = skiplock.EnqueueParams{Args: countedJob{Fail: i < tc.failing}}
+				if i >= n-tc.parked {
+					jobs[i].Options = &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)}
+				}
+			}
+			batch, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "counted", OnlyOnSuccess: tc.onlyOnSuccess,
+				Jobs: jobs, Callback: countedCallback{}})
+			require.NoError(t, err)
+			runWorker(t, w)
+			finished := `SELECT count(*) FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name <> 'callback'
+				AND state IN ('succeeded', 'failed')`
+			eventually(t, 30*time.Second, func() bool { return b.count(t, finished, batch.ID) == n-tc.parked },
+				"the batch's jobs due now did not finish")
+			if tc.parked > 0 {
+				cancelled, err := b.client.CancelWorkflow(b.ctx, batch.ID)
+				require.NoError(t, err)
+				require.Equal(t, tc.parked+1, cancelled, "the parked jobs and the waiting callback")
+			}
+			info := waitSettled(t, b, batch.ID)
+			require.Equal(t, "cancelled", info.Task("callback").State)
+			require.Empty(t, callbacks())
+
+			healed.Store(true)
+			retried, err := b.client.RetryWorkflow(b.ctx, batch.ID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.failing+tc.parked+1, retried, "the failed or cancelled jobs, and the callback")
+			info = waitSettled(t, b, batch.ID)
+			assert.Equal(t, "succeeded", info.Task("callback").State)
+			eventually(t, 10*time.Second, func() bool { return len(callbacks()) > 0 }, "the callback did not run")
+			assert.Equal(t, []skiplock.BatchCounts{{Succeeded: n}}, callbacks())
+		})
+	}
+}
+
+// deafStep is a workflow task whose first attempt ignores its context until the test
+// releases it; every attempt writes its start and end (database clock) to the audit
+// table deaf_audit.
+type deafStep struct{}
+
+func (deafStep) Kind() string { return "deaf_step" }
+
+// A task cancelled while it runs is not run again by RetryWorkflow before its handler
+// has returned: RetryWorkflow refuses with ErrJobRunning while the handler runs, past the
+// job's visibility timeout (its worker renews the cancelled job's lease), and puts it
+// back once it has returned. Before, RetryWorkflow requeued it at once and a second
+// attempt ran beside the first.
+func TestRetryWorkflow_ATaskCancelledWhileItRunsIsNotRunBesideItself(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.deaf_audit (job_id bigint, started timestamptz, finished timestamptz)`))
+	require.NoError(t, err)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseHandler := func() { releaseOnce.Do(func() { close(release) }) }
+	var attempts atomic.Int64
+	const visibility = time.Second
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		VisibilityTimeout: visibility, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[deafStep]) error {
+		var started time.Time
+		if err := b.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&started); err != nil {
+			return err
+		}
+		if attempts.Add(1) == 1 {
+			<-release // deaf to ctx: it was cancelled, and goes on
+		}
+		_, err := b.pool.Exec(context.Background(), b.q(`INSERT INTO {s}.deaf_audit VALUES ($1, $2, clock_timestamp())`), job.ID, started)
+		return err
+	}))
+	runWorker(t, w)
+	t.Cleanup(releaseHandler) // before the worker stops (cleanups run last first)
+
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "deaf", Tasks: []skiplock.WorkflowTask{{Name: "t", Args: deafStep{}}}})
+	require.NoError(t, err)
+	id := wf.Task("t").JobID
+	eventually(t, 10*time.Second, func() bool { return attempts.Load() == 1 }, "the first attempt did not start")
+	_, err = b.client.Cancel(b.ctx, id)
+	require.NoError(t, err)
+
+	// Past the visibility timeout the handler still runs: every retry is refused.
+	holdsFor(t, 2*visibility+visibility/2, 100*time.Millisecond, func() {
+		_, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+		require.ErrorIs(t, err, skiplock.ErrJobRunning, "a retry while the cancelled attempt's handler runs")
+		require.Equal(t, int64(1), attempts.Load(), "a second attempt started beside the first")
+	})
+
+	releaseHandler()
+	eventually(t, 10*time.Second, func() bool {
+		n, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+		if errors.Is(err, skiplock.ErrJobRunning) {
+			return false
+		}
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		return true
+	}, "the retry was still refused after the handler returned")
+	info := waitSettled(t, b, wf.ID)
+	assert.Equal(t, "succeeded", info.Task("t").State)
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.deaf_audit`), "two attempts ran")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.deaf_audit a JOIN {s}.deaf_audit o
+		ON o.job_id = a.job_id AND o.started > a.started AND o.started < a.finished`), "an attempt started while another ran")
+}
+
+// raceStep is a workflow task of the settle-race tests: it fails permanently while Fail
+// is set and the test has not healed it, and waits for the test's gate when Gate is set.
+type raceStep struct {
+	Fail bool `json:"fail,omitempty"`
+	Gate bool `json:"gate,omitempty"`
+}
+
+func (raceStep) Kind() string { return "race_step" }
+
+// raceSetup returns a worker that runs raceStep (healed tells failing steps to succeed,
+// closing gate lets gated ones go on; each run is counted in race_runs), and holds the
+// settle of a task in the middle of its transaction: a trigger on workflow_tasks, fired
+// by the update that matches when (a condition on OLD and NEW), waits for an advisory
+// lock that the returned hold has taken; unhold lets it go.
+func raceSetup(t *testing.T, b *bundle, when string, healed *atomic.Bool, gate chan struct{}) (w *skiplock.Worker, unhold func()) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.race_runs (task text);
+		CREATE FUNCTION {s}.hold_settle() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA)); RETURN NULL; END $$;
+		CREATE TRIGGER hold_settle AFTER UPDATE ON {s}.workflow_tasks FOR EACH ROW
+			WHEN (`+when+`) EXECUTE FUNCTION {s}.hold_settle()`))
+	require.NoError(t, err)
+	holder, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(b.ctx, `SELECT pg_advisory_lock(hashtext($1))`, b.schema)
+	require.NoError(t, err)
+	var once sync.Once
+	unhold = func() {
+		once.Do(func() {
+			_, err := holder.Exec(b.ctx, `SELECT pg_advisory_unlock(hashtext($1))`, b.schema)
+			assert.NoError(t, err)
+			holder.Release()
+		})
+	}
+	w = newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[raceStep]) error {
+		if job.Args.Gate {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if job.Args.Fail && !healed.Load() {
+			return skiplock.Permanent(errors.New("failing until healed"))
+		}
+		_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.race_runs VALUES ($1)`), job.Metadata["skiplock_task"])
+		return err
+	}))
+	return w, unhold
+}
+
+// waiting counts the backends of the test's schema that wait for a lock: on the
+// advisory lock of the held settle (advisory), or on another transaction (rows).
+func waiting(t *testing.T, b *bundle, advisory bool) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		AND (wait_event = 'advisory') = $1 AND strpos(query, $2) > 0`, advisory, `"`+b.schema+`".`)
+}
+
+// lockedCall runs call on its own goroutine and returns its result's channel once call
+// has either returned or started to wait for a lock.
+func lockedCall(t *testing.T, b *bundle, call func() (int, error)) <-chan [2]any {
+	t.Helper()
+	done := make(chan [2]any, 1)
+	go func() {
+		n, err := call()
+		done <- [2]any{n, err}
+	}()
+	eventually(t, 10*time.Second, func() bool { return len(done) > 0 || waiting(t, b, false) > 0 },
+		"the call neither returned nor waited for a lock")
+	return done
+}
+
+// CancelWorkflow while a settle that releases a task is committing: the task's job was
+// inserted after the cancel took its snapshot, and before, the cancel found the task
+// released (not waiting) and did not see its job, which stayed queued. Now the cancel
+// waits for the settle and cancels the job.
+func TestCancelWorkflow_ATaskReleasedWhileItRunsIsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	w, unhold := raceSetup(t, b, `NEW.name = 'b' AND OLD.state = 'waiting' AND NEW.state = 'released'`, &healed, nil)
+	t.Cleanup(unhold)
+	// b's queue has no worker: whatever happens to its job stays visible.
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "cancel race", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: raceStep{}},
+		{Name: "b", Args: raceStep{}, DependsOn: []string{"a"}, Options: &skiplock.EnqueueOptions{Queue: "parked"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool { return waiting(t, b, true) > 0 }, "a's settle did not reach the hold")
+
+	done := lockedCall(t, b, func() (int, error) { return b.client.CancelWorkflow(b.ctx, wf.ID) })
+	unhold()
+	res := <-done
+	require.Nil(t, res[1])
+	assert.Equal(t, 1, res[0], "b cancelled")
+
+	info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"a": "succeeded", "b": "cancelled"}, states(info))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE metadata ->> 'skiplock_task' = 'b' AND status <> 'cancelled'`),
+		"b's job was left to run after the workflow was cancelled")
+}
+
+// RetryWorkflow while a settle of a dependency of a task it reopens is committing: the
+// settle left the task alone (it was cancelled), and before, the retry counted that
+// dependency as unsettled from its snapshot, so the reopened task waited for it for
+// ever. Now the retry waits for the settle and sees the dependency settled.
+func TestRetryWorkflow_ADependencySettledMeanwhileIsCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	gate := make(chan struct{})
+	w, unhold := raceSetup(t, b, `NEW.name = 'p2' AND OLD.state = 'released' AND NEW.state = 'succeeded'`, &healed, gate)
+	t.Cleanup(unhold)
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "retry race", Tasks: []skiplock.WorkflowTask{
+		{Name: "p1", Args: raceStep{Fail: true}},
+		{Name: "p2", Args: raceStep{Gate: true}},
+		{Name: "c", Args: raceStep{}, DependsOn: []string{"p1", "p2"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+		require.NoError(t, err)
+		return info.Task("p1").State == "failed" && info.Task("c").State == "cancelled"
+	}, "p1 did not fail")
+	close(gate) // p2 succeeds; its settle finds c cancelled, leaves it, and is held
+	eventually(t, 10*time.Second, func() bool { return waiting(t, b, true) > 0 }, "p2's settle did not reach the hold")
+
+	healed.Store(true)
+	done := lockedCall(t, b, func() (int, error) { return b.client.RetryWorkflow(b.ctx, wf.ID) })
+	unhold()
+	res := <-done
+	require.Nil(t, res[1])
+	assert.Equal(t, 2, res[0], "p1 requeued, c reopened")
+
+	eventually(t, 15*time.Second, func() bool {
+		info, err := b.client.GetWorkflow(b.ctx, wf.ID)
+		require.NoError(t, err)
+		return info.Task("c").State == "succeeded"
+	}, "c never ran: it waits for p2, which had succeeded")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.race_runs WHERE task = 'c'`))
+}
+
+// Client.Cancel of a workflow's jobs beside CancelWorkflow of the workflow: the two take
+// the workflow's row and the jobs' rows in one order, so neither fails on a deadlock.
+// Before, Cancel's settle, holding the job, waited for a dependent's row CancelWorkflow
+// held while CancelWorkflow waited for the job (40P01); Cancel taking the job's row
+// before the workflow's, against CancelWorkflow taking the workflow's first, deadlocked
+// too.
+func TestCancelWorkflow_BesideCancelOfItsJobsNeverDeadlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const workflows, roots = 20, 4
+	type target struct {
+		wf   int64
+		jobs []int64
+	}
+	var targets []target
+	for range workflows {
+		tasks := []skiplock.WorkflowTask{{Name: "last", Args: raceStep{}, DependsOn: []string{"r0"}}}
+		for i := range roots {
+			tasks = append(tasks, skiplock.WorkflowTask{Name: "r" + strconv.Itoa(i), Args: raceStep{},
+				Options: &skiplock.EnqueueOptions{Queue: "parked"}})
+		}
+		info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "both cancels", Tasks: tasks})
+		require.NoError(t, err)
+		tg := target{wf: info.ID}
+		for _, task := range info.Tasks {
+			if task.JobID != 0 {
+				tg.jobs = append(tg.jobs, task.JobID)
+			}
+		}
+		targets = append(targets, tg)
+	}
+	start := make(chan struct{})
+	errs := make(chan error, workflows*(roots+1))
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := b.client.CancelWorkflow(b.ctx, tg.wf)
+			errs <- err
+		}()
+		for _, id := range tg.jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := b.client.Cancel(b.ctx, id)
+				errs <- err
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, tg := range targets {
+		info, err := b.client.GetWorkflow(b.ctx, tg.wf)
+		require.NoError(t, err)
+		for _, task := range info.Tasks {
+			assert.Equal(t, "cancelled", task.State, "workflow %d task %s", tg.wf, task.Name)
+		}
+	}
+}

@@ -499,7 +499,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 			}
 			// Each server process re-reads the clock's offset once a second rather than on
 			// every call: the run's 50,000 jobs pay less for libfaketime, and a step
-			// reaches every process within a second (clockStep waits for that).
+			// reaches every process within two (clockStep waits for that).
 			r.clock.Cache = time.Second
 			copts.Env = r.clock.Env()
 		}

@@ -39,8 +39,10 @@ func (r *runner) clockStep(ctx context.Context, f *Fault) error {
 	if waitErr != nil {
 		return waitErr
 	}
-	// Every server process reads the new offset within the clock's cache.
-	if err := sleepUntil(ctx, time.Now().Add(r.clock.Cache)); err != nil {
+	// Every server process reads the new offset within the clock's cache, which counts
+	// whole seconds: a process that read the offset just before the step may keep it for
+	// up to twice the cache.
+	if err := sleepUntil(ctx, time.Now().Add(2*r.clock.Cache)); err != nil {
 		return err
 	}
 	f.End = time.Now().Round(0)

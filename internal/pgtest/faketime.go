@@ -44,7 +44,7 @@ func FindFaketime() (string, error) {
 type FakeClock struct {
 	// Cache, when positive, lets each server process re-read the offset at most once per
 	// Cache (FAKETIME_CACHE_DURATION, whole seconds) instead of on every call: a step then
-	// reaches every process within Cache, and the server pays less for libfaketime (a
+	// reaches every process within about twice Cache, and the server pays less for libfaketime (a
 	// pgbench TPC-B run on 2 cores: 27% fewer transactions per second reading on every
 	// call, 10–18% with a 1 s cache). Set it before [FakeClock.Env]. Defaults to zero:
 	// every call reads the offset, and a step reaches every process at once.

@@ -25,13 +25,14 @@ DEPS_ENFORCE ?= .,./internal/claim,./internal/enqueue,./internal/execute,./inter
 test: env-test fmt-check vet unit fuzz-short
 
 ## env: a Postgres that answers (started or installed when missing). env-test: that,
-## pgbouncer for the PgBouncer test, chromium for the dashboard's, and python3-psycopg for
-## the Python SQL-enqueue example; only `test` asks for them, so `demo` installs nothing more.
+## pgbouncer for the PgBouncer test, chromium for the dashboard's, python3-psycopg for
+## the Python SQL-enqueue example and libfaketime for the clock-step tests; only `test`
+## (and `chaos`, for libfaketime) ask for them, so `demo` installs nothing more.
 env:
 	@./scripts/ensure-env.sh
 
 env-test:
-	@./scripts/ensure-env.sh --pgbouncer --chromium --sql-examples
+	@./scripts/ensure-env.sh --pgbouncer --chromium --sql-examples --faketime
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -80,8 +81,10 @@ bench-quick: env
 	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick -autovacuum off,on -systems skiplock,river,bare -workloads $(BENCH_QUICK_WORKLOADS)
 
 ## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends, rolling
-## deploy, black hole, CPU starvation), then the recovery run (24 kill -9s at default leases).
+## deploy, black hole, CPU starvation, a step of the server's clock under libfaketime), then
+## the recovery run (24 kill -9s at default leases).
 chaos:
+	@./scripts/ensure-env.sh --faketime
 	$(GO) run ./internal/chaos/cmd/chaos
 
 ## chaos-failover: kill -9 the primary of a streaming pair and promote its standby, with

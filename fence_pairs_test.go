@@ -68,11 +68,11 @@ func (l attemptLog) has(t *testing.T, id int64, attempt int, event string) bool 
 	return n > 0
 }
 
-// takeBack makes the running job id's lease end, and its owner's row in the workers table
-// expire, and sweeps until a sweeper took the job back, as one does when its worker's
-// renewals stopped landing for a lease (the job's lease today, the worker's in the design
-// of docs/ownership.md). The worker may renew between the statements: then it tries
-// again.
+// takeBack makes the running job id's lease end, and deletes its owner's row in the
+// workers table, and sweeps until a sweeper took the job back, as one does when its
+// worker's row was pruned (the sweeper leaves the jobs of a worker with a row to the
+// other workers' judgement, docs/ownership.md). The worker may write its row again
+// between the statements: then it tries again.
 func takeBack(t *testing.T, b *bundle, id int64) {
 	t.Helper()
 	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
@@ -82,8 +82,7 @@ func takeBack(t *testing.T, b *bundle, id int64) {
 		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET locked_at = now() - interval '2 hours',
 			lease_until = now() - interval '1 hour' WHERE id = $1 AND status = 'running'`), id)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.workers SET expires_at = now() - interval '1 hour'
-			WHERE id = (SELECT locked_by FROM {s}.jobs WHERE id = $1)`), id)
+		_, err = b.pool.Exec(b.ctx, b.q(`DELETE FROM {s}.workers WHERE id = (SELECT locked_by FROM {s}.jobs WHERE id = $1)`), id)
 		require.NoError(t, err)
 		res, err := sw.Sweep(b.ctx)
 		require.NoError(t, err)

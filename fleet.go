@@ -31,10 +31,13 @@ type WorkerInfo struct {
 	ID     string   // WorkerConfig.ID
 	Queues []string // the queues it serves, sorted
 	// StartedAt is its first registration; ExpiresAt is when it stops counting unless it
-	// registers again (every 1.7–3 s while it runs).
+	// registers again (every 1.7–3 s while it runs). A worker that gave up on its
+	// handlers at a hard stop ([Worker.StopAndCancel]) sets both to that moment.
 	StartedAt, ExpiresAt time.Time
-	// Alive: ExpiresAt is still ahead, by the database's clock. A worker that stopped
-	// deletes its row; one that died stays listed, not alive, for about a minute.
+	// Alive: ExpiresAt is still ahead, by the database's clock (which a step of the
+	// server's clock moves: the workers themselves judge each other by their own clocks,
+	// see docs/ownership.md). A worker that stopped deletes its row; one that died stays
+	// listed, not alive, until about a minute after the other workers judged it dead.
 	Alive bool
 	// Leader: it holds the fleet's maintenance (the sweep, the archive purge, the vacuum
 	// check) now.

@@ -569,8 +569,8 @@ func TestBatch_CallbackOnceWhenTheLastCompletionIsKilled(t *testing.T) {
 // A worker died holding a workflow task's last attempt. Whoever takes it back sends it
 // dead and settles its dependent in the same transaction, never leaving it waiting: a
 // process restarted with the dead one's id (it takes back its predecessor's jobs at
-// start), or the sweeper once the job's lease passed (the reclaim by liveness that every
-// worker runs after its renewal leaves a workflow task's last attempt to it).
+// start), or the sweeper once the job's lease passed and its owner's row is gone (pruned:
+// a row's jobs are the other workers' to judge, not the sweeper's).
 func TestWorkflow_ReclaimOfADeadWorkersLastAttemptSettlesDependents(t *testing.T) {
 	t.Parallel()
 	for _, by := range []string{"restart", "sweeper"} {
@@ -582,13 +582,14 @@ func TestWorkflow_ReclaimOfADeadWorkersLastAttemptSettlesDependents(t *testing.T
 				{Name: "b", Args: stepArgs{}, DependsOn: []string{"a"}},
 			}})
 			require.NoError(t, err)
-			// Its owner's row in the workers table has expired.
-			_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at)
-				VALUES ('gone', '{default}', now() - interval '1 minute', now() - interval '1 second')`))
-			require.NoError(t, err)
 			lease := "now() + interval '1 hour'" // only the restarted process may take it
-			if by == "sweeper" {
-				lease = "now() - interval '1 second'"
+			if by == "restart" {
+				// Its owner's row in the workers table has expired.
+				_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.workers (id, queues, started_at, expires_at)
+					VALUES ('gone', '{default}', now() - interval '1 minute', now() - interval '1 second')`))
+				require.NoError(t, err)
+			} else {
+				lease = "now() - interval '1 second'" // and its owner has no row
 			}
 			_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', attempts = 1, locked_by = 'gone',
 				locked_at = now() - interval '2 seconds', lease_until = `+lease+` WHERE id = $1`), info.Task("a").JobID)

@@ -5,6 +5,7 @@
 #     cluster that is down is started; when none is installed and we may use apt-get,
 #     Debian's postgresql is installed, started and set to trust loopback connections;
 #   - with --pgbouncer, pgbouncer is installed (the PgBouncer test starts its own);
+#   - with --faketime, libfaketime is installed (the clock-step tests run a server under it);
 #   - with --chromium, Debian's chromium is installed (the dashboard's browser test drives
 #     it), after an apt-get update: a fresh machine's package lists may not name it yet;
 #   - with --sql-examples, on a machine with python3, Debian's python3-psycopg is installed
@@ -16,12 +17,14 @@ set -u
 want_pgbouncer=0
 want_chromium=0
 want_sql_examples=0
+want_faketime=0
 for arg in "$@"; do
 	case "$arg" in
 	--pgbouncer) want_pgbouncer=1 ;;
 	--chromium) want_chromium=1 ;;
 	--sql-examples) want_sql_examples=1 ;;
-	*) echo "ensure-env: unknown option $arg (use --pgbouncer, --chromium, --sql-examples)" >&2 ;;
+	--faketime) want_faketime=1 ;;
+	*) echo "ensure-env: unknown option $arg (use --pgbouncer, --chromium, --sql-examples, --faketime)" >&2 ;;
 	esac
 done
 
@@ -94,6 +97,10 @@ fi
 
 if [ "$want_pgbouncer" = 1 ] && ! command -v pgbouncer >/dev/null 2>&1 && ! [ -x /usr/sbin/pgbouncer ]; then
 	apt_install pgbouncer || say "could not install pgbouncer: the PgBouncer test will fail (apt-get install -y pgbouncer)"
+fi
+
+if [ "$want_faketime" = 1 ] && [ -z "${SKIPLOCK_FAKETIME_LIB:-}" ] && ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
+	apt_install libfaketime || say "could not install libfaketime: the clock-step tests will fail (apt-get install -y libfaketime)"
 fi
 
 if [ "$want_chromium" = 1 ] && ! [ -x /usr/bin/chromium ] && ! command -v chromium >/dev/null 2>&1; then

@@ -317,7 +317,9 @@ ORDER BY c.table_name, c.ordinal_position`
 //     come due once the total advanced reaches the time they had left to wait;
 //   - a periodic schedule's next occurrence comes due the same way;
 //   - running jobs' leases age by d (a Sweeper then takes back those past their
-//     visibility timeout), and finished jobs age toward the archive retention.
+//     visibility timeout whose worker has no row in the workers table: a worker's
+//     liveness is judged by the other workers over their own clocks, which Advance does
+//     not move), and finished jobs age toward the archive retention.
 //
 // Not moved: times inside JSON (the error history's "at"), and anything held in memory
 // — a running Worker's timers, a running handler's context deadline. Jobs enqueued after

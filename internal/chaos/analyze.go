@@ -504,11 +504,12 @@ func (r *runner) diedBetween(p *proc, from, to time.Time) bool {
 }
 
 // dbFaultBetween reports whether a Postgres restart, a backend termination, a black-holed
-// worker or a rolling deploy happened (at least in part) between from and to (not the
-// held-pool fault: its worker is not one of the slots', and its database is fine).
+// worker, a rolling deploy or a CPU starvation happened (at least in part) between from
+// and to (not the held-pool fault: its worker is not one of the slots', and its database
+// is fine). A step of the server's clock explains no re-run: it must cause none.
 func (r *runner) dbFaultBetween(from, to time.Time) bool {
 	for _, f := range r.faults {
-		if f.Kind != FaultKill && f.Kind != FaultHeldPool && !f.At.After(to) && !f.End.Before(from) {
+		if f.Kind != FaultKill && f.Kind != FaultHeldPool && f.Kind != FaultClockStep && !f.At.After(to) && !f.End.Before(from) {
 			return true
 		}
 	}

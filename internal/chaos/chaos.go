@@ -19,6 +19,8 @@
 //   - holds one healthy worker's pool full once (heldpool.go): a worker of its own whose
 //     handlers each hold a transaction on its pool, more slots than connections, and
 //     commit their success in it (CompleteTx); none may be cancelled or run twice.
+//   - steps the server's wall clock once: back by ClockStep, for ClockStepFor, then
+//     forward again (the cluster runs under libfaketime; clockstep.go).
 //
 // With [Options.DefaultLeases] (see [DefaultLeaseRecovery]) the workers run at the
 // library's default VisibilityTimeout and SweepInterval, the kills alternate between the
@@ -121,6 +123,19 @@ type Options struct {
 	NoHeldPool bool
 	// HeldPoolJobs is how many jobs the held-pool fault runs. Defaults to 48.
 	HeldPoolJobs int
+	// NoClockStep skips the server-clock-step fault, and runs the cluster without
+	// libfaketime. Defaults to false: the cluster runs under libfaketime (which must be
+	// installed: apt-get install libfaketime) and its wall clock steps ClockStep back for
+	// ClockStepFor, then forward again, once.
+	NoClockStep bool
+	// ClockStep is the size of the clock step. Defaults to 75s: past the worker lease
+	// (10s), the minute after which expired worker rows were pruned, and the visibility
+	// timeout.
+	ClockStep time.Duration
+	// ClockStepFor is how long the server's clock stays stepped back. Defaults to 3s:
+	// every worker renews its row meanwhile (every 1.7–3 s), so each row is written with
+	// the stepped clock and reads ClockStep older when the clock comes back.
+	ClockStepFor time.Duration
 	// StallFor, when positive, also stops one busy worker outright (SIGSTOP) for that
 	// long at the start of the starvation, then continues it: a heartbeat that cannot run
 	// at all. Defaults to zero: none.
@@ -193,9 +208,10 @@ type Options struct {
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
 // 25 jobs, 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
-// starvation, 16 jobs on a held pool and six changes of the limited queue's limits; the
-// limited queue's jobs work up to 300ms, so that its 300 jobs keep it at its limit. It
-// takes well under two minutes.
+// starvation, 16 jobs on a held pool, a 75 s step of the server's clock (back for 3 s,
+// then forward) and six changes of the limited queue's limits; the limited queue's jobs
+// work up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two
+// minutes.
 func Quick() Options {
 	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
 		HeldPoolJobs: HeldPoolSlots}
@@ -204,7 +220,7 @@ func Quick() Options {
 func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
 		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
-		o.NoHeldPool = true
+		o.NoHeldPool, o.NoClockStep = true, true
 		o.Workflows, o.Batches = -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
@@ -245,6 +261,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlackholeFor <= 0 {
 		o.BlackholeFor = 2 * o.VisibilityTimeout
+	}
+	if o.ClockStep <= 0 {
+		o.ClockStep = 75 * time.Second
+	}
+	if o.ClockStepFor <= 0 {
+		o.ClockStepFor = 3 * time.Second
 	}
 	if o.StarveProcs <= 0 {
 		o.StarveProcs = 4 * runtime.NumCPU()
@@ -314,8 +336,9 @@ type runner struct {
 	rec     *recorder
 	rng     *rand.Rand
 	dir     string
-	bin     string          // the worker program
-	cluster *pgtest.Cluster // the primary: after a failover, the promoted standby
+	bin     string            // the worker program
+	cluster *pgtest.Cluster   // the primary: after a failover, the promoted standby
+	clock   *pgtest.FakeClock // the cluster's wall clock (clockstep.go); nil with NoClockStep
 	pool    *pgxpool.Pool
 	url     string // what the workers and the pool connect to
 	client  *skiplock.Client
@@ -364,9 +387,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		if opts.DefaultLeases {
 			leases = "the library's default lease settings, kills alternating leader and follower"
 		}
-		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation; %s; seed %d",
+		r.rec.logf("chaos: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation, %d server clock step; %s; seed %d",
 			opts.Workers, opts.Jobs, opts.Kills, one(opts.NoRestart), one(opts.NoTerminate), one(opts.NoDeploy), one(opts.NoBlackhole),
-			one(opts.NoStarve), leases, opts.Seed)
+			one(opts.NoStarve), one(opts.NoClockStep), leases, opts.Seed)
 	}
 
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -468,7 +491,19 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		}
 	} else {
 		t := time.Now()
-		cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), pgtest.ClusterOptions{Settings: serverSettings})
+		copts := pgtest.ClusterOptions{Settings: serverSettings}
+		if !r.opts.NoClockStep {
+			var err error
+			if r.clock, err = pgtest.NewFakeClock(r.dir); err != nil {
+				return rep, fmt.Errorf("chaos: the server-clock-step fault (NoClockStep, -no-clock-step, skips it): %w", err)
+			}
+			// Each server process re-reads the clock's offset once a second rather than on
+			// every call: the run's 50,000 jobs pay less for libfaketime, and a step
+			// reaches every process within two (clockStep waits for that).
+			r.clock.Cache = time.Second
+			copts.Env = r.clock.Env()
+		}
+		cluster, err := pgtest.StartCluster(ctx, filepath.Join(r.dir, "pg"), copts)
 		if err != nil {
 			return rep, err
 		}
@@ -613,7 +648,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 }
 
 // faultPlan orders the faults: kills spread over the window, the held pool at about 25%,
-// the restart at about 40% of it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
+// the clock step at about 30%, the restart at about 40% of it, the rolling deploy at about 55%, the termination at about 70%, the CPU starvation
 // at about 85% (after the deploy: at its shorter visibility timeout) and the black hole
 // last (it lasts BlackholeFor, and the faults after it would wait for it).
 func (r *runner) faultPlan() []FaultKind {
@@ -631,6 +666,7 @@ func (r *runner) faultPlan() []FaultKind {
 		}
 	}
 	add(r.opts.NoHeldPool, FaultHeldPool, 25)
+	add(r.opts.NoClockStep, FaultClockStep, 30)
 	add(r.opts.NoRestart, FaultRestart, 40)
 	add(r.opts.NoDeploy, FaultDeploy, 55)
 	add(r.opts.NoTerminate, FaultTerminate, 70)
@@ -679,6 +715,8 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 			err = r.blackhole(ctx, &f)
 		case FaultHeldPool:
 			err = r.heldPool(ctx, &f)
+		case FaultClockStep:
+			err = r.clockStep(ctx, &f)
 		}
 		if err != nil {
 			return err

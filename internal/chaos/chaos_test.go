@@ -74,8 +74,10 @@ func keepLogsOnFailure(t *testing.T, dir string) {
 // TestChaos_Reduced runs the reduced-size chaos run (3 worker processes, 3,000 jobs, 4
 // kills, a Postgres restart, a termination of every backend, a rolling deploy that halves
 // the visibility timeout, 2 s of CPU starvation at four busy processes per core, a
-// black-holed worker, a worker whose pool its CompleteTx handlers hold full, and six
-// changes of the limited queue's limits) and checks the promises:
+// black-holed worker, a worker whose pool its CompleteTx handlers hold full, a 75 s step
+// of the server's clock (libfaketime: back for 3 s, then forward, so every worker's row
+// and job lease reads expired at once), and six changes of the limited queue's limits)
+// and checks the promises:
 // nothing lost, everything final, no overlapping executions, no double claims, no stale
 // completions. Re-runs that no injected fault explains are logged, not failed:
 // at-least-once execution allows them.
@@ -128,10 +130,13 @@ func TestChaos_Reduced(t *testing.T) {
 	assert.Zero(t, rep.HeldPool.Reruns, "held-pool jobs run again")
 	assert.GreaterOrEqual(t, rep.HeldPool.MostWaited, chaos.HeldPoolHold, "the pool was held: a handler waited for a connection")
 	// The faults happened, and the workers recovered from each.
-	require.Len(t, rep.Faults, 10)
+	require.Len(t, rep.Faults, 11)
+	stepped := false
 	for _, f := range rep.Faults {
 		assert.GreaterOrEqual(t, f.FirstCompletion, time.Duration(0), "no job completed after %s at %v", f.Kind, f.At)
+		stepped = stepped || f.Kind == chaos.FaultClockStep
 	}
+	assert.True(t, stepped, "the server's clock stepped")
 }
 
 // TestChaos_FailoverSynchronous runs the reduced failover run with synchronous

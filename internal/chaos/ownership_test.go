@@ -26,7 +26,7 @@ import (
 // stopped mid-work, and they finish when it continues.
 func TestOwnership_CPUStarvedWorkersNeverRunAnAttemptTwice(t *testing.T) {
 	rep := runChaos(t, 10*time.Minute, chaos.Options{Workers: 3, Jobs: 3000, Kills: -1,
-		NoRestart: true, NoTerminate: true, NoDeploy: true, NoBlackhole: true, NoHeldPool: true,
+		NoRestart: true, NoTerminate: true, NoDeploy: true, NoBlackhole: true, NoHeldPool: true, NoClockStep: true,
 		StarveProcs: 4 * runtime.NumCPU(), StallFor: 3 * time.Second, MaxWork: 500 * time.Millisecond,
 		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: 500 * time.Millisecond,
 		// The jobs are enqueued over the fault window (Warmup + FaultInterval), which the

@@ -32,6 +32,7 @@ const (
 func DefaultLeaseRecovery() Options {
 	return Options{Workers: 4, Jobs: 12_000, Workflows: -1, Batches: -1, Kills: 24, FaultInterval: 2 * time.Second,
 		NoRestart: true, NoTerminate: true, NoDeploy: true, NoBlackhole: true, NoStarve: true, NoHeldPool: true,
+		NoClockStep:   true,
 		DefaultLeases: true, Concurrency: 16, MaxWork: 100 * time.Millisecond, DrainTimeout: 3 * time.Minute}
 }
 

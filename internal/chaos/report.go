@@ -29,6 +29,9 @@ const (
 	// FaultStarve runs busy processes, several per core, for a while: heartbeats and
 	// handlers wait for the CPU.
 	FaultStarve FaultKind = "CPU starvation"
+	// FaultClockStep steps the server's wall clock back for a while, then forward again
+	// (clockstep.go).
+	FaultClockStep FaultKind = "server clock step"
 )
 
 // Fault is one injected fault and how the run recovered from it.
@@ -217,9 +220,9 @@ func (r *Report) Print(w io.Writer) {
 		if o.DefaultLeases {
 			leases = "default lease settings"
 		}
-		fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation (%d busy processes); %s; seed %d\n\n",
+		fmt.Fprintf(w, "\nchaos report: %d workers, %d jobs, %d kills, %d postgres restart, %d backend termination, %d rolling deploy, %d black-holed worker, %d CPU starvation (%d busy processes), %d server clock step; %s; seed %d\n\n",
 			o.Workers, o.Jobs, faults[FaultKill], faults[FaultRestart], faults[FaultTerminate], faults[FaultDeploy], faults[FaultBlackhole],
-			faults[FaultStarve], o.StarveProcs, leases, o.Seed)
+			faults[FaultStarve], o.StarveProcs, faults[FaultClockStep], leases, o.Seed)
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -298,7 +301,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	r.HeldPool.print(row)
 	row("worker processes that crashed", len(r.Crashes), must0(int64(len(r.Crashes))))
-	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole, FaultStarve} {
+	for _, k := range []FaultKind{FaultKill, FaultRestart, FaultTerminate, FaultFailover, FaultDeploy, FaultBlackhole, FaultStarve, FaultClockStep} {
 		var first, held []time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != k {

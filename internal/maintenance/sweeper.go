@@ -123,12 +123,15 @@ const sweepLockSQL = `SELECT pg_try_advisory_xact_lock(1936419185, hashtext($1))
 // job whose attempts are used up goes dead, so a job that kills every worker that runs it
 // cannot loop forever.
 //
-//   - A job whose owner's worker lease (its row in the workers table) has not ended is
-//     never taken, whatever its own lease says: its worker is alive and reaches the
-//     database, and a handler that has not returned keeps its job (internal/ownership, reclaim.go: the
-//     owner's lease decides). So the job's own lease decides only for an owner without
-//     a live row: a worker of a release before the workers table (a rolling deploy),
-//     or a dead one (which reclaimDeadSQL takes back sooner).
+//   - A job whose owner has a row in the workers table is never taken here, whatever its
+//     own lease or the row's expires_at say: whether that worker is alive is judged by
+//     the other workers, each over its own clock (internal/ownership, reclaim.go and
+//     observer.go), and they take back a dead one's jobs. Both leases are timestamps
+//     compared with the database's now(): a forward step of the server's clock past the
+//     visibility timeout would make every live worker's jobs look expired here at once.
+//     So the job's own lease decides only for an owner without a row: a worker of a
+//     release before the workers table (a rolling deploy), or one whose row was pruned
+//     (a minute after the other workers judged it dead).
 //   - The lease end is the row's own lease_until, written by the claiming worker from its
 //     own visibility timeout: workers with different timeouts, and this sweeper, agree on
 //     it. A row without one was claimed by a worker of the release before migration 002;
@@ -154,7 +157,7 @@ var ReclaimSQL = `WITH expired AS (
 	SELECT id FROM {s}.jobs
 	WHERE status = 'running'
 		AND CASE WHEN lease_until >= locked_at THEN lease_until ELSE locked_at + $1::interval END < now()
-		AND NOT EXISTS (SELECT FROM {s}.workers w WHERE w.id = locked_by AND w.expires_at >= now())
+		AND NOT EXISTS (SELECT FROM {s}.workers w WHERE w.id = locked_by)
 	ORDER BY locked_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED

@@ -67,13 +67,25 @@ WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
 RETURNING l.leader_id`
 
 // registrationCTEs are the two steps of a worker's registration in the workers table (see
-// the root's fleet.go, Client.Workers), written with the placeholders of the statement that holds them: rows
-// expired for over prune are deleted on the way (never this worker's own: two writes in
-// one statement must not touch the same row), and this worker's row is written with its
-// queues and an expiry ttl from now.
-func registrationCTEs(id, queues, ttl, prune string) string {
+// the root's fleet.go, Client.Workers), written with the placeholders of the statement
+// that holds them: the rows of the workers this one judged dead long enough ago (ids in
+// deadIDs, the expires_at seen of each at the same place in deadSeen: reclaimer.prunable)
+// are deleted on the way, and this worker's row is written with its queues and an expiry
+// ttl from now.
+//
+//   - The pruning follows the judgement that takes back a dead worker's jobs (observer.go),
+//     never the database's clock: a forward step of it past a minute deleted every live
+//     worker's row. A row is deleted only while its expires_at is still the value seen
+//     (its worker has not renewed since) and it owns no running job (reclaimDeadSQL takes
+//     them back first; one left, say a workflow task's last attempt, keeps the row).
+//   - id = ANY(deadIDs) is the index condition: with none judged dead (nearly always)
+//     the step reads nothing.
+//   - Never this worker's own row: two writes in one statement must not touch the same row.
+func registrationCTEs(id, queues, ttl, deadIDs, deadSeen string) string {
 	return `pruned AS (
-	DELETE FROM {s}.workers WHERE expires_at < now() - ` + prune + `::interval AND id <> ` + id + `
+	DELETE FROM {s}.workers w WHERE w.id = ANY (` + deadIDs + `::text[]) AND w.id <> ` + id + `
+		AND ((w.id, w.expires_at) IN (SELECT * FROM unnest(` + deadIDs + `::text[], ` + deadSeen + `::timestamptz[])) OR false)
+		AND NOT EXISTS (SELECT FROM {s}.jobs j WHERE j.status = 'running' AND j.locked_by = w.id)
 ), me AS (
 	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
 	VALUES (` + id + `, ` + queues + `::text[], now(), now() + ` + ttl + `::interval)
@@ -81,26 +93,29 @@ func registrationCTEs(id, queues, ttl, prune string) string {
 )`
 }
 
-// peersSQL counts the other live workers that serve at least one of queues.
+// peersSQL counts the other live workers that serve at least one of queues. It reads
+// expires_at against now(): a step of the server's clock miscounts for at most a renewal
+// period (every row is written again), and the count only sizes the statements each
+// worker keeps in flight (fleet.go).
 func peersSQL(id, queues string) string {
 	return `(SELECT count(*) FROM {s}.workers w WHERE w.id <> ` + id + ` AND w.expires_at > now() AND w.queues && ` + queues + `::text[])`
 }
 
 // fleetElectSQL is electSQL for a worker that also registers (registrationCTEs) in the
 // same statement and commit, so that registering costs the database no statement of its
-// own: $4 is the worker's queues, $5 how long the registration lasts, $6 how long after
-// expiry rows are pruned. It returns whether this process leads, and how many other live
-// workers serve at least one of its queues.
-var fleetElectSQL = `WITH ` + registrationCTEs("$2", "$4", "$5", "$6") + `, lead AS (
+// own: $4 is the worker's queues, $5 how long the registration lasts, $6 and $7 the
+// workers whose rows may be pruned and the expires_at seen of each. It returns whether
+// this process leads, and how many other live workers serve at least one of its queues.
+var fleetElectSQL = `WITH ` + registrationCTEs("$2", "$4", "$5", "$6", "$7") + `, lead AS (
 	` + electSQL + `
 )
 SELECT EXISTS (SELECT FROM lead), ` + peersSQL("$2", "$4")
 
 // registerSQL is the registration alone, for a worker that takes no part in the election
 // (no per-fleet task): $1 is the worker id, $2 its queues, $3 how long the registration
-// lasts, $4 how long after expiry rows are pruned. It returns how many other live workers
-// serve at least one of its queues.
-var registerSQL = `WITH ` + registrationCTEs("$1", "$2", "$3", "$4") + `
+// lasts, $4 and $5 the workers whose rows may be pruned and the expires_at seen of each.
+// It returns how many other live workers serve at least one of its queues.
+var registerSQL = `WITH ` + registrationCTEs("$1", "$2", "$3", "$4", "$5") + `
 SELECT ` + peersSQL("$1", "$2")
 
 // leaveSQL deletes this worker's registration when it stops.
@@ -289,7 +304,8 @@ func (e *Elector) try(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
 	if e.registerOnly {
 		var others int
-		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, pruneWorkersAfter}, &others)
+		dead, seen := e.Reclaim.prunable()
+		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, dead, seen}, &others)
 		cancel()
 		if err == nil {
 			e.fleet(others + 1)
@@ -303,7 +319,8 @@ func (e *Elector) try(ctx context.Context) {
 	if e.queues != nil {
 		var leads bool
 		var others int
-		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, pruneWorkersAfter}, &leads, &others)
+		dead, seen := e.Reclaim.prunable()
+		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, dead, seen}, &leads, &others)
 		if err == nil {
 			e.fleet(others + 1)
 			e.renewedAt(ctx, sent)
@@ -352,15 +369,24 @@ func (e *Elector) renewedAt(ctx context.Context, sent time.Time) {
 }
 
 // reclaimLoop runs the reclaim by liveness after each renewal of the worker's row (kicked
-// by renewedAt; kicks coalesce), until ctx ends.
+// by renewedAt; kicks coalesce), and when the judgement of a worker that stopped renewing
+// falls due (observer.untilJudgement), until ctx ends.
 func (e *Elector) reclaimLoop(ctx context.Context) {
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.reclaimKick:
+		case <-due.C:
 		}
 		e.reclaimOnce(ctx)
+		due.Stop()
+		if d, ok := e.Reclaim.obs.untilJudgement(time.Now()); ok {
+			due.Reset(d)
+		}
 	}
 }
 
@@ -484,6 +510,6 @@ func (r *registeredElector) Stop() { r.loop.Stop() }
 // counting within this.
 const workerTTL = 2 * leaderTTL
 
-// pruneWorkersAfter is how long after its expiry a worker's row is deleted (by any
-// other worker's election statement).
+// pruneWorkersAfter is how long after a worker judged another dead (observer.go) its
+// registration statement deletes that worker's row.
 const pruneWorkersAfter = time.Minute

@@ -134,9 +134,12 @@ type Lease struct {
 	orphans      string // orphansSQL, rendered (orphan.go)
 	// orphanCandidates is orphanCandidatesSQL, rendered (orphan.go).
 	orphanCandidates string
-	unrecorded       string           // unrecordedSQL, rendered (orphan.go)
-	cancelled        *cancelledLeases // leases of jobs cancelled while they ran (cancelled.go)
-	loop             *lifecycle.Loop
+	// unheldSince holds, for each running job of this worker it did not hold at the last
+	// look, when it was first seen so (orphan.go). Used by the heartbeat loop only.
+	unheldSince map[jobtype.AttemptKey]time.Time
+	unrecorded  string           // unrecordedSQL, rendered (orphan.go)
+	cancelled   *cancelledLeases // leases of jobs cancelled while they ran (cancelled.go)
+	loop        *lifecycle.Loop
 }
 
 func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {

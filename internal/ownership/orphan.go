@@ -9,20 +9,32 @@ package ownership
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
-// orphanCandidatesSQL lists the running jobs of worker $1 whose lease has ended. The
-// worker then keeps those it does not hold, looked up after this statement returned: a
-// held attempt is renewed by the heartbeat, but while the database was out of reach its
-// lease may have ended, and a list of held attempts taken before a statement that waited
-// out the outage would miss the attempts claimed meanwhile. A job whose lease has ended
-// cannot become held later: its claim began over a visibility timeout ago, and a claim's
-// reply that late is put back, not run (queueRunner.dispatch: staleAfter).
+// orphanCandidatesSQL lists the running jobs of worker $1. The worker keeps those it
+// has not held for longer than a claim's reply may take to be run (orphanAfter), by its
+// own clock, looked up after this statement returned: a held attempt is renewed by the
+// heartbeat, and a list of held attempts taken before a statement that waited out an
+// outage would miss the attempts claimed meanwhile.
+//
+// It does not ask whether the job's lease has ended (lease_until < now(), as it did): a
+// step of the server's clock past the visibility timeout made the jobs of a claim whose
+// reply was on its way look like orphans, put back while the reply still started them.
+// A job seen here unheld was claimed before that look; if it is still unheld orphanAfter
+// later, a reply that arrives after that is stale and put back, not run
+// (internal/claim, dispatch: StaleAfter). status = 'running' walks jobs_running_idx, a
+// few rows per worker slot.
 const orphanCandidatesSQL = `SELECT id, fence FROM {s}.jobs
-WHERE status = 'running' AND locked_by = $1 AND lease_until < now()`
+WHERE status = 'running' AND locked_by = $1`
+
+// orphanAfter is how long a running job of this worker must have been seen unheld before
+// it is put back: the claim loops' StaleAfter (a claim's reply that comes later than this
+// after the claim began is not run), visibility - visibility/CancelMargin.
+func (l *Lease) orphanAfter() time.Duration { return l.visibility - l.visibility/CancelMargin }
 
 // orphansSQL puts the attempts ($1, $2) of worker $3 back in the queue, with their
 // attempts given back (their handlers never ran here); fenced like every other write.
@@ -40,16 +52,35 @@ func (l *Lease) takeBackOrphans(ctx context.Context) {
 		l.orphanErr(ctx, err)
 		return
 	}
-	var orphans []jobtype.AttemptKey
+	var running []jobtype.AttemptKey
 	var k jobtype.AttemptKey
 	_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence}, func() error {
-		if !l.held.Holds(k) {
-			orphans = append(orphans, k)
-		}
+		running = append(running, k)
 		return nil
 	})
-	if err != nil || len(orphans) == 0 {
+	if err != nil {
 		l.orphanErr(ctx, err)
+		return
+	}
+	// Seen now, after the statement: no earlier than the claims it read began.
+	now := time.Now()
+	unheld := make(map[jobtype.AttemptKey]time.Time)
+	var orphans []jobtype.AttemptKey
+	for _, k := range running {
+		if l.held.Holds(k) {
+			continue
+		}
+		since, ok := l.unheldSince[k]
+		if !ok {
+			since = now
+		}
+		unheld[k] = since
+		if now.Sub(since) > l.orphanAfter() {
+			orphans = append(orphans, k)
+		}
+	}
+	l.unheldSince = unheld
+	if len(orphans) == 0 {
 		return
 	}
 	ids, fences := sortedKeys(orphans)

@@ -1,39 +1,50 @@
 // This file holds the reclaim by liveness (docs/ownership.md): a running job belongs to
 // the worker named in its locked_by for as long as that worker's row in the workers
 // table (its worker lease, renewed with its election or registration statement every
-// 1.7–3 s, valid workerTTL) has not expired. Every worker, after each renewal of its
-// own row, takes back the running jobs whose owner's lease has ended, so a dead
-// worker's jobs run elsewhere within about workerTTL whoever leads, and a live worker's
-// jobs are never taken however long they run. The leader keeps the purge and the
-// vacuum, and the sweeper's lease-based reclaim stays for rows whose owner has no row
-// in the workers table (a worker of an earlier release, during a rolling deploy).
+// 1.7–3 s) keeps being renewed. Every worker, after each renewal of its own row, takes
+// back the running jobs of the workers it judges dead — whose row it saw unchanged for
+// a lease, workerTTL, by its own clock (observer.go) — so a dead worker's jobs run
+// elsewhere within about workerTTL whoever leads, and a live worker's jobs are never
+// taken however long they run, whatever the server's clock does. The leader keeps the
+// purge and the vacuum, and the sweeper's lease-based reclaim stays for jobs whose owner
+// has no row in the workers table (a worker of an earlier release, a row pruned).
 
 package ownership
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
-// reclaimDeadSQL takes back running jobs whose owner's row in the workers table has
-// expired: the worker died, was cut off from the database for longer than its lease
-// (it cancelled its own handlers a third of the lease before), or gave up waiting for
-// handlers at a hard stop. The lost attempt counts, as in the sweeper's reclaim, so a
-// job that kills every worker that runs it ends dead.
+// reclaimDeadSQL takes back running jobs whose owner this worker has judged dead
+// (observer.go): the worker died, was cut off from the database for longer than its
+// lease (it cancelled its own handlers a third of the lease before), or gave up waiting
+// for handlers at a hard stop. The lost attempt counts, as in the sweeper's reclaim, so a
+// job that kills every worker that runs it ends dead. In the same statement it reads the
+// other workers' rows for the next judgement.
 //
+//   - $4 and $5 are the workers judged dead and, at the same place, the expires_at seen
+//     of each. The database's clock plays no part: a row is taken for dead only while its
+//     expires_at is still the value seen, unchanged for a worker lease by this process's
+//     clock, so a step of the server's clock changes nothing, and a worker that renewed
+//     since it was last seen is never taken for dead. The pairs are a hashed subplan
+//     ("OR false", as in FenceSQL).
 //   - The join finds the owner by locked_by; a job whose owner has no row (a worker of a
-//     release before the workers table) is left to the sweeper's lease-based reclaim
-//     (reclaimSQL), which judges it by its own lease as before.
+//     release before the workers table, a row pruned) is left to the sweeper's
+//     lease-based reclaim (reclaimSQL), which judges it by its own lease as before.
 //   - FOR UPDATE OF j SKIP LOCKED: every worker runs this at once; a row being written
 //     (a success, a heartbeat, CompleteTx in a handler's open transaction, another
 //     reclaim) is left to the next run rather than waited for.
-//   - The uncorrelated EXISTS is a one-time filter: while no worker's row has expired
-//     (most of the time: a dead worker's row is pruned a minute after it expired), the
-//     statement reads the small workers table and not a single job.
+//   - The first line of judgedDead is a one-time filter: while this worker judges no one
+//     dead and no worker ended its own lease (most of the time), the statement reads the
+//     small workers table and not a single job. That read is the observation (its last three columns: the other workers' ids,
+//     their expires_at, and whether each carries the mark of a lease its worker ended).
 //   - status = 'running' ... ORDER BY locked_at walks jobs_running_idx (running rows
 //     only); the UPDATE reaches the rows by primary key (id = ANY (ARRAY(...))), as
 //     reclaimSQL does.
@@ -45,40 +56,48 @@ import (
 //     dependents must be settled in the same transaction (internal/settle), and this
 //     statement runs alone, autocommitted, after every renewal of every worker, where
 //     a transaction around it would add two statements to every idle worker's cost
-//     (TestWorker_IdleCostDoesNotGrowWithQueueCount). Its last column says whether
+//     (TestWorker_IdleCostDoesNotGrowWithQueueCount). Its fourth column says whether
 //     there is such a job, so the transaction runs only then.
 //   - The running worker's own jobs ($3) are never its to take back: it has just renewed
-//     its row, and its own jobs are watched by its heartbeats and watchdog. Its row can
-//     read expired here only when something else ended it between the renewal and this
-//     statement (an operator, a test); taking back its own live attempts then would
-//     cancel handlers that are running fine.
+//     its row, and its own jobs are watched by its heartbeats and watchdog. (It never
+//     observes its own row either.)
 var reclaimDeadSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
-	WHERE j.status = 'running' AND w.expires_at < now()
-		AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
+	WHERE j.status = 'running' AND ` + judgedDead + `
 		AND NOT (j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `')
-		AND j.locked_by <> $3
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED
 )` + takeBackCTE + `,
 	EXISTS (SELECT FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
-		WHERE j.status = 'running' AND w.expires_at < now()
-			AND EXISTS (SELECT FROM {s}.workers x WHERE x.expires_at < now())
-			AND j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `'
-			AND j.locked_by <> $3)`
+		WHERE j.status = 'running' AND ` + judgedDead + `
+			AND j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `'),
+	o.ids, o.seen, o.ended
+FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(expires_at ORDER BY id) AS seen,
+	array_agg(started_at = expires_at ORDER BY id) AS ended
+	FROM {s}.workers WHERE id <> $3) o`
+
+// judgedDead is the condition on a running job j and its owner's row w that picks the
+// jobs of the workers judged dead ($4, with the values seen in $5) and of those that
+// ended their own lease (started_at = expires_at, expireWorkerSQL: taken at once, by the
+// first statement that sees the mark), never the running worker's own ($3). Its first
+// line is a one-time filter (it names no column of j or w): while no one is judged dead
+// and no row carries the mark, no job is read.
+var judgedDead = `(cardinality($4::text[]) > 0 OR EXISTS (SELECT FROM {s}.workers x WHERE x.started_at = x.expires_at))
+		AND (((w.id, w.expires_at) IN (SELECT * FROM unnest($4::text[], $5::timestamptz[])) OR false)
+			OR w.started_at = w.expires_at)
+		AND j.locked_by <> $3`
 
 // reclaimDeadTasksSQL takes back the running jobs that reclaimDeadSQL leaves: the last
-// attempts of workflow tasks whose owner's lease ended. They go dead, and their
+// attempts of workflow tasks whose owner was judged dead. They go dead, and their
 // dependents are settled in the same transaction (reclaimer.takeBack), so it runs in one
-// of its own, and only when reclaimDeadSQL reported such a job (its last column): an
+// of its own, and only when reclaimDeadSQL reported such a job (its fourth column): an
 // idle worker's reclaim stays one autocommit statement. Before, these jobs waited for the
 // sweeper's lease-based reclaim (60–90 s at defaults), and for ever with no sweeper.
 var reclaimDeadTasksSQL = `WITH dead AS (
 	SELECT j.id FROM {s}.jobs j JOIN {s}.workers w ON w.id = j.locked_by
-	WHERE j.status = 'running' AND w.expires_at < now()
+	WHERE j.status = 'running' AND ` + judgedDead + `
 		AND j.attempts >= j.max_attempts AND j.metadata ? '` + settle.MetaWorkflow + `'
-		AND j.locked_by <> $3
 	ORDER BY j.locked_at
 	LIMIT $1
 	FOR UPDATE OF j SKIP LOCKED
@@ -134,8 +153,13 @@ const reclaimDeadTimeout = leaderStatementTimeout
 // expireWorkerSQL ends this worker's lease at once, keeping its row: a worker that gave
 // up waiting for handlers at a hard stop (Worker.StopAndCancel) leaves its jobs to be
 // taken back by the next worker's reclaim. (Deleting the row would leave them to their
-// own leases, a minute at defaults.) The row is pruned with the other expired ones.
-const expireWorkerSQL = `UPDATE {s}.workers SET expires_at = now() WHERE id = $1`
+// own leases, a minute at defaults.) The row is pruned with the other dead ones.
+//
+// started_at = expires_at is the mark of a lease its worker ended (observer.go): a
+// renewal writes a new expires_at too, which an observer reads as a sign of life, and no
+// renewal writes an expires_at equal to started_at (it writes now() plus the lease). The
+// workers of the previous release read expires_at = now() as before: ended at once.
+const expireWorkerSQL = `UPDATE {s}.workers SET expires_at = now(), started_at = now() WHERE id = $1`
 
 // errWorkerLeaseExpiring is the cancel cause of a handler whose worker could not renew
 // its row in the workers table in time (the database is unreachable or the connection
@@ -148,9 +172,11 @@ var errWorkerLeaseExpiring = errors.New("skiplock: this worker's lease could not
 // after the previous one with a follower stopped for 3 s).
 const workerCancelAfter = workerTTL - workerTTL/CancelMargin
 
-// reclaimer runs reclaimDeadSQL for one worker, after each renewal of its row.
+// reclaimer runs reclaimDeadSQL for one worker, after each renewal of its row, and keeps
+// the worker's judgement of who is dead (obs).
 type reclaimer struct {
 	db          pgutil.DB
+	obs         *observer
 	sql         string // reclaimDeadSQL, rendered
 	tasks       string // reclaimDeadTasksSQL, rendered
 	predecessor string // reclaimPredecessorSQL, rendered
@@ -158,7 +184,7 @@ type reclaimer struct {
 }
 
 func newReclaimer(db pgutil.DB, flows *settle.Settler) *reclaimer {
-	return &reclaimer{db: db, sql: db.Render(reclaimDeadSQL), tasks: db.Render(reclaimDeadTasksSQL), predecessor: db.Render(reclaimPredecessorSQL),
+	return &reclaimer{db: db, obs: newObserver(), sql: db.Render(reclaimDeadSQL), tasks: db.Render(reclaimDeadTasksSQL), predecessor: db.Render(reclaimPredecessorSQL),
 		flows: flows}
 }
 
@@ -197,19 +223,37 @@ func (r *reclaimer) Predecessors(ctx context.Context, workerID string) (int64, e
 	}
 }
 
-// run takes back the running jobs of dead workers once, and returns how many.
+// run takes back, once, the running jobs of the workers this worker judges dead, reads
+// the other workers' rows for its next judgement, and returns how many jobs it took.
 func (r *reclaimer) run(ctx context.Context, workerID string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, reclaimDeadTimeout)
 	defer cancel()
+	ids, seen := r.obs.dead(time.Now(), workerTTL)
 	var n, queues int64
 	var dead []int64 // always empty: reclaimDeadSQL leaves dying workflow tasks to reclaimDeadTasksSQL
 	var tasksLeft bool
-	err := r.db.Pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.db.Channel, workerID).Scan(&n, &queues, &dead, &tasksLeft)
-	if err != nil || !tasksLeft {
+	var others []string
+	var values []pgtype.Timestamptz
+	var ended []bool
+	err := r.db.Pool.QueryRow(ctx, r.sql, reclaimDeadBatch, r.db.Channel, workerID, ids, seen).
+		Scan(&n, &queues, &dead, &tasksLeft, &others, &values, &ended)
+	if err != nil {
 		return n, err
 	}
-	t, err := r.takeBack(ctx, r.tasks, reclaimDeadBatch, r.db.Channel, workerID)
+	// Seen now, after the statement's snapshot: no earlier than the renewals it read.
+	r.obs.observe(time.Now(), others, values, ended)
+	if !tasksLeft {
+		return n, nil
+	}
+	t, err := r.takeBack(ctx, r.tasks, reclaimDeadBatch, r.db.Channel, workerID, ids, seen)
 	return n + t, err
+}
+
+// prunable returns the workers dead to this worker for long enough that their rows may
+// go (pruneWorkersAfter after the judgement), with the values seen: the registration
+// statement deletes them (registrationCTEs).
+func (r *reclaimer) prunable() (ids []string, seen []pgtype.Timestamptz) {
+	return r.obs.dead(time.Now(), workerTTL+pruneWorkersAfter)
 }
 
 // AppendHistory starts the expression that appends an entry to the error history (the

@@ -58,7 +58,8 @@ type Cluster struct {
 	// BinDir holds the initdb, pg_ctl and postgres that run the cluster, all of one version.
 	BinDir string
 
-	runAs *osUser // the unprivileged user the server runs as; nil when not root
+	runAs *osUser  // the unprivileged user the server runs as; nil when not root
+	env   []string // ClusterOptions.Env
 }
 
 // ClusterOptions configures [StartCluster]. The zero value is a valid configuration.
@@ -70,6 +71,10 @@ type ClusterOptions struct {
 	// override pgtest's own (listen_addresses, port, unix_socket_directories,
 	// max_connections=200). Nil means none.
 	Settings map[string]string
+	// Env are extra environment variables ("NAME=value") for initdb, pg_ctl and so the
+	// server, on every start and restart: [FakeClock.Env] runs the server under
+	// libfaketime. Nil means none.
+	Env []string
 }
 
 // settingName is what a postgresql.conf parameter name may look like (custom ones have a dot).
@@ -129,6 +134,7 @@ func StartCluster(ctx context.Context, dir string, opts ClusterOptions) (*Cluste
 		LogFile: filepath.Join(dir, logFileName),
 		BinDir:  binDir,
 		runAs:   runAs,
+		env:     opts.Env,
 	}
 
 	switch _, err := os.Stat(filepath.Join(c.DataDir, "PG_VERSION")); {
@@ -309,7 +315,7 @@ func (c *Cluster) pgctl(ctx context.Context, action string, args ...string) erro
 func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
 	cmd.Dir = c.Dir // the unprivileged user may not be able to enter our working directory
-	cmd.Env = serverEnv()
+	cmd.Env = append(serverEnv(), c.env...)
 	cmd.WaitDelay = 5 * time.Second
 	if err := setUser(cmd, c.runAs, false); err != nil {
 		return err

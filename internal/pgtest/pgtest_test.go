@@ -194,3 +194,34 @@ func TestSchema_NameIsValid(t *testing.T) {
 		})
 	}
 }
+
+// A server run under a FakeClock reads its wall clock stepped, at once and in both
+// directions, across a restart too.
+func TestFakeClock_StepsTheServersWallClock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	clock, err := pgtest.NewFakeClock(dir)
+	require.NoError(t, err, "libfaketime is needed")
+	c, err := pgtest.StartCluster(ctx, filepath.Join(dir, "pg"), pgtest.ClusterOptions{Env: clock.Env()})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Stop(context.Background())) })
+
+	// ahead returns how far the server's clock_timestamp() is ahead of ours, in seconds.
+	ahead := func() float64 {
+		conn := connect(t, c.URL())
+		var server time.Time
+		require.NoError(t, conn.QueryRow(ctx, "select clock_timestamp()").Scan(&server))
+		return server.Sub(time.Now()).Seconds()
+	}
+	assert.InDelta(t, 0, ahead(), 2)
+	require.NoError(t, clock.Step(time.Hour))
+	assert.InDelta(t, 3600, ahead(), 2)
+	require.NoError(t, clock.Step(-2*time.Hour))
+	assert.InDelta(t, -3600, ahead(), 2)
+	assert.Equal(t, -time.Hour, clock.Offset())
+	require.NoError(t, c.Restart(ctx))
+	assert.InDelta(t, -3600, ahead(), 2, "a restarted server runs under the clock too")
+}

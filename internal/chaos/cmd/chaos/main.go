@@ -45,6 +45,7 @@ func main() {
 		recov    = flag.Bool("recovery", false, "run only the recovery run: 24 kills of leaders and followers at the default lease settings")
 		noRecov  = flag.Bool("no-recovery", false, "skip the recovery run that follows the full-size run")
 		liveness = flag.Duration("liveness-reclaim", 0, "recovery run: the harness runs the prototype reclaim of dead workers' jobs (docs/ownership.md) this often (0: off)")
+		noClock  = flag.Bool("no-clock-step", false, "skip the server-clock-step fault (which needs libfaketime: apt-get install libfaketime)")
 		fail     = flag.String("failover", "", "run the failover scenario instead: sync or async replication (full size: 4 workers, 50000 jobs; -quick: 2 workers, 3000 jobs)")
 	)
 	flag.Parse()
@@ -78,6 +79,9 @@ func main() {
 	}
 	opts.Seed = *seed
 	opts.Keep = *keep
+	if *noClock {
+		opts.NoClockStep = true
+	}
 
 	// Ctrl-C cancels the run; Run still stops its workers and its cluster.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -33,13 +33,31 @@ func (poolHogArgs) Kind() string { return "pool_hog" }
 // renewed"), and past 10 s worker b took its live jobs.
 func TestOwnership_HandlersHoldingThePoolDoNotStopTheWorkerLease(t *testing.T) {
 	t.Parallel()
+	handlersHoldingThePool(t, 0)
+}
+
+// At a short visibility timeout the jobs' own heartbeats matter too: the watchdog cancels
+// a handler whose job lease went unrenewed for 2/3 of it (2 s here). Through the pool the
+// heartbeats queued behind the handlers' transactions, and a healthy worker's handlers
+// were cancelled (24 of 16 jobs' attempts in the chaos run's held-pool fault at 3 s); on
+// the heartbeats' own connection none is.
+func TestOwnership_HandlersHoldingThePoolDoNotStopTheJobHeartbeats(t *testing.T) {
+	t.Parallel()
+	handlersHoldingThePool(t, 3*time.Second)
+}
+
+// handlersHoldingThePool runs 16 jobs on a worker whose pool has 2 connections, each
+// handler holding one 2 s in a transaction that commits its success (CompleteTx), at the
+// visibility timeout visibility (0: the default), beside a second worker that takes any
+// job whose owner's lease ends; no handler may be cancelled, no job run twice.
+func handlersHoldingThePool(t *testing.T, visibility time.Duration) {
 	b := setup(t)
 	log := newAttemptLog(t, b)
 	small := newPool(t, 2)
 	client, err := skiplock.NewClient(small, skiplock.Config{Schema: b.schema, Logger: testLogger()})
 	require.NoError(t, err)
 	const jobs, hold = 16, 2 * time.Second
-	a, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "a", Logger: testLogger(),
+	a, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "a", Logger: testLogger(), VisibilityTimeout: visibility,
 		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: jobs}}})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(a, func(ctx context.Context, job *skiplock.Job[poolHogArgs]) error {

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -119,7 +118,11 @@ var errLeaseExpiring = errors.New("skiplock: the lease of this job could not be 
 
 // Lease renews and gives back the leases of one worker's held jobs.
 type Lease struct {
-	pool       *pgxpool.Pool
+	pool *pgxpool.Pool
+	// hb is the heartbeats' own connection: through the pool they queued behind handlers
+	// that held every connection (CompleteTx in long transactions), and at a short
+	// visibility timeout the watchdog cancelled a healthy worker's handlers.
+	hb         *leaseConn
 	workerID   string
 	logger     *slog.Logger
 	visibility time.Duration // the lease each claim and heartbeat writes
@@ -144,7 +147,8 @@ type Lease struct {
 
 func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {
 	return &Lease{
-		pool: pool, workerID: workerID, logger: logger, visibility: visibility, Interval: visibility / 3, held: held,
+		pool: pool, hb: newLeaseConn(pool, "skiplock-heartbeat "+workerID),
+		workerID: workerID, logger: logger, visibility: visibility, Interval: visibility / 3, held: held,
 		sinceRenewal:     sinceRenewal,
 		heartbeat:        pgutil.Render(schema, HeartbeatSQL),
 		release:          pgutil.Render(schema, ReleaseSQL),
@@ -166,6 +170,7 @@ func (l *Lease) run(ctx context.Context) {
 	wg.Add(1)
 	go func() { defer wg.Done(); l.watch(ctx) }()
 	defer wg.Wait()
+	defer l.hb.close()
 	t := time.NewTicker(l.Interval)
 	defer t.Stop()
 	for {
@@ -245,16 +250,12 @@ func (l *Lease) renew(ctx context.Context, ids, fences []int64) {
 	ctx, cancel := context.WithTimeout(ctx, l.Interval)
 	defer cancel()
 	began := time.Now()
-	rows, err := l.pool.Query(ctx, l.heartbeat, ids, fences, l.workerID, l.visibility, l.held.progress(ids, fences))
-	if err != nil {
-		l.logger.Warn("skiplock: heartbeat failed", "jobs", len(ids), "err", err)
-		return
-	}
 	still := map[jobtype.AttemptKey]bool{}
 	var renewed []jobtype.AttemptKey
 	var key jobtype.AttemptKey
 	var ok bool
-	_, err = pgx.ForEachRow(rows, []any{&key.ID, &key.Fence, &ok}, func() error {
+	args := []any{ids, fences, l.workerID, l.visibility, l.held.progress(ids, fences)}
+	err := l.hb.forEachRow(ctx, l.heartbeat, args, []any{&key.ID, &key.Fence, &ok}, func() error {
 		still[key] = true
 		if ok {
 			renewed = append(renewed, key)

@@ -24,7 +24,8 @@ const leaseConnCloseTimeout = time.Second
 // leaseConn is a connection outside the pool, made from the pool's settings (so it goes
 // where the pool goes: straight to Postgres, or through a pooler, with the same query
 // mode), connected when first used and again after any failure. It is used by one
-// goroutine at a time (the elector's Run), so it needs no lock.
+// goroutine at a time (the elector's Run; the job heartbeats' loop, lease.go), so it needs
+// no lock.
 type leaseConn struct {
 	cfg  *pgx.ConnConfig
 	conn *pgx.Conn
@@ -50,6 +51,21 @@ func (c *leaseConn) queryRow(ctx context.Context, sql string, args []any, dest .
 		return err
 	}
 	return c.after(conn.QueryRow(ctx, sql, args...).Scan(dest...))
+}
+
+// forEachRow runs sql with args and calls fn for each row scanned into dest, as queryRow
+// does (pgx.ForEachRow: the rows are closed before it returns).
+func (c *leaseConn) forEachRow(ctx context.Context, sql string, args []any, dest []any, fn func() error) error {
+	conn, err := c.get(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return c.after(err)
+	}
+	_, err = pgx.ForEachRow(rows, dest, fn)
+	return c.after(err)
 }
 
 // exec runs sql with args, as queryRow does.

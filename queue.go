@@ -73,6 +73,23 @@ type EnqueueOptions struct {
 	// [Config].Keyring. An args type can set it for every job of its kind
 	// ([JobArgsWithOptions]).
 	Encrypt bool
+	// DependsOn makes the job wait until the jobs with these ids (already enqueued, by
+	// any enqueue) have succeeded: it is inserted queued with run_at 9999-12-31 (UTC), so no
+	// worker claims it, and the transaction that records its last parent's success gives
+	// it back its RunAt. A parent archived after its success counts as succeeded. What a
+	// parent that ends otherwise (failed, dead, cancelled, or deleted before it ran) does
+	// is OnDependencyFailure. An id found neither in jobs nor in the archive (a purged or
+	// deleted job cannot be told from one that never existed) fails the enqueue with
+	// [ErrDependencyNotFound], nothing written. For [Client.Enqueue] and
+	// [Client.EnqueueTx] only, without UniqueKey or Unique; at most 1,000 ids. The
+	// enqueue holds each unfinished parent's row until its transaction ends, so a
+	// parent's outcome (and its heartbeat) waits for it: keep such a transaction short.
+	// See docs/workflows.md, "Depending on existing jobs". Nil means none.
+	DependsOn []int64
+	// OnDependencyFailure is what a parent in DependsOn that does not succeed does to
+	// the job: [CancelDependents] (the zero value) cancels it, [RunDependents] counts
+	// that parent as settled.
+	OnDependencyFailure OnFailure
 }
 
 // JobArgsWithOptions is implemented by args types that carry their own default
@@ -202,6 +219,9 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
 	}
+	if opts != nil && len(opts.DependsOn) > 0 {
+		return c.enqueueDependent(ctx, nil, args, opts)
+	}
 	j, err := c.prepare(args, opts)
 	if err != nil {
 		return nil, err
@@ -219,6 +239,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 	}
 	if tx == nil {
 		return nil, errors.New("skiplock: EnqueueTx: tx is nil")
+	}
+	if opts != nil && len(opts.DependsOn) > 0 {
+		return c.enqueueDependent(ctx, tx, args, opts)
 	}
 	j, err := c.prepare(args, opts)
 	if err != nil {
@@ -344,6 +367,9 @@ func jobOptions(args JobArgs, opts *EnqueueOptions) (enqueue.Options, error) {
 	var o enqueue.Options
 	if opts != nil && opts.SequenceOnFailure != SequenceHold {
 		return o, fmt.Errorf("%w: SequenceOnFailure is for EnqueueSequence and EnqueueSequenceTx only", ErrInvalidOptions)
+	}
+	if opts != nil && len(opts.DependsOn) > 0 {
+		return o, fmt.Errorf("%w: DependsOn is for Enqueue and EnqueueTx only (a workflow's tasks name theirs in WorkflowTask.DependsOn)", ErrInvalidOptions)
 	}
 	if d, ok := args.(JobArgsWithOptions); ok {
 		o = d.EnqueueOptions().engine()

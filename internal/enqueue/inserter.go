@@ -42,8 +42,9 @@ type Config struct {
 
 // Inserter writes jobs: the enqueue engine of one Client. It is safe for concurrent use.
 type Inserter struct {
-	*Workflows // WriteWorkflow (workflow.go)
-	*Sequences // InsertSequence (sequence.go)
+	*Workflows    // WriteWorkflow (workflow.go)
+	*Sequences    // InsertSequence (sequence.go)
+	*Dependencies // Attach (dependson.go)
 
 	w     *writer
 	co    *coalescer // shares statements among concurrent enqueues; nil when off (coalesce.go)
@@ -58,12 +59,13 @@ type Inserter struct {
 func New(cfg Config) *Inserter {
 	w := newWriter(cfg.Pool, cfg.Schema, cfg.Notifier)
 	e := &Inserter{
-		Workflows: newWorkflows(cfg.Schema, cfg.Notifier.Channel),
-		Sequences: newSequences(cfg.Schema, cfg.Mapper),
-		w:         w,
-		hooks:     slices.Clone(cfg.Hooks),
-		mw:        slices.Clone(cfg.InsertMiddleware),
-		maxBytes:  cfg.MaxPayloadBytes,
+		Workflows:    newWorkflows(cfg.Schema, cfg.Notifier.Channel),
+		Sequences:    newSequences(cfg.Schema, cfg.Mapper),
+		Dependencies: NewDependencies(cfg.Schema),
+		w:            w,
+		hooks:        slices.Clone(cfg.Hooks),
+		mw:           slices.Clone(cfg.InsertMiddleware),
+		maxBytes:     cfg.MaxPayloadBytes,
 	}
 	if cfg.CoalesceWindow > 0 {
 		e.co = newCoalescer(w, cfg.CoalesceWindow)

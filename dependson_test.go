@@ -1,0 +1,273 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// depArgs is a job of the DependsOn tests: it records its run in dep_audit (database
+// clock, with a sequence), waits on the test's gate when Gate is set, and fails
+// permanently (Fail) or for good after its one attempt (Die) when told to.
+type depArgs struct {
+	Gate bool  `json:"gate,omitempty"`
+	Fail bool  `json:"fail,omitempty"`
+	Work int   `json:"work,omitempty"` // milliseconds of work
+	Of   int64 `json:"of,omitempty"`   // the parent, for the audit
+}
+
+func (depArgs) Kind() string { return "dep" }
+
+// depSetup creates dep_audit and n workers running depArgs in mode; closing the returned
+// gate lets gated jobs finish.
+func depSetup(t *testing.T, mode skiplock.Completion, n int) (*bundle, []*skiplock.Worker, chan struct{}) {
+	t.Helper()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.dep_audit (seq bigserial, job_id bigint, parent bigint,
+		started timestamptz NOT NULL, finished timestamptz NOT NULL)`))
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	var ws []*skiplock.Worker
+	for range n {
+		w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+			Completion: mode, Logger: testLogger()})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[depArgs]) error {
+			var started time.Time
+			if err := b.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&started); err != nil {
+				return err
+			}
+			if job.Args.Gate {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			work(ctx, time.Duration(job.Args.Work)*time.Millisecond)
+			if job.Args.Fail {
+				return skiplock.Permanent(errors.New("failed on purpose"))
+			}
+			_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.dep_audit (job_id, parent, started, finished)
+				VALUES ($1, $2, $3, clock_timestamp())`), job.ID, job.Args.Of, started)
+			return err
+		}))
+		ws = append(ws, w)
+	}
+	return b, ws, gate
+}
+
+func runs(t *testing.T, b *bundle, id int64) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM {s}.dep_audit WHERE job_id = $1`, id)
+}
+
+func enqueueDep(t *testing.T, b *bundle, args depArgs, opts *skiplock.EnqueueOptions) *skiplock.JobRow {
+	t.Helper()
+	row, err := b.client.Enqueue(b.ctx, args, opts)
+	require.NoError(t, err)
+	return row
+}
+
+// A dependent waits while its parent is queued and while it runs — including a parent
+// claimed before the dependent attached, which the worker that runs it knows nothing
+// about — and runs once the parent has succeeded, after the parent's end; a parent
+// already succeeded (archived, kept) satisfies a dependent at once.
+func TestDependsOn_WaitsForQueuedAndRunningParentsThenRuns(t *testing.T) {
+	t.Parallel()
+	for name, mode := range map[string]skiplock.Completion{"archive": skiplock.CompletionArchive,
+		"keep": skiplock.CompletionKeep, "delete": skiplock.CompletionDelete} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, ws, gate := depSetup(t, mode, 1)
+			queued := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later"})
+			running := enqueueDep(t, b, depArgs{Gate: true}, nil)
+			runWorker(t, ws[0])
+			waitStatus(t, b, running.ID, skiplock.StatusRunning, 10*time.Second, "the parent never started")
+
+			onRunning := enqueueDep(t, b, depArgs{Of: running.ID}, &skiplock.EnqueueOptions{DependsOn: []int64{running.ID}})
+			onBoth := enqueueDep(t, b, depArgs{Of: queued.ID}, &skiplock.EnqueueOptions{DependsOn: []int64{queued.ID, running.ID}})
+			holdsFor(t, 300*time.Millisecond, 50*time.Millisecond, func() {
+				require.Zero(t, runs(t, b, onRunning.ID)+runs(t, b, onBoth.ID), "a dependent ran before its parents succeeded")
+			})
+			close(gate)
+			eventually(t, 10*time.Second, func() bool { return runs(t, b, onRunning.ID) == 1 },
+				"the dependent of a parent claimed before it attached never ran")
+			holdsFor(t, 200*time.Millisecond, 50*time.Millisecond, func() {
+				require.Zero(t, runs(t, b, onBoth.ID), "a dependent ran while a parent was still queued")
+			})
+			w2 := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"later": {}},
+				PollInterval: 50 * time.Millisecond, SweepInterval: -1, Completion: mode, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w2, func(ctx context.Context, job *skiplock.Job[depArgs]) error {
+				_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.dep_audit (job_id, started, finished)
+					VALUES ($1, clock_timestamp(), clock_timestamp())`), job.ID)
+				return err
+			}))
+			runWorker(t, w2)
+			eventually(t, 10*time.Second, func() bool { return runs(t, b, onBoth.ID) == 1 },
+				"the dependent of two parents never ran")
+			require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.dep_audit c JOIN {s}.dep_audit p
+				ON p.job_id IN ($1, $2) WHERE c.job_id IN ($3, $4) AND c.started < p.finished
+				AND (c.job_id = $4 OR p.job_id = $2)`, queued.ID, running.ID, onRunning.ID, onBoth.ID),
+				"a dependent started before a parent finished")
+
+			if mode != skiplock.CompletionDelete {
+				late := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{running.ID}})
+				eventually(t, 10*time.Second, func() bool { return runs(t, b, late.ID) == 1 },
+					"the dependent of a parent that had succeeded already did not run")
+			}
+			require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)`),
+				"dependency rows were left behind")
+		})
+	}
+}
+
+// A parent that ends without success — failed, dead, cancelled or deleted, before the
+// dependent attached or after — cancels the dependent under the default policy, and
+// counts as settled under RunDependents.
+func TestDependsOn_AParentThatDoesNotSucceed(t *testing.T) {
+	t.Parallel()
+	ends := map[string]func(t *testing.T, b *bundle, id int64){
+		"failed": func(t *testing.T, b *bundle, id int64) {
+			waitStatus(t, b, id, skiplock.StatusFailed, 10*time.Second, "the parent did not fail")
+		},
+		"dead": func(t *testing.T, b *bundle, id int64) {
+			waitStatus(t, b, id, skiplock.StatusDead, 10*time.Second, "the parent did not die")
+		},
+		"cancelled": func(t *testing.T, b *bundle, id int64) {
+			_, err := b.client.Cancel(b.ctx, id)
+			require.NoError(t, err)
+		},
+		"deleted": func(t *testing.T, b *bundle, id int64) {
+			_, err := b.client.Delete(b.ctx, id)
+			require.NoError(t, err)
+		},
+	}
+	for end, finish := range ends {
+		for _, policy := range []skiplock.OnFailure{skiplock.CancelDependents, skiplock.RunDependents} {
+			t.Run(fmt.Sprintf("%s/policy=%d", end, policy), func(t *testing.T) {
+				t.Parallel()
+				b, ws, _ := depSetup(t, skiplock.CompletionArchive, 1)
+				opts := &skiplock.EnqueueOptions{MaxAttempts: 1, Timeout: 200 * time.Millisecond} // dead: the gate never opens
+				args := depArgs{Fail: end == "failed", Gate: end == "dead"}
+				if end == "cancelled" || end == "deleted" {
+					opts.Queue = "later" // stays queued
+				}
+				parent := enqueueDep(t, b, args, opts)
+				dep := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}, OnDependencyFailure: policy})
+				require.Equal(t, skiplock.StatusQueued, dep.Status)
+				runWorker(t, ws[0])
+				finish(t, b, parent.ID)
+				if policy == skiplock.CancelDependents {
+					waitStatus(t, b, dep.ID, skiplock.StatusCancelled, 10*time.Second, "the dependent was not cancelled")
+				} else {
+					eventually(t, 10*time.Second, func() bool { return runs(t, b, dep.ID) == 1 },
+						"the dependent did not run under RunDependents")
+				}
+				if end == "deleted" {
+					return // a deleted id cannot be attached to
+				}
+				late, err := b.client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}, OnDependencyFailure: policy})
+				require.NoError(t, err)
+				if policy == skiplock.CancelDependents {
+					require.Equal(t, skiplock.StatusCancelled, late.Status, "a dependent of an ended parent was not cancelled at once")
+					waitStatus(t, b, late.ID, skiplock.StatusCancelled, time.Second, "the cancel was not written")
+				} else {
+					eventually(t, 10*time.Second, func() bool { return runs(t, b, late.ID) == 1 },
+						"the dependent of an ended parent did not run under RunDependents")
+				}
+			})
+		}
+	}
+}
+
+// An id that is no job fails the enqueue with ErrDependencyNotFound and writes nothing;
+// in the caller's transaction the refusal leaves it usable, and a rollback after a
+// successful EnqueueTx leaves nothing either (no job, no dependency rows, no mark).
+func TestDependsOn_UnknownIDAndRollbackWriteNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parent, err := b.client.Enqueue(b.ctx, depArgs{}, nil)
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID, parent.ID + 1000}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(b.ctx, tx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID + 1000}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	dep, err := b.client.EnqueueTx(b.ctx, tx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	require.NoError(t, err, "the refusal left the transaction unusable")
+	require.NotZero(t, dep.ID)
+	require.NoError(t, tx.Rollback(b.ctx))
+
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "jobs were written")
+	require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)
+		+ (SELECT count(*) FROM {s}.jobs WHERE metadata ? 'skiplock_dependents')`), "dependency rows or marks were written")
+
+	_, err = b.client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}, UniqueKey: "k"})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	_, err = b.client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{{Args: depArgs{}, Options: &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}}}})
+	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+}
+
+// Dependents attach at random moments while 200 parents run on two workers and finish:
+// every dependent runs exactly once, and only after its parent's success. The enqueue
+// locks the parent's row; without that lock a parent that finished between the enqueue's
+// read and its writes left its dependent waiting for ever, and this test times out.
+func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
+	t.Parallel()
+	forKeepingModes(t, func(t *testing.T, mode skiplock.Completion) {
+		const n = 200
+		b, ws, _ := depSetup(t, mode, 2)
+		parents := make([]int64, n)
+		for i := range parents {
+			parents[i] = enqueueDep(t, b, depArgs{Work: rand.IntN(20)}, nil).ID
+		}
+		for _, w := range ws {
+			runWorker(t, w)
+		}
+		deps := make([]int64, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < n; i += 4 {
+					work(b.ctx, time.Duration(rand.IntN(8))*time.Millisecond) // attach at a random moment
+					row, err := b.client.Enqueue(b.ctx, depArgs{Of: parents[i]}, &skiplock.EnqueueOptions{DependsOn: []int64{parents[i]}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					deps[i] = row.ID
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		eventually(t, 60*time.Second, func() bool {
+			return b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.dep_audit WHERE job_id = ANY ($1)`, deps) == n
+		}, "not every dependent ran (%d of %d)", b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.dep_audit WHERE job_id = ANY ($1)`, deps), n)
+		holdsFor(t, 200*time.Millisecond, 50*time.Millisecond, func() {
+			require.Equal(t, n, b.count(t, `SELECT count(*) FROM {s}.dep_audit WHERE job_id = ANY ($1)`, deps), "a dependent ran twice")
+		})
+		require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.dep_audit c
+			LEFT JOIN {s}.dep_audit p ON p.job_id = c.parent
+			WHERE c.job_id = ANY ($1) AND (p.job_id IS NULL OR c.started <= p.finished OR c.seq <= p.seq)`, deps),
+			"a dependent ran before its parent's success")
+		require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)`),
+			"dependency rows were left behind")
+	})
+}

@@ -319,6 +319,10 @@ func TestPrivilege_WorkflowRunsAsAppRole(t *testing.T) {
 	require.NoError(t, err)
 	_, err = client.EnqueueSequence(ctx, "k", privOK{}, nil)
 	require.NoError(t, err)
+	parent, err := client.Enqueue(ctx, privOK{}, nil)
+	require.NoError(t, err)
+	dep, err := client.Enqueue(ctx, privOK{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	require.NoError(t, err, "DependsOn as the app role")
 	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[privOK]) error { return nil }))
@@ -328,4 +332,9 @@ func TestPrivilege_WorkflowRunsAsAppRole(t *testing.T) {
 		require.NoError(t, err)
 		return info.Task("b").State == "succeeded"
 	}, "the workflow did not finish as the app role")
+	eventually(t, 30*time.Second, func() bool {
+		j, err := client.Get(ctx, dep.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusSucceeded
+	}, "the dependent did not run as the app role (the trigger runs with the worker's rights)")
 }

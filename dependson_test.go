@@ -18,10 +18,10 @@ import (
 // clock, with a sequence), waits on the test's gate when Gate is set, and fails
 // permanently (Fail) or for good after its one attempt (Die) when told to.
 type depArgs struct {
-	Gate bool  `json:"gate,omitempty"`
-	Fail bool  `json:"fail,omitempty"`
-	Work int   `json:"work,omitempty"` // milliseconds of work
-	Of   int64 `json:"of,omitempty"`   // the parent, for the audit
+	Gate bool    `json:"gate,omitempty"`
+	Fail bool    `json:"fail,omitempty"`
+	Work int     `json:"work,omitempty"` // milliseconds of work
+	Of   []int64 `json:"of,omitempty"`   // the parents, for the audit
 }
 
 func (depArgs) Kind() string { return "dep" }
@@ -31,7 +31,7 @@ func (depArgs) Kind() string { return "dep" }
 func depSetup(t *testing.T, mode skiplock.Completion, n int) (*bundle, []*skiplock.Worker, chan struct{}) {
 	t.Helper()
 	b := setup(t)
-	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.dep_audit (seq bigserial, job_id bigint, parent bigint,
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.dep_audit (seq bigserial, job_id bigint, parents bigint[],
 		started timestamptz NOT NULL, finished timestamptz NOT NULL)`))
 	require.NoError(t, err)
 	gate := make(chan struct{})
@@ -55,7 +55,7 @@ func depSetup(t *testing.T, mode skiplock.Completion, n int) (*bundle, []*skiplo
 			if job.Args.Fail {
 				return skiplock.Permanent(errors.New("failed on purpose"))
 			}
-			_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.dep_audit (job_id, parent, started, finished)
+			_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.dep_audit (job_id, parents, started, finished)
 				VALUES ($1, $2, $3, clock_timestamp())`), job.ID, job.Args.Of, started)
 			return err
 		}))
@@ -67,6 +67,16 @@ func depSetup(t *testing.T, mode skiplock.Completion, n int) (*bundle, []*skiplo
 func runs(t *testing.T, b *bundle, id int64) int {
 	t.Helper()
 	return b.count(t, `SELECT count(*) FROM {s}.dep_audit WHERE job_id = $1`, id)
+}
+
+// ranEarly counts the (dependent, parent) pairs of the dependents ids whose parent has no
+// run recorded before the dependent's start (by the database clock and by the audit's
+// sequence).
+func ranEarly(t *testing.T, b *bundle, ids []int64) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM {s}.dep_audit c CROSS JOIN unnest(c.parents) AS x(parent)
+		LEFT JOIN {s}.dep_audit p ON p.job_id = x.parent
+		WHERE c.job_id = ANY ($1) AND (p.job_id IS NULL OR c.started <= p.finished OR c.seq <= p.seq)`, ids)
 }
 
 func enqueueDep(t *testing.T, b *bundle, args depArgs, opts *skiplock.EnqueueOptions) *skiplock.JobRow {
@@ -92,8 +102,8 @@ func TestDependsOn_WaitsForQueuedAndRunningParentsThenRuns(t *testing.T) {
 			runWorker(t, ws[0])
 			waitStatus(t, b, running.ID, skiplock.StatusRunning, 10*time.Second, "the parent never started")
 
-			onRunning := enqueueDep(t, b, depArgs{Of: running.ID}, &skiplock.EnqueueOptions{DependsOn: []int64{running.ID}})
-			onBoth := enqueueDep(t, b, depArgs{Of: queued.ID}, &skiplock.EnqueueOptions{DependsOn: []int64{queued.ID, running.ID}})
+			onRunning := enqueueDep(t, b, depArgs{Of: []int64{running.ID}}, &skiplock.EnqueueOptions{DependsOn: []int64{running.ID}})
+			onBoth := enqueueDep(t, b, depArgs{Of: []int64{queued.ID, running.ID}}, &skiplock.EnqueueOptions{DependsOn: []int64{queued.ID, running.ID}})
 			holdsFor(t, 300*time.Millisecond, 50*time.Millisecond, func() {
 				require.Zero(t, runs(t, b, onRunning.ID)+runs(t, b, onBoth.ID), "a dependent ran before its parents succeeded")
 			})
@@ -113,10 +123,7 @@ func TestDependsOn_WaitsForQueuedAndRunningParentsThenRuns(t *testing.T) {
 			runWorker(t, w2)
 			eventually(t, 10*time.Second, func() bool { return runs(t, b, onBoth.ID) == 1 },
 				"the dependent of two parents never ran")
-			require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.dep_audit c JOIN {s}.dep_audit p
-				ON p.job_id IN ($1, $2) WHERE c.job_id IN ($3, $4) AND c.started < p.finished
-				AND (c.job_id = $4 OR p.job_id = $2)`, queued.ID, running.ID, onRunning.ID, onBoth.ID),
-				"a dependent started before a parent finished")
+			require.Zero(t, ranEarly(t, b, []int64{onRunning.ID, onBoth.ID}), "a dependent started before a parent finished")
 
 			if mode != skiplock.CompletionDelete {
 				late := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{running.ID}})
@@ -188,6 +195,27 @@ func TestDependsOn_AParentThatDoesNotSucceed(t *testing.T) {
 	}
 }
 
+// Dependents chain: a dependent of a dependent runs after both, and a parent that fails
+// cancels the whole chain under the default policy.
+func TestDependsOn_Chains(t *testing.T) {
+	t.Parallel()
+	b, ws, gate := depSetup(t, skiplock.CompletionArchive, 1)
+	ok := enqueueDep(t, b, depArgs{Gate: true}, nil)
+	okChild := enqueueDep(t, b, depArgs{Of: []int64{ok.ID}}, &skiplock.EnqueueOptions{DependsOn: []int64{ok.ID}})
+	okGrandchild := enqueueDep(t, b, depArgs{Of: []int64{okChild.ID}}, &skiplock.EnqueueOptions{DependsOn: []int64{okChild.ID}})
+	bad := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later"})
+	badChild := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{bad.ID}})
+	badGrandchild := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{badChild.ID}})
+	runWorker(t, ws[0])
+	close(gate)
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, okGrandchild.ID) == 1 }, "the chain did not run to its end")
+	require.Zero(t, ranEarly(t, b, []int64{okChild.ID, okGrandchild.ID}), "a link of the chain ran before the one it waits for")
+	_, err := b.client.Cancel(b.ctx, bad.ID)
+	require.NoError(t, err)
+	waitStatus(t, b, badGrandchild.ID, skiplock.StatusCancelled, 10*time.Second, "the cancel did not reach the end of the chain")
+	waitStatus(t, b, badChild.ID, skiplock.StatusCancelled, time.Second, "the first dependent was not cancelled")
+}
+
 // An id that is no job fails the enqueue with ErrDependencyNotFound and writes nothing;
 // in the caller's transaction the refusal leaves it usable, and a rollback after a
 // successful EnqueueTx leaves nothing either (no job, no dependency rows, no mark).
@@ -218,8 +246,9 @@ func TestDependsOn_UnknownIDAndRollbackWriteNothing(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 }
 
-// Dependents attach at random moments while 200 parents run on two workers and finish:
-// every dependent runs exactly once, and only after its parent's success. The enqueue
+// Dependents attach at random moments while 200 parents run on two workers and finish
+// (a third of them wait for two or three parents): every dependent runs exactly once,
+// and only after each of its parents' success. The enqueue
 // locks the parent's row; without that lock a parent that finished between the enqueue's
 // read and its writes left its dependent waiting for ever, and this test times out.
 func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
@@ -243,7 +272,11 @@ func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
 				defer wg.Done()
 				for i := g; i < n; i += 4 {
 					work(b.ctx, time.Duration(rand.IntN(8))*time.Millisecond) // attach at a random moment
-					row, err := b.client.Enqueue(b.ctx, depArgs{Of: parents[i]}, &skiplock.EnqueueOptions{DependsOn: []int64{parents[i]}})
+					of := []int64{parents[i]}
+					if i%3 == 0 { // a third wait for two or three parents, which may finish at once
+						of = append(of, parents[rand.IntN(n)], parents[rand.IntN(n)])
+					}
+					row, err := b.client.Enqueue(b.ctx, depArgs{Of: of}, &skiplock.EnqueueOptions{DependsOn: of})
 					if err != nil {
 						errs <- err
 						return
@@ -263,10 +296,7 @@ func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
 		holdsFor(t, 200*time.Millisecond, 50*time.Millisecond, func() {
 			require.Equal(t, n, b.count(t, `SELECT count(*) FROM {s}.dep_audit WHERE job_id = ANY ($1)`, deps), "a dependent ran twice")
 		})
-		require.Zero(t, b.count(t, `SELECT count(*) FROM {s}.dep_audit c
-			LEFT JOIN {s}.dep_audit p ON p.job_id = c.parent
-			WHERE c.job_id = ANY ($1) AND (p.job_id IS NULL OR c.started <= p.finished OR c.seq <= p.seq)`, deps),
-			"a dependent ran before its parent's success")
+		require.Zero(t, ranEarly(t, b, deps), "a dependent ran before one of its parents' success")
 		require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)`),
 			"dependency rows were left behind")
 	})

@@ -84,6 +84,11 @@ var qualifyRules = []*regexp.Regexp{
 	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*DROP\s+FUNCTION\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*COMMENT\s+ON\s+(?:TABLE|INDEX|FUNCTION)\s+)([a-z_][a-z0-9_]*)\b`),
+	// A trigger lives in its table's schema (its name is not qualified); the table it is
+	// on and the function it runs are (migration 13).
+	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+TRIGGER\s+[a-z_][a-z0-9_]*\s+(?:AFTER|BEFORE)\s+[^\n]*?\bON\s+)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?[a-z_][a-z0-9_]*\s+ON\s+)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*EXECUTE\s+FUNCTION\s+)([a-z_][a-z0-9_]*)\b`),
 }
 
 // fromCurrentRE finds the search_path a function keeps from the session that creates it
@@ -180,7 +185,7 @@ func qualifyStatements(sql, ident, file string) (string, error) {
 		}
 		line := out[m[0] : m[0]+end]
 		if !strings.Contains(line, ident+".") && !strings.Contains(line, "search_path = "+ident+", ") {
-			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX, INSERT INTO, CREATE/DROP FUNCTION and COMMENT ON", file, strings.TrimSpace(line))
+			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX, INSERT INTO, CREATE/DROP FUNCTION, CREATE/DROP TRIGGER and COMMENT ON", file, strings.TrimSpace(line))
 		}
 	}
 	return out, nil

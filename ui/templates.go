@@ -42,7 +42,13 @@ type pageData struct {
 	Session     bool // the request came with a login session: show the sign-out button
 	Flash       string
 	Data        any
+	// Refresh, when positive, reloads the page every that many seconds (the workers
+	// page's running jobs): a page's data sets it by implementing refresher.
+	Refresh int
 }
+
+// refresher is a page's data that asks the page to reload itself every RefreshSeconds.
+type refresher interface{ RefreshSeconds() int }
 
 var funcs = template.FuncMap{
 	"ago":        ago,

@@ -22,8 +22,9 @@ type limitsRow struct {
 	Set    bool // limits set at run time; false: the workers' declared ones apply
 	Limits skiplock.QueueLimits
 	Paused bool
-	// RatePeriodSeconds is Limits.RatePeriod in whole seconds for the form (1 when unset).
-	RatePeriodSeconds int64
+	// RatePeriodSeconds and KeyRatePeriodSeconds are Limits.RatePeriod and KeyRatePeriod in
+	// whole seconds for the form (1 when unset).
+	RatePeriodSeconds, KeyRatePeriodSeconds int64
 }
 
 // limitsView is the limits page's data.
@@ -59,9 +60,12 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 	v := limitsView{}
 	for _, q := range names {
 		l, ok := set[q]
-		row := limitsRow{Queue: q, Set: ok, Limits: l, Paused: paused[q], RatePeriodSeconds: 1}
+		row := limitsRow{Queue: q, Set: ok, Limits: l, Paused: paused[q], RatePeriodSeconds: 1, KeyRatePeriodSeconds: 1}
 		if l.RatePeriod >= time.Second {
 			row.RatePeriodSeconds = int64(l.RatePeriod / time.Second)
+		}
+		if l.KeyRatePeriod >= time.Second {
+			row.KeyRatePeriodSeconds = int64(l.KeyRatePeriod / time.Second)
 		}
 		v.Rows = append(v.Rows, row)
 	}
@@ -69,7 +73,8 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // setLimits sets a queue's limits from the form: queue, concurrency, key_concurrency, rate,
-// rate_period (seconds) and fair; an empty number means none.
+// rate_period (seconds), key_rate, key_rate_period (seconds) and fair; an empty number
+// means none.
 func (h *Handler) setLimits(w http.ResponseWriter, r *http.Request) {
 	queue := r.PostFormValue("queue")
 	var l skiplock.QueueLimits
@@ -88,6 +93,10 @@ func (h *Handler) setLimits(w http.ResponseWriter, r *http.Request) {
 	l.Concurrency, l.KeyConcurrency, l.Rate = num("concurrency"), num("key_concurrency"), num("rate")
 	if p := num("rate_period"); p > 0 && l.Rate > 0 {
 		l.RatePeriod = time.Duration(p) * time.Second
+	}
+	l.KeyRate = num("key_rate")
+	if p := num("key_rate_period"); p > 0 && l.KeyRate > 0 {
+		l.KeyRatePeriod = time.Duration(p) * time.Second
 	}
 	l.Fair = r.PostFormValue("fair") == "on"
 	if len(bad) > 0 {

@@ -38,10 +38,16 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 		return l, fmt.Errorf("%w: queue %q: Rate %d is negative", ErrInvalidLimits, queue, l.Rate)
 	case l.RatePeriod < 0:
 		return l, fmt.Errorf("%w: queue %q: RatePeriod %s is negative", ErrInvalidLimits, queue, l.RatePeriod)
-	case l.Concurrency > math.MaxInt32 || l.KeyConcurrency > math.MaxInt32 || l.Rate > math.MaxInt32:
+	case l.KeyRate < 0:
+		return l, fmt.Errorf("%w: queue %q: KeyRate %d is negative", ErrInvalidLimits, queue, l.KeyRate)
+	case l.KeyRatePeriod < 0:
+		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is negative", ErrInvalidLimits, queue, l.KeyRatePeriod)
+	case l.Concurrency > math.MaxInt32 || l.KeyConcurrency > math.MaxInt32 || l.Rate > math.MaxInt32 || l.KeyRate > math.MaxInt32:
 		return l, fmt.Errorf("%w: queue %q: a limit is above %d", ErrInvalidLimits, queue, math.MaxInt32)
 	case l.RatePeriod > 0 && l.RatePeriod < time.Millisecond:
 		return l, fmt.Errorf("%w: queue %q: RatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.RatePeriod)
+	case l.KeyRatePeriod > 0 && l.KeyRatePeriod < time.Millisecond:
+		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.KeyRatePeriod)
 	}
 	if l.RatePeriod == 0 {
 		l.RatePeriod = time.Second
@@ -49,20 +55,29 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	if l.Rate == 0 {
 		l.RatePeriod = 0
 	}
+	if l.KeyRatePeriod == 0 {
+		l.KeyRatePeriod = time.Second
+	}
+	if l.KeyRate == 0 {
+		l.KeyRatePeriod = 0
+	}
 	return l, nil
 }
 
 // listLimitsSQL reads the limits set at run time.
 const listLimitsSQL = `SELECT queue, coalesce(concurrency, 0), coalesce(key_concurrency, 0),
-	coalesce(rate, 0), rate_period_ms, fair FROM {s}.queue_limits ORDER BY queue`
+	coalesce(rate, 0), rate_period_ms, fair, coalesce(key_rate, 0), key_rate_period_ms
+	FROM {s}.queue_limits ORDER BY queue`
 
 // setLimitsSQL stores limits set at run time and tells every worker, at commit.
 const setLimitsSQL = `WITH up AS (
-	INSERT INTO {s}.queue_limits AS l (queue, concurrency, key_concurrency, rate, rate_period_ms, fair, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, now())
+	INSERT INTO {s}.queue_limits AS l (queue, concurrency, key_concurrency, rate, rate_period_ms, fair,
+		key_rate, key_rate_period_ms, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $9, $10, now())
 	ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency,
 		key_concurrency = excluded.key_concurrency, rate = excluded.rate,
-		rate_period_ms = excluded.rate_period_ms, fair = excluded.fair, updated_at = now()
+		rate_period_ms = excluded.rate_period_ms, fair = excluded.fair,
+		key_rate = excluded.key_rate, key_rate_period_ms = excluded.key_rate_period_ms, updated_at = now()
 	RETURNING queue
 )
 SELECT pg_notify($7, $8) FROM up`
@@ -91,13 +106,17 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if err != nil {
 		return err
 	}
-	periodMs := int64(1000)
+	periodMs, keyPeriodMs := int64(1000), int64(1000)
 	if l.RatePeriod > 0 {
 		periodMs = l.RatePeriod.Milliseconds()
 	}
+	if l.KeyRatePeriod > 0 {
+		keyPeriodMs = l.KeyRatePeriod.Milliseconds()
+	}
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
-		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload())
+		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload(),
+		nullInt(l.KeyRate), keyPeriodMs)
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -127,15 +146,22 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 	}
 	out := map[string]QueueLimits{}
 	var (
-		q        string
-		l        QueueLimits
-		periodMs int64
+		q           string
+		l           QueueLimits
+		periodMs    int64
+		keyPeriodMs int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&q, &l.Concurrency, &l.KeyConcurrency, &l.Rate, &periodMs, &l.Fair}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&q, &l.Concurrency, &l.KeyConcurrency, &l.Rate, &periodMs, &l.Fair,
+		&l.KeyRate, &keyPeriodMs}, func() error {
 		if l.Rate > 0 {
 			l.RatePeriod = time.Duration(periodMs) * time.Millisecond
 		} else {
 			l.RatePeriod = 0
+		}
+		if l.KeyRate > 0 {
+			l.KeyRatePeriod = time.Duration(keyPeriodMs) * time.Millisecond
+		} else {
+			l.KeyRatePeriod = 0
 		}
 		out[q] = l
 		return nil

@@ -92,6 +92,6 @@ func ExampleClient_SetQueueLimits() {
 	set, _ = client.QueueLimitsSet(ctx)
 	fmt.Println(len(set))
 	// Output:
-	// {Concurrency:5 KeyConcurrency:0 Rate:100 RatePeriod:1m0s Fair:false}
+	// {Concurrency:5 KeyConcurrency:0 Rate:100 RatePeriod:1m0s KeyRate:0 KeyRatePeriod:0s Fair:false}
 	// 0
 }

@@ -359,7 +359,8 @@ func TestFlow_InvalidLimitsAreRefused(t *testing.T) {
 	b := setup(t)
 	for _, l := range []skiplock.QueueLimits{
 		{Concurrency: -1}, {KeyConcurrency: -2}, {Rate: -3}, {Rate: 1, RatePeriod: -time.Second},
-		{Rate: 1, RatePeriod: time.Microsecond},
+		{Rate: 1, RatePeriod: time.Microsecond}, {KeyRate: -4}, {KeyRate: 1, KeyRatePeriod: -time.Second},
+		{KeyRate: 1, KeyRatePeriod: time.Microsecond},
 	} {
 		_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {Limits: l}}})
 		assert.ErrorIs(t, err, skiplock.ErrInvalidLimits, "%+v", l)
@@ -372,17 +373,22 @@ func TestFlow_InvalidLimitsAreRefused(t *testing.T) {
 }
 
 // flowHelperEnv, when set, makes TestFlow_HelperProcess a worker process for
-// TestFlow_LimitHoldsWhileWorkersAreKilled: "url|schema|id".
+// TestFlow_LimitHoldsWhileWorkersAreKilled: "url|schema|id", or "url|schema|id|keyrate".
 const flowHelperEnv = "SKIPLOCK_FLOW_HELPER"
 
-// TestFlow_HelperProcess is not a test: run by TestFlow_LimitHoldsWhileWorkersAreKilled as
-// a child process, it works the limited queue until it is killed.
+// TestFlow_HelperProcess is not a test: run by TestFlow_LimitHoldsWhileWorkersAreKilled
+// (and, with a fourth field "keyrate", by TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled)
+// as a child process, it works the limited queue until it is killed.
 func TestFlow_HelperProcess(t *testing.T) {
 	spec := os.Getenv(flowHelperEnv)
 	if spec == "" {
 		t.Skip("a child process of TestFlow_LimitHoldsWhileWorkersAreKilled, not a test")
 	}
-	parts := strings.SplitN(spec, "|", 3)
+	parts := strings.SplitN(spec, "|", 4)
+	limits := skiplock.QueueLimits{Concurrency: flowKillLimit}
+	if len(parts) == 4 && parts[3] == "keyrate" {
+		limits = flowKillKeyLimits
+	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, parts[0])
 	require.NoError(t, err)
@@ -391,7 +397,7 @@ func TestFlow_HelperProcess(t *testing.T) {
 	require.NoError(t, err)
 	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 		ID:                parts[2],
-		Queues:            map[string]skiplock.QueueConfig{"limited": {MaxWorkers: 2, Limits: skiplock.QueueLimits{Concurrency: flowKillLimit}}},
+		Queues:            map[string]skiplock.QueueConfig{"limited": {MaxWorkers: 2, Limits: limits}},
 		PollInterval:      100 * time.Millisecond,
 		VisibilityTimeout: 3 * time.Second,
 		SweepInterval:     200 * time.Millisecond,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/claim"
@@ -40,4 +41,67 @@ func TestFlow_KeyedQueueLooksForJobsWithoutAKeyAmongTheFirst64(t *testing.T) {
 		}
 	}
 	t.Fatal("the job without a key was never claimed")
+}
+
+// A key's bucket (KeyRate) starts full, is spent by one token per start, refills by the
+// database's clock, and is the key's own: another key, and the jobs without a key, have
+// theirs. A queue without KeyRate writes no bucket. The refill is driven by moving the
+// bucket's time back, not by waiting.
+func TestFlow_KeyRateBucketStartsFullAndRefillsPerKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, pgutil.Render(schema, `
+		INSERT INTO {s}.jobs (queue, kind, partition_key, run_at)
+		SELECT 'keyed', 'k', CASE g % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' END, now() - interval '1 hour'
+		FROM generate_series(1, 60) g;
+		INSERT INTO {s}.jobs (queue, kind, partition_key, run_at)
+		SELECT 'other', 'k', 'a', now() - interval '1 hour' FROM generate_series(1, 5) g`))
+	require.NoError(t, err)
+	f := claim.NewFlowClaimer(c.db, time.Minute)
+	limits := QueueLimits{KeyRate: 5, KeyRatePeriod: time.Hour} // a token every 12 minutes
+	perKey := func(jobs []claim.ClaimedJob) map[string]int {
+		ids := make([]int64, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.Row.ID
+		}
+		out := map[string]int{}
+		rows, err := pool.Query(ctx, pgutil.Render(schema, `SELECT coalesce(partition_key, '') FROM {s}.jobs WHERE id = ANY($1)`), ids)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			require.NoError(t, rows.Scan(&k))
+			out[k]++
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+
+	jobs, _, err := f.Claim(ctx, "keyed", limits, 50, "w")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"a": 5, "b": 5, "": 5}, perKey(jobs), "a full bucket per key, the jobs without a key sharing one")
+	jobs, _, err = f.Claim(ctx, "keyed", limits, 50, "w")
+	require.NoError(t, err)
+	assert.Empty(t, jobs, "every bucket is spent")
+
+	// 12 minutes later by the buckets' clock: one token for key a only.
+	_, err = pool.Exec(ctx, pgutil.Render(schema, `UPDATE {s}.queue_key_flow SET refilled_at = refilled_at - interval '12 minutes 1 second'
+		WHERE queue = 'keyed' AND partition_key = 'a'`))
+	require.NoError(t, err)
+	jobs, _, err = f.Claim(ctx, "keyed", limits, 50, "w")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"a": 1}, perKey(jobs), "one token refilled, for key a")
+
+	// A keyed queue without KeyRate reads and writes no bucket.
+	jobs, _, err = f.Claim(ctx, "other", QueueLimits{KeyConcurrency: 1}, 5, "w")
+	require.NoError(t, err)
+	assert.Len(t, jobs, 1)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, pgutil.Render(schema, `SELECT count(*) FROM {s}.queue_key_flow WHERE queue = 'other'`)).Scan(&n))
+	assert.Zero(t, n, "buckets of a queue without KeyRate")
 }

@@ -133,6 +133,13 @@ func describeAction(r *http.Request) (action, target string) {
 		return parts[2], "queue " + quoted(parts[1])
 	case len(parts) == 3 && parts[0] == "jobs" && slices.Contains([]string{"retry", "cancel", "delete"}, parts[2]):
 		return parts[2], "job " + number(parts[1])
+	case p == "/limits":
+		return "set limits", "queue " + quoted(r.PostFormValue("queue")) + " concurrency=" + quoted(r.PostFormValue("concurrency")) +
+			" key_concurrency=" + quoted(r.PostFormValue("key_concurrency")) + " rate=" + quoted(r.PostFormValue("rate")) +
+			" rate_period=" + quoted(r.PostFormValue("rate_period")) + " key_rate=" + quoted(r.PostFormValue("key_rate")) +
+			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair"))
+	case p == "/limits/reset":
+		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):

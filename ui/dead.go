@@ -19,6 +19,9 @@ type deadView struct {
 	Rows      []query.Row
 	NextURL   string
 	FirstURL  string
+	// Errors groups the newest dead and failed jobs of the filter by their error.
+	Errors      []query.ErrorGroup
+	ErrorWindow int64
 }
 
 func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +40,11 @@ func (h *Handler) deadPage(w http.ResponseWriter, r *http.Request) {
 	}
 	bq := filterQuery(f, 0)
 	bq.Del("limit")
-	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows, BulkQuery: template.URL(bq.Encode())}
+	v := &deadView{Filter: f, Statuses: stuckStatuses, Rows: rows, BulkQuery: template.URL(bq.Encode()), ErrorWindow: query.ErrorGroupWindow}
+	if v.Errors, err = h.db.Errors.List(ctx, f.Queue, f.Kind); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if len(rows) == f.Limit {
 		v.NextURL = h.prefix + "/dead?" + filterQuery(f, rows[len(rows)-1].ID).Encode()
 	}

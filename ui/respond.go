@@ -29,6 +29,9 @@ func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, page, t
 		Session: h.sessionOK(r),
 		Flash:   flashMessage(r), Data: data,
 	}
+	if rf, ok := data.(refresher); ok {
+		pd.Refresh = rf.RefreshSeconds()
+	}
 	var buf bytes.Buffer
 	if err := h.pages[page].ExecuteTemplate(&buf, tmpl, pd); err != nil {
 		h.log.Error("skiplock ui: render", "page", page, "err", err)

@@ -16,7 +16,7 @@ import (
 var templateFS embed.FS
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "login", "message", "bulk", "audit", "workflows", "workflow"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "limits", "login", "message", "bulk", "audit", "workflows", "workflow"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -42,7 +42,13 @@ type pageData struct {
 	Session     bool // the request came with a login session: show the sign-out button
 	Flash       string
 	Data        any
+	// Refresh, when positive, reloads the page every that many seconds (the workers
+	// page's running jobs): a page's data sets it by implementing refresher.
+	Refresh int
 }
+
+// refresher is a page's data that asks the page to reload itself every RefreshSeconds.
+type refresher interface{ RefreshSeconds() int }
 
 var funcs = template.FuncMap{
 	"ago":        ago,

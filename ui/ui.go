@@ -127,6 +127,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /workflows/{id}/retry", h.retryWorkflow)
 	m.HandleFunc("GET /periodic", h.periodicPage)
 	m.HandleFunc("GET /workers", h.workersPage)
+	m.HandleFunc("GET /limits", h.limitsPage)
+	m.HandleFunc("POST /limits", h.setLimits)
+	m.HandleFunc("POST /limits/reset", h.resetLimits)
 	m.HandleFunc("GET /audit", h.auditPage)
 	h.mux = m
 }

@@ -14,6 +14,13 @@ type workersView struct {
 	More    bool // more running jobs than query.MaxRunningShown
 }
 
+// RefreshSeconds makes the workers page reload itself, as Sidekiq's Busy page does: the
+// running jobs and their progress move.
+func (workersView) RefreshSeconds() int { return workersRefresh }
+
+// workersRefresh is how often, in seconds, the workers page reloads itself.
+const workersRefresh = 5
+
 // workersPage lists the workers registered in the schema (Client.Workers): their queues,
 // whether each is alive, and which one leads the fleet's maintenance.
 func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {

@@ -90,6 +90,8 @@ type limitsOptions struct {
 	keyConcurrency int
 	rate           int
 	ratePeriod     time.Duration
+	keyRate        int
+	keyRatePeriod  time.Duration
 	fair           bool
 	none           bool
 	reset          bool

@@ -18,7 +18,7 @@ import (
 func limitsCommand() *command {
 	return &command{
 		name:    "limits",
-		args:    "[--queue Q [--concurrency N] [--key-concurrency N] [--rate N [--rate-period D]] [--fair] | --queue Q --reset]",
+		args:    "[--queue Q [--concurrency N] [--key-concurrency N] [--rate N [--rate-period D]] [--key-rate N [--key-rate-period D]] [--fair] | --queue Q --reset]",
 		summary: "show, set or reset a queue's flow-control limits on every worker",
 		help: "Without flags, lists the limits set at run time, by queue. With --queue and limit flags,\n" +
 			"replaces that queue's limits on every worker of every process at once (the limits its\n" +
@@ -32,6 +32,8 @@ func limitsCommand() *command {
 			fs.IntVar(&l.keyConcurrency, "key-concurrency", 0, "at most `N` jobs running at once per partition key")
 			fs.IntVar(&l.rate, "rate", 0, "at most `N` job starts per --rate-period")
 			fs.DurationVar(&l.ratePeriod, "rate-period", time.Second, "the window `D` of --rate")
+			fs.IntVar(&l.keyRate, "key-rate", 0, "at most `N` job starts per --key-rate-period per partition key")
+			fs.DurationVar(&l.keyRatePeriod, "key-rate-period", time.Second, "the window `D` of --key-rate")
 			fs.BoolVar(&l.fair, "fair", false, "hand jobs out round-robin across partition keys")
 			fs.BoolVar(&l.none, "none", false, "lift every limit of --queue, declared ones included")
 			fs.BoolVar(&l.reset, "reset", false, "drop the limits set at run time for --queue")
@@ -43,7 +45,7 @@ func limitsCommand() *command {
 
 func checkLimits(o *options) error {
 	l := &o.limits
-	l.set = l.concurrency != 0 || l.keyConcurrency != 0 || l.rate != 0 || l.fair
+	l.set = l.concurrency != 0 || l.keyConcurrency != 0 || l.rate != 0 || l.keyRate != 0 || l.fair
 	switch {
 	case l.none && l.set:
 		return usagef("limits", "limits: --none takes no limit flags")
@@ -73,6 +75,7 @@ func cmdLimits(ctx context.Context, a *app, o *options) error {
 		err = client.SetQueueLimits(ctx, l.queue, skiplock.QueueLimits{
 			Concurrency: l.concurrency, KeyConcurrency: l.keyConcurrency,
 			Rate: l.rate, RatePeriod: l.ratePeriod, Fair: l.fair,
+			KeyRate: l.keyRate, KeyRatePeriod: l.keyRatePeriod,
 		})
 	default:
 		return listLimits(ctx, a, client)
@@ -106,7 +109,7 @@ func listLimits(ctx context.Context, a *app, client *skiplock.Client) error {
 	}
 	slices.Sort(queues)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tCONCURRENCY\tPER KEY\tRATE\tFAIR")
+	fmt.Fprintln(tw, "QUEUE\tCONCURRENCY\tPER KEY\tRATE\tKEY RATE\tFAIR")
 	dash := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -119,7 +122,11 @@ func listLimits(ctx context.Context, a *app, client *skiplock.Client) error {
 		if l.Rate > 0 {
 			rate = fmt.Sprintf("%d/%s", l.Rate, l.RatePeriod)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", q, dash(l.Concurrency), dash(l.KeyConcurrency), rate, l.Fair)
+		keyRate := "-"
+		if l.KeyRate > 0 {
+			keyRate = fmt.Sprintf("%d/%s", l.KeyRate, l.KeyRatePeriod)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\n", q, dash(l.Concurrency), dash(l.KeyConcurrency), rate, keyRate, l.Fair)
 	}
 	return tw.Flush()
 }

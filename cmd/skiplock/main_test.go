@@ -1081,10 +1081,17 @@ func TestLimits(t *testing.T) {
 	assert.Equal(t, "queue \"emails\": limits set on every worker\n", r.stdout)
 	r = f.run("limits", "--queue", "reports", "--key-concurrency", "2", "--fair")
 	require.Equal(t, 0, r.code, r)
+	r = f.run("limits", "--queue", "tenants", "--key-rate", "10", "--key-rate-period", "2s")
+	require.Equal(t, 0, r.code, r)
 	r = f.run("limits")
 	require.Equal(t, 0, r.code, r)
-	assert.Regexp(t, `emails\s+10\s+-\s+500/1m0s\s+false`, r.stdout)
-	assert.Regexp(t, `reports\s+-\s+2\s+-\s+true`, r.stdout)
+	assert.Regexp(t, `emails\s+10\s+-\s+500/1m0s\s+-\s+false`, r.stdout)
+	assert.Regexp(t, `reports\s+-\s+2\s+-\s+-\s+true`, r.stdout)
+	assert.Regexp(t, `tenants\s+-\s+-\s+-\s+10/2s\s+false`, r.stdout)
+	var keyRate, keyPeriodMs int
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT key_rate, key_rate_period_ms FROM `+
+		pgx.Identifier{f.schema, "queue_limits"}.Sanitize()+` WHERE queue = 'tenants'`).Scan(&keyRate, &keyPeriodMs))
+	assert.Equal(t, []int{10, 2000}, []int{keyRate, keyPeriodMs}, "the stored per-key rate")
 
 	r = f.run("limits", "--queue", "emails", "--reset")
 	require.Equal(t, 0, r.code, r)
@@ -1097,6 +1104,7 @@ func TestLimits(t *testing.T) {
 		{"--queue", "q", "--reset", "--rate", "1"}, // both
 		{"--queue", "q", "--none", "--fair"},       // both
 		{"--queue", "q", "--concurrency", "-1"},    // negative
+		{"--queue", "q", "--key-rate", "-1"},       // negative
 		{"--queue", "not a queue", "--concurrency", "1"},
 	} {
 		r = f.run(append([]string{"limits"}, args...)...)

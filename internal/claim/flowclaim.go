@@ -147,17 +147,18 @@ const flowKeyedPickSQL = `, walk_after AS (
 	UNION ALL
 	SELECT k, ord + 1000000000 FROM walk_before WHERE k IS NOT NULL
 ), ready AS MATERIALIZED (
-	SELECT w.k, w.ord, fr.free FROM walk w
+	SELECT w.k, w.ord, fr.free, fr.tokens FROM walk w
 	CROSS JOIN LATERAL (
-		SELECT CASE WHEN $8::int IS NULL THEN bu.n
+		SELECT least(CASE WHEN $8::int IS NULL THEN bu.n
 			ELSE least(bu.n, $8::int - (SELECT count(*) FROM {s}.jobs r
 				WHERE r.queue = $1 AND r.partition_key = w.k AND r.status = 'running'
-				  AND r.limited AND r.attempts >= 0)::int) END AS free,
+				  AND r.limited AND r.attempts >= 0)::int) END, floor(kt.tokens)::int) AS free,
+			kt.tokens,
 			(SELECT true FROM {s}.jobs d
 			 WHERE d.status = 'queued' AND d.queue = $1 AND d.partition_key = w.k
 			   AND d.run_at <= now() AND d.attempts >= 0
 			 ORDER BY d.priority DESC, d.run_at LIMIT 1) AS due
-		FROM budget bu
+		FROM budget bu CROSS JOIN LATERAL (` + keyTokensSQL + `w.k` + keyTokensEndSQL + `) kt
 		OFFSET 0
 	) fr
 	WHERE fr.free > 0 AND fr.due
@@ -168,8 +169,10 @@ const flowKeyedPickSQL = `, walk_after AS (
 			ELSE $8::int - (SELECT count(*) FROM {s}.jobs r
 				WHERE r.queue = $1 AND r.partition_key IS NULL AND r.status = 'running'
 				  AND r.limited AND r.attempts >= 0)::int END,
-		ceil(bu.n::numeric / ((SELECT count(*) FROM ready) + 1))::int)) AS n
-	FROM budget bu
+		ceil(bu.n::numeric / ((SELECT count(*) FROM ready) + 1))::int,
+		floor(kt.tokens)::int)) AS n,
+		kt.tokens
+	FROM budget bu CROSS JOIN LATERAL (` + keyTokensSQL + `''` + keyTokensEndSQL + `) kt
 ), nokey AS (
 	SELECT j.ctid FROM {s}.jobs j
 	WHERE j.ctid = ANY (ARRAY(
@@ -215,8 +218,38 @@ const flowSuffixSQL = `, claimed AS (
 	SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
 		fence = fence + 1, lease_until = now() + $7::interval, limited = true
 	WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-	RETURNING ` + jobtype.Columns + `, fence, timeout_ms
-), state AS (
+	RETURNING ` + jobtype.Columns + `, fence, timeout_ms, partition_key
+)` + flowStateTailSQL
+
+// flowKeyedSuffixSQL is flowSuffixSQL for the keyed claim: it also spends the per-key
+// tokens (KeyRate, $9; NULL: none, and the insert writes nothing).
+//
+//   - keyspent stores, for each key this claim started jobs of, its bucket as the claim
+//     read it (ready's tokens, or nokey_free's for the jobs without a key, bucket ”)
+//     minus one token per start, refilled to the claim's clock. The claim took at most the
+//     whole tokens of each key (ready's free), so a bucket never goes below zero. Under the
+//     queue's claim lock, like the queue's bucket: the only writer of the queue's rows.
+//     Keys this claim started nothing of are not written: their bucket refills the same
+//     whether it is written now or later.
+const flowKeyedSuffixSQL = `, claimed AS (
+	UPDATE {s}.jobs
+	SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts + 1,
+		fence = fence + 1, lease_until = now() + $7::interval, limited = true
+	WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
+	RETURNING ` + jobtype.Columns + `, fence, timeout_ms, partition_key
+), keyspent AS (
+	INSERT INTO {s}.queue_key_flow AS kf (queue, partition_key, tokens, refilled_at)
+	SELECT $1, coalesce(c.partition_key, ''),
+		coalesce(r.tokens, (SELECT tokens FROM nokey_free)) - count(*), (SELECT t FROM clock)
+	FROM claimed c LEFT JOIN ready r ON r.k = c.partition_key
+	WHERE $9::float8 IS NOT NULL
+	GROUP BY c.partition_key, r.tokens
+	ON CONFLICT (queue, partition_key) DO UPDATE SET tokens = excluded.tokens,
+		refilled_at = excluded.refilled_at
+)` + flowStateTailSQL
+
+// flowStateTailSQL ends both limited claim statements: the queue's claim state.
+const flowStateTailSQL = `, state AS (
 	INSERT INTO {s}.queue_flow AS f (queue, tokens, refilled_at, budget, cursor_key)
 	SELECT $1, b.tokens - (SELECT count(*) FROM claimed), c.t, bu.n, (SELECT k FROM cursor)
 	FROM bucket b, clock c, budget bu
@@ -226,7 +259,35 @@ const flowSuffixSQL = `, claimed AS (
 SELECT ` + jobtype.Columns + `, fence, timeout_ms FROM claimed`
 
 // flowStateSQL reads what the claim just recorded, in the same transaction.
-const flowStateSQL = `SELECT tokens, budget FROM {s}.queue_flow WHERE queue = $1`
+const flowStateSQL = `SELECT tokens, budget, NULL::float8 FROM {s}.queue_flow WHERE queue = $1`
+
+// flowKeyStateSQL is flowStateSQL for a queue with KeyRate ($2, per $3 seconds): it also
+// reads the fewest tokens of a key whose bucket holds less than one whole token now (NULL:
+// none), so that the worker claims again when that key's next token comes. A bucket
+// under one token was spent within the last token interval; the keys with nothing queued
+// make the worker claim once more in vain, at most once per key spent dry. It reads the
+// queue's rows of queue_key_flow (one per key that ever started a job), and only when the
+// claim took fewer jobs than it asked for.
+const flowKeyStateSQL = `SELECT f.tokens, f.budget, (
+	SELECT min(least($2::float8, k.tokens + $2::float8 / $3::float8
+		* greatest(0, extract(epoch FROM clock_timestamp() - k.refilled_at)::float8)))
+	FROM {s}.queue_key_flow k
+	WHERE k.queue = $1 AND k.tokens + $2::float8 / $3::float8
+		* greatest(0, extract(epoch FROM clock_timestamp() - k.refilled_at)::float8) < 1)
+FROM {s}.queue_flow f WHERE f.queue = $1`
+
+// keyTokensSQL, the key's SQL expression (” for the jobs without a key) and
+// keyTokensEndSQL make the subquery of one key's tokens now, by the claim's clock: its
+// bucket in queue_key_flow refilled at KeyRate ($9) per KeyRatePeriod ($10 seconds) since
+// it was last spent, up to KeyRate; a key without a row has a full bucket. NULL, and no
+// read, without KeyRate (CASE evaluates lazily).
+const keyTokensSQL = `SELECT CASE WHEN $9::float8 IS NULL THEN NULL::float8 ELSE coalesce((
+		SELECT least($9::float8, kf.tokens + $9::float8 / $10::float8
+			* greatest(0, extract(epoch FROM (SELECT t FROM clock) - kf.refilled_at)::float8))
+		FROM {s}.queue_key_flow kf WHERE kf.queue = $1 AND kf.partition_key = `
+
+// keyTokensEndSQL ends keyTokensSQL.
+const keyTokensEndSQL = `), $9::float8) END AS tokens`
 
 // slotClaimSQL claims up to $2 due jobs of queue $1 for worker $3 when the queue's only
 // limit is Concurrency ($4 slots; $5 is the worker's visibility timeout): one statement,
@@ -331,11 +392,11 @@ func slotted(l jobtype.QueueLimits) bool { return l.Concurrency > 0 && l.Rate ==
 
 // none reports whether l limits nothing.
 func none(l jobtype.QueueLimits) bool {
-	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && !l.Fair
+	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && l.KeyRate == 0 && !l.Fair
 }
 
 // keyed reports whether the claim must walk partition keys.
-func keyed(l jobtype.QueueLimits) bool { return l.KeyConcurrency > 0 || l.Fair }
+func keyed(l jobtype.QueueLimits) bool { return l.KeyConcurrency > 0 || l.KeyRate > 0 || l.Fair }
 
 // claimHint is what a claim tells its loop besides the jobs.
 type claimHint struct {
@@ -358,6 +419,7 @@ type flowClaimer struct {
 	pool                   *pgxpool.Pool
 	schema                 string
 	lock, plain, keyed, st string
+	keySt                  string
 	sharedLock             string
 	slots, ensure, adopt   string
 	visibility             time.Duration // the lease a claim writes
@@ -370,8 +432,9 @@ func NewFlowClaimer(db pgutil.DB, visibility time.Duration) *flowClaimer {
 		lock:       flowLockSQL,
 		sharedLock: flowSharedLockSQL,
 		plain:      db.Render(flowPrefixSQL + flowPlainPickSQL + flowSuffixSQL),
-		keyed:      db.Render(flowPrefixSQL + flowKeyedPickSQL + flowSuffixSQL),
+		keyed:      db.Render(flowPrefixSQL + flowKeyedPickSQL + flowKeyedSuffixSQL),
 		st:         db.Render(flowStateSQL),
+		keySt:      db.Render(flowKeyStateSQL),
 		slots:      db.Render(slotClaimSQL),
 		ensure:     db.Render(ensureSlotsSQL),
 		adopt:      db.Render(adoptRunningSQL),
@@ -393,15 +456,23 @@ func (f *flowClaimer) Claim(ctx context.Context, queue string, l jobtype.QueueLi
 	sql := f.plain
 	if keyed(l) {
 		sql = f.keyed
-		args = append(args, nullLimit(l.KeyConcurrency))
+		var keyRate, keyPeriod any
+		if l.KeyRate > 0 {
+			keyRate, keyPeriod = float64(l.KeyRate), l.KeyRatePeriod.Seconds()
+		}
+		args = append(args, nullLimit(l.KeyConcurrency), keyRate, keyPeriod)
 	}
 	b := &pgx.Batch{}
 	b.Queue(f.lock, f.schema+"."+queue)
 	b.Queue(sql, args...)
-	b.Queue(f.st, queue)
+	if l.KeyRate > 0 {
+		b.Queue(f.keySt, queue, float64(l.KeyRate), l.KeyRatePeriod.Seconds())
+	} else {
+		b.Queue(f.st, queue)
+	}
 	began := time.Now()
 	br := f.pool.SendBatch(ctx, b)
-	jobs, tokens, budget, err := readFlowClaim(br, began)
+	jobs, tokens, budget, keyTokens, err := readFlowClaim(br, began)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -420,6 +491,14 @@ func (f *flowClaimer) Claim(ctx context.Context, queue string, l jobtype.QueueLi
 		}
 	} else if m < n && m > 0 && keyed(l) {
 		h.again = true // some keys had fewer jobs than their share: the others may have more
+	}
+	if m < n && keyTokens != nil {
+		// A key ran out of tokens (KeyRate): its next one comes at a known time.
+		perToken := l.KeyRatePeriod.Seconds() / float64(l.KeyRate)
+		wait := max(time.Millisecond, time.Duration((1-*keyTokens)*perToken*float64(time.Second)))
+		if h.retryIn == 0 || wait < h.retryIn {
+			h.retryIn = wait
+		}
 	}
 	return jobs, h, nil
 }
@@ -455,22 +534,22 @@ func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l jobtype.Qu
 }
 
 // readFlowClaim reads the three results of a limited claim's batch.
-func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []ClaimedJob, tokens *float64, budget int, err error) {
+func readFlowClaim(br pgx.BatchResults, began time.Time) (jobs []ClaimedJob, tokens *float64, budget int, keyTokens *float64, err error) {
 	if _, err = br.Exec(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	if jobs, err = scanClaimed(rows, began, 0); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	var b int32
-	if err = br.QueryRow().Scan(&tokens, &b); err != nil {
-		return nil, nil, 0, err
+	if err = br.QueryRow().Scan(&tokens, &b, &keyTokens); err != nil {
+		return nil, nil, 0, nil, err
 	}
-	return jobs, tokens, int(b), nil
+	return jobs, tokens, int(b), keyTokens, nil
 }
 
 // flowQueue is the limited claim path of one queue, as its claim loops see it.

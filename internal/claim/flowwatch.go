@@ -104,7 +104,8 @@ func (fw *FlowWatch) apply(name string, q *QueueRunner, l jobtype.QueueLimits) {
 		// The new limits are in force once the claims that read the old ones have ended.
 		q.claimsDrained()
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
-			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod, "fair", l.Fair)
+			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod,
+			"key_rate", l.KeyRate, "key_rate_period", l.KeyRatePeriod, "fair", l.Fair)
 	}
 	q.Signal()
 }

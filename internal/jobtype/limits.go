@@ -31,6 +31,17 @@ type QueueLimits struct {
 	// RatePeriod is the window of Rate. Defaults to one second when Rate is set; zero
 	// means the default, negative is an error.
 	RatePeriod time.Duration
+	// KeyRate is the most job starts per KeyRatePeriod per partition key
+	// (EnqueueOptions.PartitionKey), across all workers: a token bucket per key in the
+	// database that holds at most KeyRate tokens and refills at KeyRate per
+	// KeyRatePeriod; every start of a job of the key takes one of its tokens. A key's
+	// bucket starts full (a key seen for the first time may start KeyRate jobs at once).
+	// Jobs without a key share one bucket of their own. Starts are counted, not
+	// completions. Zero means no per-key rate limit; negative is an error.
+	KeyRate int
+	// KeyRatePeriod is the window of KeyRate. Defaults to one second when KeyRate is set;
+	// zero means the default, negative is an error.
+	KeyRatePeriod time.Duration
 	// Fair hands the queue's jobs out round-robin across partition keys: each claim takes
 	// an equal share from every key that has due jobs (and free per-key slots), so a key
 	// with a huge backlog cannot starve a key with a few jobs. Within a key, jobs go in

@@ -192,10 +192,12 @@ func (s *Sweeper) vacuum(ctx context.Context, stmt string) error {
 // vacuumWithJobs are the tables the maintenance vacuum of the jobs table also vacuums:
 // queue_slots (a slot row is rewritten by every claim that fills it: with autovacuum off it
 // grew by 320–688 kB per 100,000-job drain of a limited queue, never given back), queue_flow
-// (one row per limited queue, rewritten by every lock-path claim) and enqueue_batches (a
-// row per coalesced enqueue, purged by the sweeper). They are a few pages each: vacuuming
-// them adds next to nothing to the jobs table's vacuum, which comes as often as jobs flow.
-var vacuumWithJobs = []string{"queue_slots", "queue_flow", "enqueue_batches"}
+// (one row per limited queue, rewritten by every lock-path claim), queue_key_flow (one row
+// per key of a queue with KeyRate, rewritten by every claim that starts a job of the key)
+// and enqueue_batches (a row per coalesced enqueue, purged by the sweeper). They are a few
+// pages each: vacuuming them adds next to nothing to the jobs table's vacuum, which comes
+// as often as jobs flow.
+var vacuumWithJobs = []string{"queue_slots", "queue_flow", "queue_key_flow", "enqueue_batches"}
 
 // vacuumCostDelay is the cost delay of the maintenance vacuum: autovacuum's default.
 const vacuumCostDelay = "2ms"

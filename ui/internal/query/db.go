@@ -16,14 +16,15 @@ import (
 // DB is the dashboard's database access for one client's schema. It is safe for
 // concurrent use.
 type DB struct {
-	Stats     Stats       // the queue counts
-	Lists     *Lists      // the jobs and dead pages' lists
-	Jobs      *Jobs       // one job's extra columns, run now, deletes
-	Running   *Running    // the running jobs of the workers page
-	Workflows *Workflows  // the newest workflows
-	Bulk      *Bulk       // the bulk actions' counts and batches
-	Hour      *Throughput // the jobs finished per minute over the last hour
-	Audit     *Audit      // the audit log
+	Stats     Stats        // the queue counts
+	Lists     *Lists       // the jobs and dead pages' lists
+	Jobs      *Jobs        // one job's extra columns, run now, deletes
+	Running   *Running     // the running jobs of the workers page
+	Workflows *Workflows   // the newest workflows
+	Bulk      *Bulk        // the bulk actions' counts and batches
+	Hour      *Throughput  // the jobs finished per minute over the last hour
+	Audit     *Audit       // the audit log
+	Errors    *ErrorGroups // the dead page's jobs by error
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -40,5 +41,6 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Bulk:      newBulk(pool, x),
 		Hour:      newThroughput(pool, x),
 		Audit:     newAudit(pool, x),
+		Errors:    newErrorGroups(pool, x),
 	}
 }

@@ -12,7 +12,7 @@ import (
 // page. jobs_running_idx holds exactly them, so the read is as small as the fleet's
 // slots; $1 bounds it anyway.
 const runningNowSQL = `SELECT id, queue, kind, coalesce(locked_by, ''), locked_at,
-	(progress->>'value')::float8, coalesce(progress->>'message', '')
+	(progress->>'value')::float8, coalesce(progress->>'message', ''), overrun_fence IS NOT DISTINCT FROM fence
 FROM {s}.jobs WHERE status = 'running'
 ORDER BY locked_by, id
 LIMIT $1`
@@ -28,6 +28,9 @@ type RunningJob struct {
 	Since           *time.Time // the last heartbeat
 	Progress        *float64
 	ProgressMessage string
+	// Overrunning: the handler has run past its job timeout without returning (its worker
+	// marked the attempt, skiplock.QueueStats.Overrunning).
+	Overrunning bool
 }
 
 // Running reads the running jobs of the workers page.
@@ -49,7 +52,7 @@ func (r *Running) List(ctx context.Context) ([]RunningJob, error) {
 	}
 	var out []RunningJob
 	var j RunningJob
-	_, err = pgx.ForEachRow(rows, []any{&j.ID, &j.Queue, &j.Kind, &j.Worker, &j.Since, &j.Progress, &j.ProgressMessage}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&j.ID, &j.Queue, &j.Kind, &j.Worker, &j.Since, &j.Progress, &j.ProgressMessage, &j.Overrunning}, func() error {
 		out = append(out, j)
 		j = RunningJob{}
 		return nil

@@ -1,0 +1,165 @@
+package skiplock_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// keyRateOverSQL counts the starts in the audit that are ahead of their key's token
+// bucket: a key's bucket starts full (KeyRate tokens, $1) and refills at $1 per $3
+// seconds from $2 (an instant before any claim), so by any instant s at most
+// $1 + $1·(s − $2)/$3 starts of the key can have taken a token. A handler starts after
+// its claim took the token, so the i-th start of a key by the audit must respect the
+// bound too. Jobs without a key share the bucket of key ”.
+const keyRateOverSQL = `SELECT count(*) FROM (
+	SELECT started, row_number() OVER (PARTITION BY key ORDER BY started) AS i FROM {s}.audit) s
+	WHERE i > $1::float8 + floor($1::float8 * extract(epoch FROM started - $2::timestamptz) / $3::float8)`
+
+// keyRatePerSecSQL is, per key, the starts per second after the key's first KeyRate
+// starts (the full bucket's burst): the rate the bucket let through.
+const keyRatePerSecSQL = `SELECT key, (count(*) - $1)::float8 / extract(epoch FROM max(started) - min(started)
+	FILTER (WHERE i = $1 + 1))::float8
+	FROM (SELECT key, started, row_number() OVER (PARTITION BY key ORDER BY started) AS i FROM {s}.audit) s
+	GROUP BY key ORDER BY key`
+
+// assertKeyRate checks the audit against KeyRate rate per period from t0, and that every
+// key got at least minShare of its rate.
+func assertKeyRate(t *testing.T, b *bundle, rate int, period time.Duration, t0 time.Time, minShare float64) {
+	t.Helper()
+	over := b.count(t, keyRateOverSQL, float64(rate), t0, period.Seconds())
+	assert.Zero(t, over, "starts ahead of their key's token bucket")
+	rows, err := b.pool.Query(b.ctx, b.q(keyRatePerSecSQL), rate)
+	require.NoError(t, err)
+	defer rows.Close()
+	keys := 0
+	for rows.Next() {
+		var key string
+		var perSec float64
+		require.NoError(t, rows.Scan(&key, &perSec))
+		keys++
+		t.Logf("key %q: %.1f starts/s past its burst, limit %.1f/s", key, perSec, float64(rate)/period.Seconds())
+		assert.GreaterOrEqual(t, perSec, minShare*float64(rate)/period.Seconds(), "starts per second of key %q", key)
+	}
+	require.NoError(t, rows.Err())
+	assert.Positive(t, keys)
+}
+
+// Not parallel (see flowSetup). Four workers, each with its own pool, race on a queue
+// whose only limit is KeyRate: three keys and the jobs without a key each start at most
+// KeyRate per KeyRatePeriod (the bucket's bound, by the audit), and each gets its rate.
+func TestFlow_KeyRateBoundsStartsPerKey(t *testing.T) {
+	b := flowSetup(t)
+	const rate = 10 // per 500ms: 20 starts/s per key
+	const period = 500 * time.Millisecond
+	keys := []string{"a", "b", "c", ""}
+	enqueueFlow(t, b, 1200, func(i int) string { return keys[i%len(keys)] }, 0)
+	var t0 time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&t0))
+	var failures claimFailures
+	stop := startFlowWorkers(t, b, 4, 20, skiplock.QueueLimits{KeyRate: rate, KeyRatePeriod: period}, &failures)
+	eventually(t, time.Minute, func() bool {
+		return b.count(t, `SELECT count(*) FROM (SELECT key FROM {s}.audit GROUP BY key HAVING count(*) >= 70) k`) == len(keys)
+	}, "70 starts of every key")
+	stop()
+	assertKeyRate(t, b, rate, period, t0, 0.5)
+	assert.Zero(t, failures.n.Load(), "claims failed: %v", failures.errs)
+}
+
+// A queue with KeyRate and the other limits together: each holds, and Concurrency bounds
+// the whole while the keys' buckets bound each key.
+func TestFlow_KeyRateWithKeyAndGlobalLimits(t *testing.T) {
+	b := flowSetup(t)
+	const rate = 20 // per second per key
+	limits := skiplock.QueueLimits{Concurrency: 5, KeyConcurrency: 2, KeyRate: rate, Fair: true}
+	keys := []string{"a", "b", "c"}
+	enqueueFlow(t, b, 600, func(i int) string { return keys[i%len(keys)] }, 40)
+	var t0 time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&t0))
+	var failures claimFailures
+	stop := startFlowWorkers(t, b, 4, 6, limits, &failures)
+	eventually(t, time.Minute, func() bool {
+		return b.count(t, `SELECT count(*) FROM (SELECT key FROM {s}.audit GROUP BY key HAVING count(*) >= 60) k`) == len(keys)
+	}, "60 starts of every key")
+	stop()
+	assert.Zero(t, b.count(t, keyRateOverSQL, float64(rate), t0, 1.0), "starts ahead of their key's token bucket")
+	perKey := b.maxOverlap(t, "key", time.Time{})
+	all := b.maxOverlap(t, "0", time.Time{})
+	t.Logf("most at once: %d per key (limit 2), %d in all (limit 5)", perKey, all)
+	assert.LessOrEqual(t, perKey, 2)
+	assert.LessOrEqual(t, all, 5)
+	assert.Zero(t, failures.n.Load(), "claims failed: %v", failures.errs)
+}
+
+// flowKillKeyLimits are the limits of TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled.
+var flowKillKeyLimits = skiplock.QueueLimits{KeyConcurrency: 2, KeyRate: 10, KeyRatePeriod: 500 * time.Millisecond}
+
+// Not parallel (see flowSetup). Four worker processes (2 slots each) work a queue with a
+// per-key rate and a per-key limit; two are killed with SIGKILL while they run jobs and
+// replaced. Each key's starts stay under its bucket (a retry of a killed worker's job is a
+// new start and takes a token), and at most 2 of a key run at once.
+func TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled(t *testing.T) {
+	b := flowSetup(t)
+	const jobs = 400
+	keys := []string{"a", "b", "c"}
+	enqueueFlow(t, b, jobs, func(i int) string { return keys[i%len(keys)] }, 40)
+	var t0 time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&t0))
+	killedAt := map[string]time.Time{}
+	start := func(id string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFlow_HelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), flowHelperEnv+"="+pgtest.URL(t)+"|"+b.schema+"|"+id+"|keyrate")
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	procs := map[string]*exec.Cmd{}
+	for i := range 4 {
+		id := fmt.Sprintf("p%d", i)
+		procs[id] = start(id)
+	}
+	for round := range 2 {
+		var victim string
+		eventually(t, time.Minute, func() bool {
+			var holder *string
+			err := b.pool.QueryRow(b.ctx, b.q(`SELECT min(locked_by) FROM {s}.jobs
+				WHERE status = 'running' AND locked_by = ANY($1)`), liveIDs(procs, killedAt)).Scan(&holder)
+			require.NoError(t, err)
+			if holder != nil {
+				victim = *holder
+			}
+			return holder != nil
+		}, "a worker process runs jobs (round %d)", round)
+		require.NoError(t, procs[victim].Process.Kill())
+		_ = procs[victim].Wait()
+		var at time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&at))
+		killedAt[victim] = at
+		id := fmt.Sprintf("r%d", round)
+		procs[id] = start(id)
+	}
+	waitDrained(t, b, jobs)
+	for victim, at := range killedAt {
+		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.audit SET finished = greatest(started, $2)
+			WHERE worker = $1 AND finished IS NULL`), victim, at)
+		require.NoError(t, err)
+	}
+	reclaimed := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts > 1`)
+	t.Logf("%d jobs reclaimed from killed workers and run again", reclaimed)
+	assert.Positive(t, reclaimed, "the killed workers held jobs that the sweeper took back")
+	// Only the bound: a killed worker's jobs hold their key's slots until the sweeper takes
+	// them back, so keys stall meanwhile (the rate is checked without kills above).
+	assertKeyRate(t, b, flowKillKeyLimits.KeyRate, flowKillKeyLimits.KeyRatePeriod, t0, 0)
+	perKey := b.maxOverlap(t, "key", time.Time{})
+	t.Logf("most executions of a key at once: %d, limit %d", perKey, flowKillKeyLimits.KeyConcurrency)
+	assert.LessOrEqual(t, perKey, flowKillKeyLimits.KeyConcurrency)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.audit WHERE finished IS NULL`), "every execution ended")
+}

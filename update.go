@@ -38,7 +38,9 @@ type JobUpdate struct {
 
 // updateSQL edits job $1 unless it is running or final: run_at ($2: now(); else $3 when
 // not NULL), priority $4, queue $5, payload $6 (only for kind $7) and metadata $8 (the
-// caller's keys, over skiplock's own marks, which stay), each when not NULL. A claim that
+// caller's keys, over skiplock's own marks, which stay), each when not NULL. The run_at
+// of a job that waits for its dependencies (EnqueueOptions.DependsOn: a job_waits row)
+// is not changed: its wait holds it, and its last parent's success sets it. A claim that
 // locked the row first makes the UPDATE wait and then re-check status, so an edit never
 // lands on a job a worker has just claimed; an edit that locked it first makes the claim
 // skip the row (SKIP LOCKED) and take it afterwards, edited. A queued job that is due
@@ -53,6 +55,7 @@ const updateSQL = `WITH u AS (
 			ELSE $8::jsonb || coalesce((SELECT jsonb_object_agg(k, v) FROM jsonb_each(metadata) AS m(k, v)
 				WHERE starts_with(k, '` + reservedMetadataPrefix + `')), '{}') END
 	WHERE id = $1 AND status IN ('queued', 'dead', 'failed') AND ($6::jsonb IS NULL OR kind = $7)
+		AND (NOT $2 AND $3::timestamptz IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.job_waits w WHERE w.job_id = $1))
 	RETURNING ` + jobColumns + `
 )
 SELECT u.* FROM u LEFT JOIN LATERAL (
@@ -91,6 +94,15 @@ func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, er
 		return cur, fmt.Errorf("%w: job %d is %s", ErrJobFinished, id, cur.Status)
 	case u.Args != nil && u.Args.Kind() != cur.Kind:
 		return cur, fmt.Errorf("%w: Args of kind %q for job %d of kind %q", ErrInvalidOptions, u.Args.Kind(), id, cur.Kind)
+	case u.RunNow || !u.RunAt.IsZero():
+		var waits bool
+		if err := c.pool.QueryRow(ctx, c.db.Render(`SELECT EXISTS (SELECT 1 FROM {s}.job_waits WHERE job_id = $1)`), id).Scan(&waits); err != nil {
+			return cur, c.wrapErr("update", err)
+		}
+		if waits {
+			return cur, fmt.Errorf("%w: job %d waits for the jobs it depends on (DependsOn): it runs once they succeeded, not before",
+				ErrInvalidOptions, id)
+		}
 	}
 	return cur, fmt.Errorf("skiplock: update: job %d changed while it was edited; try again", id)
 }

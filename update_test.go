@@ -202,3 +202,28 @@ func TestUpdate_EditsRacingClaimsAreAtomic(t *testing.T) {
 	assert.Zero(t, wrong, "jobs that ran with other args than their edit's outcome says")
 	t.Logf("edited before the claim: %d, after: %d", both[0], both[1])
 }
+
+// A job that waits for the jobs it depends on cannot be made due by an edit: it runs once
+// they succeeded. Its other fields can still be edited.
+func TestUpdate_AWaitingDependentIsNotMadeDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parent, err := b.client.Enqueue(b.ctx, editArgs{V: 1}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	child, err := b.client.Enqueue(b.ctx, editArgs{V: 2}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	require.NoError(t, err)
+	before := b.count(t, `SELECT extract(year FROM run_at)::int FROM {s}.jobs WHERE id = $1`, child.ID)
+	_, err = b.client.Update(b.ctx, child.ID, skiplock.JobUpdate{RunNow: true})
+	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	assert.ErrorContains(t, err, "waits for the jobs it depends on")
+	_, err = b.client.Update(b.ctx, child.ID, skiplock.JobUpdate{RunAt: time.Now()})
+	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	assert.Equal(t, before, b.count(t, `SELECT extract(year FROM run_at)::int FROM {s}.jobs WHERE id = $1`, child.ID), "the wait's run_at changed")
+	p := 4
+	_, err = b.client.Update(b.ctx, child.ID, skiplock.JobUpdate{Priority: &p})
+	require.NoError(t, err)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND priority = 4`, child.ID))
+	// The parent itself (no wait) is made due as any job.
+	_, err = b.client.Update(b.ctx, parent.ID, skiplock.JobUpdate{RunNow: true})
+	require.NoError(t, err)
+}

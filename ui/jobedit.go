@@ -58,7 +58,7 @@ func (h *Handler) editJob(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, skiplock.ErrJobFinished):
 		done = "unchanged"
 	case errors.Is(err, skiplock.ErrInvalidOptions):
-		h.refuse(w, r, http.StatusBadRequest, "The change was refused: run at must be in years 1 to 9999.")
+		h.refuse(w, r, http.StatusBadRequest, "The change was refused: "+strings.TrimPrefix(err.Error(), "skiplock: ")+".")
 		return
 	case err != nil:
 		h.fail(w, r, err)

@@ -80,6 +80,12 @@ func TestPeriodic_FiveWorkersEnqueueEachOccurrenceOnce(t *testing.T) {
 	t.Logf("%d occurrences, each enqueued once by 5 workers", n)
 }
 
+// terminateSQL terminates the backends idle in a transaction of schema $1's periodic
+// runner: between the claim of a schedule and the commit of its occurrence.
+const terminateSQL = `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	WHERE datname = current_database() AND pid <> pg_backend_pid()
+		AND state LIKE 'idle in transaction%' AND query LIKE '%' || $1 || '%periodic%'`
+
 // Not parallel, for the same reason as the test above.
 func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
 	b := setup(t)
@@ -103,12 +109,17 @@ func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
 	// commit (their transaction is idle after locking the row), and workers stopped
 	// mid-run and replaced.
 	killed := 0
-	deadline := time.Now().Add(8 * time.Second)
+	faultsFrom := time.Now()
+	deadline := faultsFrom.Add(8 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid()
-				AND state LIKE 'idle in transaction%' AND query LIKE '%' || $1 || '%periodic%'`, b.schema).Scan(&n))
+		// The workers share the test's pool: the connection this takes may be one a
+		// previous round terminated under a worker (57P01), which the pool hands out once
+		// before it learns it is gone. Such a round is tried again.
+		err := b.pool.QueryRow(b.ctx, terminateSQL, b.schema).Scan(&n)
+		if err != nil {
+			require.NoError(t, b.pool.QueryRow(b.ctx, terminateSQL, b.schema).Scan(&n), "after %v", err)
+		}
 		killed += n
 		if i%10 == 9 {
 			mu.Lock()
@@ -132,7 +143,16 @@ func TestPeriodic_KilledWorkersLoseAndRepeatNothing(t *testing.T) {
 	}
 	mu.Unlock()
 	n := occurrenceAudit(t, b)
-	assert.GreaterOrEqual(t, n, 8)
+	// None is missing between the first and the last (occurrenceAudit), the last came after
+	// the faults (the eventually above), and the first within 3 s of their start: the
+	// schedule went on through the whole 8 s of faults. (A count of 8 was asserted before;
+	// a CI run gave 7 when the first worker's first occurrence came late, with nothing
+	// missing after it.)
+	var first time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT min(run_at) FROM (SELECT run_at FROM {s}.jobs WHERE kind = 'tick'
+		UNION ALL SELECT run_at FROM {s}.jobs_archive WHERE kind = 'tick') o`)).Scan(&first))
+	assert.Less(t, first.Sub(faultsFrom), 3*time.Second, "the first occurrence came %s after the faults began", first.Sub(faultsFrom))
+	assert.GreaterOrEqual(t, n, 6)
 	assert.Positive(t, killed, "some transactions were terminated between claim and commit")
 	t.Logf("%d occurrences, %d backends terminated mid-transaction, workers replaced every ~0.5s", n, killed)
 }

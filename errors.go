@@ -1,15 +1,18 @@
 // This file holds the errors enqueueing and the operator calls return, and the limits on
-// what is enqueued. The verdicts a handler returns (Permanent, CancelJob, Snooze) are in
-// retry.go.
+// what is enqueued, and the checks of names and text shared with the enqueue engine. The
+// verdicts a handler returns (Permanent, CancelJob, Snooze) are in retry.go.
 
 package skiplock
 
 import (
 	"errors"
+	"fmt"
+	"regexp"
 
 	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/sealed"
 )
 
 // Input errors. Every one is returned before anything is written, wrapped with a message
@@ -23,6 +26,11 @@ var (
 	ErrInvalidQueue = enqueue.ErrInvalidQueue
 	// ErrInvalidSchema is returned for a schema name outside [a-z_][a-z0-9_], 1-48 characters.
 	ErrInvalidSchema = errors.New("skiplock: invalid schema name")
+	// ErrNoKey is the error of an attempt whose job is encrypted with a key the worker's
+	// [Keyring] does not hold (or whose client has none), and of Keyring.Open for such a
+	// payload: the attempt fails and is retried like any failure, so a worker of another
+	// deploy that holds the key can run it.
+	ErrNoKey = sealed.ErrNoKey
 	// ErrInvalidPayload is returned when the args do not marshal to JSON, or marshal to
 	// JSON that Postgres's jsonb refuses: invalid UTF-8, the escape \u0000, a \u escape
 	// of half a surrogate pair, a number beyond numeric's range (more than 131072 digits
@@ -95,3 +103,25 @@ func (e *configError) Unwrap() []error {
 	}
 	return []error{ErrInvalidConfig}
 }
+
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+// validSchema checks a schema name; names are also quoted wherever they are used.
+func validSchema(s string) error {
+	if !schemaRE.MatchString(s) {
+		return fmt.Errorf("%w: %q: use [a-z_][a-z0-9_], 1-48 characters", ErrInvalidSchema, s)
+	}
+	return nil
+}
+
+// validQueue checks a queue name (see [enqueue.ValidQueue]).
+func validQueue(q string) error { return enqueue.ValidQueue(q) }
+
+// validText reports whether Postgres can store s as text.
+func validText(s string) bool { return enqueue.ValidText(s) }
+
+// truncate returns s cut to n bytes, marked when cut, for messages.
+func truncate(s string, n int) string { return enqueue.Truncate(s, n) }
+
+// checkJSONB rejects JSON that Postgres's jsonb would refuse (see [pgutil.CheckJSONB]).
+func checkJSONB(b []byte) error { return pgutil.CheckJSONB(b) }

@@ -1,4 +1,5 @@
-// This file holds the Client and enqueueing one job: the per-job options (with an args
+// This file holds the Client and enqueueing one job (and one that depends on existing
+// jobs, DependsOn): the per-job options (with an args
 // type's defaults and the sequence policy) and their conversion for the enqueue engine
 // (internal/enqueue, which checks them and runs the statements), and the single insert
 // (Enqueue, EnqueueTx, EnqueueSQLTx) and the bulk insert (EnqueueMany, EnqueueManyTx,
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -414,4 +416,63 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// ErrDependencyNotFound is returned by an enqueue whose [EnqueueOptions].DependsOn names
+// a job id found neither in the jobs table nor in the archive; nothing is written.
+var ErrDependencyNotFound = enqueue.ErrDependencyNotFound
+
+// enqueueDependent enqueues a job with DependsOn: in tx (the caller's, inside a
+// savepoint, so that a refusal leaves it usable and writes nothing), or, when tx is nil,
+// in a transaction of its own. The job is inserted first, then its parents are locked
+// and judged (internal/enqueue, dependson.go).
+func (c *Client) enqueueDependent(ctx context.Context, tx DBTX, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {
+	parents, err := enqueue.CheckDependsOn(opts.DependsOn)
+	if err != nil {
+		return nil, err
+	}
+	policy := opts.OnDependencyFailure
+	if policy != CancelDependents && policy != RunDependents {
+		return nil, fmt.Errorf("%w: OnDependencyFailure %d: use CancelDependents or RunDependents", ErrInvalidOptions, policy)
+	}
+	o := *opts
+	o.DependsOn, o.OnDependencyFailure = nil, CancelDependents
+	if o.UniqueKey != "" || o.Unique != nil {
+		return nil, fmt.Errorf("%w: DependsOn cannot be used with UniqueKey or Unique", ErrInvalidOptions)
+	}
+	j, err := c.prepare(args, &o)
+	if err != nil {
+		return nil, err
+	}
+	attach := func(db DBTX) (*JobRow, error) {
+		row, err := c.enq.EnqueueTx(ctx, db, j)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.enq.Attach(ctx, db, row, parents, enqueue.OnFailure(policy)); err != nil {
+			return nil, fmt.Errorf("skiplock: enqueue: %w", err)
+		}
+		return row, nil
+	}
+	if tx == nil {
+		var row *JobRow
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+			row, err = attach(tx)
+			return err
+		})
+		return row, err
+	}
+	if _, err := tx.Exec(ctx, `SAVEPOINT skiplock_depends_on`); err != nil {
+		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
+	}
+	row, err := attach(tx)
+	if err != nil {
+		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_depends_on`); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+	}
+	if _, rerr := tx.Exec(ctx, `RELEASE SAVEPOINT skiplock_depends_on`); rerr != nil && err == nil {
+		return nil, fmt.Errorf("skiplock: enqueue: %w", rerr)
+	}
+	return row, err
 }

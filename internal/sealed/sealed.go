@@ -1,9 +1,10 @@
-// This file holds encrypted args: a Keyring of AES-GCM keys on the Client, the Encrypt
-// option that seals a job's payload before it is written, and the opening of it in the
-// worker, just before the handler decodes it. The database, its backups, the CLI and the
-// dashboard only ever see ciphertext.
+// Package sealed holds encrypted args: a Keyring of AES-GCM keys, the sealing of a job's
+// payload before it is written (EnqueueOptions.Encrypt in the root package) and its
+// opening in the worker, just before the handler decodes it. The database, its backups,
+// the CLI and the dashboard only ever see ciphertext. The root package re-exports
+// Keyring, NewKeyring, ErrNoKey and SealedKey.
 
-package skiplock
+package sealed
 
 import (
 	"bytes"
@@ -22,7 +23,7 @@ import (
 // deploy that holds the key can run it.
 var ErrNoKey = errors.New("skiplock: the job's args are encrypted with a key this client does not hold")
 
-// Keyring holds the AES-GCM keys that encrypt and decrypt jobs' args ([Config].Keyring):
+// Keyring holds the AES-GCM keys that encrypt and decrypt jobs' args (the root package's Config.Keyring):
 // new jobs are sealed with the current key, and a job sealed with any key of the ring
 // can be opened, so keys rotate by adding the new one as current and keeping the old
 // ones until the jobs they sealed are gone. Each stored payload names its key by id.
@@ -39,12 +40,12 @@ var keyIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // them from a password. Ids are 1-64 characters of [A-Za-z0-9._-].
 func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
 	if _, ok := keys[current]; !ok {
-		return nil, fmt.Errorf("skiplock: NewKeyring: the current key %q is not among the keys", truncate(current, 64))
+		return nil, fmt.Errorf("skiplock: NewKeyring: the current key %q is not among the keys", truncate(current))
 	}
 	k := &Keyring{current: current, aeads: make(map[string]cipher.AEAD, len(keys))}
 	for id, key := range keys {
 		if !keyIDRE.MatchString(id) {
-			return nil, fmt.Errorf("skiplock: NewKeyring: key id %q: use 1-64 characters of [A-Za-z0-9._-]", truncate(id, 64))
+			return nil, fmt.Errorf("skiplock: NewKeyring: key id %q: use 1-64 characters of [A-Za-z0-9._-]", truncate(id))
 		}
 		block, err := aes.NewCipher(key)
 		if err != nil {
@@ -77,7 +78,7 @@ func sealedAAD(kind string) []byte { return []byte("skiplock/sealed/v1/" + kind)
 
 // Seal encrypts payload, the args of a job of kind as JSON, with the current key, and
 // returns the JSON the jobs table stores. Enqueues call it for jobs with
-// [EnqueueOptions].Encrypt; it is exported for tools that write jobs by other means.
+// EnqueueOptions.Encrypt; it is exported for tools that write jobs by other means.
 func (k *Keyring) Seal(kind string, payload []byte) ([]byte, error) {
 	aead := k.aeads[k.current]
 	nonce := make([]byte, aead.NonceSize())
@@ -143,4 +144,12 @@ func sealedEnvelope(payload []byte) (sealed, bool) {
 func SealedKey(payload []byte) (string, bool) {
 	env, ok := sealedEnvelope(payload)
 	return env.Key, ok
+}
+
+// truncate cuts a key id shown in an error to 64 bytes.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
 }

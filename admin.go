@@ -1,5 +1,5 @@
-// This file holds the operator calls on a Client — Get, Stats, Cancel and Requeue — with
-// the statements they run. List is in list.go, Delete in delete.go.
+// This file holds the operator calls on a Client — Get, Wait, Logs, Stats, Cancel and
+// Requeue — with the statements they run. List is in list.go, Delete in delete.go.
 
 package skiplock
 
@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/settle"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // Get returns the job with the given id, from the hot table or the archive.
@@ -37,6 +39,107 @@ const getSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs WHERE id = $1
 UNION ALL
 SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive WHERE id = $1
 LIMIT 1`
+
+// Wait waits until the job with the given id is final and returns it, with its output
+// ([JobRow].Output, set by the handler with [SetOutput]). Final is succeeded, failed,
+// dead or cancelled, in the jobs table or the archive; a job queued for a retry (or
+// snoozed, or sleeping) is not final, and Wait goes on. A dead or failed job that an
+// operator requeues later is not waited for again: Wait returned it already.
+//
+// It works from any process: it registers the job in the schema's job_waiters table and
+// listens on the schema's done channel; the worker's batch that records the job's success
+// or failure notifies it in its transaction. Without a notification (the job finished
+// by a [Client.Cancel], a sweeper's take-back, a [CompleteTx] in the handler's
+// transaction, or the notification was lost) it reads the job again every second. It
+// holds one connection of the client's pool while it waits.
+//
+// It returns ctx.Err() when ctx ends first, and [ErrJobNotFound] when there is no such
+// job, or when the job is deleted while Wait waits (by [Client.Delete], or by its success
+// in the [CompletionDelete] mode, which keeps no result: wait for jobs recorded in the
+// archive or keep modes).
+func (c *Client) Wait(ctx context.Context, id int64) (*JobRow, error) {
+	var out *JobRow
+	err := c.waiter().Wait(ctx, func(ctx context.Context, conn *pgx.Conn) ([]int64, bool, error) {
+		row, err := c.readForWait(ctx, conn, id)
+		if err != nil {
+			return nil, false, err
+		}
+		out = row
+		return []int64{id}, isFinal(row.Status), nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrJobNotFound) || ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
+		return nil, c.wrapErr("wait", err)
+	}
+	return out, nil
+}
+
+// waitJobSQL reads job $1 for Wait. FOR SHARE waits for a batch that has written the row
+// and not committed yet (see internal/waiting), then reads what it committed.
+const waitJobSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs WHERE id = $1 FOR SHARE`
+
+// waitArchiveSQL reads job $1 from the archive, in a statement of its own: after
+// waitJobSQL found no row, its snapshot sees a move to the archive that committed while
+// it waited.
+const waitArchiveSQL = `SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive WHERE id = $1`
+
+// readForWait reads job id on conn for Wait: from the jobs table, else the archive.
+func (c *Client) readForWait(ctx context.Context, conn *pgx.Conn, id int64) (*JobRow, error) {
+	row, err := scanJob(conn.QueryRow(ctx, c.db.Render(waitJobSQL), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		row, err = scanJob(conn.QueryRow(ctx, c.db.Render(waitArchiveSQL), id))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: id %d (never enqueued, deleted, or succeeded in the delete completion mode)", ErrJobNotFound, id)
+	}
+	return row, err
+}
+
+// isFinal reports whether a job in status s is done: it runs no more unless an operator
+// requeues it.
+func isFinal(s JobStatus) bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusDead || s == StatusCancelled
+}
+
+// waiter returns the engine of Wait and WaitWorkflow on the client's pool.
+func (c *Client) waiter() *waiting.Waiter {
+	return &waiting.Waiter{Pool: c.pool, Schema: c.schema, Poll: c.waitPoll}
+}
+
+// Logs returns the records the job with the given id logged through [Logger], oldest
+// first (by attempt, then in the order they were logged). A job that logged nothing, or
+// one that does not exist, has none: Logs returns an empty slice and no error (see
+// [Client.Get] to tell the two apart). [Client.Get] does not read them: a job's records
+// can be many (up to 64 KiB per attempt).
+func (c *Client) Logs(ctx context.Context, id int64) ([]LogRecord, error) {
+	rows, err := c.pool.Query(ctx, c.db.Render(logsSQL), id)
+	if err != nil {
+		return nil, c.wrapErr("logs", err)
+	}
+	out := []LogRecord{}
+	var r LogRecord
+	var level int
+	var attrs []byte
+	_, err = pgx.ForEachRow(rows, []any{&r.JobID, &r.Attempt, &r.Fence, &r.Seq, &r.At, &level, &r.Message, &attrs}, func() error {
+		r.Level = slog.Level(level)
+		r.Attrs = nil
+		if len(attrs) > 0 {
+			r.Attrs = json.RawMessage(slices.Clone(attrs))
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("logs", err)
+	}
+	return out, nil
+}
+
+// logsSQL reads job $1's log records in the order they were logged (the key's order).
+const logsSQL = `SELECT job_id, attempt, fence, seq, at, level, message, attrs FROM {s}.job_logs
+WHERE job_id = $1 ORDER BY fence, seq`
 
 // cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
 // of its worker's writes (status running) no longer matches, so its handler's late result

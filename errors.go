@@ -78,6 +78,11 @@ const (
 // [EnqueueOptions].Timeout). The attempt counts as failed.
 var ErrJobTimeout = jobtype.ErrJobTimeout
 
+// ErrDeadlineExceeded is the error of a job that reached its deadline
+// ([EnqueueOptions].Deadline): its error history says so, and a running attempt's
+// context ends with it as the cause ([context.Cause]).
+var ErrDeadlineExceeded = jobtype.ErrDeadlineExceeded
+
 // configError is an out-of-range configuration field. It matches [ErrInvalidConfig] and,
 // for names, the sentinel of the name's kind (ErrInvalidSchema, ErrInvalidQueue).
 type configError struct {

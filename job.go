@@ -59,6 +59,9 @@ func (j *Job[T]) Context() context.Context {
 // history, metadata, progress and output. See [jobtype.JobRow] for its fields.
 type JobRow = jobtype.JobRow
 
+// LogRecord is one record a handler logged through [Logger], as [Client.Logs] returns it.
+type LogRecord = jobtype.LogRecord
+
 // Progress is what a handler last reported with [RecordProgress].
 type Progress = jobtype.Progress
 

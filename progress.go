@@ -1,6 +1,7 @@
 // This file holds what a running handler reports besides its error: its progress (a
-// number and a short message), written by the worker's heartbeat, and its output (JSON),
-// written with its success. Both live in the handler's context until then.
+// number and a short message), written by the worker's heartbeat, its output (JSON),
+// written with its success, and its log records (Logger), written when the attempt
+// ends. All live in the handler's context until then.
 
 package skiplock
 
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"unicode/utf8"
 
@@ -78,3 +80,30 @@ func SetOutput(ctx context.Context, v any) error {
 	st.SetOutput(string(b))
 	return nil
 }
+
+// Logger returns a logger whose records are kept with the running job, per attempt, and
+// shown by [Client.Logs], the CLI (skiplock logs ID) and the dashboard's job page. Every
+// level from debug up is kept, with its attributes (and those of With and WithGroup) as
+// JSON; the records are not printed anywhere else (wrap the handler to also send them to
+// your own logger). An attempt keeps at most [MaxLogRecords] records and [MaxLogBytes]
+// bytes of messages and attributes; past either, later records are dropped and one
+// warning record at the end says how many. The records are written when the attempt
+// ends, before its outcome, in one batched insert shared with other attempts that
+// logged; an attempt that logs nothing writes nothing. They are removed with their job
+// (Delete, retention, the delete completion mode). It is safe for concurrent use.
+//
+// ctx is the handler's (or one derived from it). Outside a job's attempt it returns a
+// logger that discards every record.
+func Logger(ctx context.Context) *slog.Logger {
+	st := jobtype.StateOf(ctx)
+	if st == nil || st.Row == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(jobtype.NewJobLogHandler(st, st.Row))
+}
+
+// The bounds of one attempt's log records ([Logger]).
+const (
+	MaxLogRecords = jobtype.MaxLogRecords // records per attempt
+	MaxLogBytes   = jobtype.MaxLogBytes   // bytes of messages and attributes per attempt
+)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -88,6 +89,16 @@ type EnqueueOptions struct {
 	// parent's outcome (and its heartbeat) waits for it: keep such a transaction short.
 	// See docs/workflows.md, "Depending on existing jobs". Nil means none.
 	DependsOn []int64
+	// Deadline is the time after which no attempt of the job starts, by the database
+	// clock: a worker that claims it later ends it as failed with [ErrDeadlineExceeded]
+	// in its error history, without running it and without counting an attempt; a
+	// running attempt's context ends at the deadline (with the cause
+	// [ErrDeadlineExceeded], like a timeout, whichever comes first) and the job fails
+	// without retry; a retry or snooze due after it ends the job as failed instead. It
+	// is kept in the job's metadata (the reserved key "skiplock_deadline"), so it holds
+	// across retries, restarts and workers, and [JobRow].Deadline shows it. Zero means
+	// none. See docs/enqueueing.md, "Deadlines".
+	Deadline time.Time
 	// OnDependencyFailure is what a parent in DependsOn that does not succeed does to
 	// the job: [CancelDependents] (the zero value) cancels it, [RunDependents] counts
 	// that parent as settled.
@@ -144,6 +155,9 @@ type Client struct {
 	enq      *enqueue.Inserter // writes jobs, workflows and sequences; coalesces Enqueue's calls
 
 	hooks []Hook // Config.Hooks
+	// waitPoll is how often Wait and WaitWorkflow read again without a notification;
+	// zero: every second.
+	waitPoll time.Duration
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of
@@ -353,6 +367,9 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error
 		}
 	}
 	j, err := enqueue.Prepare(kind, args, o, c.maxBytes)
+	if err == nil {
+		setDeadline(&j, deadlineOf(args, opts))
+	}
 	if err != nil || !o.Encrypt {
 		return j, err
 	}
@@ -361,6 +378,29 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error
 	}
 	j.Sealer = c.keyring.Seal
 	return j, nil
+}
+
+// deadlineOf is the job's deadline: opts', else the args type's default; zero: none.
+func deadlineOf(args JobArgs, opts *EnqueueOptions) time.Time {
+	if opts != nil && !opts.Deadline.IsZero() {
+		return opts.Deadline
+	}
+	if d, ok := args.(JobArgsWithOptions); ok {
+		return d.EnqueueOptions().Deadline
+	}
+	return time.Time{}
+}
+
+// setDeadline keeps d (unless zero) in j's metadata, under the reserved key
+// [jobtype.MetaDeadline], which every insert path carries with the job. The map is copied.
+func setDeadline(j *enqueue.Job, d time.Time) {
+	if d.IsZero() {
+		return
+	}
+	meta := make(map[string]string, len(j.Meta)+1)
+	maps.Copy(meta, j.Meta)
+	meta[jobtype.MetaDeadline] = jobtype.FormatDeadline(d)
+	j.Meta = meta
 }
 
 // jobOptions merges the args type's default options with opts, for the engine, which

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/enqueue"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
@@ -65,6 +66,11 @@ type Workflow struct {
 	OnFailure OnFailure
 	// Tasks are the workflow's tasks, at least one.
 	Tasks []WorkflowTask
+	// Deadline is the deadline of every task that sets none of its own
+	// ([EnqueueOptions].Deadline): no task's attempt starts after it, a running one is
+	// cancelled at it. A task that reaches it ends failed, and its dependents go as
+	// OnFailure says. Zero means none.
+	Deadline time.Time
 }
 
 // WorkflowInfo describes a workflow and the state of each of its tasks.
@@ -159,6 +165,9 @@ func (c *Client) planWorkflow(wf Workflow, callback string) (*enqueue.WorkflowPl
 	}
 	return enqueue.PlanWorkflow(spec, func(i int) (enqueue.Job, error) {
 		j, err := c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
+		if _, own := j.Meta[jobtype.MetaDeadline]; err == nil && !own {
+			setDeadline(&j, wf.Deadline)
+		}
 		if err == nil {
 			err = j.Seal(c.maxBytes)
 		}

@@ -26,9 +26,20 @@ WHERE w.id = $1 ORDER BY t.name`
 // GetWorkflow returns the workflow id with the state of each task, or an error that
 // matches [ErrWorkflowNotFound].
 func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
-	rows, err := c.pool.Query(ctx, pgutil.Render(c.schema, getWorkflowSQL), id)
-	if err != nil {
+	info, err := c.readWorkflow(ctx, c.pool, id)
+	if err != nil && !errors.Is(err, ErrWorkflowNotFound) {
 		return nil, c.wrapErr("get workflow", err)
+	}
+	return info, err
+}
+
+// readWorkflow reads workflow id through db (getWorkflowSQL).
+func (c *Client) readWorkflow(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, id int64) (*WorkflowInfo, error) {
+	rows, err := db.Query(ctx, pgutil.Render(c.schema, getWorkflowSQL), id)
+	if err != nil {
+		return nil, err
 	}
 	info := &WorkflowInfo{ID: id}
 	var policy string
@@ -38,7 +49,7 @@ func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, erro
 		return nil
 	})
 	if err != nil {
-		return nil, c.wrapErr("get workflow", err)
+		return nil, err
 	}
 	if len(info.Tasks) == 0 {
 		return nil, fmt.Errorf("%w: id %d", ErrWorkflowNotFound, id)
@@ -53,6 +64,50 @@ func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, erro
 	}
 	return info, nil
 }
+
+// WaitWorkflow waits until every task of the workflow id is final — its job succeeded,
+// failed, dead or cancelled, or the task settled without a job — and returns the
+// workflow (as [Client.GetWorkflow] does). It waits like [Client.Wait]: woken by the
+// notification of each task's outcome, from any process, reading again every second
+// without one. It returns ctx.Err() when ctx ends first, and an error matching
+// [ErrWorkflowNotFound] when there is no such workflow (or it is purged meanwhile).
+func (c *Client) WaitWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
+	var out *WorkflowInfo
+	err := c.waiter().Wait(ctx, func(ctx context.Context, conn *pgx.Conn) ([]int64, bool, error) {
+		// Taken alone, then released: a settle of the workflow's tasks holds its row
+		// FOR SHARE until its transaction ends, so this waits for one in flight, and the
+		// read after it, with a newer snapshot, sees what it committed.
+		if _, err := conn.Exec(ctx, c.db.Render(waitWorkflowLockSQL), id); err != nil {
+			return nil, false, err
+		}
+		info, err := c.readWorkflow(ctx, conn, id)
+		if err != nil {
+			return nil, false, err
+		}
+		out = info
+		var ids []int64
+		done := true
+		for _, t := range info.Tasks {
+			if t.JobID != 0 {
+				ids = append(ids, t.JobID)
+			}
+			if t.State == "waiting" || t.State == "released" {
+				done = false
+			}
+		}
+		return ids, done, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrWorkflowNotFound) || ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
+		return nil, c.wrapErr("wait workflow", err)
+	}
+	return out, nil
+}
+
+// waitWorkflowLockSQL waits for the settles of workflow $1 in flight (see WaitWorkflow).
+const waitWorkflowLockSQL = `SELECT 1 FROM {s}.workflows WHERE id = $1 FOR NO KEY UPDATE`
 
 // lockWorkflowSQL locks workflow $1's row for CancelWorkflow and RetryWorkflow, before
 // their statements take their snapshots. Every settle of the workflow's tasks takes the

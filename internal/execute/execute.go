@@ -62,6 +62,7 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	jobCtx, st := jobtype.WithState(jobCtx, s.MaxBytes)
 	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
 	cj.Row.Fence = cj.Fence
+	st.Row = cj.Row
 	if s.Attempt != nil {
 		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}

@@ -11,4 +11,8 @@ var (
 	ErrAttemptLost = errors.New("skiplock: this attempt is no longer held by this worker")
 	// ErrShutdown is the cause of a handler cancelled by the worker's shutdown.
 	ErrShutdown = errors.New("skiplock: worker shutting down")
+	// ErrDeadlineExceeded is the error of a job that reached its deadline
+	// (EnqueueOptions.Deadline): no attempt started after it, a running one was
+	// cancelled with it as the cause, and a retry due after it ended the job instead.
+	ErrDeadlineExceeded = errors.New("skiplock: deadline exceeded")
 )

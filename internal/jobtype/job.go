@@ -67,6 +67,10 @@ type JobRow struct {
 	// Output is the JSON the handler set with [SetOutput], stored with its success; nil
 	// when none.
 	Output json.RawMessage
+	// Deadline is the job's deadline ([EnqueueOptions].Deadline, [Workflow].Deadline):
+	// no attempt starts after it and a running one is cancelled at it. Zero when none.
+	// It is stored in the metadata, under the reserved key MetaDeadline.
+	Deadline time.Time
 	// Fence is the token of the attempt a handler runs: it grows with every claim of any
 	// job and never goes back, and every write about the attempt is fenced on it. Give it
 	// to another system as a fencing token (docs/workers.md, "Exactly once"): a downstream that
@@ -87,6 +91,14 @@ type Progress struct {
 	Value   float64 `json:"value"`
 	Message string  `json:"message,omitempty"`
 }
+
+// MetaDeadline is the reserved metadata key that keeps a job's deadline, as RFC 3339
+// text in UTC with nanoseconds. Every insert path carries a job's metadata, and the
+// archive keeps it, so the deadline needs no column of its own.
+const MetaDeadline = "skiplock_deadline"
+
+// FormatDeadline is d as MetaDeadline stores it.
+func FormatDeadline(d time.Time) string { return d.UTC().Format(time.RFC3339Nano) }
 
 // jobColumns is the column list every statement returning a JobRow selects, in scanJob's order.
 const Columns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
@@ -149,6 +161,9 @@ func (s *Scan) Job() *JobRow {
 	// costs no decoding.
 	if len(s.meta) > 2 && json.Unmarshal(s.meta, &j.Metadata) != nil {
 		j.Metadata = nil
+	}
+	if d, ok := j.Metadata[MetaDeadline]; ok {
+		j.Deadline, _ = time.Parse(time.RFC3339Nano, d)
 	}
 	if len(s.progress) > 0 {
 		var p Progress

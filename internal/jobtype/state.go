@@ -10,10 +10,13 @@ import (
 type State struct {
 	// MaxBytes is the client's MaxPayloadBytes, the limit of the output.
 	MaxBytes int
+	// Row is the job of the attempt, as claimed (its Fence set); nil outside a worker.
+	Row *JobRow
 
 	mu       sync.Mutex
-	progress string // latest progress as JSON; "" when none
-	output   string // output as JSON; "" when none
+	progress string  // latest progress as JSON; "" when none
+	output   string  // output as JSON; "" when none
+	logs     *logBuf // what the handler logged (skiplock.Logger); nil until it logs
 }
 
 type stateKey struct{}

@@ -1,0 +1,241 @@
+// Package waiting holds the engine of Client.Wait and Client.WaitWorkflow: a waiter
+// listens on the schema's done channel, registers the jobs it waits for in job_waiters,
+// then reads their state, and reads again on each notification about them or, failing
+// one, every poll interval. The other side is the wake-up (WakeSQL) that the success and
+// failure batches run in their transaction, sent with their statement in one round trip
+// (ExecWaking, QueryWaking).
+//
+// Why nothing is missed: the waiter commits its job_waiters row before it reads the job,
+// and reads it with FOR SHARE. A batch writes the job's row first and reads job_waiters
+// in a later statement of its transaction, with a newer snapshot. Either that snapshot
+// sees the waiter's row (the notification is sent at the batch's commit, and the waiter,
+// listening since before it registered, receives it), or the batch wrote the row before
+// the waiter registered: then the waiter's read comes after the batch's write, waits for
+// the row's lock until the batch ends, and sees what it committed.
+package waiting
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
+)
+
+// Channel is the channel the wake-ups of schema's waited jobs are sent on; the payload is
+// the job's id.
+func Channel(schema string) string { return schema + "_done" }
+
+// WakeSQL notifies the waiters of the jobs $1 (ids) on channel $2. It reads job_waiters
+// only: empty when nobody waits, it costs a scan of no pages. A notification for a job
+// whose attempt was stale (its row not written) only makes its waiter read it again.
+// Postgres sends one notification per id in a transaction, however many waiters.
+const WakeSQL = `SELECT pg_notify($2, job_id::text) FROM {s}.job_waiters WHERE job_id = ANY($1)`
+
+// batcher is what ExecWaking needs of a pool or a transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Waking sends the wake-ups of a schema's batches: its rendered WakeSQL and channel.
+type Waking struct {
+	sql, channel string
+}
+
+// NewWaking returns the wake-ups of schema.
+func NewWaking(schema string) Waking {
+	return Waking{sql: pgutil.Render(schema, WakeSQL), channel: Channel(schema)}
+}
+
+// Exec runs q with args and then the wake-up of ids, in one round trip and one
+// transaction (a pipeline ends with one Sync: its statements form an implicit
+// transaction, or run in db's own), and returns q's command tag. The wake-up runs as a
+// statement of its own so that it reads job_waiters with a snapshot newer than q's
+// writes (see the package's documentation).
+func (w Waking) Exec(ctx context.Context, db jobtype.DBTX, q string, args []any, ids []int64) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := w.Query(ctx, db, q, args, ids, func(rows pgx.Rows) error {
+		for rows.Next() {
+		}
+		tag = rows.CommandTag()
+		return rows.Err()
+	})
+	return tag, err
+}
+
+// Query is Exec for a statement whose rows read reads (it must read them all).
+func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any, ids []int64, read func(pgx.Rows) error) error {
+	bdb, ok := db.(batcher)
+	if !ok {
+		rows, err := db.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if err := read(rows); err != nil {
+			rows.Close()
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = db.Exec(ctx, w.sql, ids, w.channel)
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(q, args...)
+	b.Queue(w.sql, ids, w.channel)
+	br := bdb.SendBatch(ctx, b)
+	rows, err := br.Query()
+	if err == nil {
+		err = read(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	return errors.Join(err, br.Close())
+}
+
+// Check reads what a waiter waits for, on conn: the job ids it must be registered for
+// (all of them, registered or not), and whether the wait is over.
+type Check func(ctx context.Context, conn *pgx.Conn) (ids []int64, done bool, err error)
+
+// Waiter waits on one pool's connections.
+type Waiter struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	// Poll is how long a wait goes without a notification before it reads again.
+	Poll time.Duration
+}
+
+// The statements of a wait.
+const (
+	// registerSQL registers waiter $2 for the jobs $1 (again: a row already there stays).
+	registerSQL = `INSERT INTO {s}.job_waiters (job_id, waiter) SELECT unnest($1::bigint[]), $2
+	ON CONFLICT DO NOTHING`
+	// unregisterSQL removes waiter $1's rows when it returns.
+	unregisterSQL = `DELETE FROM {s}.job_waiters WHERE waiter = $1`
+)
+
+// Wait holds one connection of the pool while it waits: it listens on the done channel,
+// then, each round, registers the ids check last returned that are not registered yet
+// and runs check again at once; with every id registered, it waits for a notification
+// about one of them or for Poll, and runs check again. It returns when check says done,
+// returns an error, or ctx ends (ctx.Err()). Its rows and its LISTEN are removed before
+// the connection goes back to the pool.
+func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
+	conn, err := w.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	me := waiterNumber()
+	defer func() { w.cleanup(ctx, conn, me) }()
+	channel := pgx.Identifier{Channel(w.Schema)}.Sanitize()
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	registered := map[int64]bool{}
+	for {
+		ids, done, err := check(ctx, conn.Conn())
+		if err != nil || done {
+			return err
+		}
+		var fresh []int64
+		for _, id := range ids {
+			if !registered[id] {
+				fresh = append(fresh, id)
+			}
+		}
+		if len(fresh) > 0 {
+			// Registered before the next read: the read after it cannot miss an outcome.
+			if _, err := conn.Exec(ctx, pgutil.Render(w.Schema, registerSQL), fresh, me); err != nil {
+				return err
+			}
+			for _, id := range fresh {
+				registered[id] = true
+			}
+			continue
+		}
+		if err := w.await(ctx, conn.Conn(), registered); err != nil {
+			return err
+		}
+	}
+}
+
+// await returns when a notification about one of ids comes, or Poll has passed; with
+// ctx's error when ctx ends.
+func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) error {
+	poll := w.Poll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, poll)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			if wctx.Err() != nil {
+				return nil // the poll
+			}
+			return err
+		}
+		if id, perr := strconv.ParseInt(n.Payload, 10, 64); perr == nil && ids[id] {
+			return nil
+		}
+	}
+}
+
+// cleanup removes waiter me's rows and the LISTEN, drops the notifications left on conn,
+// and gives conn back to the pool; a connection that fails any of it is closed instead.
+func (w *Waiter) cleanup(ctx context.Context, conn *pgxpool.Conn, me int64) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c := conn.Conn()
+	ok := !c.IsClosed()
+	if ok {
+		_, err := c.Exec(cctx, pgutil.Render(w.Schema, unregisterSQL), me)
+		ok = err == nil
+	}
+	if ok {
+		_, err := c.Exec(cctx, "UNLISTEN *")
+		ok = err == nil
+	}
+	if ok {
+		// Notifications received before the UNLISTEN wait in the connection's buffer:
+		// read them, so the pool's next user of it never sees them.
+		done, stop := context.WithCancel(cctx)
+		stop()
+		for {
+			if _, err := c.WaitForNotification(done); err != nil {
+				break
+			}
+		}
+	}
+	if !ok && !c.IsClosed() {
+		_ = c.Close(cctx)
+	}
+	conn.Release()
+}
+
+// waiterNumber returns a random positive number for one waiting call: unique enough
+// across processes for job_waiters' key, whose only use is to let each call remove its
+// own rows.
+func waiterNumber() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]) >> 1)
+}

@@ -170,7 +170,11 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 			return err
 		}
 		var err error
-		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil || !settle.IsTask(row) {
+		if row, err = scanJob(tx.QueryRow(ctx, c.db.Render(cancelSQL), id)); err != nil {
+			return err
+		}
+		// Its waiters (Client.Wait) are told at the commit.
+		if err := waiting.NewWaking(c.schema).Notify(ctx, tx, []int64{id}); err != nil || !settle.IsTask(row) {
 			return err
 		}
 		return c.flows.Settle(ctx, tx, []int64{id})

@@ -36,7 +36,8 @@ const notPendingTask = `NOT (status = 'queued' AND metadata ? '` + settle.MetaWo
 // never holds back vacuum.
 const deleteBatch = 1000
 
-// deleteSQL deletes job $1 from whichever table holds it, unless it is running: a running
+// deleteSQL deletes job $1 from whichever table holds it (and its log records, l),
+// unless it is running: a running
 // job's worker still writes to its row (heartbeats, completion), fenced by status, and a
 // job deleted under it would vanish without a final state. A claim that locked the row
 // first makes the DELETE wait and then re-check status, so it never deletes a job a
@@ -45,6 +46,8 @@ const deleteSQL = `WITH h AS (
 	DELETE FROM {s}.jobs WHERE id = $1 AND status <> 'running' AND ` + notPendingTask + ` RETURNING ` + jobColumns + `
 ), a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = $1 RETURNING ` + archiveJobColumns + `
+), l AS (
+	DELETE FROM {s}.job_logs WHERE job_id = $1 AND (EXISTS (SELECT 1 FROM h) OR EXISTS (SELECT 1 FROM a))
 )
 SELECT * FROM h UNION ALL SELECT * FROM a`
 

@@ -25,3 +25,7 @@ func WorkerFleet(w *Worker) (peers, limit int) { return w.gate.Fleet() }
 
 // SetSweeperVacuumAfter sets when s may vacuum the jobs table again.
 func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.s.VacuumAfter.Store(at.UnixNano()) }
+
+// SetWaitPoll sets how often c's Wait and WaitWorkflow read again without a
+// notification: tests set it long, so that only a notification can wake them in time.
+func SetWaitPoll(c *Client, d time.Duration) { c.waitPoll = d }

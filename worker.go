@@ -175,6 +175,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw})
 	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.Slots, hooks, w.logger)
+	w.outcomes.Logs = record.NewLogWriter(c.pool, c.schema, w.logger)
 	w.outcomes.LostReturned = w.lease.EndCancelled
 	w.executor = execute.NewExecutor(execute.ExecutorConfig{
 		Handlers: w.handlers, Hooks: hooks, JobTimeout: cfg.JobTimeout, RetryPolicy: cfg.RetryPolicy,

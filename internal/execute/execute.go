@@ -244,6 +244,23 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	ctx, row := d.Ctx, d.Row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := e.cfg.Handlers[row.Kind]
+	policy := e.cfg.RetryPolicy
+	if h.Policy != nil {
+		policy = h.Policy
+	}
+	if left, has := jobtype.TimeLeft(row); has {
+		if left <= 0 {
+			// Past its deadline: no attempt starts; the recorder ends the job, the
+			// attempt given back (internal/record, failure.go).
+			return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Policy: policy, Slot: d.Slot,
+				Err: &jobtype.NotStartedError{Deadline: row.Deadline, ClaimedAt: row.LockedAt}})
+		}
+		// The time left is measured on the database clock (deadline and claim) and
+		// counted on this process's monotonic clock: a skewed wall clock changes nothing.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, left, jobtype.ErrDeadlineExceeded)
+		defer cancel()
+	}
 	timeout := e.timeoutFor(d, h)
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -266,10 +283,6 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
 		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
-	}
-	policy := e.cfg.RetryPolicy
-	if h.Policy != nil {
-		policy = h.Policy
 	}
 	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
 		Duration: time.Since(began), Timeout: timeout, Policy: policy, Slot: d.Slot})

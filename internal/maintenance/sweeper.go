@@ -46,6 +46,8 @@ type Sweeper struct {
 	// rescanAt is when the purges next walk the archive from its beginning
 	// (purgeRescanEvery).
 	rescanAt time.Time
+	// logsPurged is when purgeOrphanLogs last ran (Unix ns; 0: never).
+	logsPurged atomic.Int64
 }
 
 // sweepSQL holds the sweeper's statements, rendered for the client's schema.
@@ -249,7 +251,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	if err != nil {
 		return res, s.db.WrapErr("sweep: purge workflows", err)
 	}
-	return res, nil
+	return res, s.purgeOrphanLogs(ctx)
 }
 
 // reclaimExpired runs reclaimSQL in batches in tx until a batch is not full, adding what

@@ -19,6 +19,7 @@ import (
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // CompleterLoops is how many success batches may be in flight at once.
@@ -66,6 +67,9 @@ type Completer struct {
 	stmts map[jobtype.Completion]completeStmts
 	// committedSQL is committedInTxSQL, rendered.
 	committedSQL string
+	// wake notifies the waiters of the jobs each batch recorded (internal/waiting), in
+	// the batch's transaction and round trip.
+	wake waiting.Waking
 	// modeOf says how a job's success is recorded (its kind's, queue's or worker's mode).
 	modeOf func(queue, kind string) jobtype.Completion
 	// skipUntil: until then (Unix ns), batches pass over locked rows (see slowSuccessBatch).
@@ -124,7 +128,7 @@ type BatchListeners struct {
 func NewCompleter(pool *pgxpool.Pool, schema string, modeOf func(queue, kind string) jobtype.Completion, workerID string, batchSize int, flushEvery time.Duration,
 	gate *pgutil.Gate, done BatchListeners, flows *settle.Settler, logger *slog.Logger) *Completer {
 	c := &Completer{
-		pool: pool, stmts: RenderCompleteStmts(schema), committedSQL: pgutil.Render(schema, committedInTxSQL), modeOf: modeOf, workerID: workerID, flows: flows,
+		pool: pool, stmts: RenderCompleteStmts(schema), committedSQL: pgutil.Render(schema, committedInTxSQL), wake: waiting.NewWaking(schema), modeOf: modeOf, workerID: workerID, flows: flows,
 		BatchSize: batchSize, flushEvery: flushEvery, gate: gate, done: done, logger: logger,
 		Ch: make(chan Success, completerQueue), quit: make(chan struct{}), stopped: make(chan struct{}),
 		full: make(chan struct{}, 1), fullAt: min(batchSize, completerQueue),
@@ -410,16 +414,14 @@ func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 		return c.gate.Do(ctx, func() error {
 			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
 				recorded = make(map[int64]bool, len(batch))
-				rows, err := db.Query(ctx, q, args...)
-				if err != nil {
+				return c.wake.Query(ctx, db, q, args, args[0].([]int64), func(rows pgx.Rows) error {
+					var id int64
+					_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+						recorded[id] = true
+						return nil
+					})
 					return err
-				}
-				var id int64
-				_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-					recorded[id] = true
-					return nil
 				})
-				return err
 			})
 		})
 	})
@@ -458,7 +460,7 @@ func (c *Completer) write(batch []Success) {
 		return c.gate.Do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
 			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
-				tag, err := db.Exec(ctx, q, args...)
+				tag, err := c.wake.Exec(ctx, db, q, args, args[0].([]int64))
 				n = tag.RowsAffected()
 				return err
 			})

@@ -7,6 +7,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -22,18 +24,21 @@ import (
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/settle"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // FailureSQL records a batch of failed attempts with one fenced statement. $1 (ascending
 // ids), $2 and $3 are the fence's (fenceSQL); $4 is a JSON object that gives, for each
 // attempt, keyed "id:fence", [verdict, delay in microseconds, error message]. The verdict is 'retry', 'failed',
-// 'cancelled' or 'snooze'. In SET, columns are the row as claimed (attempts is the
+// 'cancelled', 'snooze' or 'deadline'. In SET, columns are the row as claimed (attempts is the
 // attempt that failed).
 //
 //   - retry: back to queued at now() + delay, or dead (finished, locked_by kept as the
 //     last worker) when the attempts are used up. The delay is the job's own, computed in
 //     Go by its retry policy; now() is the database's clock, as for every schedule.
 //   - failed, cancelled: final, no retry.
+//   - deadline: the job was claimed past its deadline and its handler not run: final
+//     (failed), the attempt given back (none started), the error recorded.
 //   - snooze: back to queued at now() + delay, and the attempt given back; the error
 //     history is left alone (a snooze is not an error). The fence token stays: the next
 //     claim takes a new one, so this statement, replayed after a lost reply, cannot
@@ -53,11 +58,12 @@ const FailureSQL = `UPDATE {s}.jobs SET
 	status = CASE
 		WHEN ` + fVerdict + ` = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
 		WHEN ` + fVerdict + ` = 'snooze' THEN 'queued'
+		WHEN ` + fVerdict + ` = 'deadline' THEN 'failed'
 		ELSE ` + fVerdict + ` END,
 	run_at = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
 		THEN now() + ` + fDelay + ` * interval '1 microsecond' ELSE run_at END,
-	attempts = CASE WHEN ` + fVerdict + ` = 'snooze' THEN attempts - 1 ELSE attempts END,
-	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
+	attempts = CASE WHEN ` + fVerdict + ` IN ('snooze', 'deadline') THEN attempts - 1 ELSE attempts END,
+	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled', 'deadline') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
 		THEN now() END,
 	locked_at = NULL, lease_until = NULL,
 	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
@@ -76,8 +82,9 @@ const (
 
 // The verdicts failureSQL knows.
 const (
-	verdictRetry  = "retry"
-	verdictSnooze = "snooze"
+	verdictRetry    = "retry"
+	verdictSnooze   = "snooze"
+	verdictDeadline = "deadline"
 )
 
 // failedAttempt is one failed attempt on its way to the database, and what was recorded.
@@ -102,6 +109,7 @@ type FailureRecorder struct {
 	workerID string
 	logger   *slog.Logger
 	sql      string // failureSQL, rendered
+	wake     waiting.Waking
 	batch    *groupcommit.Batcher[*failedAttempt]
 	mu       sync.RWMutex // record holds it to read; stop to close
 	closed   bool
@@ -134,7 +142,7 @@ func NewFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 	if dueAgain == nil {
 		dueAgain = func(string) {}
 	}
-	f := &FailureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, FailureSQL),
+	f := &FailureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, FailureSQL), wake: waiting.NewWaking(schema),
 		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
 	f.batch = &groupcommit.Batcher[*failedAttempt]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: CompleterLoops, Write: f.write}
 	return f
@@ -163,6 +171,7 @@ func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr
 			status = jobtype.StatusDead
 		}
 	}
+	status = a.deadline(herr, status)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
@@ -172,6 +181,30 @@ func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr
 	}
 	f.batch.Post(a, 1)
 	return status
+}
+
+// deadline applies the job's deadline to the verdict and returns the status: a job
+// claimed past it ends without an attempt (verdict deadline); a retry or snooze that
+// would be due after it ends the job as failed instead. The retry's time is judged by
+// this process's clock (the claim, by the database's, refuses a late start anyway).
+func (a *failedAttempt) deadline(herr error, status jobtype.JobStatus) jobtype.JobStatus {
+	var ns *jobtype.NotStartedError
+	if errors.As(herr, &ns) {
+		a.verdict, a.delay = verdictDeadline, 0
+		return jobtype.StatusFailed
+	}
+	d := a.row.Deadline
+	if d.IsZero() || status != jobtype.StatusQueued || !time.Now().Add(a.delay).After(d) {
+		return status
+	}
+	next := "retry"
+	if a.verdict == verdictSnooze {
+		next = "snooze"
+	}
+	a.verdict, a.delay = string(jobtype.StatusFailed), 0
+	a.msg = StorableMessage(fmt.Sprintf("%s: the %s would be due after the job's deadline %s: %s",
+		jobtype.ErrDeadlineExceeded, next, d.UTC().Format(time.RFC3339Nano), herr.Error()))
+	return jobtype.StatusFailed
 }
 
 // Flush waits until every failure recorded so far is written.
@@ -271,18 +304,17 @@ func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 		return f.gate.Do(ctx, func() error {
 			return f.flows.Run(ctx, f.pool, tasks, func(db jobtype.DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-				rows, err := db.Query(ctx, f.sql, ids, fences, f.workerID, string(perJob))
-				if err != nil {
+				args := []any{ids, fences, f.workerID, string(perJob)}
+				return f.wake.Query(ctx, db, f.sql, args, ids, func(rows pgx.Rows) error {
+					got = make(map[jobtype.AttemptKey]recorded, n)
+					var k jobtype.AttemptKey
+					var r recorded
+					_, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Fence, &r.status, &r.runAt}, func() error {
+						got[k] = r
+						return nil
+					})
 					return err
-				}
-				got = make(map[jobtype.AttemptKey]recorded, n)
-				var k jobtype.AttemptKey
-				var r recorded
-				_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Fence, &r.status, &r.runAt}, func() error {
-					got[k] = r
-					return nil
 				})
-				return err
 			})
 		})
 	})

@@ -58,6 +58,9 @@ type OutcomeRecorder struct {
 	slots     *SlotJobs
 	hooks     []jobtype.Hook
 	logger    *slog.Logger
+	// Logs writes what each attempt logged (skiplock.Logger) before its outcome; nil:
+	// nothing is written.
+	Logs *LogWriter
 
 	// The jobs cut off by shutdown whose handlers returned, to put back in the queue.
 	relMu     sync.Mutex
@@ -82,12 +85,23 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 // job's success, written already (committedInTx). Every write is fenced on the claim's
 // token. It tells the hooks, and returns what it told them.
 func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.JobResult {
+	// Before the outcome: a job found final has its records already.
+	r.Logs.Write(jobtype.StateOf(a.Ctx))
 	lastSlot := a.Slot && r.slots.give()
 	cause := context.Cause(a.Ctx)
 	if a.Err == nil && errors.Is(cause, jobtype.ErrJobTimeout) {
 		// Past its timeout the attempt has failed, whatever the handler says: it may have
 		// stopped half-way when its context ended and returned nil anyway.
 		a.Err = fmt.Errorf("%w after %s: the handler returned nil past its timeout", jobtype.ErrJobTimeout, a.Timeout)
+	}
+	if errors.Is(cause, jobtype.ErrDeadlineExceeded) {
+		// Past its deadline the attempt has failed, and no other may start.
+		msg := "the handler returned nil past it"
+		if a.Err != nil {
+			msg = a.Err.Error()
+		}
+		a.Err = jobtype.Permanent(fmt.Errorf("%w: the job's deadline %s passed while its attempt ran: %s",
+			jobtype.ErrDeadlineExceeded, a.Row.Deadline.UTC().Format(time.RFC3339Nano), msg))
 	}
 	row, err := a.Row, a.Err
 	res := jobtype.JobResult{Status: row.Status, Outcome: jobtype.OutcomeLost, Err: err, Duration: a.Duration, Panicked: a.Panicked}

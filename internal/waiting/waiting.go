@@ -19,7 +19,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +54,13 @@ type Waking struct {
 // NewWaking returns the wake-ups of schema.
 func NewWaking(schema string) Waking {
 	return Waking{sql: pgutil.Render(schema, WakeSQL), channel: Channel(schema)}
+}
+
+// Notify runs the wake-up of ids through db: inside a transaction, after its writes to
+// the jobs (a statement of its own, see the package's documentation).
+func (w Waking) Notify(ctx context.Context, db jobtype.DBTX, ids []int64) error {
+	_, err := db.Exec(ctx, w.sql, ids, w.channel)
+	return err
 }
 
 // Exec runs q with args and then the wake-up of ids, in one round trip and one
@@ -174,23 +183,46 @@ func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 }
 
 // await returns when a notification about one of ids comes, or Poll has passed; with
-// ctx's error when ctx ends.
+// ctx's error when ctx ends. It bounds the wait with the connection's read deadline, not
+// with a context: pgx closes a connection whose wait a context ended, and the pool would
+// have to open a new one for each poll.
 func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) error {
 	poll := w.Poll
 	if poll <= 0 {
 		poll = time.Second
 	}
-	wctx, cancel := context.WithTimeout(ctx, poll)
-	defer cancel()
+	nc := conn.PgConn().Conn()
+	until := time.Now().Add(poll)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	var mu sync.Mutex
+	active := true
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if active {
+			_ = nc.SetReadDeadline(time.Now()) // ends the read at once
+		}
+	})
+	_ = nc.SetReadDeadline(until)
+	defer func() {
+		stop()
+		mu.Lock()
+		active = false
+		_ = nc.SetReadDeadline(time.Time{})
+		mu.Unlock()
+	}()
 	for {
-		n, err := conn.WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(context.Background())
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			return nil // the poll
+		}
 		if err != nil {
-			if wctx.Err() != nil {
-				return nil // the poll
-			}
 			return err
 		}
 		if id, perr := strconv.ParseInt(n.Payload, 10, 64); perr == nil && ids[id] {
@@ -206,9 +238,14 @@ func (w *Waiter) cleanup(ctx context.Context, conn *pgxpool.Conn, me int64) {
 	defer cancel()
 	c := conn.Conn()
 	ok := !c.IsClosed()
-	if ok {
-		_, err := c.Exec(cctx, pgutil.Render(w.Schema, unregisterSQL), me)
-		ok = err == nil
+	var db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	} = c
+	if !ok {
+		db = w.Pool // the rows must go all the same
+	}
+	if _, err := db.Exec(cctx, pgutil.Render(w.Schema, unregisterSQL), me); err != nil {
+		ok = false
 	}
 	if ok {
 		_, err := c.Exec(cctx, "UNLISTEN *")

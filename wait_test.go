@@ -1,0 +1,284 @@
+package skiplock_test
+
+// This file holds the tests of Client.Wait and Client.WaitWorkflow (issue 42): woken by
+// the notification of the batch that records the outcome, from another pool; no
+// completion missed with many jobs and many waiters (the jobs table is the judge); ctx
+// cancellation; a job that does not exist.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type waitedArgs struct {
+	N    int  `json:"n"`
+	Fail bool `json:"fail"` // fail for good (Permanent)
+}
+
+func (waitedArgs) Kind() string { return "waited" }
+
+// retryOnce fails a job's first attempt with a retry due at once.
+type retryOnce struct{}
+
+func (retryOnce) NextRetry(*skiplock.JobRow) time.Duration { return time.Millisecond }
+
+// retriedArgs is a waited job whose first attempt fails and is retried.
+type retriedArgs struct {
+	N int `json:"n"`
+}
+
+func (retriedArgs) Kind() string                              { return "retried" }
+func (retriedArgs) RetryPolicy() skiplock.RetryPolicy         { return retryOnce{} }
+func (a retriedArgs) EnqueueOptions() skiplock.EnqueueOptions { return skiplock.EnqueueOptions{} }
+
+// waitClient is a second client on a pool of its own, as another process would have,
+// whose waits read again only after an hour without a notification.
+func waitClient(t *testing.T, b *bundle, conns int32) *skiplock.Client {
+	t.Helper()
+	c, err := skiplock.NewClient(newPool(t, conns), skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	skiplock.SetWaitPoll(c, time.Hour)
+	return c
+}
+
+// Wait from another pool returns the job's final row with its output as soon as the
+// worker's batch records it, succeeded or failed: with an hour between its reads, only
+// the notification can wake it.
+func TestWait_FromAnotherPoolSeesTheOutcomePromptly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 4)
+	release := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[waitedArgs]) error {
+		<-release
+		if job.Args.Fail {
+			return skiplock.Permanent(errors.New("bad input"))
+		}
+		return skiplock.SetOutput(ctx, map[string]int{"n": job.Args.N * 2})
+	}))
+	ok, err := b.client.Enqueue(b.ctx, waitedArgs{N: 21}, nil)
+	require.NoError(t, err)
+	bad, err := b.client.Enqueue(b.ctx, waitedArgs{Fail: true}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+
+	type result struct {
+		row *skiplock.JobRow
+		err error
+	}
+	got := make(chan result, 2)
+	for _, id := range []int64{ok.ID, bad.ID} {
+		go func() {
+			row, err := waiter.Wait(b.ctx, id)
+			got <- result{row, err}
+		}()
+	}
+	// Both waiters are registered before the handlers may return.
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.job_waiters`) == 2
+	}, "both waits registered")
+	close(release)
+	began := time.Now()
+	for range 2 {
+		select {
+		case r := <-got:
+			require.NoError(t, r.err)
+			switch r.row.ID {
+			case ok.ID:
+				assert.Equal(t, skiplock.StatusSucceeded, r.row.Status)
+				assert.JSONEq(t, `{"n":42}`, string(r.row.Output))
+			case bad.ID:
+				assert.Equal(t, skiplock.StatusFailed, r.row.Status)
+				assert.Contains(t, r.row.LastError, "bad input")
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Wait did not return: the notification was not received")
+		}
+	}
+	assert.Less(t, time.Since(began), 10*time.Second)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waiters`), "each Wait removes its rows")
+}
+
+// Many waiters on many jobs, registering while the jobs run, succeed, fail or are
+// retried: every Wait returns (an hour between reads: a missed notification would hang
+// it past the test's deadline), with the job's final status as the database holds it.
+func TestWait_MissesNoOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs, waiters = 300, 24
+	waiter := waitClient(t, b, waiters+2)
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 8}}, PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[waitedArgs]) error {
+		work(ctx, time.Duration(job.Args.N%4)*time.Millisecond)
+		if job.Args.Fail {
+			return skiplock.Permanent(errors.New("no"))
+		}
+		return skiplock.SetOutput(ctx, job.Args.N)
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[retriedArgs]) error {
+		if job.Attempts == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}))
+	ids := make([]int64, jobs)
+	for i := range ids {
+		var args skiplock.JobArgs = waitedArgs{N: i, Fail: i%7 == 0}
+		if i%5 == 0 {
+			args = retriedArgs{N: i}
+		}
+		row, err := b.client.Enqueue(b.ctx, args, nil)
+		require.NoError(t, err)
+		ids[i] = row.ID
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	defer cancel()
+	got := make([]*skiplock.JobRow, jobs)
+	errs := make([]error, jobs)
+	var wg sync.WaitGroup
+	for g := range waiters {
+		wg.Go(func() {
+			for i := g; i < jobs; i += waiters {
+				got[i], errs[i] = waiter.Wait(ctx, ids[i])
+			}
+		})
+	}
+	runWorker(t, w) // while the waiters register
+	wg.Wait()
+	for i := range ids {
+		require.NoError(t, errs[i], "job %d: Wait missed its outcome", ids[i])
+	}
+	// SQL is the judge: what each Wait returned is the job's final status as stored.
+	rows, err := b.pool.Query(b.ctx, b.q(`SELECT id, status FROM {s}.jobs WHERE id = ANY($1)
+		UNION ALL SELECT id, status FROM {s}.jobs_archive WHERE id = ANY($1)`), ids)
+	require.NoError(t, err)
+	stored := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var s string
+		require.NoError(t, rows.Scan(&id, &s))
+		stored[id] = s
+	}
+	require.NoError(t, rows.Err())
+	for i, id := range ids {
+		want := "succeeded"
+		if i%5 != 0 && i%7 == 0 {
+			want = "failed"
+		}
+		assert.Equal(t, want, stored[id], "job %d as stored", id)
+		assert.Equal(t, stored[id], string(got[i].Status), "job %d as Wait returned it", id)
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waiters`))
+}
+
+// Wait returns ctx's error when ctx ends first, and leaves no row behind; a job that does
+// not exist is ErrJobNotFound.
+func TestWait_CancelledAndNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 2)
+	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil) // no worker: it never runs
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { _, err := waiter.Wait(ctx, row.ID); done <- err }()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.job_waiters WHERE job_id = $1`, row.ID) == 1
+	}, "the wait registered")
+	cancel()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after its ctx ended")
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waiters`), "the cancelled Wait removed its row")
+
+	_, err = waiter.Wait(b.ctx, row.ID+1000)
+	assert.ErrorIs(t, err, skiplock.ErrJobNotFound)
+
+	// The pool's connections came back, without their LISTEN: both can wait again.
+	for range 2 {
+		ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+		_, err := waiter.Wait(ctx, row.ID)
+		cancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+}
+
+// Cancel tells the waiters of the job it cancels.
+func TestWait_CancelWakesTheWaiter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 2)
+	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil)
+	require.NoError(t, err)
+	done := make(chan *skiplock.JobRow, 1)
+	go func() {
+		r, err := waiter.Wait(b.ctx, row.ID)
+		assert.NoError(t, err)
+		done <- r
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.job_waiters`) == 1
+	}, "the wait registered")
+	_, err = b.client.Cancel(b.ctx, row.ID)
+	require.NoError(t, err)
+	select {
+	case r := <-done:
+		assert.Equal(t, skiplock.StatusCancelled, r.Status)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait was not woken by Cancel")
+	}
+}
+
+// WaitWorkflow returns once every task is final, woken by the tasks' outcomes, including
+// the job of a task released after the wait began.
+func TestWaitWorkflow_ReturnsWhenEveryTaskIsFinal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 2)
+	release := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[waitedArgs]) error {
+		<-release
+		return skiplock.SetOutput(ctx, job.Args.N)
+	}))
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "wait", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: waitedArgs{N: 1}},
+		{Name: "b", Args: waitedArgs{N: 2}, DependsOn: []string{"a"}},
+		{Name: "c", Args: waitedArgs{N: 3}, DependsOn: []string{"b"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	done := make(chan *skiplock.WorkflowInfo, 1)
+	go func() {
+		got, err := waiter.WaitWorkflow(b.ctx, info.ID)
+		assert.NoError(t, err)
+		done <- got
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.job_waiters`) >= 1
+	}, "the wait registered")
+	close(release)
+	select {
+	case got := <-done:
+		for _, task := range got.Tasks {
+			assert.Equal(t, "succeeded", task.State, "task %s", task.Name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WaitWorkflow did not return")
+	}
+	_, err = waiter.WaitWorkflow(b.ctx, info.ID+1000)
+	assert.ErrorIs(t, err, skiplock.ErrWorkflowNotFound)
+}

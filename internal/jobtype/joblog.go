@@ -40,7 +40,11 @@ type logBuf struct {
 	recs    []LogRecord
 	bytes   int
 	dropped int
+	// The latest record's time and attempt, for the marker.
 	last    time.Time
+	job     int64
+	attempt int
+	fence   int64
 }
 
 // AddLog keeps r, unless the attempt's bound is reached (then it is counted as dropped).
@@ -52,7 +56,7 @@ func (s *State) AddLog(r LogRecord) {
 		s.logs = &logBuf{}
 	}
 	b := s.logs
-	b.last = r.At
+	b.last, b.job, b.attempt, b.fence = r.At, r.JobID, r.Attempt, r.Fence
 	if len(b.recs) >= MaxLogRecords || b.bytes+n > MaxLogBytes {
 		b.dropped++
 		return
@@ -76,7 +80,7 @@ func (s *State) TakeLogs() []LogRecord {
 	}
 	out := b.recs
 	if b.dropped > 0 {
-		out = append(out, LogRecord{At: b.last, Level: slog.LevelWarn,
+		out = append(out, LogRecord{JobID: b.job, Attempt: b.attempt, Fence: b.fence, At: b.last, Level: slog.LevelWarn,
 			Message: fmt.Sprintf("%s: %d more (the limit is %d records or %d KiB per attempt)", LogsTruncated, b.dropped, MaxLogRecords, MaxLogBytes/1024)})
 	}
 	for i := range out {

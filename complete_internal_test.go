@@ -102,7 +102,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 	}
 }
 
-// statementCounter counts the statements sent through a pool.
+// statementCounter counts the round trips of statements sent through a pool.
 type statementCounter struct{ n atomic.Int64 }
 
 func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -111,6 +111,16 @@ func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 }
 
 func (s *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A batch is one round trip: a success statement and the wake-up of its waiters
+// (internal/waiting) are sent together, and count once.
+func (s *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (s *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (s *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestCompleter_MixedModesCostOneStatementPerMode: a batch of 300 successes whose jobs
 // are recorded in three modes (per queue) is written with three statements, one per mode,
@@ -155,7 +165,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 		require.True(t, comp.Add(k, &JobRow{Queue: queueOf[k.ID]}, nil, false, false))
 	}
 	comp.FlushNow()
-	assert.EqualValues(t, 3, counter.n.Load(), "statements for one batch of 300 successes in 3 modes")
+	assert.EqualValues(t, 3, counter.n.Load(), "round trips for one batch of 300 successes in 3 modes")
 
 	count := func(table, where string) (n int) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, table}.Sanitize()+` WHERE `+where).Scan(&n))

@@ -34,7 +34,8 @@ type jobView struct {
 	CanCancel  bool
 	CanDelete  bool
 	Running    bool
-	Timeline   []event // the job's life, oldest first
+	Timeline   []event   // the job's life, oldest first
+	Logs       *logsView // what the handler logged (joblogs.go)
 }
 
 // event is one line of a job's timeline.
@@ -99,6 +100,10 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		v.Attempts = append(v.Attempts, a)
 	}
 	v.Timeline = timeline(job, extras.Errors)
+	if v.Logs, err = h.jobLogs(ctx, id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if !h.cfg.ReadOnly {
 		switch job.Status {
 		case skiplock.StatusDead, skiplock.StatusFailed:

@@ -21,7 +21,11 @@ var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers",
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {
-		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/"+name+".html")
+		files := []string{"templates/layout.html", "templates/partials.html", "templates/" + name + ".html"}
+		if name == "job" {
+			files = append(files, jobLogsTemplate) // joblogs.go
+		}
+		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, files...)
 		if err != nil {
 			return nil, fmt.Errorf("ui: parse template %s: %w", name, err)
 		}

@@ -17,6 +17,7 @@ func commands() []*command {
 		migrateCommands(), // migrate up, down, status
 		[]*command{migrateSQLCommand()},
 		inspectCommands(), // stats, workers, get, dead
+		[]*command{logsCommand()},
 		[]*command{requeueCommand()},
 		controlCommands(), // pause, resume, periodic
 		[]*command{cancelCommand(), updateCommand()},

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/record"
 	"github.com/skiplock/skiplock/internal/settle"
 	"github.com/skiplock/skiplock/internal/waiting"
 )
@@ -60,12 +60,15 @@ LIMIT 1`
 func (c *Client) Wait(ctx context.Context, id int64) (*JobRow, error) {
 	var out *JobRow
 	err := c.waiter().Wait(ctx, func(ctx context.Context, conn *pgx.Conn) ([]int64, bool, error) {
-		row, err := c.readForWait(ctx, conn, id)
+		row, err := waiting.ReadJob(ctx, conn, c.schema, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("%w: id %d (never enqueued, deleted, or succeeded in the delete completion mode)", ErrJobNotFound, id)
+		}
 		if err != nil {
 			return nil, false, err
 		}
 		out = row
-		return []int64{id}, isFinal(row.Status), nil
+		return []int64{id}, waiting.Final(row.Status), nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrJobNotFound) || ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -74,33 +77,6 @@ func (c *Client) Wait(ctx context.Context, id int64) (*JobRow, error) {
 		return nil, c.wrapErr("wait", err)
 	}
 	return out, nil
-}
-
-// waitJobSQL reads job $1 for Wait. FOR SHARE waits for a batch that has written the row
-// and not committed yet (see internal/waiting), then reads what it committed.
-const waitJobSQL = `SELECT ` + jobColumns + ` FROM {s}.jobs WHERE id = $1 FOR SHARE`
-
-// waitArchiveSQL reads job $1 from the archive, in a statement of its own: after
-// waitJobSQL found no row, its snapshot sees a move to the archive that committed while
-// it waited.
-const waitArchiveSQL = `SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive WHERE id = $1`
-
-// readForWait reads job id on conn for Wait: from the jobs table, else the archive.
-func (c *Client) readForWait(ctx context.Context, conn *pgx.Conn, id int64) (*JobRow, error) {
-	row, err := scanJob(conn.QueryRow(ctx, c.db.Render(waitJobSQL), id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		row, err = scanJob(conn.QueryRow(ctx, c.db.Render(waitArchiveSQL), id))
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: id %d (never enqueued, deleted, or succeeded in the delete completion mode)", ErrJobNotFound, id)
-	}
-	return row, err
-}
-
-// isFinal reports whether a job in status s is done: it runs no more unless an operator
-// requeues it.
-func isFinal(s JobStatus) bool {
-	return s == StatusSucceeded || s == StatusFailed || s == StatusDead || s == StatusCancelled
 }
 
 // waiter returns the engine of Wait and WaitWorkflow on the client's pool.
@@ -114,32 +90,12 @@ func (c *Client) waiter() *waiting.Waiter {
 // [Client.Get] to tell the two apart). [Client.Get] does not read them: a job's records
 // can be many (up to 64 KiB per attempt).
 func (c *Client) Logs(ctx context.Context, id int64) ([]LogRecord, error) {
-	rows, err := c.pool.Query(ctx, c.db.Render(logsSQL), id)
-	if err != nil {
-		return nil, c.wrapErr("logs", err)
-	}
-	out := []LogRecord{}
-	var r LogRecord
-	var level int
-	var attrs []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.JobID, &r.Attempt, &r.Fence, &r.Seq, &r.At, &level, &r.Message, &attrs}, func() error {
-		r.Level = slog.Level(level)
-		r.Attrs = nil
-		if len(attrs) > 0 {
-			r.Attrs = json.RawMessage(slices.Clone(attrs))
-		}
-		out = append(out, r)
-		return nil
-	})
+	out, err := record.ReadLogs(ctx, c.pool, c.schema, id)
 	if err != nil {
 		return nil, c.wrapErr("logs", err)
 	}
 	return out, nil
 }
-
-// logsSQL reads job $1's log records in the order they were logged (the key's order).
-const logsSQL = `SELECT job_id, attempt, fence, seq, at, level, message, attrs FROM {s}.job_logs
-WHERE job_id = $1 ORDER BY fence, seq`
 
 // cancelSQL cancels a queued or running job. A running job keeps its locked_by: the fence
 // of its worker's writes (status running) no longer matches, so its handler's late result

@@ -7,9 +7,11 @@ package record
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/groupcommit"
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -100,4 +102,30 @@ func (w *LogWriter) write(batch [][]jobtype.LogRecord) {
 	if err != nil {
 		w.logger.Warn("skiplock: writing jobs' log records failed; they are dropped", "records", n, "err", err)
 	}
+}
+
+// logsSQL reads job $1's log records in the order they were logged (the key's order).
+const logsSQL = `SELECT job_id, attempt, fence, seq, at, level, message, attrs FROM {s}.job_logs
+WHERE job_id = $1 ORDER BY fence, seq`
+
+// ReadLogs returns job id's log records, oldest first; an empty slice when none.
+func ReadLogs(ctx context.Context, db jobtype.DBTX, schema string, id int64) ([]jobtype.LogRecord, error) {
+	rows, err := db.Query(ctx, pgutil.Render(schema, logsSQL), id)
+	if err != nil {
+		return nil, err
+	}
+	out := []jobtype.LogRecord{}
+	var r jobtype.LogRecord
+	var level int
+	var attrs []byte
+	_, err = pgx.ForEachRow(rows, []any{&r.JobID, &r.Attempt, &r.Fence, &r.Seq, &r.At, &level, &r.Message, &attrs}, func() error {
+		r.Level = slog.Level(level)
+		r.Attrs = nil
+		if len(attrs) > 0 {
+			r.Attrs = json.RawMessage(bytes.Clone(attrs))
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
 }

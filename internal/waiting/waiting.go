@@ -276,3 +276,30 @@ func waiterNumber() int64 {
 	_, _ = rand.Read(b[:])
 	return int64(binary.BigEndian.Uint64(b[:]) >> 1)
 }
+
+// The statements of Client.Wait's read of a job.
+const (
+	// jobSQL reads job $1. FOR SHARE waits for a batch that has written the row and not
+	// committed yet (see the package's documentation), then reads what it committed.
+	jobSQL = `SELECT ` + jobtype.Columns + ` FROM {s}.jobs WHERE id = $1 FOR SHARE`
+	// archiveSQL reads job $1 from the archive, in a statement of its own: after jobSQL
+	// found no row, its snapshot sees a move to the archive that committed while jobSQL
+	// waited.
+	archiveSQL = `SELECT ` + jobtype.ArchiveColumns + ` FROM {s}.jobs_archive WHERE id = $1`
+)
+
+// ReadJob reads job id on conn for a waiter: from the jobs table, else the archive;
+// pgx.ErrNoRows when neither has it.
+func ReadJob(ctx context.Context, conn *pgx.Conn, schema string, id int64) (*jobtype.JobRow, error) {
+	row, err := jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, jobSQL), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		row, err = jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, archiveSQL), id))
+	}
+	return row, err
+}
+
+// Final reports whether a job in status s is done: it runs no more unless an operator
+// requeues it.
+func Final(s jobtype.JobStatus) bool {
+	return s == jobtype.StatusSucceeded || s == jobtype.StatusFailed || s == jobtype.StatusDead || s == jobtype.StatusCancelled
+}

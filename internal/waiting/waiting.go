@@ -6,12 +6,14 @@
 // (ExecWaking, QueryWaking).
 //
 // Why nothing is missed: the waiter commits its job_waiters row before it reads the job,
-// and reads it with FOR SHARE. A batch writes the job's row first and reads job_waiters
-// in a later statement of its transaction, with a newer snapshot. Either that snapshot
-// sees the waiter's row (the notification is sent at the batch's commit, and the waiter,
-// listening since before it registered, receives it), or the batch wrote the row before
-// the waiter registered: then the waiter's read comes after the batch's write, waits for
-// the row's lock until the batch ends, and sees what it committed.
+// and reads a running job with FOR SHARE. A batch writes the job's row (a running one:
+// outcomes are fenced on it) first and reads job_waiters in a later statement of its
+// transaction, with a newer snapshot. Either that snapshot sees the waiter's row (the
+// notification is sent at the batch's commit, and the waiter, listening since before it
+// registered, receives it), or the batch wrote the row before the waiter registered: then
+// the waiter's read comes after the batch's write, sees the job still running (the write
+// is not committed), waits for the row's lock until the batch ends, and sees what it
+// committed.
 package waiting
 
 import (
@@ -279,19 +281,31 @@ func waiterNumber() int64 {
 
 // The statements of Client.Wait's read of a job.
 const (
-	// jobSQL reads job $1. FOR SHARE waits for a batch that has written the row and not
-	// committed yet (see the package's documentation), then reads what it committed.
-	jobSQL = `SELECT ` + jobtype.Columns + ` FROM {s}.jobs WHERE id = $1 FOR SHARE`
-	// archiveSQL reads job $1 from the archive, in a statement of its own: after jobSQL
-	// found no row, its snapshot sees a move to the archive that committed while jobSQL
-	// waited.
+	// jobSQL reads job $1, without a lock.
+	jobSQL = `SELECT ` + jobtype.Columns + ` FROM {s}.jobs WHERE id = $1`
+	// lockedJobSQL reads running job $1 again, FOR SHARE: it waits for a batch that has
+	// written the row and not committed yet (see the package's documentation), then
+	// reads what it committed. Only a running job's outcome is written by a batch, and a
+	// queued job is not locked: a claim would pass over it (SKIP LOCKED).
+	lockedJobSQL = jobSQL + ` AND status = 'running' FOR SHARE`
+	// archiveSQL reads job $1 from the archive, in a statement of its own: after the
+	// jobs table had no row, its snapshot sees a move to the archive that committed while
+	// lockedJobSQL waited.
 	archiveSQL = `SELECT ` + jobtype.ArchiveColumns + ` FROM {s}.jobs_archive WHERE id = $1`
 )
 
-// ReadJob reads job id on conn for a waiter: from the jobs table, else the archive;
-// pgx.ErrNoRows when neither has it.
+// ReadJob reads job id on conn for a waiter: from the jobs table (a running job with
+// lockedJobSQL), else the archive; pgx.ErrNoRows when neither has it.
 func ReadJob(ctx context.Context, conn *pgx.Conn, schema string, id int64) (*jobtype.JobRow, error) {
 	row, err := jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, jobSQL), id))
+	if err == nil && row.Status == jobtype.StatusRunning {
+		// FOR SHARE follows the row to its latest version: no row if it left the table
+		// or stopped running meanwhile; read it again then.
+		row, err = jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, lockedJobSQL), id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			row, err = jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, jobSQL), id))
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		row, err = jobtype.ScanJob(conn.QueryRow(ctx, pgutil.Render(schema, archiveSQL), id))
 	}

@@ -2,7 +2,11 @@ package jobtype
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 )
 
 // State is what one attempt's handler reported, carried in its context: its latest
@@ -80,4 +84,84 @@ func (s *State) Reported() (progress, output *string) {
 		output = &o
 	}
 	return progress, output
+}
+
+// LogRecord is one record a handler logged through the logger of its context
+// (skiplock.Logger), as kept for its job.
+type LogRecord struct {
+	JobID   int64
+	Attempt int   // the attempt that logged it, from 1
+	Fence   int64 // the attempt's claim token: (Fence, Seq) orders a job's records in time
+	Seq     int   // the record's place in its attempt, from 1
+	At      time.Time
+	Level   slog.Level
+	Message string
+	// Attrs are the record's attributes (and the logger's, from With and WithGroup) as a
+	// JSON object; nil when none.
+	Attrs json.RawMessage
+}
+
+// The bounds of one attempt's records: past either, the records are dropped and one
+// marker record (LogsTruncated) says how many.
+const (
+	MaxLogRecords = 1000      // records per attempt
+	MaxLogBytes   = 64 * 1024 // bytes of messages and attributes per attempt
+)
+
+// LogsTruncated starts the message of the marker record that ends an attempt's records
+// when some were dropped.
+const LogsTruncated = "skiplock: log records dropped"
+
+// logBuf is one attempt's records, kept in its State until the attempt ends.
+type logBuf struct {
+	recs    []LogRecord
+	bytes   int
+	dropped int
+	// The latest record's time and attempt, for the marker.
+	last    time.Time
+	job     int64
+	attempt int
+	fence   int64
+}
+
+// AddLog keeps r, unless the attempt's bound is reached (then it is counted as dropped).
+func (s *State) AddLog(r LogRecord) {
+	n := len(r.Message) + len(r.Attrs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logs == nil {
+		s.logs = &logBuf{}
+	}
+	b := s.logs
+	b.last, b.job, b.attempt, b.fence = r.At, r.JobID, r.Attempt, r.Fence
+	if len(b.recs) >= MaxLogRecords || b.bytes+n > MaxLogBytes {
+		b.dropped++
+		return
+	}
+	b.bytes += n
+	b.recs = append(b.recs, r)
+}
+
+// TakeLogs returns the records kept so far, numbered, with a marker record at the end
+// when some were dropped, and forgets them; nil when none (a nil State has none).
+func (s *State) TakeLogs() []LogRecord {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	b := s.logs
+	s.logs = nil
+	s.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	out := b.recs
+	if b.dropped > 0 {
+		out = append(out, LogRecord{JobID: b.job, Attempt: b.attempt, Fence: b.fence, At: b.last, Level: slog.LevelWarn,
+			Message: fmt.Sprintf("%s: %d more (the limit is %d records or %d KiB per attempt)", LogsTruncated, b.dropped, MaxLogRecords, MaxLogBytes/1024)})
+	}
+	for i := range out {
+		out[i].Seq = i + 1
+	}
+	return out
 }

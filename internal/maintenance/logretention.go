@@ -7,7 +7,10 @@ package maintenance
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // purgeOrphanLogsSQL deletes the records of up to $1 jobs that are in neither the jobs
@@ -28,19 +31,23 @@ SELECT count(*) FROM d`
 // so not at every sweep.
 const logPurgeEvery = time.Minute
 
-// purgeOrphanLogs deletes the records of jobs gone from both tables, at most once per
-// logPurgeEvery, in batches of BatchSize jobs, at most maxPurgeBatches of them.
-func (s *Sweeper) purgeOrphanLogs(ctx context.Context) error {
+// maxLogPurgeBatches bounds the batches of one purge of orphaned records.
+const maxLogPurgeBatches = 10
+
+// purgeOrphanLogs deletes the records of jobs gone from both tables through db, at most
+// once per logPurgeEvery (last: when it last ran, Unix ns, 0: never), in batches of batch
+// jobs, at most maxLogPurgeBatches of them.
+func purgeOrphanLogs(ctx context.Context, db pgutil.DB, batch int, last *atomic.Int64) error {
 	now := time.Now()
-	if last := s.logsPurged.Load(); last != 0 && now.Sub(time.Unix(0, last)) < logPurgeEvery {
+	if l := last.Load(); l != 0 && now.Sub(time.Unix(0, l)) < logPurgeEvery {
 		return nil
 	}
-	s.logsPurged.Store(now.UnixNano())
-	sql := s.db.Render(purgeOrphanLogsSQL)
-	for range maxPurgeBatches {
+	last.Store(now.UnixNano())
+	sql := db.Render(purgeOrphanLogsSQL)
+	for range maxLogPurgeBatches {
 		var n int64
-		if err := s.db.Pool.QueryRow(ctx, sql, s.cfg.BatchSize).Scan(&n); err != nil {
-			return s.db.WrapErr("sweep: purge log records", err)
+		if err := db.Pool.QueryRow(ctx, sql, batch).Scan(&n); err != nil {
+			return db.WrapErr("sweep: purge log records", err)
 		}
 		if n == 0 {
 			break

@@ -251,7 +251,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	if err != nil {
 		return res, s.db.WrapErr("sweep: purge workflows", err)
 	}
-	return res, s.purgeOrphanLogs(ctx)
+	return res, purgeOrphanLogs(ctx, s.db, s.cfg.BatchSize, &s.logsPurged) // logretention.go
 }
 
 // reclaimExpired runs reclaimSQL in batches in tx until a batch is not full, adding what

@@ -48,10 +48,10 @@ LIMIT 1`
 //
 // It works from any process: it registers the job in the schema's job_waiters table and
 // listens on the schema's done channel; the worker's batch that records the job's success
-// or failure notifies it in its transaction. Without a notification (the job finished
-// by a [Client.Cancel], a sweeper's take-back, a [CompleteTx] in the handler's
-// transaction, or the notification was lost) it reads the job again every second. It
-// holds one connection of the client's pool while it waits.
+// or failure (or [CompleteTx], or [Client.Cancel]) notifies it in its transaction.
+// Without a notification (the job ended by a take-back of a dead worker's jobs, or a
+// [Client.CancelWorkflow]) it reads the job again every second. It holds one connection
+// of the client's pool while it waits.
 //
 // It returns ctx.Err() when ctx ends first, and [ErrJobNotFound] when there is no such
 // job, or when the job is deleted while Wait waits (by [Client.Delete], or by its success

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -281,4 +282,37 @@ func TestWaitWorkflow_ReturnsWhenEveryTaskIsFinal(t *testing.T) {
 	}
 	_, err = waiter.WaitWorkflow(b.ctx, info.ID+1000)
 	assert.ErrorIs(t, err, skiplock.ErrWorkflowNotFound)
+}
+
+// A success written by CompleteTx in the handler's transaction tells the waiters at that
+// transaction's commit.
+func TestWait_WokenByCompleteTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 2)
+	release := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[waitedArgs]) error {
+		<-release
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return skiplock.CompleteTx(ctx, tx, job) })
+	}))
+	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	done := make(chan *skiplock.JobRow, 1)
+	go func() {
+		r, err := waiter.Wait(b.ctx, row.ID)
+		assert.NoError(t, err)
+		done <- r
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.job_waiters`) == 1
+	}, "the wait registered")
+	close(release)
+	select {
+	case r := <-done:
+		assert.Equal(t, skiplock.StatusSucceeded, r.Status)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait was not woken by CompleteTx's commit")
+	}
 }

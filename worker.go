@@ -23,6 +23,7 @@ import (
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // ErrWorkerStarted is returned by Run on a Worker that already ran.
@@ -154,7 +155,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
-	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
+	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL, Wake: waiting.NewWaking(c.schema),
 		Flows: c.flows}
 	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
 	cl := buildClaims(c, cfg, w.logger, w.queues, w.gate, w.starter, w.lease, w.elector.LapsedSince, declared)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/settle"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // AttemptRef ties a claimed JobRow to the worker that runs it, for CompleteTx: the
@@ -21,6 +22,7 @@ type AttemptRef struct {
 	ModeOf   func(queue, kind string) jobtype.Completion // the mode of a job's queue and kind
 	Lost     string                                      // attemptLostSQL
 	Flows    *settle.Settler                             // settles a workflow task's dependents in tx
+	Wake     waiting.Waking                              // tells the job's waiters (Client.Wait) at tx's commit
 }
 
 // AttemptLostSQL aborts the caller's transaction when CompleteTx matched no row, so that
@@ -36,7 +38,9 @@ func (ref *AttemptRef) CompleteTx(ctx context.Context, tx jobtype.DBTX, row *job
 	if p, o := jobtype.StateOf(ctx).Reported(); (p != nil || o != nil) && st.sqlReport != "" {
 		q, args = st.sqlReport, append(args, []*string{o}, []*string{p})
 	}
-	tag, err := tx.Exec(ctx, q, args...)
+	// The wake-up of the job's waiters goes with the statement, in one round trip when tx
+	// is a pgx.Tx.
+	tag, err := ref.Wake.Exec(ctx, tx, q, args, []int64{row.ID})
 	if err != nil {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", row.ID, err)
 	}

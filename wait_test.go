@@ -316,3 +316,39 @@ func TestWait_WokenByCompleteTx(t *testing.T) {
 		t.Fatal("Wait was not woken by CompleteTx's commit")
 	}
 }
+
+// Without a notification (the outcome written by hand here, as a take-back of a dead
+// worker's job would), Wait finds the outcome at its poll, after polls that found
+// nothing, on the same connection.
+func TestWait_PollsWithoutANotification(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 1)
+	skiplock.SetWaitPoll(waiter, 20*time.Millisecond)
+	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil)
+	require.NoError(t, err)
+	done := make(chan *skiplock.JobRow, 1)
+	go func() {
+		r, err := waiter.Wait(b.ctx, row.ID)
+		assert.NoError(t, err)
+		done <- r
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.job_waiters`) == 1
+	}, "the wait registered")
+	holdsFor(t, 200*time.Millisecond, 20*time.Millisecond, func() {
+		select {
+		case r := <-done:
+			t.Fatalf("Wait returned early: %+v", r)
+		default:
+		}
+	})
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'dead', finished_at = now() WHERE id = $1`), row.ID)
+	require.NoError(t, err)
+	select {
+	case r := <-done:
+		assert.Equal(t, skiplock.StatusDead, r.Status)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait did not find the outcome at its poll")
+	}
+}

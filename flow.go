@@ -12,10 +12,13 @@ package skiplock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -49,6 +52,13 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	case l.KeyRatePeriod > 0 && l.KeyRatePeriod < time.Millisecond:
 		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.KeyRatePeriod)
 	}
+	if err := checkDimensionLimits(l.ConcurrencyKeys, queue); err != nil {
+		return l, err
+	}
+	l.ConcurrencyKeys = maps.Clone(l.ConcurrencyKeys)
+	if len(l.ConcurrencyKeys) == 0 {
+		l.ConcurrencyKeys = nil
+	}
 	if l.RatePeriod == 0 {
 		l.RatePeriod = time.Second
 	}
@@ -64,20 +74,37 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	return l, nil
 }
 
+// checkDimensionLimits checks QueueLimits.ConcurrencyKeys.
+func checkDimensionLimits(dims map[string]int, queue string) error {
+	if len(dims) > enqueue.MaxDimensions {
+		return fmt.Errorf("%w: queue %q: ConcurrencyKeys has %d dimensions, at most %d", ErrInvalidLimits, queue, len(dims), enqueue.MaxDimensions)
+	}
+	for _, d := range slices.Sorted(maps.Keys(dims)) {
+		if !enqueue.ValidDimension(d) {
+			return fmt.Errorf("%w: queue %q: ConcurrencyKeys dimension %q: use [a-z0-9_-], 1-64 characters", ErrInvalidLimits, queue, enqueue.Truncate(d, 70))
+		}
+		if n := dims[d]; n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("%w: queue %q: ConcurrencyKeys[%q] is %d: a limit is 1 to %d (leave the dimension out for none)", ErrInvalidLimits, queue, d, n, math.MaxInt32)
+		}
+	}
+	return nil
+}
+
 // listLimitsSQL reads the limits set at run time.
 const listLimitsSQL = `SELECT queue, coalesce(concurrency, 0), coalesce(key_concurrency, 0),
-	coalesce(rate, 0), rate_period_ms, fair, coalesce(key_rate, 0), key_rate_period_ms
+	coalesce(rate, 0), rate_period_ms, fair, coalesce(key_rate, 0), key_rate_period_ms, concurrency_keys
 	FROM {s}.queue_limits ORDER BY queue`
 
 // setLimitsSQL stores limits set at run time and tells every worker, at commit.
 const setLimitsSQL = `WITH up AS (
 	INSERT INTO {s}.queue_limits AS l (queue, concurrency, key_concurrency, rate, rate_period_ms, fair,
-		key_rate, key_rate_period_ms, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $9, $10, now())
+		key_rate, key_rate_period_ms, concurrency_keys, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $9, $10, $11, now())
 	ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency,
 		key_concurrency = excluded.key_concurrency, rate = excluded.rate,
 		rate_period_ms = excluded.rate_period_ms, fair = excluded.fair,
-		key_rate = excluded.key_rate, key_rate_period_ms = excluded.key_rate_period_ms, updated_at = now()
+		key_rate = excluded.key_rate, key_rate_period_ms = excluded.key_rate_period_ms,
+		concurrency_keys = excluded.concurrency_keys, updated_at = now()
 	RETURNING queue
 )
 SELECT pg_notify($7, $8) FROM up`
@@ -116,7 +143,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
 		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload(),
-		nullInt(l.KeyRate), keyPeriodMs)
+		nullInt(l.KeyRate), keyPeriodMs, dimsArg(l.ConcurrencyKeys))
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -152,7 +179,7 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 		keyPeriodMs int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&q, &l.Concurrency, &l.KeyConcurrency, &l.Rate, &periodMs, &l.Fair,
-		&l.KeyRate, &keyPeriodMs}, func() error {
+		&l.KeyRate, &keyPeriodMs, &l.ConcurrencyKeys}, func() error {
 		if l.Rate > 0 {
 			l.RatePeriod = time.Duration(periodMs) * time.Millisecond
 		} else {
@@ -164,12 +191,21 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 			l.KeyRatePeriod = 0
 		}
 		out[q] = l
+		l.ConcurrencyKeys = nil // the next row's, scanned into a new map
 		return nil
 	})
 	if err != nil {
 		return nil, c.wrapErr("list queue limits", err)
 	}
 	return out, nil
+}
+
+// dimsArg is QueueLimits.ConcurrencyKeys as a query argument, nil for none.
+func dimsArg(dims map[string]int) any {
+	if len(dims) == 0 {
+		return nil
+	}
+	return dims
 }
 
 // nullInt is n as a query argument, nil for zero (no limit).

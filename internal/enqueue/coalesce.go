@@ -371,5 +371,6 @@ func refusedRows(err error) bool {
 }
 
 // coalescable reports whether a job may share a coalesced statement: any job without a
-// unique key.
-func (j *Job) coalescable() bool { return j.UniqueKey == nil }
+// unique key or concurrency keys (the coalesced statement has no column for them: such a
+// job is inserted alone).
+func (j *Job) coalescable() bool { return j.UniqueKey == nil && j.ConcurrencyKeys == nil }

@@ -1,6 +1,7 @@
 package skiplock_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -231,4 +233,46 @@ func TestFlow_ConcurrencyKeysAreChecked(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND concurrency_keys = '{"region": "eu"}'`, row.ID))
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE concurrency_keys = '{"region": "us", "tenant": "a"}'`))
+}
+
+// The SQL function's overload (migration 17) takes concurrency keys as a JSON object,
+// checks them as Go does (nothing written, the argument named), and leaves a held unique
+// key's job as it was.
+func TestSQLEnqueue_ConcurrencyKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "noop", `{}`, map[string]any{
+		"concurrency_keys": `{"region": "eu", "tenant": "a"}`, "queue": "q", "unique_key": "u"})
+	assert.False(t, dup)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND queue = 'q'
+		AND concurrency_keys = '{"region": "eu", "tenant": "a"}'`, id))
+	again, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "noop", `{}`, map[string]any{
+		"concurrency_keys": `{"region": "us"}`, "queue": "q", "unique_key": "u"})
+	assert.True(t, dup)
+	assert.Equal(t, id, again)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE concurrency_keys ->> 'region' = 'eu'`), "the holder kept its keys")
+	none, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "noop", `{}`, map[string]any{"concurrency_keys": nil})
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND concurrency_keys IS NULL`, none))
+
+	many := map[string]string{}
+	for i := range 9 {
+		many[fmt.Sprintf("d%d", i)] = "k"
+	}
+	manyJSON, err := json.Marshal(many)
+	require.NoError(t, err)
+	for name, keys := range map[string]string{
+		"not an object":       `["eu"]`,
+		"too many dimensions": string(manyJSON),
+		"bad dimension":       `{"Region": "eu"}`,
+		"empty key":           `{"region": ""}`,
+		"not a string":        `{"region": 1}`,
+		"long key":            `{"region": "` + strings.Repeat("k", 256) + `"}`,
+	} {
+		_, _, err := sqlEnqueue(b.ctx, b.pool, b.schema, "noop", `{}`, map[string]any{"concurrency_keys": keys})
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		assert.Equal(t, "22023", pgErr.Code, name)
+		assert.Equal(t, "concurrency_keys", pgErr.ColumnName, name)
+	}
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing more written")
 }

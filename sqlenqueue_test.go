@@ -70,7 +70,7 @@ func TestSQLEnqueue_AGoWorkerRunsTheJob(t *testing.T) {
 	b := setup(t)
 	var version int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT `+pgx.Identifier{b.schema, "enqueue_version"}.Sanitize()+`()`).Scan(&version))
-	assert.Equal(t, 1, version, "the contract's version (docs/sql-enqueue.md)")
+	assert.Equal(t, 2, version, "the contract's version (docs/sql-enqueue.md)")
 
 	id, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "send_email", `{"order_id": 42, "to": "a@example.com"}`, map[string]any{
 		"queue": "mail", "priority": 7, "max_attempts": 3, "metadata": `{"via": "sql"}`,

@@ -19,3 +19,73 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_concurrency_keys_check
 -- The per-dimension limits set at run time (Client.SetQueueLimits), a JSON object of
 -- positive integers ({"region": 50}). NULL: none.
 ALTER TABLE queue_limits ADD COLUMN concurrency_keys jsonb;
+
+-- enqueue with concurrency keys: an overload of migration 11's enqueue whose third argument,
+-- concurrency_keys, has no default, so a call that does not pass it still reaches the
+-- function of migration 11 alone (calls are resolved by their arguments; a positional
+-- third argument given as a literal resolves to queue, text). It checks the keys as the
+-- Go client does (internal/enqueue, concurrencykeys.go), enqueues through migration 11's
+-- function, and writes the keys on the row it inserted, in the caller's transaction: no
+-- worker can see the job before it commits, keys and all. A duplicate of a unique key
+-- is returned as it is, untouched.
+CREATE FUNCTION enqueue(
+    kind             text,
+    args             jsonb,
+    concurrency_keys jsonb,
+    queue            text        DEFAULT NULL,
+    priority         integer     DEFAULT NULL,
+    run_at           timestamptz DEFAULT NULL,
+    max_attempts     integer     DEFAULT NULL,
+    unique_key       text        DEFAULT NULL,
+    metadata         jsonb       DEFAULT NULL,
+    timeout          interval    DEFAULT NULL,
+    partition_key    text        DEFAULT NULL,
+    OUT id           bigint,
+    OUT duplicate    boolean
+) LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path FROM CURRENT
+AS $enqueue_keys$
+#variable_conflict use_variable
+DECLARE
+    -- internal/enqueue's MaxDimensions and MaxKeyBytes.
+    max_dimensions CONSTANT integer := 8;
+    max_key_bytes  CONSTANT integer := 255;
+    v_keys jsonb := nullif(concurrency_keys, '{}');
+    v_bad  text;
+BEGIN
+    IF v_keys IS NOT NULL THEN
+        IF jsonb_typeof(v_keys) <> 'object' THEN
+            RAISE EXCEPTION 'skiplock: enqueue: concurrency_keys must be a JSON object of strings by dimension, not a JSON %', jsonb_typeof(v_keys)
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'concurrency_keys';
+        END IF;
+        IF (SELECT count(*) FROM jsonb_object_keys(v_keys)) > max_dimensions THEN
+            RAISE EXCEPTION 'skiplock: enqueue: concurrency_keys has % dimensions: at most %', (SELECT count(*) FROM jsonb_object_keys(v_keys)), max_dimensions
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'concurrency_keys';
+        END IF;
+        SELECT k.key INTO v_bad FROM jsonb_each(v_keys) k WHERE k.key !~ '^[a-z0-9_-]{1,64}$' ORDER BY k.key LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'skiplock: enqueue: concurrency_keys dimension "%": use [a-z0-9_-], 1-64 characters', left(v_bad, 70)
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'concurrency_keys';
+        END IF;
+        SELECT k.key INTO v_bad FROM jsonb_each(v_keys) k
+            WHERE jsonb_typeof(k.value) <> 'string' OR k.value #>> '{}' = '' OR octet_length(k.value #>> '{}') > max_key_bytes
+            ORDER BY k.key LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'skiplock: enqueue: concurrency_keys["%"]: a key is a string of 1-255 bytes (leave the dimension out for none)', v_bad
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = 'concurrency_keys';
+        END IF;
+    END IF;
+    SELECT e.id, e.duplicate INTO id, duplicate
+    FROM enqueue(kind, args, queue => queue, priority => priority, run_at => run_at,
+        max_attempts => max_attempts, unique_key => unique_key, metadata => metadata,
+        timeout => timeout, partition_key => partition_key) e;
+    IF v_keys IS NOT NULL AND NOT duplicate THEN
+        UPDATE jobs j SET concurrency_keys = v_keys WHERE j.id = enqueue.id;
+    END IF;
+END
+$enqueue_keys$;
+
+-- Version 2 of the contract (docs/sql-enqueue.md): the overload above.
+CREATE OR REPLACE FUNCTION enqueue_version() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY INVOKER
+AS $version$ SELECT 2 $version$;

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -300,4 +302,74 @@ func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
 		require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)`),
 			"dependency rows were left behind")
 	})
+}
+
+// Two outcome transactions settle parents whose dependents cross: C depends on P1 and P4,
+// D on P2 and P3; one transaction settles P1 then P2, the other P3 then P4, interleaved.
+// Each settlement locks its dependents' job_waits rows until commit, so without one
+// order between them the first held C's and wanted D's while the second held D's and
+// wanted C's: Postgres broke the deadlock after deadlock_timeout by failing one with
+// 40P01. Both commit, and both dependents are released once, after their parents.
+func TestDependsOn_CrossingOutcomeTransactionsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b, _, _ := depSetup(t, skiplock.CompletionKeep, 0)
+	var p [5]int64
+	for i := 1; i <= 4; i++ {
+		p[i] = enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later"}).ID
+	}
+	c := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later", DependsOn: []int64{p[1], p[4]}})
+	d := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later", DependsOn: []int64{p[2], p[3]}})
+	succeed := b.q(`UPDATE {s}.jobs SET status = 'succeeded', finished_at = now() WHERE id = $1`)
+
+	txA, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = txA.Rollback(b.ctx) }()
+	txB, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = txB.Rollback(b.ctx) }()
+	var pidB int
+	require.NoError(t, txB.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pidB))
+	exec := func(tx pgx.Tx, id int64) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := tx.Exec(b.ctx, succeed, id)
+			done <- err
+		}()
+		return done
+	}
+	require.NoError(t, <-exec(txA, p[1]))
+	b1 := exec(txB, p[3])
+	// B's first settlement has either run (it holds D's wait) or waits for A.
+	var b1Err error
+	b1Done := false
+	eventually(t, 10*time.Second, func() bool {
+		select {
+		case b1Err = <-b1:
+			b1Done = true
+			return true
+		default:
+		}
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pidB) == 1
+	}, "B's first settlement ran or waits")
+	a2 := exec(txA, p[2])
+	if b1Done {
+		require.NoError(t, b1Err)
+		b2 := exec(txB, p[4])
+		errA, errB := <-a2, <-b2
+		require.NoError(t, errA, "A's second settlement")
+		require.NoError(t, errB, "B's second settlement")
+	} else {
+		require.NoError(t, <-a2, "A's second settlement")
+		require.NoError(t, txA.Commit(b.ctx))
+		require.NoError(t, <-b1, "B's first settlement")
+		require.NoError(t, <-exec(txB, p[4]), "B's second settlement")
+	}
+	_ = txA.Commit(b.ctx) // no-op when committed above
+	require.NoError(t, txB.Commit(b.ctx))
+	for _, id := range []int64{c.ID, d.ID} {
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued'
+			AND run_at < '9999-01-01'`, id), "dependent %d released", id)
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
 }

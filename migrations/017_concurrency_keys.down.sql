@@ -1,3 +1,44 @@
+-- settle_dependents as migration 13 wrote it.
+CREATE OR REPLACE FUNCTION settle_dependents() RETURNS trigger
+LANGUAGE plpgsql SECURITY INVOKER
+SET search_path FROM CURRENT
+AS $settle$
+DECLARE
+    v_parent bigint;
+    v_ok     boolean;
+    v_child  bigint;
+    v_wait   job_waits%ROWTYPE;
+    v_queue  text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        v_parent := OLD.id;
+        v_ok := OLD.status IN ('running', 'succeeded');
+    ELSE
+        v_parent := NEW.id;
+        v_ok := NEW.status = 'succeeded';
+    END IF;
+    FOR v_child IN DELETE FROM job_dependencies WHERE parent_id = v_parent RETURNING job_id LOOP
+        UPDATE job_waits SET waiting = waiting - 1 WHERE job_id = v_child RETURNING * INTO v_wait;
+        CONTINUE WHEN NOT FOUND;
+        IF NOT v_ok AND v_wait.on_failure = 'cancel' THEN
+            DELETE FROM job_waits WHERE job_id = v_child;
+            DELETE FROM job_dependencies WHERE job_id = v_child;
+            UPDATE jobs SET status = 'cancelled', finished_at = now(),
+                last_error = 'skiplock: dependency ' || v_parent || ' did not succeed'
+            WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00';
+        ELSIF v_wait.waiting <= 0 THEN
+            DELETE FROM job_waits WHERE job_id = v_child;
+            UPDATE jobs SET run_at = v_wait.run_at
+            WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00'
+            RETURNING queue INTO v_queue;
+            IF FOUND THEN
+                PERFORM pg_notify(current_schema() || '_jobs', v_queue);
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$settle$;
 CREATE OR REPLACE FUNCTION enqueue_version() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY INVOKER
 AS $version$ SELECT 1 $version$;

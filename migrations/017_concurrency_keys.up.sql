@@ -89,3 +89,55 @@ $enqueue_keys$;
 CREATE OR REPLACE FUNCTION enqueue_version() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY INVOKER
 AS $version$ SELECT 2 $version$;
+
+-- Dependencies (migration 13) settled one transaction at a time: settle_dependents takes
+-- an advisory lock per schema before it touches a job_waits row, and takes the dependents
+-- in id order. Only transactions that settle a parent with dependents (a row that passes
+-- the triggers' WHEN clause) take it; no other statement changes.
+CREATE OR REPLACE FUNCTION settle_dependents() RETURNS trigger
+LANGUAGE plpgsql SECURITY INVOKER
+SET search_path FROM CURRENT
+AS $settle$
+DECLARE
+    v_parent bigint;
+    v_ok     boolean;
+    v_child  bigint;
+    v_wait   job_waits%ROWTYPE;
+    v_queue  text;
+BEGIN
+    -- One settling transaction at a time per schema (first key 1936419191, settlement's;
+    -- the flow's is 1936419190, the sweeper's 1936419185), until it commits: two outcome
+    -- batches settling parents whose dependents cross (one locks job C's wait, then wants
+    -- D's, while the other holds D's and wants C's) would otherwise deadlock.
+    PERFORM pg_advisory_xact_lock(1936419191, hashtext(current_schema()));
+    IF TG_OP = 'DELETE' THEN
+        v_parent := OLD.id;
+        v_ok := OLD.status IN ('running', 'succeeded');
+    ELSE
+        v_parent := NEW.id;
+        v_ok := NEW.status = 'succeeded';
+    END IF;
+    -- The dependents in id order: one order of the job_waits locks everywhere.
+    FOR v_child IN SELECT d.job_id FROM job_dependencies d WHERE d.parent_id = v_parent ORDER BY d.job_id LOOP
+        DELETE FROM job_dependencies WHERE parent_id = v_parent AND job_id = v_child;
+        UPDATE job_waits SET waiting = waiting - 1 WHERE job_id = v_child RETURNING * INTO v_wait;
+        CONTINUE WHEN NOT FOUND;
+        IF NOT v_ok AND v_wait.on_failure = 'cancel' THEN
+            DELETE FROM job_waits WHERE job_id = v_child;
+            DELETE FROM job_dependencies WHERE job_id = v_child;
+            UPDATE jobs SET status = 'cancelled', finished_at = now(),
+                last_error = 'skiplock: dependency ' || v_parent || ' did not succeed'
+            WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00';
+        ELSIF v_wait.waiting <= 0 THEN
+            DELETE FROM job_waits WHERE job_id = v_child;
+            UPDATE jobs SET run_at = v_wait.run_at
+            WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00'
+            RETURNING queue INTO v_queue;
+            IF FOUND THEN
+                PERFORM pg_notify(current_schema() || '_jobs', v_queue);
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$settle$;

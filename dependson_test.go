@@ -373,3 +373,44 @@ func TestDependsOn_CrossingOutcomeTransactionsDoNotDeadlock(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
 }
+
+// A dependent cancelled because its parent died is revived when the parent is requeued,
+// and so is a dependent of that dependent: both wait again, then run in order once the
+// parent succeeds. A dependent cancelled by two parents stays cancelled.
+func TestDependsOn_RequeueOfAParentRevivesTheDependentsItCancelled(t *testing.T) {
+	t.Parallel()
+	b, ws, _ := depSetup(t, skiplock.CompletionArchive, 1)
+	later := &skiplock.EnqueueOptions{Queue: "later"} // no worker: the test writes the parents' outcomes
+	parent := enqueueDep(t, b, depArgs{}, later)
+	other := enqueueDep(t, b, depArgs{}, later)
+	child := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	grandchild := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{child.ID}})
+	twice := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID, other.ID}})
+	end := func(id int64, status skiplock.JobStatus) {
+		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = $2, finished_at = now() WHERE id = $1`), id, string(status))
+		require.NoError(t, err)
+	}
+	end(parent.ID, skiplock.StatusDead)
+	end(other.ID, skiplock.StatusFailed)
+	for _, id := range []int64{child.ID, grandchild.ID, twice.ID} {
+		waitStatus(t, b, id, skiplock.StatusCancelled, time.Second, "the dependent was not cancelled")
+	}
+	res, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{IDs: []int64{parent.ID, other.ID}})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Requeued)
+	for _, id := range []int64{child.ID, grandchild.ID} {
+		got, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, skiplock.StatusQueued, got.Status, "job %d revived", id)
+		assert.Equal(t, 9999, got.RunAt.UTC().Year(), "job %d waits again", id)
+	}
+	waitStatus(t, b, twice.ID, skiplock.StatusCancelled, time.Second, "a dependent cancelled by two parents was revived")
+	runWorker(t, ws[0])
+	end(parent.ID, skiplock.StatusSucceeded)
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, grandchild.ID) == 1 }, "the revived chain did not run")
+	assert.Equal(t, 1, runs(t, b, child.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.dep_audit c JOIN {s}.dep_audit g ON g.job_id = $2
+		WHERE c.job_id = $1 AND c.seq < g.seq AND c.finished <= g.started`, child.ID, grandchild.ID), "the grandchild ran after the child")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
+}

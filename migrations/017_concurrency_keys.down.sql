@@ -1,3 +1,10 @@
+DROP TRIGGER IF EXISTS jobs_revive_dependents ON jobs;
+DROP FUNCTION IF EXISTS revive_dependents();
+-- The dependents still cancelled with their wait kept stay cancelled, as migration 13 left them.
+DELETE FROM job_dependencies d USING job_waits w WHERE w.cancelled_by IS NOT NULL AND d.job_id = w.job_id;
+DELETE FROM job_waits WHERE cancelled_by IS NOT NULL;
+DROP INDEX IF EXISTS job_waits_cancelled_by_idx;
+ALTER TABLE job_waits DROP COLUMN IF EXISTS cancelled_by;
 -- settle_dependents as migration 13 wrote it.
 CREATE OR REPLACE FUNCTION settle_dependents() RETURNS trigger
 LANGUAGE plpgsql SECURITY INVOKER

@@ -122,13 +122,23 @@ BEGIN
         DELETE FROM job_dependencies WHERE parent_id = v_parent AND job_id = v_child;
         UPDATE job_waits SET waiting = waiting - 1 WHERE job_id = v_child RETURNING * INTO v_wait;
         CONTINUE WHEN NOT FOUND;
-        IF NOT v_ok AND v_wait.on_failure = 'cancel' THEN
-            DELETE FROM job_waits WHERE job_id = v_child;
-            DELETE FROM job_dependencies WHERE job_id = v_child;
+        IF NOT v_ok AND v_wait.on_failure = 'cancel' AND v_wait.cancelled_by IS NULL THEN
+            -- Cancelled, its wait kept and marked with the parent: a requeue of the
+            -- parent revives it (revive_dependents).
             UPDATE jobs SET status = 'cancelled', finished_at = now(),
                 last_error = 'skiplock: dependency ' || v_parent || ' did not succeed'
             WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00';
-        ELSIF v_wait.waiting <= 0 THEN
+            IF FOUND THEN
+                UPDATE job_waits SET cancelled_by = v_parent WHERE job_id = v_child;
+            ELSE
+                DELETE FROM job_waits WHERE job_id = v_child;
+                DELETE FROM job_dependencies WHERE job_id = v_child;
+            END IF;
+        ELSIF NOT v_ok AND v_wait.on_failure = 'cancel' THEN
+            -- A second parent did not succeed: the job stays cancelled for good.
+            DELETE FROM job_waits WHERE job_id = v_child;
+            DELETE FROM job_dependencies WHERE job_id = v_child;
+        ELSIF v_wait.waiting <= 0 AND v_wait.cancelled_by IS NULL THEN
             DELETE FROM job_waits WHERE job_id = v_child;
             UPDATE jobs SET run_at = v_wait.run_at
             WHERE id = v_child AND status = 'queued' AND run_at = '9999-12-31 00:00:00+00'
@@ -138,6 +148,56 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+    IF TG_OP = 'DELETE' THEN
+        -- A parent deleted (by retention, or by Client.Delete) can no longer be requeued:
+        -- the dependents it cancelled stay cancelled, their waits go.
+        DELETE FROM job_dependencies d USING job_waits w
+        WHERE w.cancelled_by = v_parent AND d.job_id = w.job_id;
+        DELETE FROM job_waits WHERE cancelled_by = v_parent;
+    END IF;
     RETURN NULL;
 END
 $settle$;
+
+-- The parent that cancelled a waiting dependent (OnDependencyFailure CancelDependents),
+-- while it may still be requeued: the wait stays, so that a requeue revives the dependent.
+-- NULL: not cancelled.
+ALTER TABLE job_waits ADD COLUMN cancelled_by bigint;
+CREATE INDEX job_waits_cancelled_by_idx ON job_waits (cancelled_by) WHERE cancelled_by IS NOT NULL;
+
+-- revive_dependents gives back their wait to the dependents that the parent whose row
+-- fired it cancelled, when the parent goes back to queued (Client.Requeue of a dead or
+-- failed job): each is queued again, waiting for that parent (and for its other parents
+-- not yet settled), with its attempts reset. Reviving a dependent fires it again for the
+-- dependents that one cancelled. A dependent that is no longer cancelled (deleted since)
+-- loses its wait.
+CREATE FUNCTION revive_dependents() RETURNS trigger
+LANGUAGE plpgsql SECURITY INVOKER
+SET search_path FROM CURRENT
+AS $revive$
+DECLARE
+    v_child bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1936419191, hashtext(current_schema()));
+    FOR v_child IN SELECT w.job_id FROM job_waits w WHERE w.cancelled_by = NEW.id ORDER BY w.job_id LOOP
+        UPDATE jobs SET status = 'queued', finished_at = NULL, attempts = 0, locked_at = NULL, locked_by = NULL
+        WHERE id = v_child AND status = 'cancelled' AND run_at = '9999-12-31 00:00:00+00';
+        IF FOUND THEN
+            UPDATE job_waits SET cancelled_by = NULL, waiting = waiting + 1 WHERE job_id = v_child;
+            INSERT INTO job_dependencies (parent_id, job_id) VALUES (NEW.id, v_child) ON CONFLICT DO NOTHING;
+        ELSE
+            DELETE FROM job_waits WHERE job_id = v_child;
+            DELETE FROM job_dependencies WHERE job_id = v_child;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$revive$;
+
+-- As the settle triggers', the WHEN clause is all other rows pay: a claim or a retry
+-- fails its first or second comparison.
+CREATE TRIGGER jobs_revive_dependents AFTER UPDATE OF status ON jobs
+FOR EACH ROW
+WHEN (NEW.status = 'queued' AND OLD.status IN ('failed', 'dead', 'cancelled')
+    AND NEW.metadata ? 'skiplock_dependents')
+EXECUTE FUNCTION revive_dependents();

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -413,4 +414,53 @@ func TestDependsOn_RequeueOfAParentRevivesTheDependentsItCancelled(t *testing.T)
 		WHERE c.job_id = $1 AND c.seq < g.seq AND c.finished <= g.started`, child.ID, grandchild.ID), "the grandchild ran after the child")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
+}
+
+// The SQL function's depends_on overload (migration 17) attaches as Go's DependsOn does:
+// the job waits for an unfinished parent and runs once it succeeded, a parent that died
+// cancels it (or is settled under on_dependency_failure => 'run'), and an unknown id or a
+// bad policy fails the call with nothing written.
+func TestSQLEnqueue_DependsOn(t *testing.T) {
+	t.Parallel()
+	b, ws, _ := depSetup(t, skiplock.CompletionArchive, 1)
+	later := &skiplock.EnqueueOptions{Queue: "later"}
+	parent := enqueueDep(t, b, depArgs{}, later)
+	dead := enqueueDep(t, b, depArgs{}, later)
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'dead', finished_at = now() WHERE id = $1`), dead.ID)
+	require.NoError(t, err)
+
+	waiting, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{
+		"depends_on": []int64{parent.ID, parent.ID}, "concurrency_keys": `{"region": "eu"}`})
+	require.False(t, dup)
+	got, err := b.client.Get(b.ctx, waiting)
+	require.NoError(t, err)
+	assert.Equal(t, 9999, got.RunAt.UTC().Year(), "it waits")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND metadata ? 'skiplock_dependents'`, parent.ID), "the parent is marked")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND concurrency_keys ->> 'region' = 'eu'`, waiting))
+
+	cancelled, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{"depends_on": []int64{dead.ID}})
+	waitStatus(t, b, cancelled, skiplock.StatusCancelled, time.Second, "a dependent of a dead parent was not cancelled")
+	settled, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{
+		"depends_on": []int64{dead.ID}, "on_dependency_failure": "run"})
+
+	before := b.count(t, `SELECT count(*) FROM {s}.jobs`)
+	for name, named := range map[string]map[string]any{
+		"unknown id": {"depends_on": []int64{parent.ID, 1 << 40}},
+		"bad policy": {"depends_on": []int64{parent.ID}, "on_dependency_failure": "later"},
+		"zero id":    {"depends_on": []int64{0}},
+		"unique key": {"depends_on": []int64{parent.ID}, "unique_key": "u"},
+	} {
+		_, _, err := sqlEnqueue(b.ctx, b.pool, b.schema, "dep", `{}`, named)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		assert.Contains(t, []string{"depends_on", "on_dependency_failure"}, pgErr.ColumnName, name)
+	}
+	assert.Equal(t, before, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing written")
+
+	runWorker(t, ws[0])
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, settled) == 1 }, "the dependent did not run under 'run'")
+	assert.Zero(t, runs(t, b, waiting), "the dependent ran before its parent")
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'succeeded', finished_at = now() WHERE id = $1`), parent.ID)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, waiting) == 1 }, "the dependent did not run once its parent succeeded")
 }

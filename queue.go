@@ -69,8 +69,7 @@ type EnqueueOptions struct {
 	// and start it only when every one is under its limit. At most 8 dimensions, named
 	// [a-z0-9_-] (1-64 characters); keys of 1-255 bytes. An args type's keys and the
 	// call's are merged dimension by dimension, the call's winning. Not for workflow
-	// tasks or sequences. A job with keys is not coalesced by [Client.Enqueue] (its own
-	// statement). Nil means none; the map is not kept. See docs/flow-control.md.
+	// tasks or sequences. Nil means none; the map is not kept. See docs/flow-control.md.
 	ConcurrencyKeys map[string]string
 	// SequenceOnFailure is what a failed attempt of this job does to the sequence it was
 	// enqueued in ([Client.EnqueueSequenceTx]): [SequenceHold] (the zero value) or

@@ -87,7 +87,8 @@ const dimKeyedCandSQL = `, cand AS MATERIALIZED (
 //     step reads one element), keeping the keys of those it took (taken): a candidate is
 //     taken when none of its keys has as many taken as it has room, until the budget is
 //     taken or the candidates are through. A job is checked against every one of its
-//     keys: a full key in any dimension passes it over.
+//     keys: a full key in any dimension passes it over. (OFFSET 0 keeps the check a
+//     subquery evaluated once per step: pulled up, it was evaluated once per use.)
 //   - picked locks the jobs taken, SKIP LOCKED, re-checking that each is still queued
 //     (another statement may have moved it since this statement's snapshot). The claim
 //     runs under the queue's claim lock, so no other limited claim takes a job or a key's
@@ -119,6 +120,7 @@ const dimPickSQL = `, running AS MATERIALIZED (
 			SELECT 1 FROM unnest(k.keys) ck(k) JOIN lim l ON l.k = ck.k
 			WHERE l.free <= (SELECT count(*) FROM unnest(w.taken) t(k) WHERE t.k = ck.k)) AS ok
 		FROM (SELECT ARRAY(SELECT jsonb_array_elements_text(a.keys[w.i + 1])) AS keys) k
+		OFFSET 0
 	) x
 	WHERE w.i < a.n AND w.n < (SELECT n FROM budget)
 ), picked AS (

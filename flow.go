@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,8 +51,8 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	case l.KeyRatePeriod > 0 && l.KeyRatePeriod < time.Millisecond:
 		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.KeyRatePeriod)
 	}
-	if err := checkDimensionLimits(l.ConcurrencyKeys, queue); err != nil {
-		return l, err
+	if err := enqueue.CheckDimensionLimits(l.ConcurrencyKeys); err != nil {
+		return l, fmt.Errorf("%w: queue %q: %v", ErrInvalidLimits, queue, err)
 	}
 	l.ConcurrencyKeys = maps.Clone(l.ConcurrencyKeys)
 	if len(l.ConcurrencyKeys) == 0 {
@@ -72,22 +71,6 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 		l.KeyRatePeriod = 0
 	}
 	return l, nil
-}
-
-// checkDimensionLimits checks QueueLimits.ConcurrencyKeys.
-func checkDimensionLimits(dims map[string]int, queue string) error {
-	if len(dims) > enqueue.MaxDimensions {
-		return fmt.Errorf("%w: queue %q: ConcurrencyKeys has %d dimensions, at most %d", ErrInvalidLimits, queue, len(dims), enqueue.MaxDimensions)
-	}
-	for _, d := range slices.Sorted(maps.Keys(dims)) {
-		if !enqueue.ValidDimension(d) {
-			return fmt.Errorf("%w: queue %q: ConcurrencyKeys dimension %q: use [a-z0-9_-], 1-64 characters", ErrInvalidLimits, queue, enqueue.Truncate(d, 70))
-		}
-		if n := dims[d]; n < 1 || n > math.MaxInt32 {
-			return fmt.Errorf("%w: queue %q: ConcurrencyKeys[%q] is %d: a limit is 1 to %d (leave the dimension out for none)", ErrInvalidLimits, queue, d, n, math.MaxInt32)
-		}
-	}
-	return nil
 }
 
 // listLimitsSQL reads the limits set at run time.
@@ -140,10 +123,14 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if l.KeyRatePeriod > 0 {
 		keyPeriodMs = l.KeyRatePeriod.Milliseconds()
 	}
+	var dims any // NULL: no dimension
+	if l.ConcurrencyKeys != nil {
+		dims = l.ConcurrencyKeys
+	}
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
 		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload(),
-		nullInt(l.KeyRate), keyPeriodMs, dimsArg(l.ConcurrencyKeys))
+		nullInt(l.KeyRate), keyPeriodMs, dims)
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -198,14 +185,6 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 		return nil, c.wrapErr("list queue limits", err)
 	}
 	return out, nil
-}
-
-// dimsArg is QueueLimits.ConcurrencyKeys as a query argument, nil for none.
-func dimsArg(dims map[string]int) any {
-	if len(dims) == 0 {
-		return nil
-	}
-	return dims
 }
 
 // nullInt is n as a query argument, nil for zero (no limit).

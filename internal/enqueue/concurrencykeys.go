@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -49,4 +50,20 @@ func concurrencyKeysJSON(keys map[string]string) *string {
 	b, _ := json.Marshal(keys) // a map of strings always marshals
 	s := string(b)
 	return &s
+}
+
+// CheckDimensionLimits checks a queue's per-dimension limits (QueueLimits.ConcurrencyKeys).
+func CheckDimensionLimits(dims map[string]int) error {
+	if len(dims) > MaxDimensions {
+		return fmt.Errorf("ConcurrencyKeys has %d dimensions, at most %d", len(dims), MaxDimensions)
+	}
+	for _, d := range slices.Sorted(maps.Keys(dims)) {
+		if !ValidDimension(d) {
+			return fmt.Errorf("ConcurrencyKeys dimension %q: use [a-z0-9_-], 1-64 characters", Truncate(d, 70))
+		}
+		if n := dims[d]; n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("ConcurrencyKeys[%q] is %d: a limit is 1 to %d (leave the dimension out for none)", d, n, math.MaxInt32)
+		}
+	}
+	return nil
 }

@@ -20,7 +20,7 @@
 //	requeue [--id 1,2,3] [--kind K] [--queue Q]
 //	                               put dead and failed jobs back in the queue, attempts reset
 //	cancel --id N                  cancel a queued or running job
-//	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --fair | --none)... | --queue Q --reset]
+//	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --key-rate N [--key-rate-period D] | --key-limit DIM=N | --fair | --none)... | --queue Q --reset]
 //	                               show, set or reset a queue's flow-control limits on every worker
 //	ui [--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS | --trust-loopback] [--trusted-proxy ADDRS]
 //	                               serve the operator dashboard (default http://127.0.0.1:8080/)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -394,3 +395,179 @@ type raceArgs struct {
 }
 
 func (raceArgs) Kind() string { return "signal_race" }
+
+type versionedArgs struct {
+	Second string `json:"second"` // the name the handler's second step has in its attempt 2
+}
+
+func (versionedArgs) Kind() string { return "versioned" }
+
+// Versioning: a retry whose handler renamed a recorded step gets ErrStepOrderChanged,
+// naming the place, the recorded step and the called one; a retry whose handler only
+// appends steps after the recorded ones runs them.
+func TestStep_ChangedStepOrderIsAnErrorAndAppendingIsNot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	errs := make(chan error, 4)
+	w := durableWorker(t, b, skiplock.WorkerConfig{RetryPolicy: fixedDelay(10 * time.Millisecond)})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[versionedArgs]) error {
+		names := []string{"first", "second"} // attempt 1: then fails
+		if job.Attempts > 1 {
+			names = []string{"first", job.Args.Second, "third"} // the code changed
+		}
+		for _, name := range names {
+			if _, err := skiplock.StepTx(ctx, name, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				return 0, audit(ctx, b, tx, job.JobRow, name)
+			}); err != nil {
+				if errors.Is(err, skiplock.ErrStepOrderChanged) {
+					errs <- err
+					return skiplock.Permanent(err)
+				}
+				return err
+			}
+		}
+		if job.Attempts == 1 {
+			return errors.New("first attempt fails after its steps")
+		}
+		return nil
+	}))
+	renamed, err := b.client.Enqueue(b.ctx, versionedArgs{Second: "second_v2"}, nil)
+	require.NoError(t, err)
+	appended, err := b.client.Enqueue(b.ctx, versionedArgs{Second: "second"}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, renamed.ID, skiplock.StatusFailed, 30*time.Second, "the renamed step failed the job")
+	waitStatus(t, b, appended.ID, skiplock.StatusSucceeded, 30*time.Second, "the appended step ran")
+	select {
+	case err := <-errs:
+		assert.Contains(t, err.Error(), `step 1 was recorded as step "second", the handler now calls step "second_v2" there`)
+	default:
+		t.Fatal("no ErrStepOrderChanged")
+	}
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE step = 'second_v2'`), "the renamed step did not run")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'first'`, appended.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'third' AND attempt = 2`, appended.ID))
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE job_id = $1`, appended.ID))
+}
+
+// Fork: a new job whose steps before the named one are copied runs that step and the
+// later ones again, and replays the earlier ones; the old job is left alone.
+func TestFork_RunsAgainFromTheNamedStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	w := durableWorker(t, b, skiplock.WorkerConfig{Completion: skiplock.CompletionArchive})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sagaArgs]) error {
+		for _, name := range []string{"reserve", "charge", "ship"} {
+			got, err := skiplock.StepTx(ctx, name, func(ctx context.Context, tx pgx.Tx) (int64, error) {
+				return job.ID, audit(ctx, b, tx, job.JobRow, name)
+			})
+			if err != nil {
+				return err
+			}
+			_ = got // reserve's result: the id of the job that ran it (the old job's, in a fork)
+		}
+		return nil
+	}))
+	j, err := b.client.Enqueue(b.ctx, sagaArgs{Order: 5}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, j.ID, skiplock.StatusSucceeded, 30*time.Second, "the job finished")
+	_, err = b.client.Fork(b.ctx, j.ID, "refund")
+	assert.ErrorIs(t, err, skiplock.ErrStepNotFound)
+	_, err = b.client.Fork(b.ctx, 1<<40, "charge")
+	assert.ErrorIs(t, err, skiplock.ErrJobNotFound)
+	fork, err := b.client.Fork(b.ctx, j.ID, "charge") // the job is in the archive
+	require.NoError(t, err)
+	assert.NotEqual(t, j.ID, fork.ID)
+	assert.Equal(t, j.Kind, fork.Kind)
+	waitStatus(t, b, fork.ID, skiplock.StatusSucceeded, 30*time.Second, "the fork finished")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'reserve'`, fork.ID), "reserve replayed")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'charge'`, fork.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'ship'`, fork.ID))
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1`, j.ID), "the old job's steps ran once")
+	steps, err := b.client.Steps(b.ctx, fork.ID)
+	require.NoError(t, err)
+	require.Len(t, steps, 3)
+	assert.Equal(t, 0, steps[0].Attempt, "copied by Fork")
+	assert.Equal(t, json.RawMessage(fmt.Sprint(j.ID)), steps[0].Result, "the old job's result")
+	assert.Equal(t, 1, steps[1].Attempt)
+}
+
+type lifeArgs struct{}
+
+func (lifeArgs) Kind() string { return "life" }
+
+// A job's steps and signals go away with it: deleted from the jobs table (Delete, the
+// delete completion mode), or purged from the archive; an archived job's stay readable.
+func TestDurable_RecordsGoAwayWithTheirJob(t *testing.T) {
+	t.Parallel()
+	for name, mode := range map[string]skiplock.Completion{"archive": skiplock.CompletionArchive,
+		"keep": skiplock.CompletionKeep, "delete": skiplock.CompletionDelete} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			w := durableWorker(t, b, skiplock.WorkerConfig{Completion: mode})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lifeArgs]) error {
+				_, err := skiplock.Step(ctx, "one", func(context.Context) (int, error) { return 1, nil })
+				return err
+			}))
+			j, err := b.client.Enqueue(b.ctx, lifeArgs{}, nil)
+			require.NoError(t, err)
+			other, err := b.client.Enqueue(b.ctx, lifeArgs{}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			require.NoError(t, b.client.Signal(b.ctx, j.ID, "hello", 1))
+			require.NoError(t, b.client.Signal(b.ctx, other.ID, "hello", 2))
+			records := func(id int64) int {
+				return b.count(t, `SELECT (SELECT count(*) FROM {s}.job_steps WHERE job_id = $1) + (SELECT count(*) FROM {s}.job_signals WHERE job_id = $1)`, id)
+			}
+			runWorker(t, w)
+			if mode == skiplock.CompletionDelete {
+				eventually(t, 30*time.Second, func() bool {
+					return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1`, j.ID) == 0
+				}, "the job's success deleted it")
+				assert.Equal(t, 0, records(j.ID), "its records went with it")
+				assert.Equal(t, 1, records(other.ID), "another job's records stay")
+				return
+			}
+			waitStatus(t, b, j.ID, skiplock.StatusSucceeded, 30*time.Second, "the job finished")
+			require.Equal(t, 2, records(j.ID), "a finished job's records are kept")
+			steps, err := b.client.Steps(b.ctx, j.ID)
+			require.NoError(t, err)
+			require.Len(t, steps, 1)
+			_, err = b.client.Delete(b.ctx, j.ID)
+			require.NoError(t, err)
+			assert.Equal(t, 0, records(j.ID), "its records went with it")
+			assert.Equal(t, 1, records(other.ID), "another job's records stay")
+			_, err = b.client.Steps(b.ctx, j.ID)
+			assert.ErrorIs(t, err, skiplock.ErrJobNotFound)
+		})
+	}
+}
+
+// Bad input gets a clear error and writes nothing; outside a handler the steps say so.
+func TestDurable_BadInputAndCallsOutsideAJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j, err := b.client.Enqueue(b.ctx, lifeArgs{}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	for _, name := range []string{"", strings.Repeat("x", skiplock.MaxStepName+1), "bad\x00name", "\xff"} {
+		assert.ErrorIs(t, b.client.Signal(b.ctx, j.ID, name, 1), skiplock.ErrInvalidStepName, "name %q", name)
+	}
+	assert.ErrorIs(t, b.client.Signal(b.ctx, j.ID, "s", func() {}), skiplock.ErrInvalidPayload)
+	assert.ErrorIs(t, b.client.Signal(b.ctx, j.ID, "s", strings.Repeat("x", skiplock.DefaultMaxPayloadBytes)), skiplock.ErrPayloadTooLarge)
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_signals`))
+	_, err = b.client.Fork(b.ctx, j.ID, "")
+	assert.ErrorIs(t, err, skiplock.ErrInvalidStepName)
+	_, err = skiplock.Step(b.ctx, "x", func(context.Context) (int, error) { return 1, nil })
+	assert.ErrorIs(t, err, skiplock.ErrNotInJob)
+	_, err = skiplock.StepTx(b.ctx, "x", func(context.Context, pgx.Tx) (int, error) { return 1, nil })
+	assert.ErrorIs(t, err, skiplock.ErrNotInJob)
+	assert.ErrorIs(t, skiplock.Sleep(b.ctx, time.Second), skiplock.ErrNotInJob)
+	_, err = skiplock.AwaitSignal(b.ctx, "x", time.Second)
+	assert.ErrorIs(t, err, skiplock.ErrNotInJob)
+	steps, err := b.client.Steps(b.ctx, j.ID)
+	require.NoError(t, err)
+	assert.Empty(t, steps)
+}

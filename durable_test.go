@@ -571,3 +571,45 @@ func TestDurable_BadInputAndCallsOutsideAJob(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, steps)
 }
+
+type batchStepArgs struct {
+	N int `json:"n"`
+}
+
+func (batchStepArgs) Kind() string { return "batch_step" }
+
+// In a batch handler, durable steps take each job's own context: given the call's (which
+// carries its first job's values) they refuse, rather than record for the wrong job.
+func TestStep_InABatchHandlerTakesEachJobsOwnContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refused := make(chan error, 1)
+	w := durableWorker(t, b, skiplock.WorkerConfig{})
+	require.NoError(t, skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{MaxJobs: 3, MaxWait: time.Second},
+		func(ctx context.Context, jobs []*skiplock.Job[batchStepArgs]) []error {
+			_, err := skiplock.Step(ctx, "wrong", func(context.Context) (int, error) { return 0, nil })
+			select {
+			case refused <- err:
+			default:
+			}
+			errs := make([]error, len(jobs))
+			for i, job := range jobs {
+				_, errs[i] = skiplock.Step(job.Context(), "own", func(context.Context) (int, error) { return job.Args.N, nil })
+			}
+			return errs
+		}))
+	params := make([]skiplock.EnqueueParams, 3)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: batchStepArgs{N: i}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'`) == 3
+	}, "the batch succeeded")
+	assert.ErrorIs(t, <-refused, skiplock.ErrNotInJob)
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.job_steps s JOIN {s}.jobs j ON j.id = s.job_id
+		WHERE s.name = 'own' AND s.result = j.payload -> 'n'`), "each job's step recorded for it")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE name = 'wrong'`))
+}

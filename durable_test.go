@@ -196,7 +196,10 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	durableSetup(t, b)
-	w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}}})
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.outcomes (job_id bigint, status text, outcome text)`))
+	require.NoError(t, err)
+	w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}},
+		Hooks: []skiplock.Hook{outcomeLog{b}}})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sleeperArgs]) error {
 		if _, err := skiplock.StepTx(ctx, "before", func(ctx context.Context, tx pgx.Tx) (int, error) {
 			return 1, audit(ctx, b, tx, job.JobRow, "before")
@@ -256,6 +259,9 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	assert.Equal(t, skiplock.StepKindSleep, steps[1].Kind)
 	assert.Equal(t, "done", steps[1].Status)
 	assert.Equal(t, 1, b.count(t, parked, ignorer.ID), "the job whose handler dropped Sleep's error still sleeps")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.outcomes WHERE job_id = $1 AND outcome <> 'snoozed'`, ignorer.ID),
+		"the hooks were told the attempt was suspended, not that it succeeded")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.outcomes WHERE job_id = $1 AND status = 'queued'`, ignorer.ID))
 }
 
 type waiterArgs struct {

@@ -619,3 +619,37 @@ func TestStep_InABatchHandlerTakesEachJobsOwnContext(t *testing.T) {
 		WHERE s.name = 'own' AND s.result = j.payload -> 'n'`), "each job's step recorded for it")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE name = 'wrong'`))
 }
+
+// A sleeping job holds no slot of its queue's concurrency limit either: with
+// Concurrency 1 (the slot rows) or with a per-key limit too (the claims under the
+// queue's lock), other jobs of the queue run while it sleeps.
+func TestSleep_HoldsNoConcurrencySlot(t *testing.T) {
+	t.Parallel()
+	for name, limits := range map[string]skiplock.QueueLimits{
+		"slots": {Concurrency: 1}, "locked": {Concurrency: 1, KeyConcurrency: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			durableSetup(t, b)
+			w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{
+				skiplock.DefaultQueue: {MaxWorkers: 4, Limits: limits}}})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sleeperArgs]) error {
+				return skiplock.Sleep(ctx, time.Hour)
+			}))
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[auditArgs]) error {
+				return audit(ctx, b, b.pool, job.JobRow, "other")
+			}))
+			sleeper, err := b.client.Enqueue(b.ctx, sleeperArgs{}, nil)
+			require.NoError(t, err)
+			runWorker(t, w)
+			eventually(t, 30*time.Second, func() bool {
+				return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued' AND run_at > now() + interval '50 minutes'`, sleeper.ID) == 1
+			}, "the job sleeps")
+			enqueueAudit(t, b, 3)
+			eventually(t, 30*time.Second, func() bool {
+				return b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE step = 'other'`) == 3
+			}, "the other jobs ran under the limit while the sleeper slept")
+		})
+	}
+}

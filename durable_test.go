@@ -201,6 +201,9 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}},
 		Hooks: []skiplock.Hook{outcomeLog{b}}})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sleeperArgs]) error {
+		if err := skiplock.Sleep(ctx, -time.Minute); err != nil { // no sleep at all, recorded
+			return skiplock.Permanent(fmt.Errorf("a negative sleep suspended: %w", err))
+		}
 		if _, err := skiplock.StepTx(ctx, "before", func(ctx context.Context, tx pgx.Tx) (int, error) {
 			return 1, audit(ctx, b, tx, job.JobRow, "before")
 		}); err != nil {
@@ -243,7 +246,7 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 		require.Equal(t, 1, b.count(t, parked, sleeper.ID), "the sleeper stays parked")
 	})
 	// Its wake-up passed: it goes on after the Sleep, once.
-	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.job_steps SET wake_at = now() - interval '1 second' WHERE job_id = $1 AND kind = 'sleep'`), sleeper.ID)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.job_steps SET wake_at = now() - interval '1 second' WHERE job_id = $1 AND seq = 2`), sleeper.ID)
 	require.NoError(t, err)
 	_, err = b.client.Update(b.ctx, sleeper.ID, skiplock.JobUpdate{RunNow: true})
 	require.NoError(t, err)
@@ -255,9 +258,13 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	assert.Equal(t, 1, j.Attempts, "the sleeps gave their attempts back")
 	steps, err := b.client.Steps(b.ctx, sleeper.ID)
 	require.NoError(t, err)
-	require.Len(t, steps, 2)
-	assert.Equal(t, skiplock.StepKindSleep, steps[1].Kind)
-	assert.Equal(t, "done", steps[1].Status)
+	require.Len(t, steps, 3)
+	assert.Equal(t, skiplock.StepKindSleep, steps[0].Kind)
+	assert.Equal(t, "done", steps[0].Status, "the negative sleep")
+	assert.Equal(t, skiplock.StepKindSleep, steps[2].Kind)
+	assert.Equal(t, "done", steps[2].Status)
+	require.NotNil(t, steps[2].WakeAt)
+	assert.Zero(t, steps[0].Duration, "a sleep of no length")
 	assert.Equal(t, 1, b.count(t, parked, ignorer.ID), "the job whose handler dropped Sleep's error still sleeps")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.outcomes WHERE job_id = $1 AND outcome <> 'snoozed'`, ignorer.ID),
 		"the hooks were told the attempt was suspended, not that it succeeded")

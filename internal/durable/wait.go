@@ -26,6 +26,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	if err != nil || (rec != nil && rec.finished) {
 		return err
 	}
+	d = max(d, 0) // a negative sleep is none (a negative length means no end to beginWait)
 	var wake time.Time
 	suspended := false
 	err = r.inLock(ctx, func(tx pgx.Tx, now time.Time) error {

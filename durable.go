@@ -152,13 +152,13 @@ func (c *Client) Signals(ctx context.Context, jobID int64) ([]SignalInfo, error)
 }
 
 // Fork enqueues a new job with the args, queue, kind, priority and attempt limit of job
-// jobID (in the jobs table or the archive, in any state), whose recorded steps before
-// the first one named fromStep are copied: its handler gets their results back, and runs
-// fromStep and what follows again. Use it to run a finished or failed job again from a
-// step, after fixing what made it fail. The new job's metadata is the old one's without
-// skiplock's own keys (a workflow task's fork is a job of its own) plus
-// "skiplock_forked_from"; signals are not copied. It returns [ErrStepNotFound] when the
-// job recorded no such step.
+// jobID (in the jobs table or the archive, in any state; from the jobs table also its
+// timeout and partition key), whose recorded steps before the first one named fromStep
+// are copied: its handler gets their results back, and runs fromStep and what follows
+// again. Use it to run a finished or failed job again from a step, after fixing what
+// made it fail. The new job's metadata is the old one's without skiplock's own keys (a
+// workflow task's fork is a job of its own) plus "skiplock_forked_from"; signals are not
+// copied. It returns [ErrStepNotFound] when the job recorded no such step.
 func (c *Client) Fork(ctx context.Context, jobID int64, fromStep string) (*JobRow, error) {
 	return c.store().Fork(ctx, jobID, fromStep)
 }

@@ -483,7 +483,7 @@ func TestFork_RunsAgainFromTheNamedStep(t *testing.T) {
 		}
 		return nil
 	}))
-	j, err := b.client.Enqueue(b.ctx, sagaArgs{Order: 5}, nil)
+	j, err := b.client.Enqueue(b.ctx, sagaArgs{Order: 5}, &skiplock.EnqueueOptions{Metadata: map[string]string{"tenant": "acme"}})
 	require.NoError(t, err)
 	runWorker(t, w)
 	waitStatus(t, b, j.ID, skiplock.StatusSucceeded, 30*time.Second, "the job finished")
@@ -495,6 +495,7 @@ func TestFork_RunsAgainFromTheNamedStep(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, j.ID, fork.ID)
 	assert.Equal(t, j.Kind, fork.Kind)
+	assert.Equal(t, map[string]string{"tenant": "acme", "skiplock_forked_from": fmt.Sprint(j.ID)}, fork.Metadata)
 	waitStatus(t, b, fork.ID, skiplock.StatusSucceeded, 30*time.Second, "the fork finished")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'reserve'`, fork.ID), "reserve replayed")
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1 AND step = 'charge'`, fork.ID))

@@ -105,7 +105,7 @@ const forkSQL = `WITH src AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, metadata, timeout_ms, partition_key, durable)
 	SELECT queue, kind, payload, priority, max_attempts,
 		(SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(metadata) AS m (k, v) WHERE k NOT LIKE 'skiplock\_%')
-			|| jsonb_build_object('skiplock_forked_from', $1::bigint),
+			|| jsonb_build_object('skiplock_forked_from', $1::bigint::text),
 		timeout_ms, partition_key, true
 	FROM src
 	RETURNING ` + jobtype.Columns + `

@@ -514,7 +514,8 @@ type lifeArgs struct{}
 func (lifeArgs) Kind() string { return "life" }
 
 // A job's steps and signals go away with it: deleted from the jobs table (Delete, the
-// delete completion mode), or purged from the archive; an archived job's stay readable.
+// delete completion mode), or purged from the archive by retention; an archived job's
+// stay readable until then.
 func TestDurable_RecordsGoAwayWithTheirJob(t *testing.T) {
 	t.Parallel()
 	for name, mode := range map[string]skiplock.Completion{"archive": skiplock.CompletionArchive,
@@ -550,8 +551,18 @@ func TestDurable_RecordsGoAwayWithTheirJob(t *testing.T) {
 			steps, err := b.client.Steps(b.ctx, j.ID)
 			require.NoError(t, err)
 			require.Len(t, steps, 1)
-			_, err = b.client.Delete(b.ctx, j.ID)
-			require.NoError(t, err)
+			if mode == skiplock.CompletionArchive { // the retention purge of the archive
+				_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs_archive SET finished_at = now() - interval '8 days' WHERE id = $1`), j.ID)
+				require.NoError(t, err)
+				sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+				require.NoError(t, err)
+				res, err := sw.Sweep(b.ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, res.Purged)
+			} else {
+				_, err = b.client.Delete(b.ctx, j.ID)
+				require.NoError(t, err)
+			}
 			assert.Equal(t, 0, records(j.ID), "its records went with it")
 			assert.Equal(t, 1, records(other.ID), "another job's records stay")
 			_, err = b.client.Steps(b.ctx, j.ID)

@@ -2,14 +2,15 @@
 -- (Step, StepTx, Sleep, AwaitSignal) and the signals sent to a job (Client.Signal).
 -- Numbered 15; the migrator applies any version it has not applied, gaps included.
 --
--- Safe on a live system: two columns on jobs without a volatile default (catalog changes
+-- Safe on a live system: two nullable columns on jobs without a default (catalog changes
 -- only), two new empty tables, two trigger functions and two triggers. The trigger on
 -- jobs has a WHEN clause that passes only rows with durable records: every other job
 -- pays one boolean test per deleted row, and no function call.
 
--- durable: the job has rows in job_steps or job_signals (set by the first step or signal,
--- under the job's row lock). Only such rows fire the clean-up trigger below.
-ALTER TABLE jobs ADD COLUMN durable boolean NOT NULL DEFAULT false;
+-- durable: true once the job has rows in job_steps or job_signals (set by the first step
+-- or signal, under the job's row lock), NULL otherwise (as limited is: the dashboard
+-- shows no NULL column). Only rows with true fire the clean-up trigger below.
+ALTER TABLE jobs ADD COLUMN durable boolean;
 -- awaiting: the name of the signal a parked job waits for (AwaitSignal), NULL otherwise.
 -- A parked job is an ordinary queued job whose run_at is its wait's timeout (9999-12-31
 -- for none, as a dependent's), so no claim reads it before; Client.Signal, holding the

@@ -138,7 +138,7 @@ const recordSQL = `WITH j AS (
 	WHERE id = $1 AND fence = $2 AND (status || '') = 'running' AND locked_by = $3
 	FOR NO KEY UPDATE
 ), mark AS (
-	UPDATE {s}.jobs SET durable = true WHERE id = $1 AND (SELECT NOT durable FROM j)
+	UPDATE {s}.jobs SET durable = true WHERE id = $1 AND (SELECT durable IS NOT TRUE FROM j)
 )
 INSERT INTO {s}.job_steps (job_id, seq, name, kind, result, attempt, started_at, finished_at)
 SELECT $1, $4, $5, 'step', $6::jsonb, attempts, clock_timestamp() - $7::bigint * interval '1 microsecond', clock_timestamp()

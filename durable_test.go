@@ -672,3 +672,47 @@ func TestSleep_HoldsNoConcurrencySlot(t *testing.T) {
 		})
 	}
 }
+
+type cancelledStepArgs struct{}
+
+func (cancelledStepArgs) Kind() string { return "cancelled_step" }
+
+// A StepTx whose job is cancelled while its function runs commits nothing: its record,
+// fenced on the attempt, finds the job no longer running, and the step's writes roll
+// back with it. The handler ignores its cancelled context, so only the fence stops it.
+func TestStepTx_StaleAttemptCommitsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	inside, goOn := make(chan struct{}), make(chan struct{})
+	stepErr := make(chan error, 1)
+	w := durableWorker(t, b, skiplock.WorkerConfig{JobTimeout: -1})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[cancelledStepArgs]) error {
+		_, err := skiplock.StepTx(context.WithoutCancel(ctx), "pay", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			if err := audit(ctx, b, tx, job.JobRow, "pay"); err != nil {
+				return 0, err
+			}
+			close(inside)
+			<-goOn // meanwhile the job is cancelled
+			return 1, nil
+		})
+		stepErr <- err
+		return err
+	}))
+	job, err := b.client.Enqueue(b.ctx, cancelledStepArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	<-inside
+	_, err = b.client.Cancel(b.ctx, job.ID)
+	require.NoError(t, err)
+	close(goOn)
+	select {
+	case err := <-stepErr:
+		assert.ErrorIs(t, err, skiplock.ErrAttemptLost)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step did not return")
+	}
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.step_audit`), "the stale step's write committed")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps`), "the stale step was recorded")
+	waitStatus(t, b, job.ID, skiplock.StatusCancelled, 30*time.Second, "the job stays cancelled")
+}

@@ -9,7 +9,9 @@
 // harness can see executions that overlap, that ran twice, or that were cut off by a kill.
 // Workflow tasks and batch jobs ([audit.FlowArgs]) and batch callbacks ([audit.CallbackArgs])
 // are recorded the same way; a callback also writes the counts it was given to
-// chaos.callbacks.
+// chaos.callbacks. Durable jobs ([audit.DurableArgs]) run five steps, with a durable sleep
+// or a wait for a signal between two, and record each execution of a step in
+// chaos.durable_execs (durable.go).
 //
 // With -ends, it also appends each execution's end to a file of its own before it writes
 // it to the table: an end whose write cannot get through before the process exits (a
@@ -123,7 +125,15 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	if err != nil {
 		return err
 	}
-	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork, ends: ends, logger: logger}
+	// The durable steps' audit writes go through a pool of their own: a step's function
+	// runs inside its transaction, which holds a connection of the main pool, and must not
+	// wait for a second one from it.
+	auditPool, err := newPool(ctx, url, "chaos-worker "+id+" audit", auditConns)
+	if err != nil {
+		return err
+	}
+	defer auditPool.Close()
+	h := &handler{pool: pool, audit: auditPool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork, ends: ends, logger: logger}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 			ID: id,
@@ -150,6 +160,9 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 		if err := skiplock.Handle(w, h.runCallback); err != nil {
 			return err
 		}
+		if err := skiplock.Handle(w, h.runDurable); err != nil {
+			return err
+		}
 		err = w.Run(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
@@ -164,9 +177,11 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	}
 }
 
-// handler runs chaos jobs and records each execution in chaos.executions.
+// handler runs chaos jobs and records each execution in chaos.executions (a durable job's
+// steps in chaos.durable_execs, durable.go).
 type handler struct {
 	pool    *pgxpool.Pool
+	audit   *pgxpool.Pool // the durable steps' audit writes
 	id      string
 	pid     int
 	maxWork time.Duration

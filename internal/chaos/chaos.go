@@ -208,6 +208,10 @@ type Options struct {
 	// the fault window beside the jobs. Defaults to 600; negative means none. A failover
 	// run has none.
 	Durable int
+	// DurableWork bounds the work (a sleep) inside each step of a durable job: each works a
+	// random time in [0, DurableWork], so that a run keeps a few durable jobs in flight for
+	// the faults to cut through. Defaults to 200ms.
+	DurableWork time.Duration
 	// StandbyLag is, in a failover run, how long the primary's WAL sender is paused
 	// (SIGSTOP) right before the kill, so that the standby is that far behind when the
 	// primary dies, as over a slow or congested network: on loopback it is otherwise well
@@ -218,14 +222,14 @@ type Options struct {
 }
 
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
-// 25 jobs, 60 durable jobs (20 sleeping, 20 waiting for a signal), 4 kills, one Postgres
+// 25 jobs, 120 durable jobs (40 sleeping, 40 waiting for a signal), 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
 // starvation, 16 jobs on a held pool, a 75 s step of the server's clock (back for 3 s,
 // then forward) and six changes of the limited queue's limits; the limited queue's jobs
 // work up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two
 // minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Durable: 60, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
+	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Durable: 120, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
 		HeldPoolJobs: HeldPoolSlots}
 }
 
@@ -257,6 +261,9 @@ func (o Options) withDefaults() Options {
 	o.Batches = orDefault(o.Batches, 20)
 	o.BatchJobs = max(1, orDefault(o.BatchJobs, 50))
 	o.Durable = orDefault(o.Durable, 600)
+	if o.DurableWork <= 0 {
+		o.DurableWork = 200 * time.Millisecond
+	}
 	if o.FaultInterval <= 0 {
 		o.FaultInterval = 1500 * time.Millisecond
 	}
@@ -584,6 +591,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
 		"-max-work", r.opts.MaxWork.String(),
 		"-limited-work", r.opts.LimitedWork.String(),
+		"-durable-work", r.opts.DurableWork.String(),
 	}, r.rec)
 	for slot := range r.opts.Workers {
 		p, err := r.fleet.start(slot)

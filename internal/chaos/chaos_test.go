@@ -77,7 +77,7 @@ func keepLogsOnFailure(t *testing.T, dir string) {
 // black-holed worker, a worker whose pool its CompleteTx handlers hold full, a 75 s step
 // of the server's clock (libfaketime: back for 3 s, then forward, so every worker's row
 // and job lease reads expired at once), and six changes of the limited queue's limits),
-// with 60 durable jobs of five steps among the jobs (20 sleeping between two steps, 20
+// with 120 durable jobs of five steps among the jobs (40 sleeping between two steps, 40
 // waiting for a signal, half of them sent before the wait), and checks the promises:
 // nothing lost, everything final, no overlapping executions, no double claims, no stale
 // completions. Re-runs that no injected fault explains are logged, not failed:
@@ -144,15 +144,15 @@ func TestChaos_Reduced(t *testing.T) {
 	d := rep.Durable
 	require.NotNil(t, d, "the durable phase ran")
 	t.Log(d.Summary())
-	assert.Equal(t, int64(60), d.Jobs)
+	assert.Equal(t, int64(120), d.Jobs)
 	assert.Equal(t, d.Jobs, d.Succeeded, "every durable job succeeds")
 	assert.Equal(t, int64(audit.DurableSteps)*d.Jobs, d.Steps, "one business row per step")
 	assert.Zero(t, d.RunTwice(), "durable steps run twice")
 	assert.Zero(t, d.Lost(), "durable jobs or steps lost")
 	assert.Zero(t, d.OutOfOrder, "durable steps out of order")
 	assert.Zero(t, d.SignalWrong, "signal steps without the payload sent")
-	assert.Equal(t, int64(20), d.Sleeping)
-	assert.Equal(t, int64(20), d.Signalled)
+	assert.Equal(t, int64(40), d.Sleeping)
+	assert.Equal(t, int64(40), d.Signalled)
 	assert.Positive(t, d.SignalsBefore, "signals sent before the wait")
 	assert.Positive(t, d.SignalsAfter, "signals sent to a parked job")
 }

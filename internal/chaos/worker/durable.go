@@ -51,14 +51,14 @@ func (h *handler) runDurable(ctx context.Context, job *skiplock.Job[audit.Durabl
 }
 
 // durableStep is the function of step k: it records its execution (autocommit, on the
-// audit pool), works a random time up to maxWork (so that kills land inside steps too),
+// audit pool), works a random time up to durableWork (so that faults land inside steps),
 // then writes the step's business row in tx.
 func (h *handler) durableStep(ctx context.Context, tx pgx.Tx, job *skiplock.JobRow, k int, signal *string) error {
 	execID := fmt.Sprintf("%s-d%d", h.id, h.n.Add(1))
 	if _, err := h.audit.Exec(ctx, audit.DurableStartSQL, execID, job.ID, k, job.Attempts, h.id, time.Now()); err != nil {
 		return fmt.Errorf("recording the start of step %d of job %d: %w", k, job.ID, err)
 	}
-	t := time.NewTimer(rand.N(h.maxWork + 1))
+	t := time.NewTimer(rand.N(h.durableWork + 1))
 	select {
 	case <-t.C:
 	case <-ctx.Done():

@@ -67,6 +67,7 @@ func main() {
 		maxConns    = flag.Int("max-conns", 16, "pool size")
 		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
 		limitedWork = flag.Duration("limited-work", 40*time.Millisecond, "the limited queue's handlers sleep a random time in [0, limited-work]")
+		durableWork = flag.Duration("durable-work", 200*time.Millisecond, "each step of a durable job sleeps a random time in [0, durable-work]")
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 		spinOnly    = flag.Bool("spin", false, "run no worker: keep one CPU busy until killed (the harness's CPU stressor)")
 		held        = flag.Duration("held", 0, "run the held-pool worker instead (held.go): handlers on the held queue hold a transaction on the pool this long")
@@ -93,7 +94,7 @@ func main() {
 		ends = f
 	}
 	work := func() error {
-		return run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, ends)
+		return run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, *durableWork, ends)
 	}
 	if *held > 0 {
 		work = func() error {
@@ -108,7 +109,7 @@ func main() {
 }
 
 func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep time.Duration,
-	concurrency int, maxConns int32, maxWork, limitedWork time.Duration, ends *os.File,
+	concurrency int, maxConns int32, maxWork, limitedWork, durableWork time.Duration, ends *os.File,
 ) error {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -133,7 +134,8 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 		return err
 	}
 	defer auditPool.Close()
-	h := &handler{pool: pool, audit: auditPool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork, ends: ends, logger: logger}
+	h := &handler{pool: pool, audit: auditPool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork,
+		durableWork: durableWork, ends: ends, logger: logger}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 			ID: id,
@@ -188,6 +190,8 @@ type handler struct {
 	// limitedWork bounds the work of the limited queue's jobs, longer so that they pile up
 	// against its limit as the run changes it.
 	limitedWork time.Duration
+	// durableWork bounds the work inside each step of a durable job (durable.go).
+	durableWork time.Duration
 	n           atomic.Int64
 	logger      *slog.Logger
 

@@ -41,7 +41,7 @@ func main() {
 		workers  = flag.Int("workers", 0, "worker processes (default 4)")
 		jobs     = flag.Int("jobs", 0, "jobs to enqueue (default 50000)")
 		kills    = flag.Int("kills", 0, "kill -9 faults (default 20; -1 for none)")
-		durable  = flag.Int("durable", 0, "durable jobs of five steps (default 600, -quick 60; -1 for none)")
+		durable  = flag.Int("durable", 0, "durable jobs of five steps (default 600, -quick 120; -1 for none)")
 		seed     = flag.Uint64("seed", 0, "seed for the choice of workers to kill (default random)")
 		keep     = flag.Bool("keep", false, "keep the run directory (cluster, logs) after a successful run")
 		recov    = flag.Bool("recovery", false, "run only the recovery run: 24 kills of leaders and followers at the default lease settings")

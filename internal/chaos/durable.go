@@ -567,10 +567,16 @@ func judgeDurableJob(dr *DurableReport, j *durableJob, rows map[stepKey][]*durab
 	if len(before) == 0 || !ok {
 		return
 	}
+	committed := before[0].at // the first commit, should the step have committed twice
+	for _, b := range before[1:] {
+		if b.at.Before(committed) {
+			committed = b.at
+		}
+	}
 	asked := time.Duration(j.args.SleepMS) * time.Millisecond
-	if slept := after.Sub(before[0].at); slept < asked {
+	if slept := after.Sub(committed); slept < asked {
 		dr.SleptShort++
-		if overlaps(clockSteps, before[0].at, after) {
+		if overlaps(clockSteps, committed, after) {
 			dr.SleptShortClock++
 		} else {
 			example("durable sleep short", "durable job %d (job %d) slept %v of %v", n, j.id, slept, asked)

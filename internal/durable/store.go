@@ -24,33 +24,33 @@ type Store struct {
 
 // StepInfo is one step a job recorded, as Client.Steps lists it.
 type StepInfo struct {
-	Seq  int    // its place among the job's durable calls, from 0
-	Name string // the step's name; "sleep" for Sleep, the signal's name for AwaitSignal
-	Kind Kind   // step, sleep or signal
+	Seq  int    `json:"seq"`  // its place among the job's durable calls, from 0
+	Name string `json:"name"` // the step's name; "sleep" for Sleep, the signal's name for AwaitSignal
+	Kind Kind   `json:"kind"` // step, sleep or signal
 	// Status is "done", "waiting" (a sleep or a signal wait not over yet) or "timed_out"
 	// (a signal wait that ended without a signal).
-	Status string
+	Status string `json:"status"`
 	// Result is the recorded result: a step's value, a signal's payload; nil for a sleep
 	// or a wait not over. ResultBytes is its size.
-	Result      json.RawMessage
-	ResultBytes int
-	Attempt     int        // the job's attempt that recorded it; 0 for a step Fork copied
-	StartedAt   time.Time  // when its function or wait began (the database's clock)
-	WakeAt      *time.Time // a sleep's end, a signal wait's timeout (year 9999: none); nil for a step
-	FinishedAt  *time.Time // when it was done; nil while waiting
+	Result      json.RawMessage `json:"result"`
+	ResultBytes int             `json:"result_bytes"`
+	Attempt     int             `json:"attempt"`     // the job's attempt that recorded it; 0 for a step Fork copied
+	StartedAt   time.Time       `json:"started_at"`  // when its function or wait began (the database's clock)
+	WakeAt      *time.Time      `json:"wake_at"`     // a sleep's end, a signal wait's timeout (year 9999: none); nil for a step
+	FinishedAt  *time.Time      `json:"finished_at"` // when it was done; nil while waiting
 	// Duration is FinishedAt − StartedAt: the function's run, or the wait's length; zero
 	// while waiting.
-	Duration time.Duration
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // SignalInfo is one signal sent to a job, as Client.Signals lists it.
 type SignalInfo struct {
-	ID      int64
-	Name    string
-	Payload json.RawMessage
-	SentAt  time.Time
+	ID      int64           `json:"id"`
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+	SentAt  time.Time       `json:"sent_at"`
 	// ConsumedSeq is the seq of the AwaitSignal step that took it; nil while no wait has.
-	ConsumedSeq *int
+	ConsumedSeq *int `json:"consumed_seq"`
 }
 
 // Terminal job states: a signal to a job in one of them is refused.

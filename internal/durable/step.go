@@ -141,7 +141,7 @@ const recordSQL = `WITH j AS (
 	UPDATE {s}.jobs SET durable = true WHERE id = $1 AND (SELECT NOT durable FROM j)
 )
 INSERT INTO {s}.job_steps (job_id, seq, name, kind, result, attempt, started_at, finished_at)
-SELECT $1, $4, $5, 'step', $6::jsonb, attempts, clock_timestamp() - $7 * interval '1 microsecond', clock_timestamp()
+SELECT $1, $4, $5, 'step', $6::jsonb, attempts, clock_timestamp() - $7::bigint * interval '1 microsecond', clock_timestamp()
 FROM j`
 
 // record writes the step at seq with result b on db (the pool, or StepTx's transaction),

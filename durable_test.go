@@ -196,7 +196,10 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	durableSetup(t, b)
-	w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}}})
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.outcomes (job_id bigint, status text, outcome text)`))
+	require.NoError(t, err)
+	w := durableWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}},
+		Hooks: []skiplock.Hook{outcomeLog{b}}})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sleeperArgs]) error {
 		if _, err := skiplock.StepTx(ctx, "before", func(ctx context.Context, tx pgx.Tx) (int, error) {
 			return 1, audit(ctx, b, tx, job.JobRow, "before")
@@ -256,6 +259,9 @@ func TestSleep_HoldsNoWorkerSlotAndResumesAfterItsWakeUp(t *testing.T) {
 	assert.Equal(t, skiplock.StepKindSleep, steps[1].Kind)
 	assert.Equal(t, "done", steps[1].Status)
 	assert.Equal(t, 1, b.count(t, parked, ignorer.ID), "the job whose handler dropped Sleep's error still sleeps")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.outcomes WHERE job_id = $1 AND outcome <> 'snoozed'`, ignorer.ID),
+		"the hooks were told the attempt was suspended, not that it succeeded")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.outcomes WHERE job_id = $1 AND status = 'queued'`, ignorer.ID))
 }
 
 type waiterArgs struct {
@@ -570,4 +576,46 @@ func TestDurable_BadInputAndCallsOutsideAJob(t *testing.T) {
 	steps, err := b.client.Steps(b.ctx, j.ID)
 	require.NoError(t, err)
 	assert.Empty(t, steps)
+}
+
+type batchStepArgs struct {
+	N int `json:"n"`
+}
+
+func (batchStepArgs) Kind() string { return "batch_step" }
+
+// In a batch handler, durable steps take each job's own context: given the call's (which
+// carries its first job's values) they refuse, rather than record for the wrong job.
+func TestStep_InABatchHandlerTakesEachJobsOwnContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refused := make(chan error, 1)
+	w := durableWorker(t, b, skiplock.WorkerConfig{})
+	require.NoError(t, skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{MaxJobs: 3, MaxWait: time.Second},
+		func(ctx context.Context, jobs []*skiplock.Job[batchStepArgs]) []error {
+			_, err := skiplock.Step(ctx, "wrong", func(context.Context) (int, error) { return 0, nil })
+			select {
+			case refused <- err:
+			default:
+			}
+			errs := make([]error, len(jobs))
+			for i, job := range jobs {
+				_, errs[i] = skiplock.Step(job.Context(), "own", func(context.Context) (int, error) { return job.Args.N, nil })
+			}
+			return errs
+		}))
+	params := make([]skiplock.EnqueueParams, 3)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: batchStepArgs{N: i}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'`) == 3
+	}, "the batch succeeded")
+	assert.ErrorIs(t, <-refused, skiplock.ErrNotInJob)
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.job_steps s JOIN {s}.jobs j ON j.id = s.job_id
+		WHERE s.name = 'own' AND s.result = j.payload -> 'n'`), "each job's step recorded for it")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE name = 'wrong'`))
 }

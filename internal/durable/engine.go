@@ -60,6 +60,9 @@ func runOf(ctx context.Context) (*run, error) {
 	if st == nil || st.Row == nil {
 		return nil, jobtype.ErrNotInJob
 	}
+	if jobtype.InBatchCall(ctx) {
+		return nil, fmt.Errorf("%w: in a HandleBatch handler, give durable steps each job's own context (job.Context()), not the call's", jobtype.ErrNotInJob)
+	}
 	e, ok := st.Durable.(*Engine)
 	if !ok || e == nil {
 		return nil, jobtype.ErrNotInJob

@@ -94,3 +94,17 @@ func (s *State) Reported() (progress, output *string) {
 	}
 	return progress, output
 }
+
+type batchCallKey struct{}
+
+// WithBatchCall marks ctx as the context of one call of a batch handler, which carries
+// its first job's values: durable steps refuse it (they need one job's own context).
+func WithBatchCall(ctx context.Context) context.Context {
+	return context.WithValue(ctx, batchCallKey{}, true)
+}
+
+// InBatchCall reports whether ctx is, or derives from, a batch handler's call context.
+func InBatchCall(ctx context.Context) bool {
+	b, _ := ctx.Value(batchCallKey{}).(bool)
+	return b
+}

@@ -49,7 +49,7 @@ var (
 	// UniqueKey is already queued or running. The caller's transaction stays usable.
 	ErrDuplicateJob = enqueue.ErrDuplicateJob
 	// ErrJobNotFound is returned when no job has the given id.
-	ErrJobNotFound = errors.New("skiplock: job not found")
+	ErrJobNotFound = jobtype.ErrJobNotFound
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// jobLogsTemplate is the template file of the section, parsed with the job page's
-// (templates.go), which calls it as {{template "joblogs" .Logs}}.
+// jobLogsTemplate is the template file of the section, parsed with every page's
+// (templates.go); the job page calls it as {{template "joblogs" .Logs}}.
 const jobLogsTemplate = "templates/joblogs.html"
 
 // maxShownLogRecords bounds the records the page shows per job; the CLI

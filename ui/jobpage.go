@@ -34,8 +34,9 @@ type jobView struct {
 	CanCancel  bool
 	CanDelete  bool
 	Running    bool
-	Timeline   []event   // the job's life, oldest first
-	Logs       *logsView // what the handler logged (joblogs.go)
+	Timeline   []event      // the job's life, oldest first
+	Durable    *durableView // its steps and signals (jobsteps.go); nil: none
+	Logs       *logsView    // what the handler logged (joblogs.go)
 }
 
 // event is one line of a job's timeline.
@@ -100,6 +101,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		v.Attempts = append(v.Attempts, a)
 	}
 	v.Timeline = timeline(job, extras.Errors)
+	v.Durable = h.jobSteps(ctx, id)
 	if v.Logs, err = h.jobLogs(ctx, id); err != nil {
 		h.fail(w, r, err)
 		return

@@ -21,11 +21,7 @@ var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers",
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {
-		files := []string{"templates/layout.html", "templates/partials.html", "templates/" + name + ".html"}
-		if name == "job" {
-			files = append(files, jobLogsTemplate) // joblogs.go
-		}
-		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, files...)
+		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/jobsteps.html", jobLogsTemplate, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ui: parse template %s: %w", name, err)
 		}

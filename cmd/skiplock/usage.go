@@ -22,6 +22,7 @@ func commands() []*command {
 		controlCommands(), // pause, resume, periodic
 		[]*command{cancelCommand(), updateCommand()},
 		workflowCommands(), // workflow show, cancel, retry
+		durableCommands(),  // steps, signal, fork
 		[]*command{limitsCommand(), uiCommand(), versionCommand(), helpCommand()},
 	)
 }

@@ -15,4 +15,12 @@ var (
 	// (EnqueueOptions.Deadline): no attempt started after it, a running one was
 	// cancelled with it as the cause, and a retry due after it ended the job instead.
 	ErrDeadlineExceeded = errors.New("skiplock: deadline exceeded")
+	// ErrJobFinished is returned by the calls that need a job that has not finished
+	// (Update, Signal).
+	ErrJobFinished = errors.New("skiplock: job has finished")
+	// ErrJobNotFound is returned when no job has the given id.
+	ErrJobNotFound = errors.New("skiplock: job not found")
+	// ErrNotInJob is returned by the calls a handler makes through its context
+	// (RecordProgress, SetOutput, the durable steps) when the context is not a handler's.
+	ErrNotInJob = errors.New("skiplock: the context is not a job handler's")
 )

@@ -81,6 +81,10 @@ var qualifyRules = []*regexp.Regexp{
 	regexp.MustCompile(`(?im)^([ \t]*ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*DROP\s+(?:TABLE|INDEX)\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*INSERT\s+INTO\s+)([a-z_][a-z0-9_]*)\b`),
+	regexp.MustCompile(`(?im)^([ \t]*DELETE\s+FROM\s+)([a-z_][a-z0-9_]*)\b`),
+	// DELETE FROM t [alias] USING u: the second table, on the same line (the rule above
+	// has qualified the first, so \S+ matches it written with the schema).
+	regexp.MustCompile(`(?im)^([ \t]*DELETE\s+FROM\s+\S+\s+(?:[a-z_][a-z0-9_]*\s+)?USING\s+)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*DROP\s+FUNCTION\s+(?:IF\s+EXISTS\s+)?)([a-z_][a-z0-9_]*)\b`),
 	regexp.MustCompile(`(?im)^([ \t]*COMMENT\s+ON\s+(?:TABLE|INDEX|FUNCTION)\s+)([a-z_][a-z0-9_]*)\b`),
@@ -185,7 +189,7 @@ func qualifyStatements(sql, ident, file string) (string, error) {
 		}
 		line := out[m[0] : m[0]+end]
 		if !strings.Contains(line, ident+".") && !strings.Contains(line, "search_path = "+ident+", ") {
-			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX, INSERT INTO, CREATE/DROP FUNCTION, CREATE/DROP TRIGGER and COMMENT ON", file, strings.TrimSpace(line))
+			return "", fmt.Errorf("migration file %s: cannot write the schema into %q: migrate sql knows CREATE TABLE, CREATE INDEX ... ON, ALTER TABLE, DROP TABLE/INDEX, INSERT INTO, DELETE FROM [USING, on its line], CREATE/DROP FUNCTION, CREATE/DROP TRIGGER and COMMENT ON", file, strings.TrimSpace(line))
 		}
 	}
 	return out, nil

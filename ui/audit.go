@@ -144,7 +144,7 @@ func describeAction(r *http.Request) (action, target string) {
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):
 		return parts[2] + " workflow", "workflow " + number(parts[1])
-	case p == "/dead":
+	case p == "/dead" || p == "/jobs/selected":
 		ids := r.PostForm["id"]
 		shown := make([]string, 0, 10)
 		for _, id := range ids[:min(len(ids), 10)] {
@@ -154,8 +154,11 @@ func describeAction(r *http.Request) (action, target string) {
 		if len(ids) > 10 {
 			t += " and " + strconv.Itoa(len(ids)-10) + " more"
 		}
+		if st := r.PostFormValue("status"); st != "" {
+			t += " (listed as " + quoted(st) + ")"
+		}
 		return word(r.PostFormValue("action")) + " selected", "jobs " + t
-	case p == "/dead/bulk":
+	case p == "/dead/bulk" || p == "/jobs/bulk":
 		return word(r.PostFormValue("action")) + " all matching", auditFilter(r) + " (confirmed " + number(r.PostFormValue("count")) + ")"
 	}
 	return "POST", quoted(p)
@@ -190,9 +193,10 @@ func number(s string) string {
 	return quoted(s)
 }
 
-// word is an action's name when it is one of the actions (requeue, delete), else quoted.
+// word is an action's name when it is one of the actions (requeue, delete, cancel), else
+// quoted.
 func word(s string) string {
-	if s == "requeue" || s == "delete" {
+	if s == "requeue" || s == "delete" || s == "cancel" {
 		return s
 	}
 	return quoted(s)

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,7 +21,16 @@ type jobsView struct {
 	Page     query.Page
 	NextURL  string
 	FirstURL string
+	// Actions are the bulk actions the listed status offers (none when read-only or the
+	// list is not filtered by such a status); BulkQuery is the filter, encoded, for the
+	// links to the actions on every matching job (empty with a search, which they do not
+	// take).
+	Actions   []bulkButton
+	BulkQuery template.URL
 }
+
+// bulkButton is one bulk action's button.
+type bulkButton struct{ Action, Verb string }
 
 func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -46,6 +56,16 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
+	if !h.cfg.ReadOnly && f.Status != "" {
+		for _, a := range bulkActions[f.Status] {
+			v.Actions = append(v.Actions, bulkButton{a, bulkWords[a].Verb})
+		}
+		if f.Search == "" {
+			bq := filterQuery(f, 0)
+			bq.Del("limit")
+			v.BulkQuery = template.URL(bq.Encode())
+		}
+	}
 	if page.Unindexed > 0 {
 		for _, st := range page.Windowed {
 			g := f

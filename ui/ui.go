@@ -107,6 +107,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /logout", h.logout)
 	m.HandleFunc("GET /queues", h.queuesPage)
 	m.HandleFunc("GET /queues/live", h.queuesLive)
+	m.HandleFunc("GET /queue", h.queuePage) // the queue is ?name=: any name, "/" and "live" too
 	m.HandleFunc("POST /queues/pause", h.pauseQueue) // the queue is the form's "queue" field
 	m.HandleFunc("POST /queues/resume", h.resumeQueue)
 	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue) // the forms of earlier versions' pages
@@ -119,8 +120,11 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /jobs/{id}/edit", h.editJob)
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
-	m.HandleFunc("GET /dead/bulk", h.bulkPage)
-	m.HandleFunc("POST /dead/bulk", h.bulkAction)
+	m.HandleFunc("GET /dead/bulk", h.deadBulkPage)
+	m.HandleFunc("POST /dead/bulk", h.deadBulkAction)
+	m.HandleFunc("GET /jobs/bulk", h.jobsBulkPage)
+	m.HandleFunc("POST /jobs/bulk", h.jobsBulkAction)
+	m.HandleFunc("POST /jobs/selected", h.jobsSelected)
 	m.HandleFunc("GET /workflows", h.workflowsPage)
 	m.HandleFunc("GET /workflows/{id}", h.workflowPage)
 	m.HandleFunc("POST /workflows/{id}/cancel", h.cancelWorkflow)

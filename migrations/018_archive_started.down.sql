@@ -1,0 +1,1 @@
+ALTER TABLE jobs_archive DROP COLUMN IF EXISTS started_at;

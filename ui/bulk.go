@@ -16,6 +16,7 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui/internal/query"
 )
+
 // Bulk limits.
 const (
 	// bulkBatch is how many jobs one statement of a bulk action changes: each batch is its

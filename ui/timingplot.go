@@ -16,8 +16,8 @@ import (
 type linePlot struct {
 	plot
 	Title, ID string // the caption, and the data-chart name tests find it by
-	Lines []line
-	Dots  []dot // every slot with jobs, with its figures as a tooltip
+	Lines     []line
+	Dots      []dot // every slot with jobs, with its figures as a tooltip
 }
 
 // line is one series: its class, legend and the points of each run of slots with jobs.

@@ -107,7 +107,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /logout", h.logout)
 	m.HandleFunc("GET /queues", h.queuesPage)
 	m.HandleFunc("GET /queues/live", h.queuesLive)
-	m.HandleFunc("GET /queue", h.queuePage) // the queue is ?name=: any name, "/" and "live" too
+	m.HandleFunc("GET /queue", h.queuePage)          // the queue is ?name=: any name, "/" and "live" too
 	m.HandleFunc("POST /queues/pause", h.pauseQueue) // the queue is the form's "queue" field
 	m.HandleFunc("POST /queues/resume", h.resumeQueue)
 	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue) // the forms of earlier versions' pages

@@ -96,7 +96,11 @@ func durationPlot(slots []query.Times, hist func(*query.Times) *query.Hist, now 
 	span := time.Duration(len(slots)) * size
 	for i := 0; i <= 4; i++ {
 		back := span - time.Duration(i)*span/4
-		t := tick{Pos: float64(p.Left) + float64(i)*float64(p.InnerW)/4, Label: "−" + shortDuration(back), Anchor: "middle"}
+		label := fmt.Sprintf("−%dm", int(back.Minutes()))
+		if back >= 2*time.Hour {
+			label = fmt.Sprintf("−%dh", int(back.Hours()))
+		}
+		t := tick{Pos: float64(p.Left) + float64(i)*float64(p.InnerW)/4, Label: label, Anchor: "middle"}
 		switch i {
 		case 0:
 			t.Anchor = "start"

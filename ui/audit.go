@@ -138,6 +138,9 @@ func describeAction(r *http.Request) (action, target string) {
 			" key_concurrency=" + quoted(r.PostFormValue("key_concurrency")) + " rate=" + quoted(r.PostFormValue("rate")) +
 			" rate_period=" + quoted(r.PostFormValue("rate_period")) + " key_rate=" + quoted(r.PostFormValue("key_rate")) +
 			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair"))
+	case p == "/periodic/run" || p == "/periodic/enable" || p == "/periodic/disable":
+		return map[string]string{"run": "run periodic now", "enable": "enable periodic", "disable": "disable periodic"}[parts[1]],
+			"schedule " + quoted(r.PostFormValue("name"))
 	case p == "/limits/reset":
 		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":

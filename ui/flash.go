@@ -24,6 +24,9 @@ var flashes = map[string]string{
 	"limitsset":     "Set the queue's limits: every worker applies them within seconds.",
 	"limitsreset":   "Dropped the queue's limits: each worker applies the ones it declares.",
 	"resumed":       "Resumed the queue.",
+	"periodicrun":   "The schedule's next occurrence is due now: a worker declaring it enqueues its job within about a second.",
+	"periodicon":    "Enabled the schedule: its missed occurrences follow its misfire policy.",
+	"periodicoff":   "Disabled the schedule: no worker enqueues its occurrences until it is enabled.",
 	"unchanged":     "Nothing to do: the job is not in a state this action applies to.",
 	// The workflow actions count tasks (flashText says "task" for a wf code).
 	"wfcancelled": "Cancelled %s: the workflow's tasks that had not started.",

@@ -113,6 +113,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /queues/{queue}/pause", h.pauseQueue) // the forms of earlier versions' pages
 	m.HandleFunc("POST /queues/{queue}/resume", h.resumeQueue)
 	m.HandleFunc("GET /jobs", h.jobsPage)
+	m.HandleFunc("GET /search", h.searchPage)
 	m.HandleFunc("GET /jobs/{id}", h.jobPage)
 	m.HandleFunc("POST /jobs/{id}/retry", h.retryJob)
 	m.HandleFunc("POST /jobs/{id}/cancel", h.cancelJob)
@@ -130,6 +131,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /workflows/{id}/cancel", h.cancelWorkflow)
 	m.HandleFunc("POST /workflows/{id}/retry", h.retryWorkflow)
 	m.HandleFunc("GET /periodic", h.periodicPage)
+	m.HandleFunc("POST /periodic/run", h.runPeriodic) // the schedule is the form's "name"
+	m.HandleFunc("POST /periodic/enable", h.enablePeriodic)
+	m.HandleFunc("POST /periodic/disable", h.disablePeriodic)
 	m.HandleFunc("GET /workers", h.workersPage)
 	m.HandleFunc("GET /limits", h.limitsPage)
 	m.HandleFunc("POST /limits", h.setLimits)

@@ -197,6 +197,8 @@ func measure(ctx context.Context, pool *pgxpool.Pool, schema string, newHandler 
 		"/jobs?queue=mailers", "/jobs?status=succeeded&queue=reports", "/jobs?kind=nothing.matches", "/jobs?status=queued&kind=nothing.matches",
 		"/jobs?q=%22c-42%22", "/jobs?status=queued&q=%22c-42%22", "/queues?sort=dead",
 		"/queue?name=default", "/queue?name=default&range=24h", "/queue?name=reports",
+		"/search", "/search?q=%22c-42%22", "/search?q=nothing.matches", "/search?mode=error&q=call+1234567",
+		"/search?mode=contains&q=%7B%22customer%22%3A%22c-42%22%7D", "/search?q=%22c-42%22&queue=mailers",
 		fmt.Sprintf("/jobs/%d", someDead), "/workers", "/audit"}
 	var out []page
 	for _, p := range paths {

@@ -26,6 +26,7 @@ type DB struct {
 	Timing    *Timing      // the wait and run times of a queue's archived jobs
 	Audit     *Audit       // the audit log
 	Errors    *ErrorGroups // the dead page's jobs by error
+	Search    *Search      // the search page's whole-table search and kind picker
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -44,5 +45,6 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Timing:    newTiming(pool, x),
 		Audit:     newAudit(pool, x),
 		Errors:    newErrorGroups(pool, x),
+		Search:    newSearch(pool, x),
 	}
 }

@@ -42,7 +42,7 @@ var bulkActions = map[skiplock.JobStatus][]string{
 var bulkWords = map[string]struct{ Verb, Done, Does string }{
 	"requeue": {"Requeue", "requeued", "puts back in their queues, with their attempts reset,"},
 	"delete":  {"Delete", "deleted", "deletes"},
-	"cancel":  {"Cancel", "cancelledmany", "cancels (a running job's handler is told through its context)"},
+	"cancel":  {"Cancel", "cancelledmany", "cancels (they will not run)"},
 }
 
 // bulkPages are the two pages with bulk actions: the statuses each filters by, and
@@ -122,6 +122,9 @@ func (h *Handler) bulkPage(w http.ResponseWriter, r *http.Request, page string) 
 		return
 	}
 	words := bulkWords[action]
+	if action == "cancel" && f.Status == skiplock.StatusRunning {
+		words.Does = "cancels (each handler is told through its context; its result is ignored)"
+	}
 	v := &bulkView{Filter: f, Action: action, Verb: words.Verb, Does: words.Does, Page: page, Count: n,
 		Batches: (n + bulkBatch - 1) / bulkBatch, Back: h.prefix + "/" + page + "?" + filterQuery(f, 0).Encode()}
 	h.render(w, r, "bulk", "Confirm", page, v)

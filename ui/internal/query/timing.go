@@ -18,25 +18,28 @@ import (
 
 // timingSQL counts the archived jobs of queue $1 finished from minute $2 (from the Unix
 // epoch) on, by minute, kind, measure (wait: started_at - run_at; run: finished_at -
-// started_at, both in milliseconds, at least 0) and histogram bucket (timingBucketSQL),
-// with each group's largest value. The archive's BRIN index on finished_at narrows the
-// scan to the pages written since minute $2 (rows arrive in finished_at order); rows
-// archived before migration 18 have no started_at and are not counted. date_part (float8)
-// rather than extract (numeric): a fifth less time over a million rows. A day of a
-// million archived jobs takes about 2 s on the first read of a queue; a refresh reads
-// two minutes.
-const timingSQL = `SELECT floor(date_part('epoch', a.finished_at) / 60)::bigint, a.kind, v.wait,
-	` + timingBucketSQL + `, count(*), max(v.ms)
-FROM {s}.jobs_archive a
-CROSS JOIN LATERAL (VALUES
-	(true, greatest(date_part('epoch', a.started_at - a.run_at) * 1000, 0)),
-	(false, greatest(date_part('epoch', a.finished_at - a.started_at) * 1000, 0))) v (wait, ms)
-WHERE a.queue = $1 AND a.finished_at >= to_timestamp($2::bigint * 60) AND a.started_at IS NOT NULL
-GROUP BY 1, 2, 3, 4`
-
-// timingBucketSQL is the histogram bucket of v.ms: 0 below 1 ms, b for [g^(b-1), g^b)
-// ms with g = timingGrowth, the last bucket holding everything longer.
-const timingBucketSQL = `CASE WHEN v.ms < 1 THEN 0 ELSE least(floor(ln(v.ms) / ln(1.15))::int + 1, 199) END`
+// started_at, both in milliseconds, at least 0) and histogram bucket (0 below 1 ms, b for
+// [g^(b-1), g^b) ms with g = timingGrowth, the last holding everything longer), with
+// each group's largest value. One scan feeds both histograms (GROUPING SETS: the
+// wait rows are those not grouped by the run bucket). The archive's BRIN index on
+// finished_at narrows the scan to the pages written since minute $2 (rows arrive in
+// finished_at order); rows archived before migration 18 have no started_at and are not
+// counted. date_part (float8) rather than extract (numeric), and one scan rather than a
+// row per measure: each cut the time by about a fifth. A day of a million archived jobs
+// of the queue takes about 2 s on the first read of the queue; a refresh reads two
+// minutes.
+const timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
+	CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END
+FROM (
+	SELECT floor(date_part('epoch', finished_at) / 60)::bigint AS m, kind,
+		greatest(date_part('epoch', started_at - run_at) * 1000, 0) AS w,
+		greatest(date_part('epoch', finished_at - started_at) * 1000, 0) AS r
+	FROM {s}.jobs_archive
+	WHERE queue = $1 AND finished_at >= to_timestamp($2::bigint * 60) AND started_at IS NOT NULL
+) a, LATERAL (SELECT
+	CASE WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
+	CASE WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
+GROUP BY GROUPING SETS ((m, kind, wb), (m, kind, rb))`
 
 // Histogram shape: timingGrowth is the ratio of a bucket's bounds (a percentile read from
 // the histogram is within about 7% of the exact one), timingBuckets their number (the

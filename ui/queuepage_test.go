@@ -149,3 +149,21 @@ func TestQueuePage_WorkerRecordsTheStartOfArchivedJobs(t *testing.T) {
 		WHERE started_at IS NOT NULL AND started_at >= run_at AND started_at <= finished_at`))
 	assert.Equal(t, "3", spans(t, b.get("/queue?name=timed").body)["Last 5 minutes"][0])
 }
+
+// A queue whose jobs have hundreds of kinds keeps the first 200 by name and the rest
+// together, so its memory stays bounded; the totals count every job.
+func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+			created_at, finished_at, started_at)
+		SELECT g, 'many', 'kind-' || g, '{}', 'succeeded', 0, now() - interval '2 s', 1, 3, now() - interval '2 s', now(), now() - interval '1 s'
+		FROM generate_series(1, 260) g`))
+	require.NoError(t, err)
+	r := b.get("/queue?name=many")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, "260", spans(t, r.body)["Last 5 minutes"][0])
+	assert.Contains(t, r.body, `<tr data-kind="(other kinds)">`, "60 kinds past the bound, together, the busiest row")
+	assert.Contains(t, r.body, "The busiest kinds only")
+}

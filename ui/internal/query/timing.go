@@ -59,6 +59,12 @@ const (
 	// MaxTimingKinds bounds the kinds a summary lists (the busiest first); the totals
 	// count every kind.
 	MaxTimingKinds = 50
+	// maxKeptKinds bounds the kinds kept per queue: the minutes of further kinds are kept
+	// under OtherKinds, so a queue whose jobs each have a kind of their own cannot fill
+	// the memory.
+	maxKeptKinds = 4 * MaxTimingKinds
+	// OtherKinds is the kind the page shows for the kinds past maxKeptKinds.
+	OtherKinds = "(other kinds)"
 )
 
 // Hist is a histogram of durations in log-spaced buckets, with the largest value.
@@ -124,6 +130,7 @@ type timingCell struct {
 // queueMinutes are the kept minutes of one queue.
 type queueMinutes struct {
 	minutes map[int64][]timingCell // minutes before through, from its first on
+	kinds   map[string]bool        // the kinds kept by name, at most maxKeptKinds
 	through int64                  // the current minute at the last read; 0 before any
 	used    int64                  // the read count at its last read, for eviction
 }
@@ -166,7 +173,7 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 	first := now - TimingDayMinutes + 1
 	qm := t.queues[queue]
 	if qm == nil {
-		qm = &queueMinutes{minutes: map[int64][]timingCell{}}
+		qm = &queueMinutes{minutes: map[int64][]timingCell{}, kinds: map[string]bool{}}
 	}
 	from := first
 	if qm.through > 0 && qm.through <= now {
@@ -174,7 +181,7 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 		// transaction that began in the minute before may have committed since.
 		from = max(first, qm.through-1)
 	}
-	fresh, err := t.read(ctx, queue, from)
+	fresh, err := t.read(ctx, queue, from, qm.kinds)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +205,9 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 	return out, nil
 }
 
-// read runs timingSQL for queue from minute from on.
-func (t *Timing) read(ctx context.Context, queue string, from int64) (map[int64][]timingCell, error) {
+// read runs timingSQL for queue from minute from on. A kind not in kinds is added to it
+// while it has room; past that, its cells are merged into OtherKinds.
+func (t *Timing) read(ctx context.Context, queue string, from int64, kinds map[string]bool) (map[int64][]timingCell, error) {
 	rows, err := t.pool.Query(ctx, t.sql, queue, from)
 	if err != nil {
 		return nil, err
@@ -209,10 +217,31 @@ func (t *Timing) read(ctx context.Context, queue string, from int64) (map[int64]
 		minute int64
 		c      timingCell
 	)
+	type other struct {
+		minute int64
+		wait   bool
+		bucket int
+	}
+	others := map[other]*timingCell{}
 	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &c.wait, &c.bucket, &c.n, &c.max}, func() error {
-		fresh[minute] = append(fresh[minute], c)
+		if !kinds[c.kind] && len(kinds) < maxKeptKinds {
+			kinds[c.kind] = true
+		}
+		if kinds[c.kind] {
+			fresh[minute] = append(fresh[minute], c)
+			return nil
+		}
+		k := other{minute, c.wait, c.bucket}
+		if o := others[k]; o != nil {
+			o.n, o.max = o.n+c.n, max(o.max, c.max)
+			return nil
+		}
+		others[k] = &timingCell{kind: OtherKinds, wait: c.wait, bucket: c.bucket, n: c.n, max: c.max}
 		return nil
 	})
+	for k, o := range others {
+		fresh[k.minute] = append(fresh[k.minute], *o)
+	}
 	return fresh, err
 }
 

@@ -196,10 +196,10 @@ func number(s string) string {
 	return quoted(s)
 }
 
-// word is an action's name when it is one of the actions (requeue, delete, cancel), else
-// quoted.
+// word is an action's name when it is one of the actions (requeue, delete, cancel,
+// runnow), else quoted.
 func word(s string) string {
-	if s == "requeue" || s == "delete" || s == "cancel" {
+	if s == "requeue" || s == "delete" || s == "cancel" || s == "runnow" {
 		return s
 	}
 	return quoted(s)

@@ -33,7 +33,7 @@ var bulkActions = map[skiplock.JobStatus][]string{
 	"":                     {"requeue", "delete"},
 	skiplock.StatusDead:    {"requeue", "delete"},
 	skiplock.StatusFailed:  {"requeue", "delete"},
-	skiplock.StatusQueued:  {"cancel", "delete"},
+	skiplock.StatusQueued:  {"runnow", "cancel", "delete"},
 	skiplock.StatusRunning: {"cancel"},
 }
 
@@ -43,6 +43,7 @@ var bulkWords = map[string]struct{ Verb, Done, Does string }{
 	"requeue": {"Requeue", "requeued", "puts back in their queues, with their attempts reset,"},
 	"delete":  {"Delete", "deleted", "deletes"},
 	"cancel":  {"Cancel", "cancelledmany", "cancels (they will not run)"},
+	"runnow":  {"Run now", "runnowmany", "makes due at once (a job that waits for the jobs it depends on keeps waiting)"},
 }
 
 // bulkPages are the two pages with bulk actions: the statuses each filters by, and
@@ -62,6 +63,7 @@ type bulkView struct {
 	Verb    string
 	Does    string
 	Page    string // "dead" or "jobs": where the form posts and Back leads
+	Danger  bool   // the action cannot be undone
 	Count   int64
 	Batches int64
 	Back    string
@@ -86,6 +88,9 @@ func bulkFilter(q url.Values, page string) (f query.Filter, action, msg string) 
 	}
 	return f, action, ""
 }
+
+// dangerous says whether action cannot be undone (cancel, delete).
+func dangerous(action string) bool { return action == "cancel" || action == "delete" }
 
 func joinWords(ws []string) string {
 	out := ""
@@ -125,7 +130,7 @@ func (h *Handler) bulkPage(w http.ResponseWriter, r *http.Request, page string) 
 	if action == "cancel" && f.Status == skiplock.StatusRunning {
 		words.Does = "cancels (each handler is told through its context; its result is ignored)"
 	}
-	v := &bulkView{Filter: f, Action: action, Verb: words.Verb, Does: words.Does, Page: page, Count: n,
+	v := &bulkView{Filter: f, Action: action, Verb: words.Verb, Does: words.Does, Page: page, Count: n, Danger: dangerous(action),
 		Batches: (n + bulkBatch - 1) / bulkBatch, Back: h.prefix + "/" + page + "?" + filterQuery(f, 0).Encode()}
 	h.render(w, r, "bulk", "Confirm", page, v)
 }
@@ -223,6 +228,8 @@ func (h *Handler) applyBulk(ctx context.Context, action string, status skiplock.
 		n = int64(len(deleted))
 	case action == "cancel":
 		n, err = h.cancelBatch(ctx, status, ids)
+	case action == "runnow":
+		n, err = h.runNowBatch(ctx, ids)
 	}
 	return n, int64(len(ids)) - n, err
 }
@@ -284,4 +291,27 @@ func (h *Handler) jobsSelected(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.redirect(w, r, "/jobs", bulkDone(filterQuery(f, 0), action, done, skipped))
+}
+
+// runNowBatch makes the jobs of ids still queued due now, through Client.Update (which
+// leaves a job that waits for its dependencies, and one a worker started meanwhile).
+func (h *Handler) runNowBatch(ctx context.Context, ids []int64) (int64, error) {
+	queued, err := h.db.Bulk.Still(ctx, ids, skiplock.StatusQueued)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, id := range queued {
+		_, err := h.client.Update(ctx, id, skiplock.JobUpdate{RunNow: true})
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, skiplock.ErrJobRunning), errors.Is(err, skiplock.ErrJobFinished),
+			errors.Is(err, skiplock.ErrInvalidOptions), errors.Is(err, skiplock.ErrJobNotFound):
+			// started, finished, waiting for its dependencies or deleted meanwhile: skipped
+		default:
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -17,6 +17,7 @@ var flashes = map[string]string{
 	"notedited":     "Not changed: a worker started the job first.",
 	"cancelled":     "Cancelled the job.",
 	"cancelledmany": "Cancelled %s.",
+	"runnowmany":    "Made %s due now.",
 	"deleted":       "Deleted %s.",
 	"running":       "Not deleted: the job is running. Cancel it first, then delete it.",
 	"skipped":       "%s changed state meanwhile and were left alone.",

@@ -30,7 +30,10 @@ type jobsView struct {
 }
 
 // bulkButton is one bulk action's button.
-type bulkButton struct{ Action, Verb string }
+type bulkButton struct {
+	Action, Verb string
+	Danger       bool // it cannot be undone: asks to confirm, drawn red
+}
 
 func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -58,7 +61,7 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 	v := &jobsView{Filter: f, Statuses: statuses, Page: page}
 	if !h.cfg.ReadOnly && f.Status != "" {
 		for _, a := range bulkActions[f.Status] {
-			v.Actions = append(v.Actions, bulkButton{a, bulkWords[a].Verb})
+			v.Actions = append(v.Actions, bulkButton{a, bulkWords[a].Verb, dangerous(a)})
 		}
 		if f.Search == "" {
 			bq := filterQuery(f, 0)

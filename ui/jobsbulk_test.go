@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui"
 )
 
@@ -132,4 +134,31 @@ func TestJobsPage_ActionsOnSelectedRowsTakeOnlyJobsStillInTheListedStatus(t *tes
 		ro := setup(t, ui.Config{ReadOnly: true})
 		assert.NotContains(t, ro.get("/jobs?status=queued").body, `data-action="selected-cancel"`)
 	})
+}
+
+// "Run now" makes every matching scheduled job due at once, in batches, leaving a job
+// that waits for the jobs it depends on.
+func TestJobsPage_BulkRunNowMakesScheduledJobsDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (queue, kind, run_at)
+		SELECT 'nightly', 'report', now() + interval '3 hours' FROM generate_series(1, 1200)`))
+	require.NoError(t, err)
+	parent := b.insert(job{queue: "other", runIn: time.Hour})
+	child, err := b.client.Enqueue(b.ctx, timed{}, &skiplock.EnqueueOptions{Queue: "nightly", DependsOn: []int64{parent}})
+	require.NoError(t, err)
+
+	r := b.get("/jobs?status=queued&queue=nightly")
+	require.Equal(t, http.StatusOK, r.code)
+	assert.Contains(t, r.body, `<a class="button" data-action="bulk-runnow"`, "run now is not drawn as dangerous")
+	r = b.get("/jobs/bulk?status=queued&queue=nightly&action=runnow")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, `data-bulk-count="1201"`)
+	r = b.act("/jobs/bulk?status=queued&queue=nightly&action=runnow", "/jobs/bulk",
+		url.Values{"action": {"runnow"}, "status": {"queued"}, "queue": {"nightly"}, "count": {"1201"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	assert.Contains(t, r.location, "n_runnowmany=1200")
+	assert.Contains(t, r.location, "n_skipped=1")
+	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.jobs WHERE queue = 'nightly' AND run_at > now() AND id <> $1`, child.ID))
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.jobs WHERE id = $1 AND run_at > now() + interval '1 year'`, child.ID), "it still waits for its parent")
 }

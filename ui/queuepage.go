@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
@@ -47,6 +48,10 @@ type queueView struct {
 	MoreKinds bool        // Kinds stops at query.MaxTimingKinds
 	Wait, Run linePlot
 	At        time.Time
+	// The jobs of the queue that ended in the last hour (from the queue counts): how many,
+	// how many failed for good (dead or failed) and were cancelled, and the failed share.
+	Ended, Failed, Cancelled int64
+	FailRate                 string
 }
 
 // queuePage shows the wait and run times of the queue ?name=, its charts over ?range=.
@@ -73,8 +78,23 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	stats, _, err := h.db.Stats.Read(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	now := time.Unix(qt.Now*60, 0).UTC()
 	v := &queueView{Queue: name, Range: rng, At: now}
+	for _, s := range stats {
+		if s.Queue == name {
+			for _, n := range s.FinishedLastHour {
+				v.Ended += n
+			}
+			v.Failed = s.FinishedLastHour[skiplock.StatusDead] + s.FinishedLastHour[skiplock.StatusFailed]
+			v.Cancelled = s.FinishedLastHour[skiplock.StatusCancelled]
+		}
+	}
+	v.FailRate = percent(v.Failed, v.Ended)
 	for _, s := range []struct {
 		label   string
 		minutes int64

@@ -72,10 +72,17 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	b.archiveTimed("reports", "email.send", 50, time.Minute, func(int) time.Duration { return time.Hour }, ms)
 	b.archiveTimed("mailers", "email.send", 7, 25*time.Hour, func(int) time.Duration { return time.Hour }, ms)
 	b.archive(b.insert(job{queue: "mailers"}), time.Minute)
+	b.insert(job{queue: "mailers", status: "dead"})
+	b.insert(job{queue: "mailers", status: "cancelled"})
 
 	r := b.get("/queue?name=mailers")
 	require.Equal(t, http.StatusOK, r.code, r.body)
 	s := spans(t, r.body)
+	// The stats count what ended in the hour: 111 archived (100 + 10 + the one without a
+	// start), one dead and one cancelled.
+	assert.Contains(t, r.body, `data-failed="1"`)
+	assert.Contains(t, r.body, `data-cancelled="1"`)
+	assert.Contains(t, r.body, `data-ended="113"`)
 	assert.Equal(t, []string{"100", "502 ms", "1.0 s", "1.0 s", "2.0 s", "2.0 s", "2.0 s"}, s["Last 5 minutes"],
 		"p50 and p95 within 7% of 500 ms and 950 ms, never above the max; the max exact")
 	assert.Equal(t, "110", s["Last hour"][0])

@@ -27,6 +27,7 @@ type DB struct {
 	Audit     *Audit       // the audit log
 	Errors    *ErrorGroups // the dead page's jobs by error
 	Search    *Search      // the search page's whole-table search and kind picker
+	RunOrder  *RunOrder    // a queue's queued jobs in claim order
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -46,5 +47,6 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Audit:     newAudit(pool, x),
 		Errors:    newErrorGroups(pool, x),
 		Search:    newSearch(pool, x),
+		RunOrder:  newRunOrder(pool, x),
 	}
 }

@@ -54,15 +54,16 @@ const (
 	// TimingDayMinutes is the longest span the queue page shows, in minutes.
 	TimingDayMinutes = 24 * 60
 	// maxTimingQueues bounds the queues whose minutes are kept: reading another drops the
-	// one read least recently.
-	maxTimingQueues = 16
+	// one read least recently. A queue of a few kinds keeps a few MB (a cell per minute,
+	// kind, measure and bucket in use: about 150,000 for 5 kinds over a day).
+	maxTimingQueues = 8
 	// MaxTimingKinds bounds the kinds a summary lists (the busiest first); the totals
 	// count every kind.
 	MaxTimingKinds = 50
 	// maxKeptKinds bounds the kinds kept per queue: the minutes of further kinds are kept
 	// under OtherKinds, so a queue whose jobs each have a kind of their own cannot fill
 	// the memory.
-	maxKeptKinds = 4 * MaxTimingKinds
+	maxKeptKinds = MaxTimingKinds
 	// OtherKinds is the kind the page shows for the kinds past maxKeptKinds.
 	OtherKinds = "(other kinds)"
 )

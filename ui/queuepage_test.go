@@ -2,10 +2,13 @@ package ui_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,4 +176,44 @@ func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
 	assert.Equal(t, "260", spans(t, r.body)["Last 5 minutes"][0])
 	assert.Contains(t, r.body, `<tr data-kind="(other kinds)">`, "210 kinds past the bound, together, the busiest row")
 	assert.Contains(t, r.body, "The busiest kinds only")
+}
+
+// Queue pages of several queues read at once share each queue's kept minutes safely
+// (the race detector watches) and each counts its own jobs; reading more queues than are
+// kept drops the least recent, which a later read builds again.
+func TestQueuePage_ConcurrentReadsOfManyQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	const queues = 10 // more than the dashboard keeps
+	for i := range queues {
+		b.archiveTimed("q"+strconv.Itoa(i), "k", i+1, time.Minute, func(int) time.Duration { return time.Second },
+			func(int) time.Duration { return time.Second })
+	}
+	errs := make(chan string, 3*queues)
+	var wg sync.WaitGroup
+	for range 3 {
+		for i := range queues {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := b.http.Get(b.srv.URL + "/queue?name=q" + strconv.Itoa(i))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				if m := spanRowRE.FindStringSubmatch(string(body)); m == nil || m[2] != strconv.Itoa(i+1) {
+					errs <- "q" + strconv.Itoa(i) + ": " + strconv.Itoa(resp.StatusCode)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	var bad []string
+	for e := range errs {
+		bad = append(bad, e)
+	}
+	assert.Empty(t, bad)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,26 +131,52 @@ type timingCell struct {
 
 // queueMinutes are the kept minutes of one queue.
 type queueMinutes struct {
+	lock    chan struct{}          // held by the read refreshing it; its wait respects the request's context
 	minutes map[int64][]timingCell // minutes before through, from its first on
 	kinds   map[string]bool        // the kinds kept by name, at most maxKeptKinds
 	through int64                  // the current minute at the last read; 0 before any
-	used    int64                  // the read count at its last read, for eviction
+	used    int64                  // the read count at its last read, for eviction (Timing.mu)
 }
 
 // Timing reads and keeps the per-minute histograms of the queues the queue page shows.
-// A read holds its lock, so concurrent pages wait for one query and share it.
+// A read holds its queue's lock, so concurrent pages of one queue wait for one query and
+// share it, and a long first read of one queue does not hold up the pages of another.
 type Timing struct {
 	pool           *pgxpool.Pool
 	nowMinute, sql string
 
-	lock   chan struct{} // a mutex whose wait respects the request's context
+	mu     sync.Mutex // guards queues and reads
 	queues map[string]*queueMinutes
 	reads  int64
 }
 
 func newTiming(pool *pgxpool.Pool, x func(string) string) *Timing {
-	return &Timing{pool: pool, nowMinute: nowMinuteSQL, sql: x(timingSQL), lock: make(chan struct{}, 1),
-		queues: map[string]*queueMinutes{}}
+	return &Timing{pool: pool, nowMinute: nowMinuteSQL, sql: x(timingSQL), queues: map[string]*queueMinutes{}}
+}
+
+// queueOf returns queue's kept minutes (new ones when none are kept), marked as read
+// now, dropping the queue read least recently past maxTimingQueues. A dropped queue's
+// minutes stay with a read still refreshing them, then go.
+func (t *Timing) queueOf(queue string) *queueMinutes {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	qm := t.queues[queue]
+	if qm == nil {
+		qm = &queueMinutes{lock: make(chan struct{}, 1), minutes: map[int64][]timingCell{}, kinds: map[string]bool{}}
+		t.queues[queue] = qm
+	}
+	t.reads++
+	qm.used = t.reads
+	if len(t.queues) > maxTimingQueues {
+		oldest, used := "", int64(math.MaxInt64)
+		for q, m := range t.queues {
+			if m.used < used {
+				oldest, used = q, m.used
+			}
+		}
+		delete(t.queues, oldest)
+	}
+	return qm
 }
 
 // QueueTimes are a queue's minutes of the last day, ready to be summed over any span.
@@ -161,9 +188,10 @@ type QueueTimes struct {
 // Read returns the histograms of queue's jobs archived in the last TimingDayMinutes
 // minutes, the current one included.
 func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
+	qm := t.queueOf(queue)
 	select {
-	case t.lock <- struct{}{}:
-		defer func() { <-t.lock }()
+	case qm.lock <- struct{}{}:
+		defer func() { <-qm.lock }()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -172,10 +200,6 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 		return nil, err
 	}
 	first := now - TimingDayMinutes + 1
-	qm := t.queues[queue]
-	if qm == nil {
-		qm = &queueMinutes{minutes: map[int64][]timingCell{}, kinds: map[string]bool{}}
-	}
 	from := first
 	if qm.through > 0 && qm.through <= now {
 		// As Throughput: the minute current at the last read was still filling, and a
@@ -196,9 +220,7 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 			qm.minutes[m] = cells
 		}
 	}
-	t.reads++
-	qm.through, qm.used = now, t.reads
-	t.keep(queue, qm)
+	qm.through = now
 	out := &QueueTimes{Now: now, minutes: make(map[int64][]timingCell, len(qm.minutes))}
 	for m, cells := range qm.minutes {
 		out.minutes[m] = cells // cells are never changed in place: a refresh replaces them
@@ -244,21 +266,6 @@ func (t *Timing) read(ctx context.Context, queue string, from int64, kinds map[s
 		fresh[k.minute] = append(fresh[k.minute], *o)
 	}
 	return fresh, err
-}
-
-// keep stores qm as queue's, dropping the queue read least recently past maxTimingQueues.
-func (t *Timing) keep(queue string, qm *queueMinutes) {
-	t.queues[queue] = qm
-	if len(t.queues) <= maxTimingQueues {
-		return
-	}
-	oldest, used := "", int64(math.MaxInt64)
-	for q, m := range t.queues {
-		if m.used < used {
-			oldest, used = q, m.used
-		}
-	}
-	delete(t.queues, oldest)
 }
 
 // Span sums the minutes from minute first to last (both included): the times of every

@@ -52,6 +52,9 @@ type queueView struct {
 	// how many failed for good (dead or failed) and were cancelled, and the failed share.
 	Ended, Failed, Cancelled int64
 	FailRate                 string
+	// OldestDue is how long the queue's oldest due job has waited so far (the stats'):
+	// the wait of the jobs not started yet, which the archive cannot show.
+	OldestDue time.Duration
 }
 
 // queuePage shows the wait and run times of the queue ?name=, its charts over ?range=.
@@ -92,6 +95,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 			}
 			v.Failed = s.FinishedLastHour[skiplock.StatusDead] + s.FinishedLastHour[skiplock.StatusFailed]
 			v.Cancelled = s.FinishedLastHour[skiplock.StatusCancelled]
+			v.OldestDue = s.OldestDue
 		}
 	}
 	v.FailRate = percent(v.Failed, v.Ended)

@@ -86,6 +86,7 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	assert.Contains(t, r.body, `data-failed="1"`)
 	assert.Contains(t, r.body, `data-cancelled="1"`)
 	assert.Contains(t, r.body, `data-ended="113"`)
+	assert.Contains(t, r.body, `data-oldest-due>—<`, "no job is waiting")
 	assert.Equal(t, []string{"100", "502 ms", "1.0 s", "1.0 s", "2.0 s", "2.0 s", "2.0 s"}, s["Last 5 minutes"],
 		"p50 and p95 within 7% of 500 ms and 950 ms, never above the max; the max exact")
 	assert.Equal(t, "110", s["Last hour"][0])

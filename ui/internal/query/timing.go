@@ -25,10 +25,10 @@ import (
 // wait rows are those not grouped by the run bucket). The archive's BRIN index on
 // finished_at narrows the scan to the pages written since minute $2 (rows arrive in
 // finished_at order); rows archived before migration 18 have no started_at and are not
-// counted. date_part (float8) rather than extract (numeric), and one scan rather than a
-// row per measure: each cut the time by about a fifth. A day of a million archived jobs
-// of the queue takes about 2 s on the first read of the queue; a refresh reads two
-// minutes.
+// counted. date_part (float8) rather than extract (numeric): 1.8 s instead of 2.4 s
+// over 793,000 rows; one scan rather than a row per measure: faster again in every
+// paired run on a shared machine. The first read of a queue reads its whole day (about
+// 2 s per million of its archived jobs on a quiet machine); a refresh reads two minutes.
 const timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
 	CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END
 FROM (

@@ -46,8 +46,11 @@ type queueView struct {
 	Spans     []timingRow // every kind, over 5 minutes, an hour, a day
 	Kinds     []timingRow // each kind over Range, the busiest first
 	MoreKinds bool        // Kinds stops at query.MaxTimingKinds
-	Wait, Run linePlot
-	At        time.Time
+	// DayNotRead says the last 24 hours were not read yet (the hour's view reads only the
+	// hour, so a first view of a busy queue stays quick): the 24-hour view reads them.
+	DayNotRead bool
+	Wait, Run  linePlot
+	At         time.Time
 	// The jobs of the queue that ended in the last hour (from the queue counts): how many,
 	// how many failed for good (dead or failed) and were cancelled, and the failed share.
 	Ended, Failed, Cancelled int64
@@ -76,7 +79,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	qt, err := h.db.Timing.Read(ctx, name)
+	qt, err := h.db.Timing.Read(ctx, name, spec.slots*spec.size)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -103,6 +106,10 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		label   string
 		minutes int64
 	}{{"Last 5 minutes", 5}, {"Last hour", 60}, {"Last 24 hours", query.TimingDayMinutes}} {
+		if qt.Now-s.minutes+1 < qt.From {
+			v.DayNotRead = true // not read yet: the page links the 24-hour view
+			continue
+		}
 		all, _ := qt.Span(qt.Now-s.minutes+1, qt.Now)
 		v.Spans = append(v.Spans, newTimingRow(s.label, all))
 	}

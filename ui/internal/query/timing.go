@@ -18,7 +18,7 @@ import (
 )
 
 // timingSQL counts the archived jobs of queue $1 finished from minute $2 (from the Unix
-// epoch) on, by minute, kind, measure (wait: started_at - run_at; run: finished_at -
+// epoch) to before minute $3, by minute, kind, measure (wait: started_at - run_at; run: finished_at -
 // started_at, both in milliseconds, at least 0) and histogram bucket (0 below 1 ms, b for
 // [g^(b-1), g^b) ms with g = timingGrowth, the last holding everything longer), with
 // each group's largest value. One scan feeds both histograms (GROUPING SETS: the
@@ -36,7 +36,8 @@ FROM (
 		greatest(date_part('epoch', started_at - run_at) * 1000, 0) AS w,
 		greatest(date_part('epoch', finished_at - started_at) * 1000, 0) AS r
 	FROM {s}.jobs_archive
-	WHERE queue = $1 AND finished_at >= to_timestamp($2::bigint * 60) AND started_at IS NOT NULL
+	WHERE queue = $1 AND finished_at >= to_timestamp($2::bigint * 60) AND finished_at < to_timestamp($3::bigint * 60)
+		AND started_at IS NOT NULL
 ) a, LATERAL (SELECT
 	CASE WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
 	CASE WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
@@ -135,6 +136,7 @@ type queueMinutes struct {
 	minutes map[int64][]timingCell // minutes before through, from its first on
 	kinds   map[string]bool        // the kinds kept by name, at most maxKeptKinds
 	through int64                  // the current minute at the last read; 0 before any
+	from    int64                  // the oldest minute held completely (with through)
 	used    int64                  // the read count at its last read, for eviction (Timing.mu)
 }
 
@@ -179,15 +181,19 @@ func (t *Timing) queueOf(queue string) *queueMinutes {
 	return qm
 }
 
-// QueueTimes are a queue's minutes of the last day, ready to be summed over any span.
+// QueueTimes are a queue's minutes, ready to be summed over any span from From on.
 type QueueTimes struct {
 	Now     int64 // the current minute, from the Unix epoch (still filling)
+	From    int64 // the oldest minute held: spans that start earlier are incomplete
 	minutes map[int64][]timingCell
 }
 
-// Read returns the histograms of queue's jobs archived in the last TimingDayMinutes
-// minutes, the current one included.
-func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
+// Read returns the histograms of queue's jobs archived in the last minutes minutes (at
+// most TimingDayMinutes), the current one included, and whatever older minutes of the
+// last day are kept. It reads the minutes the kept ones do not cover: the newest since
+// the last read, and the older ones of a longer span than read before; so the hour costs
+// an hour's rows once, and the day its rows once.
+func (t *Timing) Read(ctx context.Context, queue string, minutes int64) (*QueueTimes, error) {
 	qm := t.queueOf(queue)
 	select {
 	case qm.lock <- struct{}{}:
@@ -199,39 +205,66 @@ func (t *Timing) Read(ctx context.Context, queue string) (*QueueTimes, error) {
 	if err := t.pool.QueryRow(ctx, t.nowMinute).Scan(&now); err != nil {
 		return nil, err
 	}
-	first := now - TimingDayMinutes + 1
-	from := first
-	if qm.through > 0 && qm.through <= now {
-		// As Throughput: the minute current at the last read was still filling, and a
-		// transaction that began in the minute before may have committed since.
-		from = max(first, qm.through-1)
-	}
-	fresh, err := t.read(ctx, queue, from, qm.kinds)
-	if err != nil {
-		return nil, err
-	}
-	for m := range qm.minutes {
-		if m < first || m >= from {
-			delete(qm.minutes, m)
+	dayFirst := now - TimingDayMinutes + 1
+	first := max(dayFirst, now-min(minutes, TimingDayMinutes)+1)
+	// What is kept is whole from qm.from to qm.through; a read long ago, or none, keeps
+	// nothing this span can use.
+	if qm.through == 0 || qm.through > now || qm.through-1 < first {
+		qm.minutes = map[int64][]timingCell{}
+		if err := t.fill(ctx, queue, qm, first, now+1); err != nil {
+			return nil, err
+		}
+		qm.from, qm.through = first, now
+	} else {
+		for m := range qm.minutes {
+			if m < dayFirst {
+				delete(qm.minutes, m)
+			}
+		}
+		qm.from = max(qm.from, dayFirst)
+		// The newest minutes: as Throughput, the minute current at the last read was still
+		// filling, and a transaction that began in the minute before may have committed
+		// since. Then the older minutes a longer span needs.
+		if err := t.fill(ctx, queue, qm, qm.through-1, now+1); err != nil {
+			return nil, err
+		}
+		qm.through = now
+		if first < qm.from {
+			if err := t.fill(ctx, queue, qm, first, qm.from); err != nil {
+				return nil, err
+			}
+			qm.from = first
 		}
 	}
-	for m, cells := range fresh {
-		if m >= first && m <= now {
-			qm.minutes[m] = cells
-		}
-	}
-	qm.through = now
-	out := &QueueTimes{Now: now, minutes: make(map[int64][]timingCell, len(qm.minutes))}
+	out := &QueueTimes{Now: now, From: qm.from, minutes: make(map[int64][]timingCell, len(qm.minutes))}
 	for m, cells := range qm.minutes {
-		out.minutes[m] = cells // cells are never changed in place: a refresh replaces them
+		out.minutes[m] = cells // cells are never changed in place: a read replaces them
 	}
 	return out, nil
 }
 
-// read runs timingSQL for queue from minute from on. A kind not in kinds is added to it
+// fill reads the minutes [from, to) of queue into qm, replacing what it held of them.
+func (t *Timing) fill(ctx context.Context, queue string, qm *queueMinutes, from, to int64) error {
+	if from >= to {
+		return nil
+	}
+	fresh, err := t.read(ctx, queue, from, to, qm.kinds)
+	if err != nil {
+		return err
+	}
+	for m := from; m < to; m++ {
+		delete(qm.minutes, m)
+	}
+	for m, cells := range fresh {
+		qm.minutes[m] = cells
+	}
+	return nil
+}
+
+// read runs timingSQL for queue's minutes [from, to). A kind not in kinds is added to it
 // while it has room; past that, its cells are merged into OtherKinds.
-func (t *Timing) read(ctx context.Context, queue string, from int64, kinds map[string]bool) (map[int64][]timingCell, error) {
-	rows, err := t.pool.Query(ctx, t.sql, queue, from)
+func (t *Timing) read(ctx context.Context, queue string, from, to int64, kinds map[string]bool) (map[int64][]timingCell, error) {
+	rows, err := t.pool.Query(ctx, t.sql, queue, from, to)
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,15 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &jobsView{Filter: f, Statuses: statuses, Page: page, RunOrder: runOrder}
+	h.addJobsLinks(v, orderable, next, q.Get("after") != "")
+	h.render(w, r, "jobs", "Jobs", "jobs", v)
+}
+
+// addJobsLinks fills in v's bulk actions and links: the two orders (when orderable), the
+// lists that look further, and the pager's (next: the run order's next cursor; paged: the
+// run order page is not the first).
+func (h *Handler) addJobsLinks(v *jobsView, orderable bool, next string, paged bool) {
+	f, page := v.Filter, v.Page
 	if orderable {
 		v.NewestURL = h.prefix + "/jobs?" + filterQuery(f, 0).Encode()
 		rq := filterQuery(f, 0)
@@ -109,11 +118,11 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
-	case runOrder:
+	case v.RunOrder:
 		if next != "" {
 			v.NextURL = v.RunURL + "&after=" + url.QueryEscape(next)
 		}
-		if q.Get("after") != "" {
+		if paged {
 			v.FirstURL = v.RunURL
 		}
 	default:
@@ -124,7 +133,6 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request) {
 			v.FirstURL = h.prefix + "/jobs?" + filterQuery(f, 0).Encode()
 		}
 	}
-	h.render(w, r, "jobs", "Jobs", "jobs", v)
 }
 
 var errBadCursor = errors.New("bad cursor")

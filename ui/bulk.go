@@ -43,7 +43,7 @@ var bulkWords = map[string]struct{ Verb, Done, Does string }{
 	"requeue": {"Requeue", "requeued", "puts back in their queues, with their attempts reset,"},
 	"delete":  {"Delete", "deleted", "deletes"},
 	"cancel":  {"Cancel", "cancelledmany", "cancels (they will not run)"},
-	"runnow":  {"Run now", "runnowmany", "makes due at once (a job that waits for the jobs it depends on keeps waiting)"},
+	"runnow":  {"Run now", "runnowmany", "makes due at once (workers take them at their next poll; a job that waits for the jobs it depends on keeps waiting)"},
 }
 
 // bulkPages are the two pages with bulk actions: the statuses each filters by, and
@@ -229,9 +229,12 @@ func (h *Handler) applyBulk(ctx context.Context, action string, status skiplock.
 	case action == "cancel":
 		n, err = h.cancelBatch(ctx, status, ids)
 	case action == "runnow":
-		n, err = h.runNowBatch(ctx, ids)
+		n, err = h.db.Bulk.RunNow(ctx, ids)
 	}
-	return n, int64(len(ids)) - n, err
+	if err != nil {
+		return n, 0, err // the batch's other jobs were not reached: not counted as skipped
+	}
+	return n, int64(len(ids)) - n, nil
 }
 
 // cancelBatch cancels the jobs of ids still in status (queued or running): the queued
@@ -291,27 +294,4 @@ func (h *Handler) jobsSelected(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.redirect(w, r, "/jobs", bulkDone(filterQuery(f, 0), action, done, skipped))
-}
-
-// runNowBatch makes the jobs of ids still queued due now, through Client.Update (which
-// leaves a job that waits for its dependencies, and one a worker started meanwhile).
-func (h *Handler) runNowBatch(ctx context.Context, ids []int64) (int64, error) {
-	queued, err := h.db.Bulk.Still(ctx, ids, skiplock.StatusQueued)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, id := range queued {
-		_, err := h.client.Update(ctx, id, skiplock.JobUpdate{RunNow: true})
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, skiplock.ErrJobRunning), errors.Is(err, skiplock.ErrJobFinished),
-			errors.Is(err, skiplock.ErrInvalidOptions), errors.Is(err, skiplock.ErrJobNotFound):
-			// started, finished, waiting for its dependencies or deleted meanwhile: skipped
-		default:
-			return n, err
-		}
-	}
-	return n, nil
 }

@@ -33,7 +33,7 @@ type Bulk struct {
 
 func newBulk(pool *pgxpool.Pool, x func(string) string) *Bulk {
 	b := &Bulk{pool: pool, pick: map[key]string{}, count: map[key]string{}, stmts: batchStmts{
-		cancelQueued: x(cancelQueuedSQL), queuedTasks: x(queuedTasksSQL), deleteQueued: x(deleteQueuedSQL), still: x(stillSQL)}}
+		cancelQueued: x(cancelQueuedSQL), queuedTasks: x(queuedTasksSQL), deleteQueued: x(deleteQueuedSQL), still: x(stillSQL), runNow: x(runNowSQL)}}
 	for _, k := range keys() {
 		b.pick[k] = strings.ReplaceAll(x(bulkPickSQL), "{where}", k.where(2))
 		b.count[k] = strings.ReplaceAll(x(bulkCountSQL), "{where}", k.where(0))
@@ -83,12 +83,20 @@ const queuedTasksSQL = `SELECT id FROM {s}.jobs WHERE id = ANY($1) AND status = 
 const deleteQueuedSQL = `DELETE FROM {s}.jobs WHERE id = ANY($1) AND status = 'queued' AND NOT metadata ? 'skiplock_workflow'
 RETURNING id`
 
+// runNowSQL makes the queued jobs of $1 due now (a job due earlier keeps its place),
+// except those that wait for the jobs they depend on (EnqueueOptions.DependsOn: a
+// job_waits row; their last parent's success sets their run_at), as Client.Update's run
+// now does, for a batch in one statement. It sends no wake-up: workers take the jobs at
+// their next poll.
+const runNowSQL = `UPDATE {s}.jobs j SET run_at = least(run_at, now())
+WHERE id = ANY($1) AND status = 'queued' AND NOT EXISTS (SELECT 1 FROM {s}.job_waits w WHERE w.job_id = j.id)`
+
 // stillSQL finds the jobs of $1 still in status $2.
 const stillSQL = `SELECT id FROM {s}.jobs WHERE id = ANY($1) AND status = $2`
 
 // batchStmts are the statements of the bulk actions the client has no batch call for.
 type batchStmts struct {
-	cancelQueued, queuedTasks, deleteQueued, still string
+	cancelQueued, queuedTasks, deleteQueued, still, runNow string
 }
 
 // CancelQueued cancels the queued jobs of ids that are not workflow tasks, and returns
@@ -106,6 +114,12 @@ func (b *Bulk) CancelQueued(ctx context.Context, ids []int64) (n int64, tasks []
 // many.
 func (b *Bulk) DeleteQueued(ctx context.Context, ids []int64) (int64, error) {
 	tag, err := b.pool.Exec(ctx, b.stmts.deleteQueued, ids)
+	return tag.RowsAffected(), err
+}
+
+// RunNow makes the queued jobs of ids due now (runNowSQL), and says how many.
+func (b *Bulk) RunNow(ctx context.Context, ids []int64) (int64, error) {
+	tag, err := b.pool.Exec(ctx, b.stmts.runNow, ids)
 	return tag.RowsAffected(), err
 }
 

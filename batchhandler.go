@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // Defaults of [BatchHandlerConfig].
@@ -43,9 +45,10 @@ type BatchHandlerConfig struct {
 // Each job's own context is [Job.Context]: it ends when that job is cancelled
 // ([Client.Cancel]), passes its timeout, or is cut off by the worker's shutdown, and fn
 // should stop working for that job then (and may report that job's output and progress
-// with it: [SetOutput], [RecordProgress]). fn's ctx carries the first job's values (a
-// hook's tracing span) and ends only once every job of the call has ended its own: one
-// job's cancel or timeout does not cut the others' work.
+// with it: [SetOutput], [RecordProgress]; a durable [Step] or [Sleep] takes only it).
+// fn's ctx carries the first job's values (a hook's tracing span) and ends only once
+// every job of the call has ended its own: one job's cancel or timeout does not cut the
+// others' work.
 //
 // A job whose context ended stays with the call until fn returns, its slot taken and its
 // lease renewed, since fn may still be writing for it; then it is recorded as with
@@ -128,7 +131,8 @@ func (c *batchCollector[T]) run(ctx context.Context, job *Job[T]) error {
 // goroutine of its own; context.AfterFunc runs each job's countdown in a short-lived one
 // when that job's context ends.
 func batchContext[T JobArgs](leader context.Context, jobs []*Job[T]) (ctx context.Context, end func()) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(leader))
+	// Marked: durable steps need one job's context (job.Context()), not the call's.
+	ctx, cancel := context.WithCancelCause(jobtype.WithBatchCall(context.WithoutCancel(leader)))
 	var left atomic.Int64
 	left.Store(int64(len(jobs)))
 	stops := make([]func() bool, len(jobs))

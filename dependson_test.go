@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -300,4 +303,164 @@ func TestDependsOn_AttachRacingTheParentsOutcome(t *testing.T) {
 		require.Zero(t, b.count(t, `SELECT (SELECT count(*) FROM {s}.job_waits) + (SELECT count(*) FROM {s}.job_dependencies)`),
 			"dependency rows were left behind")
 	})
+}
+
+// Two outcome transactions settle parents whose dependents cross: C depends on P1 and P4,
+// D on P2 and P3; one transaction settles P1 then P2, the other P3 then P4, interleaved.
+// Each settlement locks its dependents' job_waits rows until commit, so without one
+// order between them the first held C's and wanted D's while the second held D's and
+// wanted C's: Postgres broke the deadlock after deadlock_timeout by failing one with
+// 40P01. Both commit, and both dependents are released once, after their parents.
+func TestDependsOn_CrossingOutcomeTransactionsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b, _, _ := depSetup(t, skiplock.CompletionKeep, 0)
+	var p [5]int64
+	for i := 1; i <= 4; i++ {
+		p[i] = enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later"}).ID
+	}
+	c := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later", DependsOn: []int64{p[1], p[4]}})
+	d := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{Queue: "later", DependsOn: []int64{p[2], p[3]}})
+	succeed := b.q(`UPDATE {s}.jobs SET status = 'succeeded', finished_at = now() WHERE id = $1`)
+
+	txA, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = txA.Rollback(b.ctx) }()
+	txB, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = txB.Rollback(b.ctx) }()
+	var pidB int
+	require.NoError(t, txB.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pidB))
+	exec := func(tx pgx.Tx, id int64) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := tx.Exec(b.ctx, succeed, id)
+			done <- err
+		}()
+		return done
+	}
+	require.NoError(t, <-exec(txA, p[1]))
+	b1 := exec(txB, p[3])
+	// B's first settlement has either run (it holds D's wait) or waits for A.
+	var b1Err error
+	b1Done := false
+	eventually(t, 10*time.Second, func() bool {
+		select {
+		case b1Err = <-b1:
+			b1Done = true
+			return true
+		default:
+		}
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pidB) == 1
+	}, "B's first settlement ran or waits")
+	a2 := exec(txA, p[2])
+	if b1Done {
+		require.NoError(t, b1Err)
+		b2 := exec(txB, p[4])
+		errA, errB := <-a2, <-b2
+		require.NoError(t, errA, "A's second settlement")
+		require.NoError(t, errB, "B's second settlement")
+	} else {
+		require.NoError(t, <-a2, "A's second settlement")
+		require.NoError(t, txA.Commit(b.ctx))
+		require.NoError(t, <-b1, "B's first settlement")
+		require.NoError(t, <-exec(txB, p[4]), "B's second settlement")
+	}
+	_ = txA.Commit(b.ctx) // no-op when committed above
+	require.NoError(t, txB.Commit(b.ctx))
+	for _, id := range []int64{c.ID, d.ID} {
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued'
+			AND run_at < '9999-01-01'`, id), "dependent %d released", id)
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
+}
+
+// A dependent cancelled because its parent died is revived when the parent is requeued,
+// and so is a dependent of that dependent: both wait again, then run in order once the
+// parent succeeds. A dependent cancelled by two parents stays cancelled.
+func TestDependsOn_RequeueOfAParentRevivesTheDependentsItCancelled(t *testing.T) {
+	t.Parallel()
+	b, ws, _ := depSetup(t, skiplock.CompletionArchive, 1)
+	later := &skiplock.EnqueueOptions{Queue: "later"} // no worker: the test writes the parents' outcomes
+	parent := enqueueDep(t, b, depArgs{}, later)
+	other := enqueueDep(t, b, depArgs{}, later)
+	child := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	grandchild := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{child.ID}})
+	twice := enqueueDep(t, b, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID, other.ID}})
+	end := func(id int64, status skiplock.JobStatus) {
+		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = $2, finished_at = now() WHERE id = $1`), id, string(status))
+		require.NoError(t, err)
+	}
+	end(parent.ID, skiplock.StatusDead)
+	end(other.ID, skiplock.StatusFailed)
+	for _, id := range []int64{child.ID, grandchild.ID, twice.ID} {
+		waitStatus(t, b, id, skiplock.StatusCancelled, time.Second, "the dependent was not cancelled")
+	}
+	res, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{IDs: []int64{parent.ID, other.ID}})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Requeued)
+	for _, id := range []int64{child.ID, grandchild.ID} {
+		got, err := b.client.Get(b.ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, skiplock.StatusQueued, got.Status, "job %d revived", id)
+		assert.Equal(t, 9999, got.RunAt.UTC().Year(), "job %d waits again", id)
+	}
+	waitStatus(t, b, twice.ID, skiplock.StatusCancelled, time.Second, "a dependent cancelled by two parents was revived")
+	runWorker(t, ws[0])
+	end(parent.ID, skiplock.StatusSucceeded)
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, grandchild.ID) == 1 }, "the revived chain did not run")
+	assert.Equal(t, 1, runs(t, b, child.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.dep_audit c JOIN {s}.dep_audit g ON g.job_id = $2
+		WHERE c.job_id = $1 AND c.seq < g.seq AND c.finished <= g.started`, child.ID, grandchild.ID), "the grandchild ran after the child")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
+}
+
+// The SQL function's depends_on overload (migration 17) attaches as Go's DependsOn does:
+// the job waits for an unfinished parent and runs once it succeeded, a parent that died
+// cancels it (or is settled under on_dependency_failure => 'run'), and an unknown id or a
+// bad policy fails the call with nothing written.
+func TestSQLEnqueue_DependsOn(t *testing.T) {
+	t.Parallel()
+	b, ws, _ := depSetup(t, skiplock.CompletionArchive, 1)
+	later := &skiplock.EnqueueOptions{Queue: "later"}
+	parent := enqueueDep(t, b, depArgs{}, later)
+	dead := enqueueDep(t, b, depArgs{}, later)
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'dead', finished_at = now() WHERE id = $1`), dead.ID)
+	require.NoError(t, err)
+
+	waiting, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{
+		"depends_on": []int64{parent.ID, parent.ID}, "concurrency_keys": `{"region": "eu"}`})
+	require.False(t, dup)
+	got, err := b.client.Get(b.ctx, waiting)
+	require.NoError(t, err)
+	assert.Equal(t, 9999, got.RunAt.UTC().Year(), "it waits")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND metadata ? 'skiplock_dependents'`, parent.ID), "the parent is marked")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND concurrency_keys ->> 'region' = 'eu'`, waiting))
+
+	cancelled, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{"depends_on": []int64{dead.ID}})
+	waitStatus(t, b, cancelled, skiplock.StatusCancelled, time.Second, "a dependent of a dead parent was not cancelled")
+	settled, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{
+		"depends_on": []int64{dead.ID}, "on_dependency_failure": "run"})
+
+	before := b.count(t, `SELECT count(*) FROM {s}.jobs`)
+	for name, named := range map[string]map[string]any{
+		"unknown id": {"depends_on": []int64{parent.ID, 1 << 40}},
+		"bad policy": {"depends_on": []int64{parent.ID}, "on_dependency_failure": "later"},
+		"zero id":    {"depends_on": []int64{0}},
+		"unique key": {"depends_on": []int64{parent.ID}, "unique_key": "u"},
+	} {
+		_, _, err := sqlEnqueue(b.ctx, b.pool, b.schema, "dep", `{}`, named)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		assert.Contains(t, []string{"depends_on", "on_dependency_failure"}, pgErr.ColumnName, name)
+	}
+	assert.Equal(t, before, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing written")
+
+	runWorker(t, ws[0])
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, settled) == 1 }, "the dependent did not run under 'run'")
+	assert.Zero(t, runs(t, b, waiting), "the dependent ran before its parent")
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'succeeded', finished_at = now() WHERE id = $1`), parent.ID)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return runs(t, b, waiting) == 1 }, "the dependent did not run once its parent succeeded")
 }

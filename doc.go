@@ -135,8 +135,10 @@
 // # Flow control
 //
 // [QueueConfig].Limits caps a queue across every worker of every process: running jobs
-// in all ([QueueLimits].Concurrency) and per partition key ([EnqueueOptions].PartitionKey),
-// job starts per period, and round-robin sharing across keys. The limits are kept exactly
+// in all ([QueueLimits].Concurrency), per partition key ([EnqueueOptions].PartitionKey)
+// and per key of further dimensions (a job counts against each of its
+// [EnqueueOptions].ConcurrencyKeys), job starts per period, and round-robin sharing
+// across keys. The limits are kept exactly
 // by the database at READ COMMITTED; [Client.SetQueueLimits] changes them on every worker
 // at run time. A queue without limits claims exactly as if the feature did not exist
 // ([flow control]).

@@ -49,7 +49,7 @@ var (
 	// UniqueKey is already queued or running. The caller's transaction stays usable.
 	ErrDuplicateJob = enqueue.ErrDuplicateJob
 	// ErrJobNotFound is returned when no job has the given id.
-	ErrJobNotFound = errors.New("skiplock: job not found")
+	ErrJobNotFound = jobtype.ErrJobNotFound
 	// ErrPeriodicNotFound is returned by SetPeriodicEnabled and RunPeriodicNow for a
 	// schedule no worker declared (or, for RunPeriodicNow, one that is disabled).
 	ErrPeriodicNotFound = errors.New("skiplock: periodic schedule not found")

@@ -12,10 +12,12 @@ package skiplock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -49,6 +51,13 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	case l.KeyRatePeriod > 0 && l.KeyRatePeriod < time.Millisecond:
 		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.KeyRatePeriod)
 	}
+	if err := enqueue.CheckDimensionLimits(l.ConcurrencyKeys); err != nil {
+		return l, fmt.Errorf("%w: queue %q: %v", ErrInvalidLimits, queue, err)
+	}
+	l.ConcurrencyKeys = maps.Clone(l.ConcurrencyKeys)
+	if len(l.ConcurrencyKeys) == 0 {
+		l.ConcurrencyKeys = nil
+	}
 	if l.RatePeriod == 0 {
 		l.RatePeriod = time.Second
 	}
@@ -66,18 +75,19 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 
 // listLimitsSQL reads the limits set at run time.
 const listLimitsSQL = `SELECT queue, coalesce(concurrency, 0), coalesce(key_concurrency, 0),
-	coalesce(rate, 0), rate_period_ms, fair, coalesce(key_rate, 0), key_rate_period_ms
+	coalesce(rate, 0), rate_period_ms, fair, coalesce(key_rate, 0), key_rate_period_ms, concurrency_keys
 	FROM {s}.queue_limits ORDER BY queue`
 
 // setLimitsSQL stores limits set at run time and tells every worker, at commit.
 const setLimitsSQL = `WITH up AS (
 	INSERT INTO {s}.queue_limits AS l (queue, concurrency, key_concurrency, rate, rate_period_ms, fair,
-		key_rate, key_rate_period_ms, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $9, $10, now())
+		key_rate, key_rate_period_ms, concurrency_keys, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $9, $10, $11, now())
 	ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency,
 		key_concurrency = excluded.key_concurrency, rate = excluded.rate,
 		rate_period_ms = excluded.rate_period_ms, fair = excluded.fair,
-		key_rate = excluded.key_rate, key_rate_period_ms = excluded.key_rate_period_ms, updated_at = now()
+		key_rate = excluded.key_rate, key_rate_period_ms = excluded.key_rate_period_ms,
+		concurrency_keys = excluded.concurrency_keys, updated_at = now()
 	RETURNING queue
 )
 SELECT pg_notify($7, $8) FROM up`
@@ -113,10 +123,14 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if l.KeyRatePeriod > 0 {
 		keyPeriodMs = l.KeyRatePeriod.Milliseconds()
 	}
+	var dims any // NULL: no dimension
+	if l.ConcurrencyKeys != nil {
+		dims = l.ConcurrencyKeys
+	}
 	_, err = c.pool.Exec(ctx, pgutil.Render(c.schema, setLimitsSQL), queue, nullInt(l.Concurrency),
 		nullInt(l.KeyConcurrency), nullInt(l.Rate), periodMs, l.Fair,
 		c.notify.Control, notify.ControlMsg{Op: notify.ControlLimits, Queue: queue}.Payload(),
-		nullInt(l.KeyRate), keyPeriodMs)
+		nullInt(l.KeyRate), keyPeriodMs, dims)
 	if err != nil {
 		return c.wrapErr("set queue limits", err)
 	}
@@ -152,7 +166,7 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 		keyPeriodMs int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&q, &l.Concurrency, &l.KeyConcurrency, &l.Rate, &periodMs, &l.Fair,
-		&l.KeyRate, &keyPeriodMs}, func() error {
+		&l.KeyRate, &keyPeriodMs, &l.ConcurrencyKeys}, func() error {
 		if l.Rate > 0 {
 			l.RatePeriod = time.Duration(periodMs) * time.Millisecond
 		} else {
@@ -164,6 +178,7 @@ func (c *Client) QueueLimitsSet(ctx context.Context) (map[string]QueueLimits, er
 			l.KeyRatePeriod = 0
 		}
 		out[q] = l
+		l.ConcurrencyKeys = nil // the next row's, scanned into a new map
 		return nil
 	})
 	if err != nil {

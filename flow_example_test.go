@@ -83,8 +83,10 @@ func ExampleClient_SetQueueLimits() {
 	_ = skiplock.Migrate(ctx, pool, skiplock.MigrateConfig{Schema: schema})
 	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
 
-	// The payment provider asks us to slow down: 100 calls a minute, 5 at once.
-	_ = client.SetQueueLimits(ctx, "payments", skiplock.QueueLimits{Concurrency: 5, Rate: 100, RatePeriod: time.Minute})
+	// The payment provider asks us to slow down: 100 calls a minute, 5 at once, and at
+	// most 2 at once per merchant account (EnqueueOptions.ConcurrencyKeys["account"]).
+	_ = client.SetQueueLimits(ctx, "payments", skiplock.QueueLimits{Concurrency: 5, Rate: 100, RatePeriod: time.Minute,
+		ConcurrencyKeys: map[string]int{"account": 2}})
 	set, _ := client.QueueLimitsSet(ctx)
 	fmt.Printf("%+v\n", set["payments"])
 
@@ -92,6 +94,6 @@ func ExampleClient_SetQueueLimits() {
 	set, _ = client.QueueLimitsSet(ctx)
 	fmt.Println(len(set))
 	// Output:
-	// {Concurrency:5 KeyConcurrency:0 Rate:100 RatePeriod:1m0s KeyRate:0 KeyRatePeriod:0s Fair:false}
+	// {Concurrency:5 KeyConcurrency:0 Rate:100 RatePeriod:1m0s KeyRate:0 KeyRatePeriod:0s ConcurrencyKeys:map[account:2] Fair:false}
 	// 0
 }

@@ -26,13 +26,16 @@ type flowArgs struct {
 	N     int    `json:"n"`
 	Key   string `json:"key,omitempty"`
 	Sleep int    `json:"sleep_ms,omitempty"` // the most the handler sleeps; it picks at random below
+	// Keys are the job's concurrency keys (flow_keys_test.go).
+	Keys map[string]string `json:"keys,omitempty"`
 }
 
 func (flowArgs) Kind() string { return "flow" }
 
-// EnqueueOptions takes the partition key from the args, as a user's args type would.
+// EnqueueOptions takes the partition key and the concurrency keys from the args, as a
+// user's args type would.
 func (a flowArgs) EnqueueOptions() skiplock.EnqueueOptions {
-	return skiplock.EnqueueOptions{Queue: "limited", PartitionKey: a.Key}
+	return skiplock.EnqueueOptions{Queue: "limited", PartitionKey: a.Key, ConcurrencyKeys: a.Keys}
 }
 
 // claimFailures counts the worker's "claim failed" warnings, and remembers their errors:
@@ -73,7 +76,7 @@ func flowSetup(t *testing.T) *bundle {
 	t.Helper()
 	b := setup(t)
 	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.audit (
-		job_id bigint, attempt int, key text, worker text,
+		job_id bigint, attempt int, key text, keys jsonb, worker text,
 		started timestamptz NOT NULL, finished timestamptz)`))
 	require.NoError(t, err)
 	return b
@@ -108,10 +111,11 @@ func startFlowWorkers(t *testing.T, b *bundle, n, slots int, limits skiplock.Que
 
 // auditHandler records the execution's start, sleeps up to Sleep ms, records its end.
 func auditHandler(b *bundle, pool *pgxpool.Pool) func(ctx context.Context, job *skiplock.Job[flowArgs]) error {
-	startSQL := b.q(`INSERT INTO {s}.audit (job_id, attempt, key, worker, started) VALUES ($1, $2, $3, $4, clock_timestamp())`)
+	startSQL := b.q(`INSERT INTO {s}.audit (job_id, attempt, key, keys, worker, started)
+		VALUES ($1, $2, $3, $5, $4, clock_timestamp())`)
 	endSQL := b.q(`UPDATE {s}.audit SET finished = clock_timestamp() WHERE job_id = $1 AND attempt = $2`)
 	return func(ctx context.Context, job *skiplock.Job[flowArgs]) error {
-		if _, err := pool.Exec(ctx, startSQL, job.ID, job.Attempts, job.Args.Key, job.LockedBy); err != nil {
+		if _, err := pool.Exec(ctx, startSQL, job.ID, job.Attempts, job.Args.Key, job.LockedBy, job.Args.Keys); err != nil {
 			return err
 		}
 		if job.Args.Sleep > 0 { // the job's work, of random length so claims interleave
@@ -373,11 +377,13 @@ func TestFlow_InvalidLimitsAreRefused(t *testing.T) {
 }
 
 // flowHelperEnv, when set, makes TestFlow_HelperProcess a worker process for
-// TestFlow_LimitHoldsWhileWorkersAreKilled: "url|schema|id", or "url|schema|id|keyrate".
+// TestFlow_LimitHoldsWhileWorkersAreKilled: "url|schema|id", or "url|schema|id|keyrate",
+// or "url|schema|id|keys".
 const flowHelperEnv = "SKIPLOCK_FLOW_HELPER"
 
 // TestFlow_HelperProcess is not a test: run by TestFlow_LimitHoldsWhileWorkersAreKilled
-// (and, with a fourth field "keyrate", by TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled)
+// (and, with a fourth field "keyrate", by TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled,
+// with "keys", by TestFlow_ConcurrencyKeysHoldWhileWorkersAreKilled)
 // as a child process, it works the limited queue until it is killed.
 func TestFlow_HelperProcess(t *testing.T) {
 	spec := os.Getenv(flowHelperEnv)
@@ -388,6 +394,9 @@ func TestFlow_HelperProcess(t *testing.T) {
 	limits := skiplock.QueueLimits{Concurrency: flowKillLimit}
 	if len(parts) == 4 && parts[3] == "keyrate" {
 		limits = flowKillKeyLimits
+	}
+	if len(parts) == 4 && parts[3] == "keys" {
+		limits = flowKillDimLimits
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, parts[0])

@@ -105,3 +105,43 @@ func TestFlow_KeyRateBucketStartsFullAndRefillsPerKey(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, pgutil.Render(schema, `SELECT count(*) FROM {s}.queue_key_flow WHERE queue = 'other'`)).Scan(&n))
 	assert.Zero(t, n, "buckets of a queue without KeyRate")
 }
+
+// A claim of a queue with per-dimension limits passes over due jobs whose keys are full
+// and takes the jobs behind them, looking through at most its budget plus
+// claim.DimLookahead jobs, as docs/flow-control.md says: a job whose key has room behind
+// 60 jobs of a full key starts, one behind 100 waits.
+func TestFlow_DimensionClaimLooksPastFullKeysUpToItsLookahead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	for queue, behind := range map[string]int{"near": 60, "far": 100} {
+		_, err = pool.Exec(ctx, pgutil.Render(schema, `
+			INSERT INTO {s}.jobs (queue, kind, concurrency_keys, run_at)
+			SELECT $1, CASE WHEN g > $2::int THEN 'us' ELSE 'eu' END,
+				CASE WHEN g > $2::int THEN '{"region": "us"}' ELSE '{"region": "eu"}' END::jsonb,
+				now() - interval '1 hour' + g * interval '1 ms'
+			FROM generate_series(0, $2::int + 1) g`), queue, behind)
+		require.NoError(t, err)
+	}
+	f := claim.NewFlowClaimer(c.db, time.Minute)
+	limits := QueueLimits{ConcurrencyKeys: map[string]int{"region": 1}}
+	for queue, want := range map[string]int{"near": 1, "far": 0} {
+		jobs, _, err := f.Claim(ctx, queue, limits, 1, "w")
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		assert.Equal(t, "eu", jobs[0].Row.Kind, "%s: the first job", queue)
+		began := time.Now()
+		jobs, _, err = f.Claim(ctx, queue, limits, 1, "w")
+		t.Logf("%s: a claim past the full key took %s", queue, time.Since(began))
+		require.NoError(t, err)
+		require.Len(t, jobs, want, "%s: the job whose key has room", queue)
+		if want == 1 {
+			assert.Equal(t, "us", jobs[0].Row.Kind)
+		}
+	}
+	assert.Equal(t, 64, claim.DimLookahead, "the lookahead docs/flow-control.md gives")
+}

@@ -7,7 +7,6 @@ package skiplock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -16,9 +15,9 @@ import (
 	"github.com/skiplock/skiplock/internal/record"
 )
 
-// ErrNotInJob is returned by [RecordProgress] and [SetOutput] when their context is not a
-// job handler's (or one derived from it).
-var ErrNotInJob = errors.New("skiplock: the context is not a job handler's")
+// ErrNotInJob is returned by [RecordProgress], [SetOutput], [Step], [StepTx], [Sleep] and
+// [AwaitSignal] when their context is not a job handler's (or one derived from it).
+var ErrNotInJob = jobtype.ErrNotInJob
 
 // MaxProgressMessage is the longest progress message, in bytes; longer ones are cut.
 const MaxProgressMessage = 255

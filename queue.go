@@ -63,6 +63,14 @@ type EnqueueOptions struct {
 	// bytes. Defaults to none. To take it from the args' fields, give the args type an
 	// EnqueueOptions method ([JobArgsWithOptions]) that returns it.
 	PartitionKey string
+	// ConcurrencyKeys are the job's keys in further flow-control dimensions, by
+	// dimension: {"region": "eu", "account": "a-7"}. A queue's per-dimension limits
+	// ([QueueLimits].ConcurrencyKeys) count the job against each of its keys while it runs,
+	// and start it only when every one is under its limit. At most 8 dimensions, named
+	// [a-z0-9_-] (1-64 characters); keys of 1-255 bytes. An args type's keys and the
+	// call's are merged dimension by dimension, the call's winning. Not for workflow
+	// tasks or sequences. Nil means none; the map is not kept. See docs/flow-control.md.
+	ConcurrencyKeys map[string]string
 	// SequenceOnFailure is what a failed attempt of this job does to the sequence it was
 	// enqueued in ([Client.EnqueueSequenceTx]): [SequenceHold] (the zero value) or
 	// [SequenceMoveOn]. Other enqueues refuse it.
@@ -392,7 +400,7 @@ func (o EnqueueOptions) engine() enqueue.Options {
 	}
 	return enqueue.Options{Queue: o.Queue, Priority: o.Priority, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts,
 		UniqueKey: o.UniqueKey, Unique: u, Timeout: o.Timeout, Metadata: o.Metadata, PartitionKey: o.PartitionKey,
-		Encrypt: o.Encrypt}
+		ConcurrencyKeys: o.ConcurrencyKeys, Encrypt: o.Encrypt}
 }
 
 // enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata

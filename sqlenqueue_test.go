@@ -70,7 +70,7 @@ func TestSQLEnqueue_AGoWorkerRunsTheJob(t *testing.T) {
 	b := setup(t)
 	var version int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT `+pgx.Identifier{b.schema, "enqueue_version"}.Sanitize()+`()`).Scan(&version))
-	assert.Equal(t, 1, version, "the contract's version (docs/sql-enqueue.md)")
+	assert.Equal(t, 2, version, "the contract's version (docs/sql-enqueue.md)")
 
 	id, dup := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "send_email", `{"order_id": 42, "to": "a@example.com"}`, map[string]any{
 		"queue": "mail", "priority": 7, "max_attempts": 3, "metadata": `{"via": "sql"}`,
@@ -320,6 +320,11 @@ func (c sqlCase) sqlNamed(t *testing.T) map[string]any {
 		require.NoError(t, err)
 		named["metadata"] = string(m)
 	}
+	if o.ConcurrencyKeys != nil { // the overload of migration 17
+		k, err := json.Marshal(o.ConcurrencyKeys)
+		require.NoError(t, err)
+		named["concurrency_keys"] = string(k)
+	}
 	return named
 }
 
@@ -348,6 +353,13 @@ func sqlCases() (bad, ok []sqlCase) {
 	ltBlob := func(n int) skiplock.JobArgs { return anyKindArgs{kind: "blob", S: strings.Repeat("<", n)} }     // 6n+8 bytes
 	escMeta := func(c string, n int) map[string]string { return map[string]string{"k": strings.Repeat(c, n)} } // 6n+8 bytes
 	noop := noopArgs{}
+	dims := func(n int, key string) map[string]string { // n dimensions d0..dn-1, each of key
+		m := map[string]string{}
+		for i := range n {
+			m[fmt.Sprintf("d%d", i)] = key
+		}
+		return m
+	}
 	invalid := func(name string, args skiplock.JobArgs, o skiplock.EnqueueOptions, goErr error, column string) sqlCase {
 		return sqlCase{name: name, args: args, opts: o, goErr: goErr, code: "22023", column: column}
 	}
@@ -365,6 +377,10 @@ func sqlCases() (bad, ok []sqlCase) {
 		invalid("max_attempts above a million", noop, skiplock.EnqueueOptions{MaxAttempts: 1_000_001}, skiplock.ErrInvalidOptions, "max_attempts"),
 		invalid("unique key of 256 bytes", noop, skiplock.EnqueueOptions{UniqueKey: strings.Repeat("u", 256)}, skiplock.ErrInvalidOptions, "unique_key"),
 		invalid("partition key of 256 bytes", noop, skiplock.EnqueueOptions{PartitionKey: strings.Repeat("p", 256)}, skiplock.ErrInvalidOptions, "partition_key"),
+		invalid("9 concurrency key dimensions", noop, skiplock.EnqueueOptions{ConcurrencyKeys: dims(9, "k")}, skiplock.ErrInvalidOptions, "concurrency_keys"),
+		invalid("concurrency key dimension with a capital", noop, skiplock.EnqueueOptions{ConcurrencyKeys: map[string]string{"Region": "eu"}}, skiplock.ErrInvalidOptions, "concurrency_keys"),
+		invalid("concurrency key of 256 bytes", noop, skiplock.EnqueueOptions{ConcurrencyKeys: dims(1, strings.Repeat("k", 256))}, skiplock.ErrInvalidOptions, "concurrency_keys"),
+		invalid("empty concurrency key", noop, skiplock.EnqueueOptions{ConcurrencyKeys: dims(1, "")}, skiplock.ErrInvalidOptions, "concurrency_keys"),
 		invalid("run_at in year 10000", noop, skiplock.EnqueueOptions{RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, skiplock.ErrInvalidOptions, "run_at"),
 		invalid("run_at in year 0", noop, skiplock.EnqueueOptions{RunAt: time.Date(0, 6, 1, 0, 0, 0, 0, time.UTC)}, skiplock.ErrInvalidOptions, "run_at"),
 		invalid("reserved metadata key", noop, skiplock.EnqueueOptions{Metadata: map[string]string{"skiplock_workflow": "1"}}, skiplock.ErrInvalidOptions, "metadata"),
@@ -386,6 +402,7 @@ func sqlCases() (bad, ok []sqlCase) {
 		{name: "a million attempts", args: noop, opts: skiplock.EnqueueOptions{MaxAttempts: 1_000_000}},
 		{name: "unique key of 255 bytes", args: noop, opts: skiplock.EnqueueOptions{UniqueKey: strings.Repeat("u", 255)}},
 		{name: "partition key of 255 bytes", args: noop, opts: skiplock.EnqueueOptions{PartitionKey: strings.Repeat("p", 255)}},
+		{name: "8 concurrency keys of 255 bytes", args: noop, opts: skiplock.EnqueueOptions{ConcurrencyKeys: dims(8, strings.Repeat("é", 127)+"k")}},
 		{name: "run_at in year 9999", args: noop, opts: skiplock.EnqueueOptions{RunAt: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}},
 		{name: "metadata of 16 KiB", args: noop, opts: skiplock.EnqueueOptions{Metadata: meta(sqlMetadataLimit - 8)}},
 		{name: "timeout of a millisecond", args: noop, opts: skiplock.EnqueueOptions{Timeout: time.Millisecond + 700*time.Microsecond}},
@@ -518,6 +535,7 @@ type storedJob struct {
 	Queue, Kind, Payload, Metadata string
 	Priority, MaxAttempts          int
 	UniqueKey, PartitionKey        *string
+	ConcurrencyKeys                *string // as jsonb writes it
 	TimeoutMs                      *int64
 	RunAt                          *time.Time // only when the caller chose it
 }
@@ -529,8 +547,8 @@ func takeJob(t *testing.T, pool *pgxpool.Pool, schema string, id int64, withRunA
 	var runAt time.Time
 	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT queue, kind, payload::text, metadata::text, priority, max_attempts,
-		unique_key, partition_key, timeout_ms, run_at FROM `+jobs+` WHERE id = $1`, id).Scan(
-		&s.Queue, &s.Kind, &s.Payload, &s.Metadata, &s.Priority, &s.MaxAttempts, &s.UniqueKey, &s.PartitionKey, &s.TimeoutMs, &runAt))
+		unique_key, partition_key, concurrency_keys::text, timeout_ms, run_at FROM `+jobs+` WHERE id = $1`, id).Scan(
+		&s.Queue, &s.Kind, &s.Payload, &s.Metadata, &s.Priority, &s.MaxAttempts, &s.UniqueKey, &s.PartitionKey, &s.ConcurrencyKeys, &s.TimeoutMs, &runAt))
 	if withRunAt {
 		s.RunAt = &runAt
 	}

@@ -11,11 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/enqueue"
+	"github.com/skiplock/skiplock/internal/jobtype"
 )
 
 // ErrJobFinished is returned by [Client.Update] for a job that succeeded or was
-// cancelled: it will not run again, so there is nothing to edit.
-var ErrJobFinished = errors.New("skiplock: job has finished")
+// cancelled: it will not run again, so there is nothing to edit; and by [Client.Signal]
+// for a job that has finished (succeeded, failed, dead, cancelled or archived): no wait
+// would ever read the signal.
+var ErrJobFinished = jobtype.ErrJobFinished
 
 // JobUpdate says what [Client.Update] changes. Its zero value changes nothing; each field
 // set replaces that part of the job and is checked as [EnqueueOptions] are.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/durable"
 	"github.com/skiplock/skiplock/internal/execute"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
@@ -156,7 +157,8 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL,
 		Flows: c.flows}
-	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt}
+	w.starter = &execute.JobStarter{Held: held, Slots: &record.SlotJobs{}, MaxBytes: c.maxBytes, Attempt: attempt,
+		Durable: durable.NewEngine(c.db, cfg.ID)} // Step, Sleep, AwaitSignal (durable.go)
 	cl := buildClaims(c, cfg, w.logger, w.queues, w.gate, w.starter, w.lease, w.elector.LapsedSince, declared)
 	w.loops, w.claims, w.pause, w.poller, w.flow = cl.loops, cl.claims, cl.pause, cl.poller, cl.flow
 	done := record.BatchListeners{Written: held.RemoveKeys, Freed: w.flow.SlotsFreed, Unrecorded: w.lease.PutBackUnrecorded}
@@ -176,6 +178,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw})
 	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.Slots, hooks, w.logger)
 	w.outcomes.LostReturned = w.lease.EndCancelled
+	w.outcomes.Freed = w.flow.SlotsFreed // a durable wait frees its slot
 	w.executor = execute.NewExecutor(execute.ExecutorConfig{
 		Handlers: w.handlers, Hooks: hooks, JobTimeout: cfg.JobTimeout, RetryPolicy: cfg.RetryPolicy,
 		LeaseInterval: w.lease.Interval, ShutdownTimeout: cfg.ShutdownTimeout, Logger: w.logger, MW: w.mw,

@@ -85,7 +85,7 @@ func run() error {
 	flag.IntVar(&o.runs, "runs", 3, "runs per workload and system; figures are the median with min–max")
 	flag.StringVar(&systems, "systems", strings.Join(compiled, ","), "comma-separated systems to run, in this order")
 	flag.StringVar(&workNames, "workloads", strings.Join(defaultWork, ","), "comma-separated workloads to run (fleet runs only when named: "+strings.Join(allWork, ",")+")")
-	flag.BoolVar(&o.allSystems, "all-systems", false, "run the skiplock-only workloads (size1m, scheduled) for River and gue too")
+	flag.BoolVar(&o.allSystems, "all-systems", false, "run the skiplock-only workloads (size1m, scheduled) for River and gue too (durable uses skiplock's durable steps: the others skip it)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the skiplock runs to this file")
 	flag.StringVar(&o.out, "out", "results", "folder for latest.json and latest.md (empty: don't write)")
 	flag.BoolVar(&o.statements, "statements", false, "print each workload's server statements per system to stderr (pg_stat_statements, reset before the workload's first run; the server must preload it, e.g. a throwaway cluster)")

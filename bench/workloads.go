@@ -32,6 +32,7 @@ type Sizes struct {
 	ManyQueues    int           `json:"many_queues"`    // queues of the many-queues workload
 	PerQueue      int           `json:"per_queue"`      // workers per queue there
 	ManyJobs      int           `json:"many_jobs"`      // jobs drained across those queues
+	Durable       int           `json:"durable"`        // units of work of the durable workload (durable.go)
 }
 
 // singleProducers are the producer counts of the single workload.
@@ -42,7 +43,7 @@ var fullSizes = Sizes{
 	LatencyRate: 50, LatencyFor: 10 * time.Second, SustainedFor: 10 * time.Second,
 	Size: 50_000, Size1M: 1_000_000, ScheduledDue: 100_000, ScheduledSkip: 1_000_000,
 	Warmup: time.Second, FleetIdle: 20 * time.Second, SingleFor: 4 * time.Second,
-	Storm: 100_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 100_000,
+	Storm: 100_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 100_000, Durable: 20_000,
 }
 
 // quickSizes finish all three systems in about two minutes on 2 cores. The
@@ -52,7 +53,7 @@ var quickSizes = Sizes{
 	LatencyRate: 50, LatencyFor: 1500 * time.Millisecond, SustainedFor: 2 * time.Second,
 	Size: 10_000, Size1M: 0, ScheduledDue: 10_000, ScheduledSkip: 100_000,
 	Warmup: 300 * time.Millisecond, FleetIdle: 10 * time.Second, SingleFor: time.Second,
-	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000,
+	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000, Durable: 4_000,
 }
 
 // Metric is one reported figure of a workload.
@@ -216,6 +217,16 @@ var workloads = []Workload{
 		},
 		SkiplockOnly: true,
 		Run:          runScheduled,
+	},
+	{
+		Name: "durable",
+		Desc: func(s Sizes) string {
+			return fmt.Sprintf("the cost of a durable step: drain %d jobs of 5 Steps (no-op), %d jobs of 5 StepTx (a one-row INSERT each), %d chains of 5 jobs (workflow a→b→c→d→e) and %d plain jobs, one after the other (enqueue not timed; WAL from before it); and the bare SQL floor, %d single-row INSERT commits from 100 clients",
+				s.Durable, s.Durable, s.Durable, s.Durable, 5*s.Durable)
+		},
+		Metrics:      durMetrics,
+		SkiplockOnly: true,
+		Run:          runDurable,
 	},
 	{
 		Name: "fleet",

@@ -137,7 +137,8 @@ func describeAction(r *http.Request) (action, target string) {
 		return "set limits", "queue " + quoted(r.PostFormValue("queue")) + " concurrency=" + quoted(r.PostFormValue("concurrency")) +
 			" key_concurrency=" + quoted(r.PostFormValue("key_concurrency")) + " rate=" + quoted(r.PostFormValue("rate")) +
 			" rate_period=" + quoted(r.PostFormValue("rate_period")) + " key_rate=" + quoted(r.PostFormValue("key_rate")) +
-			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair"))
+			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair")) +
+			" concurrency_keys=" + quoted(r.PostFormValue("concurrency_keys"))
 	case p == "/periodic/run" || p == "/periodic/enable" || p == "/periodic/disable":
 		return map[string]string{"run": "run periodic now", "enable": "enable periodic", "disable": "disable periodic"}[parts[1]],
 			"schedule " + quoted(r.PostFormValue("name"))

@@ -34,7 +34,8 @@ type jobView struct {
 	CanCancel  bool
 	CanDelete  bool
 	Running    bool
-	Timeline   []event // the job's life, oldest first
+	Timeline   []event      // the job's life, oldest first
+	Durable    *durableView // its steps and signals (jobsteps.go); nil: none
 }
 
 // event is one line of a job's timeline.
@@ -99,6 +100,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		v.Attempts = append(v.Attempts, a)
 	}
 	v.Timeline = timeline(job, extras.Errors)
+	v.Durable = h.jobSteps(ctx, id)
 	if !h.cfg.ReadOnly {
 		switch job.Status {
 		case skiplock.StatusDead, skiplock.StatusFailed:

@@ -6,6 +6,7 @@ package ui
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,6 +26,8 @@ type limitsRow struct {
 	// RatePeriodSeconds and KeyRatePeriodSeconds are Limits.RatePeriod and KeyRatePeriod in
 	// whole seconds for the form (1 when unset).
 	RatePeriodSeconds, KeyRatePeriodSeconds int64
+	// KeyLimits is Limits.ConcurrencyKeys as the form writes it: "region=50, tenant=2".
+	KeyLimits string
 }
 
 // limitsView is the limits page's data.
@@ -60,7 +63,8 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 	v := limitsView{}
 	for _, q := range names {
 		l, ok := set[q]
-		row := limitsRow{Queue: q, Set: ok, Limits: l, Paused: paused[q], RatePeriodSeconds: 1, KeyRatePeriodSeconds: 1}
+		row := limitsRow{Queue: q, Set: ok, Limits: l, Paused: paused[q], RatePeriodSeconds: 1, KeyRatePeriodSeconds: 1,
+			KeyLimits: keyLimitsText(l.ConcurrencyKeys)}
 		if l.RatePeriod >= time.Second {
 			row.RatePeriodSeconds = int64(l.RatePeriod / time.Second)
 		}
@@ -73,8 +77,8 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // setLimits sets a queue's limits from the form: queue, concurrency, key_concurrency, rate,
-// rate_period (seconds), key_rate, key_rate_period (seconds) and fair; an empty number
-// means none.
+// rate_period (seconds), key_rate, key_rate_period (seconds), fair and concurrency_keys
+// ("region=50, tenant=2"); an empty number means none.
 func (h *Handler) setLimits(w http.ResponseWriter, r *http.Request) {
 	queue := r.PostFormValue("queue")
 	var l skiplock.QueueLimits
@@ -99,6 +103,10 @@ func (h *Handler) setLimits(w http.ResponseWriter, r *http.Request) {
 		l.KeyRatePeriod = time.Duration(p) * time.Second
 	}
 	l.Fair = r.PostFormValue("fair") == "on"
+	var ok bool
+	if l.ConcurrencyKeys, ok = parseKeyLimits(r.PostFormValue("concurrency_keys")); !ok {
+		bad = append(bad, "concurrency_keys (DIM=N, ...)")
+	}
 	if len(bad) > 0 {
 		h.refuse(w, r, http.StatusBadRequest, "Limits are whole numbers from 0 (none) to 1000000: "+strings.Join(bad, ", ")+".")
 		return
@@ -106,7 +114,7 @@ func (h *Handler) setLimits(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
 	err := h.client.SetQueueLimits(ctx, queue, l)
-	if errors.Is(err, skiplock.ErrInvalidQueue) || errors.Is(err, skiplock.ErrInvalidOptions) {
+	if errors.Is(err, skiplock.ErrInvalidQueue) || errors.Is(err, skiplock.ErrInvalidOptions) || errors.Is(err, skiplock.ErrInvalidLimits) {
 		h.refuse(w, r, http.StatusBadRequest, "The limits were refused: "+strings.TrimPrefix(err.Error(), "skiplock: ")+".")
 		return
 	}
@@ -131,4 +139,31 @@ func (h *Handler) resetLimits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.redirect(w, r, "/limits", url.Values{"done": {"limitsreset"}})
+}
+
+// parseKeyLimits reads the form's per-dimension limits, "region=50, tenant=2" (commas or
+// spaces between them); ok is false when a pair is not DIM=N with N from 1 to 1000000.
+// SetQueueLimits checks the dimensions' names.
+func parseKeyLimits(text string) (dims map[string]int, ok bool) {
+	for _, pair := range strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' }) {
+		dim, v, found := strings.Cut(pair, "=")
+		n, err := strconv.Atoi(v)
+		if !found || err != nil || n < 1 || n > 1_000_000 {
+			return nil, false
+		}
+		if dims == nil {
+			dims = map[string]int{}
+		}
+		dims[dim] = n
+	}
+	return dims, true
+}
+
+// keyLimitsText is QueueLimits.ConcurrencyKeys as the form writes it.
+func keyLimitsText(dims map[string]int) string {
+	parts := make([]string, 0, len(dims))
+	for _, d := range slices.Sorted(maps.Keys(dims)) {
+		parts = append(parts, d+"="+strconv.Itoa(dims[d]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -35,6 +35,8 @@ func TestLimitsPage_SetsLimitsThatAWorkerApplies(t *testing.T) {
 		"not a number":  {"queue": {"reports"}, "concurrency": {"two"}},
 		"negative":      {"queue": {"reports"}, "rate": {"-1"}},
 		"invalid queue": {"queue": {"Reports!"}, "concurrency": {"1"}},
+		"bad pair":      {"queue": {"reports"}, "concurrency_keys": {"region"}},
+		"bad dimension": {"queue": {"reports"}, "concurrency_keys": {"Region=2"}},
 	} {
 		r = b.act("/limits", "/limits", form)
 		assert.Equal(t, http.StatusBadRequest, r.code, name)
@@ -44,12 +46,14 @@ func TestLimitsPage_SetsLimitsThatAWorkerApplies(t *testing.T) {
 	assert.Empty(t, set, "a refused form set limits")
 
 	r = b.act("/limits", "/limits", url.Values{"queue": {"reports"}, "concurrency": {"1"}, "rate": {"50"}, "rate_period": {"2"},
-		"key_rate": {"7"}, "key_rate_period": {"3"}, "fair": {"on"}})
+		"key_rate": {"7"}, "key_rate_period": {"3"}, "fair": {"on"}, "concurrency_keys": {"region=50, tenant=2"}})
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.Contains(t, b.get(r.location).body, "Set the queue&#39;s limits")
 	set, err = b.client.QueueLimitsSet(b.ctx)
 	require.NoError(t, err)
-	assert.Equal(t, skiplock.QueueLimits{Concurrency: 1, Rate: 50, RatePeriod: 2 * time.Second, KeyRate: 7, KeyRatePeriod: 3 * time.Second, Fair: true}, set["reports"])
+	assert.Equal(t, skiplock.QueueLimits{Concurrency: 1, Rate: 50, RatePeriod: 2 * time.Second, KeyRate: 7, KeyRatePeriod: 3 * time.Second, Fair: true,
+		ConcurrencyKeys: map[string]int{"region": 50, "tenant": 2}}, set["reports"])
+	assert.Contains(t, b.get("/limits").body, `value="region=50, tenant=2"`, "the form shows the limits per dimension")
 	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE action = 'set limits' AND target LIKE 'queue "reports" concurrency="1"%'`))
 
 	// A worker of 4 slots on the queue runs its 6 jobs one at a time.

@@ -21,7 +21,7 @@ var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers",
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {
-		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/"+name+".html")
+		t, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/jobsteps.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ui: parse template %s: %w", name, err)
 		}

@@ -93,6 +93,7 @@ type limitsOptions struct {
 	keyRate        int
 	keyRatePeriod  time.Duration
 	fair           bool
+	keyLimits      map[string]int // --key-limit DIM=N, repeated: QueueLimits.ConcurrencyKeys
 	none           bool
 	reset          bool
 	set            bool // a limit flag (or --none) was given

@@ -1,7 +1,7 @@
 // Command skiplock is the operator tool of the skiplock job queue: it migrates the schema,
 // shows what the queues hold and one job in full, lists dead and failed jobs with their
-// last errors, puts them back in the queue, cancels jobs, and changes queues' flow-control
-// limits.
+// last errors, puts them back in the queue, cancels jobs, shows a durable job's steps,
+// signals jobs and forks them from a step, and changes queues' flow-control limits.
 //
 // Usage:
 //
@@ -20,7 +20,10 @@
 //	requeue [--id 1,2,3] [--kind K] [--queue Q]
 //	                               put dead and failed jobs back in the queue, attempts reset
 //	cancel --id N                  cancel a queued or running job
-//	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --fair | --none)... | --queue Q --reset]
+//	steps [--json] ID              list a durable job's steps and signals
+//	signal ID NAME [JSON]          send a signal to a job (AwaitSignal)
+//	fork ID STEP                   enqueue a job again from one of its steps
+//	limits [--queue Q (--concurrency N | --key-concurrency N | --rate N [--rate-period D] | --key-rate N [--key-rate-period D] | --key-limit DIM=N | --fair | --none)... | --queue Q --reset]
 //	                               show, set or reset a queue's flow-control limits on every worker
 //	ui [--listen ADDR] [--allowed-host NAMES] [--read-only] [--token T | --basic-auth USER:PASS | --trust-loopback] [--trusted-proxy ADDRS]
 //	                               serve the operator dashboard (default http://127.0.0.1:8080/)

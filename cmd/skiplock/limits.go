@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,7 +20,7 @@ import (
 func limitsCommand() *command {
 	return &command{
 		name:    "limits",
-		args:    "[--queue Q [--concurrency N] [--key-concurrency N] [--rate N [--rate-period D]] [--key-rate N [--key-rate-period D]] [--fair] | --queue Q --reset]",
+		args:    "[--queue Q [--concurrency N] [--key-concurrency N] [--rate N [--rate-period D]] [--key-rate N [--key-rate-period D]] [--fair] [--key-limit DIM=N ...] | --queue Q --reset]",
 		summary: "show, set or reset a queue's flow-control limits on every worker",
 		help: "Without flags, lists the limits set at run time, by queue. With --queue and limit flags,\n" +
 			"replaces that queue's limits on every worker of every process at once (the limits its\n" +
@@ -35,6 +37,8 @@ func limitsCommand() *command {
 			fs.IntVar(&l.keyRate, "key-rate", 0, "at most `N` job starts per --key-rate-period per partition key")
 			fs.DurationVar(&l.keyRatePeriod, "key-rate-period", time.Second, "the window `D` of --key-rate")
 			fs.BoolVar(&l.fair, "fair", false, "hand jobs out round-robin across partition keys")
+			fs.Func("key-limit", "at most `DIM=N` jobs running at once per key of dimension DIM (EnqueueOptions.ConcurrencyKeys); repeat for each dimension",
+				func(v string) error { return addKeyLimit(l, v) })
 			fs.BoolVar(&l.none, "none", false, "lift every limit of --queue, declared ones included")
 			fs.BoolVar(&l.reset, "reset", false, "drop the limits set at run time for --queue")
 		},
@@ -45,7 +49,7 @@ func limitsCommand() *command {
 
 func checkLimits(o *options) error {
 	l := &o.limits
-	l.set = l.concurrency != 0 || l.keyConcurrency != 0 || l.rate != 0 || l.keyRate != 0 || l.fair
+	l.set = l.concurrency != 0 || l.keyConcurrency != 0 || l.rate != 0 || l.keyRate != 0 || l.fair || len(l.keyLimits) > 0
 	switch {
 	case l.none && l.set:
 		return usagef("limits", "limits: --none takes no limit flags")
@@ -75,7 +79,7 @@ func cmdLimits(ctx context.Context, a *app, o *options) error {
 		err = client.SetQueueLimits(ctx, l.queue, skiplock.QueueLimits{
 			Concurrency: l.concurrency, KeyConcurrency: l.keyConcurrency,
 			Rate: l.rate, RatePeriod: l.ratePeriod, Fair: l.fair,
-			KeyRate: l.keyRate, KeyRatePeriod: l.keyRatePeriod,
+			KeyRate: l.keyRate, KeyRatePeriod: l.keyRatePeriod, ConcurrencyKeys: l.keyLimits,
 		})
 	default:
 		return listLimits(ctx, a, client)
@@ -109,7 +113,7 @@ func listLimits(ctx context.Context, a *app, client *skiplock.Client) error {
 	}
 	slices.Sort(queues)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tCONCURRENCY\tPER KEY\tRATE\tKEY RATE\tFAIR")
+	fmt.Fprintln(tw, "QUEUE\tCONCURRENCY\tPER KEY\tRATE\tKEY RATE\tFAIR\tPER DIMENSION")
 	dash := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -126,7 +130,34 @@ func listLimits(ctx context.Context, a *app, client *skiplock.Client) error {
 		if l.KeyRate > 0 {
 			keyRate = fmt.Sprintf("%d/%s", l.KeyRate, l.KeyRatePeriod)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\n", q, dash(l.Concurrency), dash(l.KeyConcurrency), rate, keyRate, l.Fair)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q, dash(l.Concurrency), dash(l.KeyConcurrency), rate, keyRate, l.Fair,
+			keyLimitsText(l.ConcurrencyKeys))
 	}
 	return tw.Flush()
+}
+
+// addKeyLimit reads one --key-limit DIM=N into l (the limits check DIM and N).
+func addKeyLimit(l *limitsOptions, v string) error {
+	dim, n, ok := strings.Cut(v, "=")
+	limit, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return fmt.Errorf("%q: write DIM=N, e.g. region=50", v)
+	}
+	if l.keyLimits == nil {
+		l.keyLimits = map[string]int{}
+	}
+	l.keyLimits[dim] = limit
+	return nil
+}
+
+// keyLimitsText is QueueLimits.ConcurrencyKeys as "region=50,tenant=2", "-" for none.
+func keyLimitsText(dims map[string]int) string {
+	if len(dims) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(dims))
+	for _, d := range slices.Sorted(maps.Keys(dims)) {
+		parts = append(parts, d+"="+strconv.Itoa(dims[d]))
+	}
+	return strings.Join(parts, ",")
 }

@@ -455,6 +455,17 @@ func TestMigrate(t *testing.T) {
 	require.Equal(t, 0, r.code, r)
 	assert.Contains(t, r.stdout, "nothing to apply")
 
+	// A gap below the current version (migration 12 missing, as when a release adds a
+	// migration between ones a schema already has) is applied and said so.
+	_, err := f.pool.Exec(context.Background(), `DROP TABLE `+pgx.Identifier{f.schema, "ui_audit"}.Sanitize()+`;
+		DELETE FROM `+pgx.Identifier{f.schema, "schema_migrations"}.Sanitize()+` WHERE version = 12`)
+	require.NoError(t, err)
+	r = f.run("migrate", "up")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, "applied migration(s) [12]")
+	assert.NotContains(t, r.stdout, "nothing to apply")
+	assert.True(t, f.tableExists("ui_audit"))
+
 	jobID := f.insert(job{status: "dead"})
 
 	r = f.run("migrate", "down")
@@ -1102,11 +1113,14 @@ func TestLimits(t *testing.T) {
 	require.Equal(t, 0, r.code, r)
 	r = f.run("limits", "--queue", "tenants", "--key-rate", "10", "--key-rate-period", "2s")
 	require.Equal(t, 0, r.code, r)
+	r = f.run("limits", "--queue", "regions", "--key-limit", "region=50", "--key-limit", "tenant=2")
+	require.Equal(t, 0, r.code, r)
 	r = f.run("limits")
 	require.Equal(t, 0, r.code, r)
-	assert.Regexp(t, `emails\s+10\s+-\s+500/1m0s\s+-\s+false`, r.stdout)
+	assert.Regexp(t, `emails\s+10\s+-\s+500/1m0s\s+-\s+false\s+-`, r.stdout)
 	assert.Regexp(t, `reports\s+-\s+2\s+-\s+-\s+true`, r.stdout)
 	assert.Regexp(t, `tenants\s+-\s+-\s+-\s+10/2s\s+false`, r.stdout)
+	assert.Regexp(t, `regions\s+-\s+-\s+-\s+-\s+false\s+region=50,tenant=2`, r.stdout)
 	var keyRate, keyPeriodMs int
 	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT key_rate, key_rate_period_ms FROM `+
 		pgx.Identifier{f.schema, "queue_limits"}.Sanitize()+` WHERE queue = 'tenants'`).Scan(&keyRate, &keyPeriodMs))
@@ -1124,6 +1138,9 @@ func TestLimits(t *testing.T) {
 		{"--queue", "q", "--none", "--fair"},       // both
 		{"--queue", "q", "--concurrency", "-1"},    // negative
 		{"--queue", "q", "--key-rate", "-1"},       // negative
+		{"--queue", "q", "--key-limit", "region"},  // no limit
+		{"--queue", "q", "--key-limit", "Bad=1"},   // bad dimension
+		{"--queue", "q", "--key-limit", "region=0"},
 		{"--queue", "not a queue", "--concurrency", "1"},
 	} {
 		r = f.run(append([]string{"limits"}, args...)...)

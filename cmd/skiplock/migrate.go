@@ -99,12 +99,34 @@ func cmdMigrateUp(ctx context.Context, a *app, o *options) error {
 	if err != nil {
 		return fmt.Errorf("migrate up: reading the migration status of schema %q: %w", a.schema, err)
 	}
-	if after.Current == before.Current {
+	applied := newlyApplied(before.Applied, after.Applied)
+	if len(applied) == 0 {
 		_, err = fmt.Fprintf(a.stdout, "schema %q is at version %d (latest %d): nothing to apply\n", a.schema, after.Current, after.Latest)
+		return err
+	}
+	if after.Current == before.Current {
+		// Only a gap below the current version was filled (a migration added between
+		// released ones, applied by this run).
+		_, err = fmt.Fprintf(a.stdout, "applied migration(s) %v to schema %q, which stays at version %d (latest %d)\n", applied, a.schema, after.Current, after.Latest)
 		return err
 	}
 	_, err = fmt.Fprintf(a.stdout, "migrated schema %q from version %d to %d (latest %d)\n", a.schema, before.Current, after.Current, after.Latest)
 	return err
+}
+
+// newlyApplied returns the versions in after that are not in before.
+func newlyApplied(before, after []int) []int {
+	had := make(map[int]bool, len(before))
+	for _, v := range before {
+		had[v] = true
+	}
+	var out []int
+	for _, v := range after {
+		if !had[v] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // cmdMigrateDown reverts migrations down to --target; its check has made sure that

@@ -21,6 +21,7 @@ func commands() []*command {
 		controlCommands(), // pause, resume, periodic
 		[]*command{cancelCommand(), updateCommand()},
 		workflowCommands(), // workflow show, cancel, retry
+		durableCommands(),  // steps, signal, fork
 		[]*command{limitsCommand(), uiCommand(), versionCommand(), helpCommand()},
 	)
 }

@@ -241,6 +241,11 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		}
 		rep.Flows = r.flows
 	}
+	if r.opts.Durable > 0 {
+		if err := r.analyzeDurable(ctx, rep, example); err != nil {
+			return err
+		}
+	}
 	limited := map[int64]bool{}
 	for i := range jobs {
 		if jobs[i].queue == audit.LimitedQueue {

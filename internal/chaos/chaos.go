@@ -32,6 +32,13 @@
 // dependencies had succeeded, every callback was enqueued once with the right counts and
 // no workflow is stuck (workflows.go, [FlowReport]).
 //
+// It also enqueues Durable durable jobs over the window: five steps each (skiplock.StepTx,
+// each writing a business row), some sleeping between two steps, some waiting for a signal
+// the harness sends before or after the job reaches its wait; it checks that every one
+// succeeded with exactly one business row per step, that no step ran again after it had
+// committed and that none started before the step before it had committed (durable.go,
+// [DurableReport]).
+//
 // Each job's handler records its execution in chaos.executions (see package audit). When
 // every job has reached a final state (or the drain deadline passed), Run checks the
 // jobs and the executions and returns a [Report]: nothing lost, nothing stuck, no two
@@ -196,6 +203,15 @@ type Options struct {
 	// of BatchJobs jobs with a callback; see [FlowReport]. They default to 1,000, 20 and
 	// 50; negative means none. A failover run has none.
 	Workflows, Batches, BatchJobs int
+	// Durable is the number of durable jobs (five steps each, a third sleeping between two
+	// steps and a third waiting for a signal; durable.go, [DurableReport]) enqueued over
+	// the fault window beside the jobs. Defaults to 600; negative means none. A failover
+	// run has none.
+	Durable int
+	// DurableWork bounds the work (a sleep) inside each step of a durable job: each works a
+	// random time in [0, DurableWork], so that a run keeps a few durable jobs in flight for
+	// the faults to cut through. Defaults to 200ms.
+	DurableWork time.Duration
 	// StandbyLag is, in a failover run, how long the primary's WAL sender is paused
 	// (SIGSTOP) right before the kill, so that the standby is that far behind when the
 	// primary dies, as over a slow or congested network: on loopback it is otherwise well
@@ -206,14 +222,14 @@ type Options struct {
 }
 
 // Quick returns the reduced-size run: 3 workers, 3,000 jobs, 100 workflows, 4 batches of
-// 25 jobs, 4 kills, one Postgres
+// 25 jobs, 120 durable jobs (40 sleeping, 40 waiting for a signal), 4 kills, one Postgres
 // restart, one backend termination, a rolling deploy, a black-holed worker, 2 s of CPU
 // starvation, 16 jobs on a held pool, a 75 s step of the server's clock (back for 3 s,
 // then forward) and six changes of the limited queue's limits; the limited queue's jobs
 // work up to 300ms, so that its 300 jobs keep it at its limit. It takes well under two
 // minutes.
 func Quick() Options {
-	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
+	return Options{Workers: 3, Jobs: 3000, Workflows: 100, Batches: 4, BatchJobs: 25, Durable: 120, Kills: 4, DrainTimeout: time.Minute, LimitedWork: 300 * time.Millisecond, StarveFor: 2 * time.Second,
 		HeldPoolJobs: HeldPoolSlots}
 }
 
@@ -221,7 +237,7 @@ func (o Options) withDefaults() Options {
 	if o.Failover != NoFailover {
 		o.Kills, o.NoRestart, o.NoTerminate, o.NoDeploy, o.NoBlackhole, o.NoStarve = -1, true, true, true, true, true
 		o.NoHeldPool, o.NoClockStep = true, true
-		o.Workflows, o.Batches = -1, -1
+		o.Workflows, o.Batches, o.Durable = -1, -1, -1
 		if o.StandbyLag == 0 {
 			o.StandbyLag = 500 * time.Millisecond
 		}
@@ -244,6 +260,10 @@ func (o Options) withDefaults() Options {
 	o.Workflows = orDefault(o.Workflows, 1000)
 	o.Batches = orDefault(o.Batches, 20)
 	o.BatchJobs = max(1, orDefault(o.BatchJobs, 50))
+	o.Durable = orDefault(o.Durable, 600)
+	if o.DurableWork <= 0 {
+		o.DurableWork = 200 * time.Millisecond
+	}
 	if o.FaultInterval <= 0 {
 		o.FaultInterval = 1500 * time.Millisecond
 	}
@@ -345,7 +365,8 @@ type runner struct {
 	fleet   *fleet
 	proxies []*blackhole.Proxy // by worker slot
 	enq     *enqueuer
-	flows   *FlowReport // the workflow phase's counts, filled by runFlows and analyze
+	flows   *FlowReport    // the workflow phase's counts, filled by runFlows and analyze
+	durable *DurableReport // the durable phase's counts, filled by runDurable, signalLate and analyze
 	faults  []Fault
 	held    *HeldPoolReport // the held-pool fault's findings (heldpool.go); nil without it
 
@@ -526,7 +547,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := skiplock.Migrate(ctx, r.pool); err != nil {
 		return rep, err
 	}
-	if _, err := r.pool.Exec(ctx, audit.CreateSQL+audit.CreateFlowSQL); err != nil {
+	if _, err := r.pool.Exec(ctx, audit.CreateSQL+audit.CreateFlowSQL+audit.CreateDurableSQL); err != nil {
 		return rep, fmt.Errorf("chaos: creating the audit tables: %w", err)
 	}
 	if r.client, err = skiplock.NewClient(r.pool, skiplock.Config{}); err != nil {
@@ -570,6 +591,7 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		"-concurrency", strconv.Itoa(r.opts.Concurrency),
 		"-max-work", r.opts.MaxWork.String(),
 		"-limited-work", r.opts.LimitedWork.String(),
+		"-durable-work", r.opts.DurableWork.String(),
 	}, r.rec)
 	for slot := range r.opts.Workers {
 		p, err := r.fleet.start(slot)
@@ -588,10 +610,15 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	var wg sync.WaitGroup
 	var drained atomic.Bool
 	enqErr, limErr, flowErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	durErr, lateErr := make(chan error, 1), make(chan error, 1)
 	r.flows = &FlowReport{}
-	wg.Add(4)
+	r.durable = &DurableReport{ids: map[int]int64{}}
+	late := make(chan int)
+	wg.Add(6)
 	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
 	go func() { defer wg.Done(); flowErr <- r.runFlows(runCtx, start, window, r.flows) }()
+	go func() { defer wg.Done(); durErr <- r.runDurable(runCtx, start, window, r.durable, late) }()
+	go func() { defer wg.Done(); lateErr <- r.signalLate(runCtx, r.durable, late) }()
 	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
 	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, r.limitTimes(start, len(plan))) }()
 	if r.opts.LivenessReclaim > 0 {
@@ -612,6 +639,9 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	if err := <-flowErr; err != nil {
 		return rep, err
 	}
+	if err := <-durErr; err != nil {
+		return rep, err
+	}
 	r.rec.logf("all %d jobs enqueued and %d faults injected; waiting for every job to finish (while their number falls: at most %v without progress, %v in all)",
 		r.enq.enqueued.Load(), len(r.faults), r.opts.DrainTimeout, 4*r.opts.DrainTimeout)
 	if err := r.drain(runCtx); err != nil {
@@ -623,6 +653,11 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	drained.Store(true)
 	stopRun()
 	wg.Wait()
+	// The late signals went while the jobs drained; a signal still unsent at the end left
+	// its job waiting, which the analysis counts.
+	if err := <-lateErr; err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		return rep, err
+	}
 
 	var fr *FailoverReport
 	if r.fo != nil {

@@ -76,8 +76,9 @@ func keepLogsOnFailure(t *testing.T, dir string) {
 // the visibility timeout, 2 s of CPU starvation at four busy processes per core, a
 // black-holed worker, a worker whose pool its CompleteTx handlers hold full, a 75 s step
 // of the server's clock (libfaketime: back for 3 s, then forward, so every worker's row
-// and job lease reads expired at once), and six changes of the limited queue's limits)
-// and checks the promises:
+// and job lease reads expired at once), and six changes of the limited queue's limits),
+// with 120 durable jobs of five steps among the jobs (40 sleeping between two steps, 40
+// waiting for a signal, half of them sent before the wait), and checks the promises:
 // nothing lost, everything final, no overlapping executions, no double claims, no stale
 // completions. Re-runs that no injected fault explains are logged, not failed:
 // at-least-once execution allows them.
@@ -137,6 +138,23 @@ func TestChaos_Reduced(t *testing.T) {
 		stepped = stepped || f.Kind == chaos.FaultClockStep
 	}
 	assert.True(t, stepped, "the server's clock stepped")
+	// The durable jobs: every one succeeded, with exactly one business row per step; no
+	// step's function ran again once its step had committed, none started before the step
+	// before it had committed (chaos.durable_execs, written outside the steps' transactions).
+	d := rep.Durable
+	require.NotNil(t, d, "the durable phase ran")
+	t.Log(d.Summary())
+	assert.Equal(t, int64(120), d.Jobs)
+	assert.Equal(t, d.Jobs, d.Succeeded, "every durable job succeeds")
+	assert.Equal(t, int64(audit.DurableSteps)*d.Jobs, d.Steps, "one business row per step")
+	assert.Zero(t, d.RunTwice(), "durable steps run twice")
+	assert.Zero(t, d.Lost(), "durable jobs or steps lost")
+	assert.Zero(t, d.OutOfOrder, "durable steps out of order")
+	assert.Zero(t, d.SignalWrong, "signal steps without the payload sent")
+	assert.Equal(t, int64(40), d.Sleeping)
+	assert.Equal(t, int64(40), d.Signalled)
+	assert.Positive(t, d.SignalsBefore, "signals sent before the wait")
+	assert.Positive(t, d.SignalsAfter, "signals sent to a parked job")
 }
 
 // TestChaos_FailoverSynchronous runs the reduced failover run with synchronous

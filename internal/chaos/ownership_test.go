@@ -25,12 +25,13 @@ import (
 // here the stalled worker's jobs are reclaimed and run elsewhere while its handlers are
 // stopped mid-work, and they finish when it continues.
 func TestOwnership_CPUStarvedWorkersNeverRunAnAttemptTwice(t *testing.T) {
-	rep := runChaos(t, 10*time.Minute, chaos.Options{Workers: 3, Jobs: 3000, Kills: -1,
+	rep := runChaos(t, 10*time.Minute, chaos.Options{Workers: 3, Jobs: 3000, Kills: -1, Durable: -1,
 		NoRestart: true, NoTerminate: true, NoDeploy: true, NoBlackhole: true, NoHeldPool: true, NoClockStep: true,
 		StarveProcs: 4 * runtime.NumCPU(), StallFor: 3 * time.Second, MaxWork: 500 * time.Millisecond,
 		VisibilityTimeout: 1500 * time.Millisecond, SweepInterval: 500 * time.Millisecond,
 		// The jobs are enqueued over the fault window (Warmup + FaultInterval), which the
-		// starvation fills.
+		// starvation fills. No durable jobs: TestChaos_Reduced runs them through every
+		// fault, and 600 here lengthened the drain from 3 s to 13 s.
 		Warmup: time.Second, FaultInterval: 30 * time.Second, StarveFor: 29 * time.Second, DrainTimeout: 2 * time.Minute})
 	require.Len(t, rep.Faults, 1)
 	assert.Equal(t, chaos.FaultStarve, rep.Faults[0].Kind)

@@ -30,7 +30,7 @@ const (
 // leader elected moments ago may hold none), no other fault; handlers work up to 100 ms. It takes about three minutes today (a killed
 // worker's jobs wait for its lease and the next sweep).
 func DefaultLeaseRecovery() Options {
-	return Options{Workers: 4, Jobs: 12_000, Workflows: -1, Batches: -1, Kills: 24, FaultInterval: 2 * time.Second,
+	return Options{Workers: 4, Jobs: 12_000, Workflows: -1, Batches: -1, Durable: -1, Kills: 24, FaultInterval: 2 * time.Second,
 		NoRestart: true, NoTerminate: true, NoDeploy: true, NoBlackhole: true, NoStarve: true, NoHeldPool: true,
 		NoClockStep:   true,
 		DefaultLeases: true, Concurrency: 16, MaxWork: 100 * time.Millisecond, DrainTimeout: 3 * time.Minute}

@@ -71,6 +71,8 @@ type Report struct {
 
 	// Flows is what the workflow phase found (nil in a run that had none).
 	Flows *FlowReport
+	// Durable is what the durable phase found (nil in a run that had none).
+	Durable *DurableReport
 
 	// Jobs.
 	Enqueued      int64 // jobs whose enqueue committed
@@ -180,6 +182,7 @@ func (r *Report) Broken() []string {
 	if r.Flows != nil {
 		out = append(out, r.Flows.broken()...)
 	}
+	out = append(out, r.Durable.broken()...)
 	out = append(out, r.HeldPool.broken()...)
 	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
@@ -202,6 +205,7 @@ func (r *Report) Warnings() []string {
 	if r.UnfinishedOther > 0 && !r.lossy() { // asynchronous replication loses end marks
 		out = append(out, fmt.Sprintf("%d executions whose end could not be recorded", r.UnfinishedOther))
 	}
+	out = append(out, r.Durable.warnings()...)
 	return out
 }
 
@@ -267,6 +271,7 @@ func (r *Report) Print(w io.Writer) {
 		row("  callbacks not enqueued once with exact counts", f.CallbacksBad, must0(f.CallbacksBad))
 		row("  callback executions (a kill may re-run one)", f.CallbackRuns, "")
 	}
+	r.Durable.print(row)
 	row("executions (handler runs that did work)", r.Executions, "")
 	row("  cut off by a kill (no end recorded)", r.UnfinishedKilled, "")
 	endLost := warn0(r.UnfinishedOther)
@@ -352,6 +357,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.Failover != nil {
 		r.Failover.print(w)
+	}
+	if r.Durable != nil {
+		fmt.Fprintf(w, "\n%s\n", r.Durable.Summary())
 	}
 	broken, warnings := r.Broken(), r.Warnings()
 	if len(broken) > 0 {

@@ -118,7 +118,7 @@ const flowPlainPickSQL = `, ` + prioritiesCTE + `, picked AS (
 //   - slots splits the rest of the budget evenly across the ready keys (the first ones in
 //     walk order get the remainder); each key then gives at most its share and its free
 //     slots, in its own claim order, SKIP LOCKED.
-//   - cursor is the last key reached: the next claim starts after it.
+//   - picked and cursor are flowKeyedPickedSQL's.
 const flowKeyedPickSQL = `, walk_after AS (
 	(SELECT partition_key AS k, 1::bigint AS ord FROM {s}.jobs
 	 WHERE status = 'queued' AND queue = $1 AND partition_key IS NOT NULL AND attempts >= 0
@@ -190,7 +190,12 @@ const flowKeyedPickSQL = `, walk_after AS (
 		SELECT greatest(0, (SELECT n FROM budget) - (SELECT count(*) FROM nokey)::int) AS rest,
 			greatest(1, (SELECT count(*) FROM ready)::int) AS cnt
 	) m
-), picked AS (
+)`
+
+// flowKeyedPickedSQL ends flowKeyedPickSQL when the queue has no per-dimension limits
+// (flowkeys.go has the variant that has): the jobs nokey locked, and each ready key's
+// share of its jobs. cursor is the last key reached: the next claim starts after it.
+const flowKeyedPickedSQL = `, picked AS (
 	SELECT ctid FROM nokey
 	UNION ALL
 	SELECT c.ctid FROM slots s CROSS JOIN LATERAL (
@@ -388,11 +393,13 @@ SELECT $1, g FROM generate_series(0, $2::int - 1) g
 ON CONFLICT DO NOTHING`
 
 // slotted reports whether limits l take the slot claim: a global limit and nothing else.
-func slotted(l jobtype.QueueLimits) bool { return l.Concurrency > 0 && l.Rate == 0 && !keyed(l) }
+func slotted(l jobtype.QueueLimits) bool {
+	return l.Concurrency > 0 && l.Rate == 0 && !keyed(l) && !dimmed(l)
+}
 
 // none reports whether l limits nothing.
 func none(l jobtype.QueueLimits) bool {
-	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && l.KeyRate == 0 && !l.Fair
+	return l.Concurrency == 0 && l.KeyConcurrency == 0 && l.Rate == 0 && l.KeyRate == 0 && !l.Fair && !dimmed(l)
 }
 
 // keyed reports whether the claim must walk partition keys.
@@ -419,6 +426,7 @@ type flowClaimer struct {
 	pool                   *pgxpool.Pool
 	schema                 string
 	lock, plain, keyed, st string
+	plainDims, keyedDims   string // the variants for per-dimension limits (flowkeys.go)
 	keySt                  string
 	sharedLock             string
 	slots, ensure, adopt   string
@@ -432,7 +440,9 @@ func NewFlowClaimer(db pgutil.DB, visibility time.Duration) *flowClaimer {
 		lock:       flowLockSQL,
 		sharedLock: flowSharedLockSQL,
 		plain:      db.Render(flowPrefixSQL + flowPlainPickSQL + flowSuffixSQL),
-		keyed:      db.Render(flowPrefixSQL + flowKeyedPickSQL + flowKeyedSuffixSQL),
+		keyed:      db.Render(flowPrefixSQL + flowKeyedPickSQL + flowKeyedPickedSQL + flowKeyedSuffixSQL),
+		plainDims:  db.Render(dimStatement(flowPrefixSQL, dimPlainCandSQL, flowSuffixSQL, "$8", "$9")),
+		keyedDims:  db.Render(dimStatement(flowPrefixSQL, flowKeyedPickSQL+dimKeyedCandSQL, flowKeyedSuffixSQL, "$11", "$12")),
 		st:         db.Render(flowStateSQL),
 		keySt:      db.Render(flowKeyStateSQL),
 		slots:      db.Render(slotClaimSQL),
@@ -461,6 +471,14 @@ func (f *flowClaimer) Claim(ctx context.Context, queue string, l jobtype.QueueLi
 			keyRate, keyPeriod = float64(l.KeyRate), l.KeyRatePeriod.Seconds()
 		}
 		args = append(args, nullLimit(l.KeyConcurrency), keyRate, keyPeriod)
+	}
+	if dimmed(l) {
+		sql = f.plainDims
+		if keyed(l) {
+			sql = f.keyedDims
+		}
+		dims, lims := dimArgs(l)
+		args = append(args, dims, lims)
 	}
 	b := &pgx.Batch{}
 	b.Queue(f.lock, f.schema+"."+queue)
@@ -491,6 +509,9 @@ func (f *flowClaimer) Claim(ctx context.Context, queue string, l jobtype.QueueLi
 		}
 	} else if m < n && m > 0 && keyed(l) {
 		h.again = true // some keys had fewer jobs than their share: the others may have more
+	}
+	if m < n && dimmed(l) {
+		h.more = true // perhaps cut by a full key: a finished job may free it
 	}
 	if m < n && keyTokens != nil {
 		// A key ran out of tokens (KeyRate): its next one comes at a known time.

@@ -100,12 +100,13 @@ func (fw *FlowWatch) apply(name string, q *QueueRunner, l jobtype.QueueLimits) {
 		prev.mu.Unlock()
 	}
 	old := q.flow.Swap(&flowQueue{claimer: fw.claimer, limits: l, adopted: adopted})
-	if old == nil || old.limits != l {
+	if old == nil || !sameLimits(old.limits, l) {
 		// The new limits are in force once the claims that read the old ones have ended.
 		q.claimsDrained()
 		fw.logger.Info("skiplock: queue limits", "queue", name, "concurrency", l.Concurrency,
 			"key_concurrency", l.KeyConcurrency, "rate", l.Rate, "rate_period", l.RatePeriod,
-			"key_rate", l.KeyRate, "key_rate_period", l.KeyRatePeriod, "fair", l.Fair)
+			"key_rate", l.KeyRate, "key_rate_period", l.KeyRatePeriod, "fair", l.Fair,
+			"concurrency_keys", l.ConcurrencyKeys)
 	}
 	q.Signal()
 }

@@ -29,7 +29,7 @@ func (w *writer) insertMany(ctx context.Context, db jobtype.DBTX, jobs []Job, ca
 		if jobs[i].dueNow() {
 			queues[jobs[i].Queue] = true
 		}
-		if jobs[i].UniqueKey != nil || jobs[i].TimeoutMs != nil || jobs[i].PartitionKey != nil {
+		if jobs[i].UniqueKey != nil || jobs[i].TimeoutMs != nil || jobs[i].PartitionKey != nil || jobs[i].ConcurrencyKeys != nil {
 			hasUnique = true
 		}
 		if len(jobs[i].Metadata) > 2 {
@@ -156,6 +156,7 @@ func unnestColumns(jobs []Job) []any {
 		tmo    = make([]*int64, len(jobs))
 		meta   = make([]string, len(jobs))
 		part   = make([]*string, len(jobs))
+		ckeys  = make([]*string, len(jobs))
 	)
 	for i := range jobs {
 		j := &jobs[i]
@@ -166,18 +167,18 @@ func unnestColumns(jobs []Job) []any {
 		}
 		tmo[i] = j.TimeoutMs
 		meta[i] = j.metadataText()
-		part[i] = j.PartitionKey
+		part[i], ckeys[i] = j.PartitionKey, j.ConcurrencyKeys
 	}
-	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo, meta, part}
+	return []any{queue, kind, pay, prio, maxA, runAt, uniq, states, tmo, meta, part, ckeys}
 }
 
 // insertUnnestSQL is the bulk insert with unique keys: as insertUniqueSQL for every row,
 // the finished states that count given per row as a comma-separated list (us).
 func insertUnnestSQL(gate string) string {
-	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms, metadata, partition_key)
-SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb, pk
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[])
-	AS t(q, k, p, pr, ma, ra, uk, us, tm, md, pk)
+	return `INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, unique_key, timeout_ms, metadata, partition_key, concurrency_keys)
+SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb, pk, ck::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::text[])
+	AS t(q, k, p, pr, ma, ra, uk, us, tm, md, pk, ck)
 WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {s}.jobs d
 		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))

@@ -115,7 +115,7 @@ func (co *coalescer) coalesce(ctx context.Context, req *enqueueRequest) ([]*jobt
 //   - No ON CONFLICT on the jobs: jobs with a unique key never join a batch (their
 //     duplicate answer needs a lookup per job), so every row is inserted or the statement
 //     fails as a whole.
-//   - batch records the statement's key ($10, random, new for every batch and kept across
+//   - batch records the statement's key ($11, random, new for every batch and kept across
 //     its retries) with its jobs' ids. No ON CONFLICT: when the key is there, an earlier
 //     try of this same statement committed (the connection failed after the commit,
 //     before the answer), and the unique violation rolls this try back whole, its jobs
@@ -128,30 +128,30 @@ func (co *coalescer) coalesce(ctx context.Context, req *enqueueRequest) ([]*jobt
 //     ids follow the arrays' order, whatever order RETURNING sends them in; batch stores
 //     them ascending, so in array order too.
 const coalescedInsertSQL = `WITH ins AS (
-	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key)
-	SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
-		AS t(q, k, p, pr, ma, ra, tm, md, pk)
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, run_at, timeout_ms, metadata, partition_key, concurrency_keys)
+	SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), tm, md::jsonb, pk, ck::jsonb
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[], $10::text[])
+		AS t(q, k, p, pr, ma, ra, tm, md, pk, ck)
 	RETURNING ` + jobColumns + `
 ), batch AS (
 	INSERT INTO {s}.enqueue_batches (key, ids)
-	SELECT $10::uuid, array_agg(id ORDER BY id) FROM ins
+	SELECT $11::uuid, array_agg(id ORDER BY id) FROM ins
 )`
 
 // coalescedSelectSQL ends coalescedInsertSQL: the inserted rows.
 const coalescedSelectSQL = `
 SELECT * FROM ins`
 
-// coalescedNotifySQL ends coalescedInsertSQL and also wakes the queues in $12 on channel
-// $11, in the same transaction (delivered at its commit, not at all without it). The
+// coalescedNotifySQL ends coalescedInsertSQL and also wakes the queues in $13 on channel
+// $12, in the same transaction (delivered at its commit, not at all without it). The
 // notifying CTE is volatile, so it is run exactly once and not inlined; the join with its
 // single row makes the statement run it.
 const coalescedNotifySQL = `, woke AS (
-	SELECT count(pg_notify($11, q)) FROM unnest($12::text[]) AS q
+	SELECT count(pg_notify($12, q)) FROM unnest($13::text[]) AS q
 )
 SELECT ins.* FROM ins CROSS JOIN woke`
 
-// coalescedReplaySQL gives back, for a batch whose key ($10) an earlier try of the same
+// coalescedReplaySQL gives back, for a batch whose key ($11) an earlier try of the same
 // statement committed (its ids ascending, so in array order), each job as that try inserted it and returned it: the ids it
 // recorded, the values of the arrays (the same arrays, sent again), status queued and the
 // transaction's now() it recorded as created_at (and run_at when none was given). The jobs
@@ -160,9 +160,9 @@ const coalescedReplaySQL = `SELECT b.ids[t.n], q, k, p::jsonb, 'queued', pr, COA
 	NULL::timestamptz, NULL::text, NULL::text, NULL::jsonb, NULL::text, b.created_at, NULL::timestamptz,
 	md::jsonb, NULL::jsonb, NULL::jsonb
 FROM {s}.enqueue_batches b
-CROSS JOIN unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])
-	WITH ORDINALITY AS t(q, k, p, pr, ma, ra, tm, md, pk, n)
-WHERE b.key = $10::uuid
+CROSS JOIN unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::bigint[], $8::text[], $9::text[], $10::text[])
+	WITH ORDINALITY AS t(q, k, p, pr, ma, ra, tm, md, pk, ck, n)
+WHERE b.key = $11::uuid
 ORDER BY t.n`
 
 // coalesceRetryDelay is the first wait before a coalesced statement is sent again after
@@ -228,6 +228,7 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 		tmo   = make([]*int64, 0, n)
 		meta  = make([]string, 0, n)
 		part  = make([]*string, 0, n)
+		ckeys = make([]*string, 0, n)
 	)
 	due = map[string]bool{}
 	for _, r := range reqs {
@@ -236,13 +237,13 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 			queue, kind, pay = append(queue, j.Queue), append(kind, j.Kind), append(pay, string(j.Payload))
 			prio, maxA, runAt = append(prio, j.Priority), append(maxA, j.MaxAttempts), append(runAt, j.RunAt)
 			tmo, meta = append(tmo, j.TimeoutMs), append(meta, j.metadataText())
-			part = append(part, j.PartitionKey)
+			part, ckeys = append(part, j.PartitionKey), append(ckeys, j.ConcurrencyKeys)
 			if j.dueNow() {
 				due[j.Queue] = due[j.Queue] || r.many
 			}
 		}
 	}
-	return n, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, newBatchKey()}, due
+	return n, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, ckeys, newBatchKey()}, due
 }
 
 // notifyPlan splits the queues with due jobs into those the batch notifies now (a call
@@ -282,7 +283,7 @@ func (co *coalescer) sendBatch(ctx context.Context, q string, args []any) ([]*jo
 		case try > 0 && (keyTaken(err) || refusedRows(err)):
 			// The key was there (an earlier try committed), or this try's rows were refused
 			// before its key was written: an earlier try may still have committed them.
-			old, rerr := co.replayBatch(ctx, args[:10])
+			old, rerr := co.replayBatch(ctx, args[:11])
 			switch {
 			case rerr == nil && old != nil:
 				return old, nil // the earlier try's rows, as it inserted them

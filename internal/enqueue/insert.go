@@ -42,7 +42,7 @@ func (w *writer) insertOne(ctx context.Context, db jobtype.DBTX, j *Job, notify,
 	}
 	// The payload goes as text: as []byte, the simple and exec protocols (PgBouncer
 	// setups) would send it as bytea.
-	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, nil, j.TimeoutMs, j.metadataText(), j.PartitionKey}
+	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, nil, j.TimeoutMs, j.metadataText(), j.PartitionKey, j.ConcurrencyKeys}
 	q := w.sql.insert
 	if notify {
 		q = w.sql.insertNotify
@@ -91,12 +91,12 @@ const (
 // pg_notify runs in the same statement (one round trip) and so in the same transaction:
 // Postgres delivers it only at commit.
 func insertSQL(notify bool) string {
-	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9, $10)
+	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key, concurrency_keys)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9, $10, $11::jsonb)
 RETURNING ` + jobColumns
 	if !notify {
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($11, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($12, $1::text) AS n`
 }

@@ -33,7 +33,9 @@ type Options struct {
 	Timeout      time.Duration
 	Metadata     map[string]string
 	PartitionKey string
-	Encrypt      bool // the root seals the payload (Job.Sealer)
+	// ConcurrencyKeys are the job's keys by dimension (concurrencykeys.go); nil: none.
+	ConcurrencyKeys map[string]string
+	Encrypt         bool // the root seals the payload (Job.Sealer)
 }
 
 // Job is a validated job ready to insert.
@@ -57,6 +59,8 @@ type Job struct {
 	Metadata  []byte            // Meta as JSON, set by encodeMetadata
 	// PartitionKey is Options.PartitionKey; nil: none.
 	PartitionKey *string
+	// ConcurrencyKeys is Options.ConcurrencyKeys as JSON text; nil: none.
+	ConcurrencyKeys *string
 	// OnHolder is what a duplicate does to a queued holder of UniqueKey (replace.go):
 	// the zero value leaves it as it is.
 	OnHolder HolderEdit
@@ -164,6 +168,7 @@ func Prepare(kind string, args Args, o Options, maxPayloadBytes int) (Job, error
 		k := o.PartitionKey
 		j.PartitionKey = &k
 	}
+	j.ConcurrencyKeys = concurrencyKeysJSON(o.ConcurrencyKeys)
 	return j, nil
 }
 
@@ -207,6 +212,9 @@ func checkOptions(o *Options) error {
 	}
 	if len(o.PartitionKey) > 255 || !ValidText(o.PartitionKey) {
 		return fmt.Errorf("%w: PartitionKey %q: at most 255 bytes of UTF-8 without NUL", ErrInvalidOptions, Truncate(o.PartitionKey, 40))
+	}
+	if err := checkConcurrencyKeys(o.ConcurrencyKeys); err != nil {
+		return err
 	}
 	if !o.RunAt.IsZero() && (o.RunAt.Year() < 1 || o.RunAt.Year() > 9999) {
 		return fmt.Errorf("%w: RunAt %s: the year must be in [1, 9999]", ErrInvalidOptions, o.RunAt.Format(time.RFC3339))
@@ -273,6 +281,14 @@ func MergeOptions(base, over Options) Options {
 	}
 	if over.PartitionKey != "" {
 		base.PartitionKey = over.PartitionKey
+	}
+	if len(over.ConcurrencyKeys) > 0 { // dimension by dimension: the call's keys win
+		m := maps.Clone(base.ConcurrencyKeys)
+		if m == nil {
+			m = map[string]string{}
+		}
+		maps.Copy(m, over.ConcurrencyKeys)
+		base.ConcurrencyKeys = m
 	}
 	base.Encrypt = base.Encrypt || over.Encrypt
 	return base

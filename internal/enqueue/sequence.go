@@ -6,6 +6,7 @@ package enqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -88,6 +89,9 @@ func newSequences(schema string, mapper settle.JobMapper) *Sequences {
 func (s *Sequences) InsertSequence(ctx context.Context, tx jobtype.DBTX, key string, j *Job, policy string) (*TaskInfo, error) {
 	if err := j.encodeMetadata(); err != nil {
 		return nil, err
+	}
+	if j.ConcurrencyKeys != nil {
+		return nil, fmt.Errorf("%w: ConcurrencyKeys are not supported on sequence jobs (PartitionKey is)", ErrInvalidOptions)
 	}
 	if _, err := tx.Exec(ctx, `SAVEPOINT skiplock_sequence`); err != nil {
 		return nil, wrapErr(s.schema, "enqueue sequence", err)

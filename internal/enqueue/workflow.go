@@ -138,6 +138,9 @@ func PlanWorkflow(wf WorkflowSpec, prepare func(i int) (Job, error)) (*WorkflowP
 		if err := j.encodeMetadata(); err != nil {
 			return nil, fmt.Errorf("%w: task %q: %w", ErrInvalidWorkflow, t.Name, err)
 		}
+		if j.ConcurrencyKeys != nil {
+			return nil, bad("task %q: ConcurrencyKeys are not supported on workflow tasks (PartitionKey is)", t.Name)
+		}
 		p.names = append(p.names, t.Name)
 		p.waiting = append(p.waiting, int32(len(seen)))
 		p.queue, p.kind = append(p.queue, j.Queue), append(p.kind, j.Kind)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
+	"github.com/skiplock/skiplock/internal/durable"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/record"
@@ -40,6 +41,7 @@ type JobStarter struct {
 	Slots    *record.SlotJobs
 	MaxBytes int                // the client's MaxPayloadBytes, for outputs (the root's progress.go)
 	Attempt  *record.AttemptRef // given to every claimed row, for CompleteTx
+	Durable  *durable.Engine    // records the steps of every attempt (Step, Sleep, AwaitSignal); nil: none
 
 	// Base is the context job contexts derive from: set by the executor's Start, before
 	// any claim loop runs, and cancelled (cause errShutdown) at its Stop.
@@ -60,6 +62,10 @@ func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
 func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
 	jobCtx, cancel := context.WithCancelCause(base)
 	jobCtx, st := jobtype.WithState(jobCtx, s.MaxBytes)
+	st.Row = cj.Row
+	if s.Durable != nil {
+		st.Durable = s.Durable
+	}
 	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
 	cj.Row.Fence = cj.Fence
 	if s.Attempt != nil {

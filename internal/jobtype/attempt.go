@@ -46,3 +46,12 @@ func MarkCompletedInTx(row *JobRow) { atomic.StoreUint32(&row.inTx, 1) }
 // CompletedInTx reports whether MarkCompletedInTx was called for row: its success may
 // have committed with the handler's transaction.
 func CompletedInTx(row *JobRow) bool { return atomic.LoadUint32(&row.inTx) == 1 }
+
+// MarkSuspended records that a durable wait (Sleep, AwaitSignal, internal/durable) ended
+// row's attempt in the database: the job is queued again, its attempt given back, and
+// the worker writes nothing more for the attempt, whatever its handler returns. Safe for
+// concurrent use.
+func MarkSuspended(row *JobRow) { atomic.StoreUint32(&row.suspended, 1) }
+
+// Suspended reports whether MarkSuspended was called for row.
+func Suspended(row *JobRow) bool { return atomic.LoadUint32(&row.suspended) == 1 }

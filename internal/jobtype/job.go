@@ -78,6 +78,9 @@ type JobRow struct {
 	// inTx is 1 once CompleteTx wrote this attempt's success in a caller's transaction
 	// (MarkCompletedInTx); read and written atomically.
 	inTx uint32
+	// suspended is 1 once Sleep or AwaitSignal ended this attempt in the database
+	// (MarkSuspended); read and written atomically.
+	suspended uint32
 }
 
 // Progress is a running job's progress as its handler last recorded it with

@@ -42,6 +42,17 @@ type QueueLimits struct {
 	// KeyRatePeriod is the window of KeyRate. Defaults to one second when KeyRate is set;
 	// zero means the default, negative is an error.
 	KeyRatePeriod time.Duration
+	// ConcurrencyKeys are per-dimension concurrency limits, by dimension: the most jobs
+	// running at once per key of the dimension, across all workers. {"region": 50,
+	// "account": 2} lets at most 50 jobs whose EnqueueOptions.ConcurrencyKeys["region"]
+	// is "eu" run at once (and 50 of "us"), and at most 2 per account. A job counts
+	// against each of its keys, and starts only when every one of them is under its
+	// dimension's limit (and its partition key under KeyConcurrency). A job without a key
+	// in a dimension is not limited by that dimension; its keys in dimensions without a limit
+	// here count against nothing. Names are [a-z0-9_-], 1-64 characters; at
+	// most 8 dimensions; each limit at least 1. Nil means none. The map is copied by
+	// QueueConfig and Client.SetQueueLimits, not kept.
+	ConcurrencyKeys map[string]int
 	// Fair hands the queue's jobs out round-robin across partition keys: each claim takes
 	// an equal share from every key that has due jobs (and free per-key slots), so a key
 	// with a huge backlog cannot starve a key with a few jobs. Within a key, jobs go in

@@ -46,7 +46,7 @@ type Outcome string
 const (
 	OutcomeSucceeded Outcome = "succeeded" // the handler returned nil, or committed its success with CompleteTx
 	OutcomeRetry     Outcome = "retry"     // failed; queued again after the retry policy's delay
-	OutcomeSnoozed   Outcome = "snoozed"   // Snooze: queued again, the attempt given back
+	OutcomeSnoozed   Outcome = "snoozed"   // Snooze, or a durable wait (Sleep, AwaitSignal): queued again, the attempt given back
 	OutcomeDead      Outcome = "dead"      // failed with no attempts left
 	OutcomeFailed    Outcome = "failed"    // Permanent, or a payload that does not decode
 	OutcomeCancelled Outcome = "cancelled" // CancelJob

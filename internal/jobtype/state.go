@@ -10,10 +10,26 @@ import (
 type State struct {
 	// MaxBytes is the client's MaxPayloadBytes, the limit of the output.
 	MaxBytes int
+	// Row is the attempt's job as claimed, and Durable the worker's durable-execution
+	// engine (internal/durable): both set when the attempt starts, read by Step, Sleep
+	// and AwaitSignal through the handler's context. Durable is nil outside a worker.
+	Row     *JobRow
+	Durable any
 
 	mu       sync.Mutex
 	progress string // latest progress as JSON; "" when none
 	output   string // output as JSON; "" when none
+	run      any    // the attempt's durable run (internal/durable), made by its first step
+}
+
+// RunOf returns the attempt's durable run, made by newRun at the first call.
+func (s *State) RunOf(newRun func() any) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		s.run = newRun()
+	}
+	return s.run
 }
 
 type stateKey struct{}
@@ -77,4 +93,18 @@ func (s *State) Reported() (progress, output *string) {
 		output = &o
 	}
 	return progress, output
+}
+
+type batchCallKey struct{}
+
+// WithBatchCall marks ctx as the context of one call of a batch handler, which carries
+// its first job's values: durable steps refuse it (they need one job's own context).
+func WithBatchCall(ctx context.Context) context.Context {
+	return context.WithValue(ctx, batchCallKey{}, true)
+}
+
+// InBatchCall reports whether ctx is, or derives from, a batch handler's call context.
+func InBatchCall(ctx context.Context) bool {
+	b, _ := ctx.Value(batchCallKey{}).(bool)
+	return b
 }

@@ -65,6 +65,11 @@ type OutcomeRecorder struct {
 	relClosed bool        // the first release is done; later returns are put back one by one
 	stopped   atomic.Bool // Run has returned: late results are logged, not recorded
 
+	// Freed, when set, is told of each slot of a limited queue that a suspended attempt
+	// (jobtype.Suspended) gave back: its wait's transaction wrote the job queued, so the
+	// slot is free in the database already (flowWatch.slotsFreed).
+	Freed func(n int)
+
 	// LostReturned, when set, is told of each attempt whose handler returned after the
 	// worker found it no longer held: a job cancelled while it ran keeps its lease until
 	// then (internal/ownership, cancelled.go).
@@ -79,7 +84,8 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 // a failure to the failure recorder, a job cut off by shutdown to the release. The result
 // of a job the worker no longer holds is dropped, and so is one that comes after Run
 // returned; both are logged. An error from a handler whose CompleteTx committed is its
-// job's success, written already (committedInTx). Every write is fenced on the claim's
+// job's success, written already (committedInTx); an attempt a durable wait suspended
+// writes nothing more (its wait wrote the job queued). Every write is fenced on the claim's
 // token. It tells the hooks, and returns what it told them.
 func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.JobResult {
 	lastSlot := a.Slot && r.slots.give()
@@ -92,6 +98,14 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 	row, err := a.Row, a.Err
 	res := jobtype.JobResult{Status: row.Status, Outcome: jobtype.OutcomeLost, Err: err, Duration: a.Duration, Panicked: a.Panicked}
 	switch {
+	case jobtype.Suspended(row):
+		// A durable wait (internal/durable) ended the attempt in the database: the job is
+		// queued again, its attempt given back, whatever the handler returned.
+		r.held.Remove(k)
+		if a.Slot && r.Freed != nil {
+			r.Freed(1)
+		}
+		res = jobtype.JobResult{Status: jobtype.StatusQueued, Outcome: jobtype.OutcomeSnoozed, Duration: a.Duration}
 	case r.stopped.Load():
 		r.held.Remove(k)
 		r.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",

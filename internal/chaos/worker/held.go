@@ -22,7 +22,8 @@ import (
 	"github.com/skiplock/skiplock/internal/chaos/audit"
 )
 
-// auditConns is the size of the held-pool worker's audit pool.
+// auditConns is the size of an audit pool: the held-pool worker's, and the durable steps'
+// of the ordinary worker's (main.go).
 const auditConns = 4
 
 // runHeld runs the held-pool worker until ctx ends: slots handlers on a pool of maxConns

@@ -9,7 +9,9 @@
 // harness can see executions that overlap, that ran twice, or that were cut off by a kill.
 // Workflow tasks and batch jobs ([audit.FlowArgs]) and batch callbacks ([audit.CallbackArgs])
 // are recorded the same way; a callback also writes the counts it was given to
-// chaos.callbacks.
+// chaos.callbacks. Durable jobs ([audit.DurableArgs]) run five steps, with a durable sleep
+// or a wait for a signal between two, and record each execution of a step in
+// chaos.durable_execs (durable.go).
 //
 // With -ends, it also appends each execution's end to a file of its own before it writes
 // it to the table: an end whose write cannot get through before the process exits (a
@@ -65,6 +67,7 @@ func main() {
 		maxConns    = flag.Int("max-conns", 16, "pool size")
 		maxWork     = flag.Duration("max-work", 20*time.Millisecond, "each handler sleeps a random time in [0, max-work]")
 		limitedWork = flag.Duration("limited-work", 40*time.Millisecond, "the limited queue's handlers sleep a random time in [0, limited-work]")
+		durableWork = flag.Duration("durable-work", 200*time.Millisecond, "each step of a durable job sleeps a random time in [0, durable-work]")
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 		spinOnly    = flag.Bool("spin", false, "run no worker: keep one CPU busy until killed (the harness's CPU stressor)")
 		held        = flag.Duration("held", 0, "run the held-pool worker instead (held.go): handlers on the held queue hold a transaction on the pool this long")
@@ -91,7 +94,7 @@ func main() {
 		ends = f
 	}
 	work := func() error {
-		return run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, ends)
+		return run(ctx, logger, *url, *id, *vt, *sweep, *concurrency, int32(*maxConns), *maxWork, *limitedWork, *durableWork, ends)
 	}
 	if *held > 0 {
 		work = func() error {
@@ -106,7 +109,7 @@ func main() {
 }
 
 func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep time.Duration,
-	concurrency int, maxConns int32, maxWork, limitedWork time.Duration, ends *os.File,
+	concurrency int, maxConns int32, maxWork, limitedWork, durableWork time.Duration, ends *os.File,
 ) error {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -123,7 +126,16 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	if err != nil {
 		return err
 	}
-	h := &handler{pool: pool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork, ends: ends, logger: logger}
+	// The durable steps' audit writes go through a pool of their own: a step's function
+	// runs inside its transaction, which holds a connection of the main pool, and must not
+	// wait for a second one from it.
+	auditPool, err := newPool(ctx, url, "chaos-worker "+id+" audit", auditConns)
+	if err != nil {
+		return err
+	}
+	defer auditPool.Close()
+	h := &handler{pool: pool, audit: auditPool, id: id, pid: os.Getpid(), maxWork: maxWork, limitedWork: limitedWork,
+		durableWork: durableWork, ends: ends, logger: logger}
 	for {
 		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{
 			ID: id,
@@ -150,6 +162,9 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 		if err := skiplock.Handle(w, h.runCallback); err != nil {
 			return err
 		}
+		if err := skiplock.Handle(w, h.runDurable); err != nil {
+			return err
+		}
 		err = w.Run(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
@@ -164,15 +179,19 @@ func run(ctx context.Context, logger *slog.Logger, url, id string, vt, sweep tim
 	}
 }
 
-// handler runs chaos jobs and records each execution in chaos.executions.
+// handler runs chaos jobs and records each execution in chaos.executions (a durable job's
+// steps in chaos.durable_execs, durable.go).
 type handler struct {
 	pool    *pgxpool.Pool
+	audit   *pgxpool.Pool // the durable steps' audit writes
 	id      string
 	pid     int
 	maxWork time.Duration
 	// limitedWork bounds the work of the limited queue's jobs, longer so that they pile up
 	// against its limit as the run changes it.
 	limitedWork time.Duration
+	// durableWork bounds the work inside each step of a durable job (durable.go).
+	durableWork time.Duration
 	n           atomic.Int64
 	logger      *slog.Logger
 

@@ -2,7 +2,8 @@
 // on a throwaway Postgres cluster, killed with SIGKILL while they work, the server
 // restarted, every backend terminated, the fleet redeployed with another visibility
 // timeout, one worker's network path black-holed, the CPU starved by busy processes, one
-// worker's pool held full by its own CompleteTx handlers; then
+// worker's pool held full by its own CompleteTx handlers, with workflows, batches and
+// durable jobs (five steps, durable sleeps, signals) among the jobs; then
 // (full size) it kills 24 workers, leaders and followers, running at the library's default
 // lease settings, and reports how long their jobs took to run elsewhere. It checks that
 // no job was lost, stuck, or run by two workers at once, and prints a table of figures.
@@ -40,6 +41,7 @@ func main() {
 		workers  = flag.Int("workers", 0, "worker processes (default 4)")
 		jobs     = flag.Int("jobs", 0, "jobs to enqueue (default 50000)")
 		kills    = flag.Int("kills", 0, "kill -9 faults (default 20; -1 for none)")
+		durable  = flag.Int("durable", 0, "durable jobs of five steps (default 600, -quick 120; -1 for none)")
 		seed     = flag.Uint64("seed", 0, "seed for the choice of workers to kill (default random)")
 		keep     = flag.Bool("keep", false, "keep the run directory (cluster, logs) after a successful run")
 		recov    = flag.Bool("recovery", false, "run only the recovery run: 24 kills of leaders and followers at the default lease settings")
@@ -76,6 +78,9 @@ func main() {
 	}
 	if *kills != 0 {
 		opts.Kills = *kills
+	}
+	if *durable != 0 {
+		opts.Durable = *durable
 	}
 	opts.Seed = *seed
 	opts.Keep = *keep

@@ -50,6 +50,9 @@ var (
 	ErrDuplicateJob = enqueue.ErrDuplicateJob
 	// ErrJobNotFound is returned when no job has the given id.
 	ErrJobNotFound = jobtype.ErrJobNotFound
+	// ErrPeriodicNotFound is returned by SetPeriodicEnabled and RunPeriodicNow for a
+	// schedule no worker declared (or, for RunPeriodicNow, one that is disabled).
+	ErrPeriodicNotFound = errors.New("skiplock: periodic schedule not found")
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].

@@ -203,7 +203,7 @@ WHERE active AND declared_at < now() - make_interval(secs => $1)`
 // on since this statement's snapshot is re-checked on its latest version and dropped, so
 // an occurrence is never handled twice.
 const duePeriodicSQL = `SELECT name, next_run_at, now() FROM {s}.periodic
-WHERE name = ANY ($1) AND active AND next_run_at <= now()
+WHERE name = ANY ($1) AND active AND NOT disabled AND next_run_at <= now()
 ORDER BY next_run_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED`
@@ -215,13 +215,20 @@ WHERE name = $1`
 
 // nextPeriodicSQL is how long until this worker's next occurrence is due.
 const nextPeriodicSQL = `SELECT coalesce(extract(epoch FROM min(next_run_at) - now()), 3600)::float8
-FROM {s}.periodic WHERE name = ANY ($1) AND active`
+FROM {s}.periodic WHERE name = ANY ($1) AND active AND NOT disabled`
 
 // listPeriodicSQL lists every schedule for ListPeriodic. A schedule whose declarations
 // stopped is shown inactive even before a worker marks it so (none may be running).
 const listPeriodicSQL = `SELECT name, kind, queue, schedule, misfire, next_run_at, last_run_at, last_job_id,
-	active AND declared_at >= now() - make_interval(secs => $1), declared_at, updated_at
+	active AND declared_at >= now() - make_interval(secs => $1), declared_at, updated_at, disabled
 FROM {s}.periodic ORDER BY name`
+
+// enablePeriodicSQL turns schedule $1 on or off ($2: disabled).
+const enablePeriodicSQL = `UPDATE {s}.periodic SET disabled = $2, updated_at = now() WHERE name = $1 RETURNING name`
+
+// runPeriodicNowSQL makes schedule $1's next occurrence due now, unless it is disabled.
+const runPeriodicNowSQL = `UPDATE {s}.periodic SET next_run_at = least(next_run_at, now()), updated_at = now()
+WHERE name = $1 AND NOT disabled RETURNING name`
 
 // periodicSQL holds the periodic runner's statements, rendered for the client's schema.
 type periodicSQL struct {
@@ -477,6 +484,9 @@ type PeriodicInfo struct {
 	Active     bool
 	DeclaredAt time.Time // the last declaration by a running worker
 	UpdatedAt  time.Time
+	// Disabled says an operator turned the schedule off ([Client.SetPeriodicEnabled]):
+	// nothing is enqueued until it is enabled again.
+	Disabled bool
 }
 
 // ListPeriodic returns every periodic schedule ever declared in the schema, by name.
@@ -492,7 +502,7 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 		lastID  *int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&p.Name, &p.Kind, &p.Queue, &p.Schedule, &p.Misfire, &p.NextRunAt, &lastRun, &lastID,
-		&p.Active, &p.DeclaredAt, &p.UpdatedAt}, func() error {
+		&p.Active, &p.DeclaredAt, &p.UpdatedAt, &p.Disabled}, func() error {
 		q := p
 		if lastRun != nil {
 			q.LastRunAt = *lastRun
@@ -507,6 +517,40 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 		return nil, c.wrapErr("list periodic", err)
 	}
 	return out, nil
+}
+
+// SetPeriodicEnabled turns the periodic schedule name off (enabled false: workers
+// enqueue none of its occurrences) or on again (the occurrences it missed meanwhile are
+// handled by its Misfire policy: MisfireRunOnce enqueues one). The setting is the
+// schema's, for every worker, and outlives their restarts. It returns
+// [ErrPeriodicNotFound] when no worker ever declared a schedule of that name.
+func (c *Client) SetPeriodicEnabled(ctx context.Context, name string, enabled bool) error {
+	var got string
+	err := c.pool.QueryRow(ctx, c.db.Render(enablePeriodicSQL), name, !enabled).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q (see ListPeriodic)", ErrPeriodicNotFound, name)
+	}
+	if err != nil {
+		return c.wrapErr("set periodic enabled", err)
+	}
+	return nil
+}
+
+// RunPeriodicNow makes the next occurrence of the periodic schedule name due now: a
+// worker declaring it enqueues its job within about a second, and the schedule keeps
+// its times: the occurrence after is the one it had (cron and Every schedules are
+// aligned to the clock). It returns [ErrPeriodicNotFound] when no enabled schedule has that
+// name (enable a disabled one first).
+func (c *Client) RunPeriodicNow(ctx context.Context, name string) error {
+	var got string
+	err := c.pool.QueryRow(ctx, c.db.Render(runPeriodicNowSQL), name).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q is unknown or disabled (see ListPeriodic)", ErrPeriodicNotFound, name)
+	}
+	if err != nil {
+		return c.wrapErr("run periodic now", err)
+	}
+	return nil
 }
 
 // Start records the schedules before anything runs — a worker that cannot record them

@@ -275,3 +275,58 @@ func TestPeriodic_InvalidJobsAreRefused(t *testing.T) {
 	_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{ok, ok}})
 	assert.ErrorContains(t, err, "declared twice")
 }
+
+type hourlyArgs struct{}
+
+func (hourlyArgs) Kind() string { return "hourly" }
+
+type hourlyOffArgs struct{}
+
+func (hourlyOffArgs) Kind() string { return "hourly_off" }
+
+// A disabled schedule enqueues nothing, even due, until enabled again (then its Misfire
+// policy enqueues the missed occurrence); RunPeriodicNow enqueues an enabled one's
+// occurrence at once, and the schedule goes on from it.
+func TestPeriodic_DisabledEnqueuesNothingAndRunNowRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		ID: "hourly-" + b.schema, SweepInterval: -1, Logger: testLogger(), ShutdownTimeout: time.Second,
+		PeriodicJobs: []skiplock.PeriodicJob{
+			{Name: "hourly", Schedule: skiplock.Every(time.Hour), Args: hourlyArgs{}},
+			{Name: "hourly_off", Schedule: skiplock.Every(time.Hour), Args: hourlyOffArgs{}},
+		},
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hourlyArgs]) error { return nil }))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[hourlyOffArgs]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool { return b.count(t, `SELECT count(*) FROM {s}.periodic`) == 2 }, "both declared")
+	jobs := func(kind string) int {
+		return b.count(t, `SELECT (SELECT count(*) FROM {s}.jobs WHERE kind = $1) + (SELECT count(*) FROM {s}.jobs_archive WHERE kind = $1)`, kind)
+	}
+
+	require.NoError(t, b.client.SetPeriodicEnabled(b.ctx, "hourly_off", false))
+	require.ErrorIs(t, b.client.RunPeriodicNow(b.ctx, "hourly_off"), skiplock.ErrPeriodicNotFound, "a disabled schedule does not run now")
+	require.ErrorIs(t, b.client.SetPeriodicEnabled(b.ctx, "nope", true), skiplock.ErrPeriodicNotFound)
+	require.ErrorIs(t, b.client.RunPeriodicNow(b.ctx, "nope"), skiplock.ErrPeriodicNotFound)
+	// Both due: any tick that enqueues hourly's occurrence would see hourly_off's too.
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.periodic SET next_run_at = now() WHERE name = 'hourly_off'`))
+	require.NoError(t, err)
+	require.NoError(t, b.client.RunPeriodicNow(b.ctx, "hourly"))
+	eventually(t, 20*time.Second, func() bool { return jobs("hourly") == 1 }, "run now enqueued hourly")
+	assert.Zero(t, jobs("hourly_off"), "the disabled schedule enqueued nothing while due")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE name = 'hourly'
+		AND next_run_at > now() AND next_run_at = date_trunc('hour', last_run_at) + interval '1 hour'
+		AND last_job_id IS NOT NULL`), "hourly goes on at its next hour, as before the run")
+	list, err := b.client.ListPeriodic(b.ctx)
+	require.NoError(t, err)
+	disabled := map[string]bool{}
+	for _, p := range list {
+		disabled[p.Name] = p.Disabled
+	}
+	assert.Equal(t, map[string]bool{"hourly": false, "hourly_off": true}, disabled)
+
+	require.NoError(t, b.client.SetPeriodicEnabled(b.ctx, "hourly_off", true))
+	eventually(t, 20*time.Second, func() bool { return jobs("hourly_off") == 1 }, "enabled again, its missed occurrence is enqueued once")
+	assert.Equal(t, 1, jobs("hourly"))
+}

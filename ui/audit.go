@@ -139,13 +139,16 @@ func describeAction(r *http.Request) (action, target string) {
 			" rate_period=" + quoted(r.PostFormValue("rate_period")) + " key_rate=" + quoted(r.PostFormValue("key_rate")) +
 			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair")) +
 			" concurrency_keys=" + quoted(r.PostFormValue("concurrency_keys"))
+	case p == "/periodic/run" || p == "/periodic/enable" || p == "/periodic/disable":
+		return map[string]string{"run": "run periodic now", "enable": "enable periodic", "disable": "disable periodic"}[parts[1]],
+			"schedule " + quoted(r.PostFormValue("name"))
 	case p == "/limits/reset":
 		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):
 		return parts[2] + " workflow", "workflow " + number(parts[1])
-	case p == "/dead":
+	case p == "/dead" || p == "/jobs/selected":
 		ids := r.PostForm["id"]
 		shown := make([]string, 0, 10)
 		for _, id := range ids[:min(len(ids), 10)] {
@@ -155,8 +158,11 @@ func describeAction(r *http.Request) (action, target string) {
 		if len(ids) > 10 {
 			t += " and " + strconv.Itoa(len(ids)-10) + " more"
 		}
+		if st := r.PostFormValue("status"); st != "" {
+			t += " (listed as " + quoted(st) + ")"
+		}
 		return word(r.PostFormValue("action")) + " selected", "jobs " + t
-	case p == "/dead/bulk":
+	case p == "/dead/bulk" || p == "/jobs/bulk":
 		return word(r.PostFormValue("action")) + " all matching", auditFilter(r) + " (confirmed " + number(r.PostFormValue("count")) + ")"
 	}
 	return "POST", quoted(p)
@@ -191,9 +197,10 @@ func number(s string) string {
 	return quoted(s)
 }
 
-// word is an action's name when it is one of the actions (requeue, delete), else quoted.
+// word is an action's name when it is one of the actions (requeue, delete, cancel,
+// runnow), else quoted.
 func word(s string) string {
-	if s == "requeue" || s == "delete" {
+	if s == "requeue" || s == "delete" || s == "cancel" || s == "runnow" {
 		return s
 	}
 	return quoted(s)

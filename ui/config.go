@@ -141,11 +141,26 @@ type Schedule struct {
 	Spec    string    // when it runs, such as a cron expression
 	LastRun time.Time // zero when it never ran
 	NextRun time.Time // zero when unknown
-	Paused  bool      // the schedule enqueues nothing until resumed
+	Paused  bool      // the schedule enqueues nothing: Inactive or Disabled (or the source's own reason)
+	// Inactive says no running worker declares the schedule (removed from the code, or
+	// its workers are all stopped); Disabled, that an operator turned it off.
+	Inactive, Disabled bool
+	LastJobID          int64 // the job of the last occurrence; 0 when unknown
 }
 
 // PeriodicSource lists the periodic schedules for the periodic page.
 type PeriodicSource interface {
 	// Schedules returns every schedule, in the order the page lists them.
 	Schedules(ctx context.Context) ([]Schedule, error)
+}
+
+// PeriodicController is a [PeriodicSource] that can also run a schedule now and turn it
+// off and on: the periodic page shows its buttons (unless the dashboard is read-only).
+// [ClientControl] is one.
+type PeriodicController interface {
+	PeriodicSource
+	// RunPeriodicNow makes the schedule's next occurrence due now.
+	RunPeriodicNow(ctx context.Context, name string) error
+	// SetPeriodicEnabled turns the schedule off (false) or on again (true).
+	SetPeriodicEnabled(ctx context.Context, name string, enabled bool) error
 }

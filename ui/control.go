@@ -13,8 +13,9 @@ import (
 
 // ClientControl connects the dashboard's extension points to skiplock's own job
 // control: it is a [QueueSource] and [QueueController] (the queues table, pause and
-// resume through [skiplock.Client.PauseQueue] and ResumeQueue) and a [PeriodicSource]
-// ([skiplock.Client.ListPeriodic]). Set it as both [Config].Queues and [Config].Periodic:
+// resume through [skiplock.Client.PauseQueue] and ResumeQueue) and a
+// [PeriodicController] ([skiplock.Client.ListPeriodic], RunPeriodicNow,
+// SetPeriodicEnabled). Set it as both [Config].Queues and [Config].Periodic:
 //
 //	ctl := ui.NewClientControl(client)
 //	h, err := ui.New(ui.Config{Client: client, Queues: ctl, Periodic: ctl})
@@ -105,7 +106,7 @@ func (c *ClientControl) ResumeQueue(ctx context.Context, queue string) error {
 }
 
 // Schedules returns the periodic schedules workers declared; an inactive one (no running
-// worker declares it) shows as paused, without a next run.
+// worker declares it) or a disabled one shows without a next run.
 func (c *ClientControl) Schedules(ctx context.Context) ([]Schedule, error) {
 	list, err := c.client.ListPeriodic(ctx)
 	if err != nil {
@@ -113,11 +114,23 @@ func (c *ClientControl) Schedules(ctx context.Context) ([]Schedule, error) {
 	}
 	out := make([]Schedule, 0, len(list))
 	for _, p := range list {
-		s := Schedule{Name: p.Name, Kind: p.Kind, Queue: p.Queue, Spec: p.Schedule, LastRun: p.LastRunAt, Paused: !p.Active}
-		if p.Active {
+		s := Schedule{Name: p.Name, Kind: p.Kind, Queue: p.Queue, Spec: p.Schedule, LastRun: p.LastRunAt,
+			Inactive: !p.Active, Disabled: p.Disabled, Paused: !p.Active || p.Disabled, LastJobID: p.LastJobID}
+		if !s.Paused {
 			s.NextRun = p.NextRunAt
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// RunPeriodicNow makes the schedule's next occurrence due now
+// ([skiplock.Client.RunPeriodicNow]).
+func (c *ClientControl) RunPeriodicNow(ctx context.Context, name string) error {
+	return c.client.RunPeriodicNow(ctx, name)
+}
+
+// SetPeriodicEnabled turns the schedule off or on ([skiplock.Client.SetPeriodicEnabled]).
+func (c *ClientControl) SetPeriodicEnabled(ctx context.Context, name string, enabled bool) error {
+	return c.client.SetPeriodicEnabled(ctx, name, enabled)
 }

@@ -15,11 +15,18 @@
 //     does not set its axis). Sortable by backlog, dead count, oldest due. The table
 //     refreshes itself every [Config].RefreshInterval by fetching a server-rendered
 //     fragment; the counts come from [skiplock.Client.CachedStats].
+//   - A queue (/queue?name=Q): how long its jobs waited for a worker and ran, p50, p95
+//     and max over 5 minutes, an hour and a day, per kind, with SVG charts, from
+//     per-minute histograms of the archive (its started_at, migration 18) kept in memory.
 //   - Jobs (/jobs): newest first, filtered by status, queue and kind, or by a piece of
 //     the args or metadata (searched in a bounded window), over the hot table and the
 //     archive together, paged with a keyset on the id; /jobs?id=N opens job N. A status
 //     filter of queued, running, dead or failed reaches its rows through that status's
-//     partial index.
+//     partial index. Listed by such a status, selected rows or every job a filter
+//     matches (after a confirmation with the count; run in batches) are cancelled,
+//     deleted or requeued, as the status allows.
+//   - Search (/search): the whole jobs table and archive by args, metadata or error text,
+//     or JSON the args contain, with queue and kind pickers read from the database.
 //   - A job (/jobs/{id}): a timeline of its attempts and their workers, its args, any
 //     further columns of its row (metadata, progress, output), its attempt history with
 //     each error and stack, its timestamps, and the actions retry now, cancel and delete.
@@ -29,8 +36,9 @@
 //     progress.
 //   - Audit (/audit): the recent actions of every instance, who did them and the outcome,
 //     and the refused forgeries; kept in the bounded ui_audit table (migration 12).
-//   - Periodic (/periodic): schedules with their last and next run, when a
-//     [PeriodicSource] is configured.
+//   - Periodic (/periodic): schedules with their last and next run and their state
+//     (active, inactive, disabled), when a [PeriodicSource] is configured; run now,
+//     disable and enable when it is a [PeriodicController].
 //
 // # Safe by default
 //
@@ -54,8 +62,9 @@
 // buttons. Every value from the database goes through html/template, so a job whose args
 // hold <script> shows it as text, and a strict Content-Security-Policy allows only the
 // handler's own embedded script and stylesheet. Page sizes and filter values are bounded,
-// every listing query examines a bounded number of rows, and each request's database work
-// stops after [Config].QueryTimeout.
+// every listing query examines a bounded number of rows (the search page, which reads
+// what no index holds, stops at a page's worth of matches), and each request's database
+// work stops after [Config].QueryTimeout.
 //
 // # Extension points
 //

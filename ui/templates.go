@@ -16,7 +16,7 @@ import (
 var templateFS embed.FS
 
 // pageNames are the templates/<name>.html files; each defines "content" for the layout.
-var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "limits", "login", "message", "bulk", "audit", "workflows", "workflow"}
+var pageNames = []string{"queues", "jobs", "job", "dead", "periodic", "workers", "limits", "login", "message", "bulk", "audit", "workflows", "workflow", "queue", "search"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -136,7 +137,7 @@ func (b *bundle) walk(path string) (ids []int64, pages int) {
 		pages++
 		path = ""
 		if m := nextRE.FindStringSubmatch(r.body); m != nil {
-			u, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+			u, err := url.Parse(html.UnescapeString(m[1])) // as a browser reads the attribute (&amp;, &#43;)
 			require.NoError(b.t, err)
 			path = u.RequestURI()
 		}

@@ -37,14 +37,19 @@ func controlCommands() []*command {
 		},
 		{
 			name:    "periodic",
-			args:    "[--json]",
-			summary: "list periodic schedules with their last and next run",
+			args:    "[--json] | enable NAME | disable NAME | run NAME",
+			summary: "list periodic schedules; enable, disable or run one now",
 			help: "Lists the periodic schedules workers declared: schedule, whether still active (declared\n" +
-				"by a running worker), the last occurrence enqueued and its job, and the next run.",
+				"by a running worker, and not disabled), the last occurrence enqueued and its job, and the\n" +
+				"next run. 'periodic disable NAME' stops every worker enqueueing its occurrences until\n" +
+				"'periodic enable NAME' (then its misfire policy decides what it missed); 'periodic run\n" +
+				"NAME' makes its next occurrence due now (its later ones keep their times).",
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			},
-			run: cmdPeriodic,
+			maxArgs: 2,
+			check:   checkPeriodicArgs,
+			run:     cmdPeriodic,
 		},
 	}
 }
@@ -102,19 +107,56 @@ type periodicJSON struct {
 	Schedule   string     `json:"schedule"`
 	Misfire    string     `json:"misfire"`
 	Active     bool       `json:"active"`
+	Disabled   bool       `json:"disabled"`
 	LastRunAt  *time.Time `json:"last_run_at"`
 	LastJobID  *int64     `json:"last_job_id"`
 	NextRunAt  time.Time  `json:"next_run_at"`
 	DeclaredAt time.Time  `json:"declared_at"`
 }
 
-// cmdPeriodic lists the periodic schedules with their last and next run.
+// checkPeriodicArgs allows no argument (the list) or an action and a schedule's name.
+func checkPeriodicArgs(o *options) error {
+	switch {
+	case len(o.args) == 0:
+		return nil
+	case len(o.args) == 2 && (o.args[0] == "enable" || o.args[0] == "disable" || o.args[0] == "run"):
+		return nil
+	}
+	return usagef("periodic", "periodic: give no argument to list the schedules, or enable, disable or run and a schedule's name, as in 'skiplock periodic run nightly'")
+}
+
+// periodicAction enables, disables or runs now the schedule o.args[1].
+func periodicAction(ctx context.Context, a *app, client *skiplock.Client, o *options) error {
+	action, name := o.args[0], o.args[1]
+	var err error
+	done := map[string]string{"enable": "enabled", "disable": "disabled: no worker enqueues its occurrences until it is enabled",
+		"run": "due now: a worker declaring it enqueues its job within about a second"}[action]
+	if action == "run" {
+		err = client.RunPeriodicNow(ctx, name)
+	} else {
+		err = client.SetPeriodicEnabled(ctx, name, action == "enable")
+	}
+	if errors.Is(err, skiplock.ErrPeriodicNotFound) {
+		return fmt.Errorf("periodic %s: %w", action, err)
+	}
+	if err != nil {
+		return a.notMigratedHint(err)
+	}
+	_, err = fmt.Fprintf(a.stdout, "periodic schedule %q %s\n", name, done)
+	return err
+}
+
+// cmdPeriodic lists the periodic schedules with their last and next run, or runs the
+// action its arguments name.
 func cmdPeriodic(ctx context.Context, a *app, o *options) error {
 	client, pool, err := a.connect(ctx, "periodic")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if len(o.args) == 2 {
+		return periodicAction(ctx, a, client, o)
+	}
 	list, err := client.ListPeriodic(ctx)
 	if err != nil {
 		return a.notMigratedHint(err)
@@ -123,7 +165,7 @@ func cmdPeriodic(ctx context.Context, a *app, o *options) error {
 		out := make([]periodicJSON, 0, len(list))
 		for _, p := range list {
 			j := periodicJSON{Name: p.Name, Kind: p.Kind, Queue: p.Queue, Schedule: p.Schedule, Misfire: p.Misfire,
-				Active: p.Active, NextRunAt: p.NextRunAt, DeclaredAt: p.DeclaredAt}
+				Active: p.Active, Disabled: p.Disabled, NextRunAt: p.NextRunAt, DeclaredAt: p.DeclaredAt}
 			if !p.LastRunAt.IsZero() {
 				j.LastRunAt, j.LastJobID = &p.LastRunAt, &p.LastJobID
 			}
@@ -145,7 +187,10 @@ func cmdPeriodic(ctx context.Context, a *app, o *options) error {
 				job = fmt.Sprint(p.LastJobID)
 			}
 		}
-		if p.Active {
+		switch {
+		case p.Disabled:
+			active = "disabled"
+		case p.Active:
 			active = "yes"
 			next = p.NextRunAt.UTC().Format(time.RFC3339)
 		}

@@ -902,6 +902,25 @@ func TestPeriodic(t *testing.T) {
 	assert.Equal(t, 42.0, got[0]["last_job_id"])
 	assert.Equal(t, false, got[1]["active"])
 	assert.Nil(t, got[1]["last_run_at"])
+
+	// disable, run (refused while disabled), enable, run.
+	r = f.run("periodic", "disable", "nightly")
+	require.Equal(t, 0, r.code, r)
+	assert.Contains(t, r.stdout, `periodic schedule "nightly" disabled`)
+	r = f.run("periodic")
+	assert.Equal(t, "disabled", row(t, r.stdout, "nightly")[9])
+	r = f.run("periodic", "run", "nightly")
+	assert.NotEqual(t, 0, r.code, "a disabled schedule does not run now")
+	assert.Contains(t, r.stderr, "periodic schedule not found")
+	require.Equal(t, 0, f.run("periodic", "enable", "nightly").code)
+	r = f.run("periodic", "run", "nightly")
+	require.Equal(t, 0, r.code, r)
+	var due bool
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT next_run_at <= now() FROM `+pgx.Identifier{f.schema, "periodic"}.Sanitize()+` WHERE name = 'nightly'`).Scan(&due))
+	assert.True(t, due, "its next occurrence is due now")
+	assert.NotEqual(t, 0, f.run("periodic", "run").code, "a name is needed")
+	assert.NotEqual(t, 0, f.run("periodic", "explode", "nightly").code)
+	assert.NotEqual(t, 0, f.run("periodic", "enable", "nope").code)
 }
 
 func TestWorkers(t *testing.T) {

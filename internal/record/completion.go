@@ -61,10 +61,10 @@ WHERE ` + where + returning
 )
 INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts,
 	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
-	metadata, progress, output)
+	metadata, progress, output, started_at)
 SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
 	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
-	metadata, ` + progress + `, ` + output + `
+	metadata, ` + progress + `, ` + output + `, locked_at
 FROM done` + returning
 	}
 }

@@ -1,7 +1,7 @@
 // Package query holds the dashboard's own SQL and the reads and writes that run it: the
 // windowed and index-served job lists, a job's extra columns, deletes, the running jobs,
-// the workflows list, the bulk actions' batches, the throughput of the last hour and the
-// audit log.
+// the workflows list, the bulk actions' batches, the throughput of the last hour, the wait
+// and run times of the last day and the audit log.
 // Reads the public [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go
 // through them instead. Every statement is rendered once, with the schema quoted in, when
 // the [DB] is built.
@@ -23,8 +23,11 @@ type DB struct {
 	Workflows *Workflows   // the newest workflows
 	Bulk      *Bulk        // the bulk actions' counts and batches
 	Hour      *Throughput  // the jobs finished per minute over the last hour
+	Timing    *Timing      // the wait and run times of a queue's archived jobs
 	Audit     *Audit       // the audit log
 	Errors    *ErrorGroups // the dead page's jobs by error
+	Search    *Search      // the search page's whole-table search and kind picker
+	RunOrder  *RunOrder    // a queue's queued jobs in claim order
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -40,7 +43,10 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Workflows: newWorkflows(pool, x),
 		Bulk:      newBulk(pool, x),
 		Hour:      newThroughput(pool, x),
+		Timing:    newTiming(pool, x),
 		Audit:     newAudit(pool, x),
 		Errors:    newErrorGroups(pool, x),
+		Search:    newSearch(pool, x),
+		RunOrder:  newRunOrder(pool, x),
 	}
 }

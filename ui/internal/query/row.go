@@ -33,21 +33,33 @@ type Row struct {
 	LastError   string
 	Args        string
 	Archived    bool
+	Priority    int
 }
 
 // listColumns is what a list row shows: short prefixes of the args and the last error,
 // never a whole payload, and no ciphertext of encrypted args (skiplock.Keyring).
 const listColumns = `id, queue, kind, status, attempts, max_attempts, run_at, created_at, finished_at,
 	left(coalesce(last_error, ''), 300),
-	CASE WHEN payload ? 'skiplock_sealed' THEN '(encrypted)' ELSE left(payload::text, 160) END`
+	CASE WHEN payload ? 'skiplock_sealed' THEN '(encrypted)' ELSE left(payload::text, 160) END, priority`
 
 // collectRows reads rows of listColumns, newest first.
 func collectRows(rows pgx.Rows, archived bool) ([]Row, error) {
+	out, err := collectOrdered(rows, archived)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Row) int { return compareDesc(a.ID, b.ID) })
+	return out, nil
+}
+
+// collectOrdered reads rows of listColumns in the order the statement gave them.
+func collectOrdered(rows pgx.Rows, archived bool) ([]Row, error) {
 	var out []Row
 	var r Row
+	var priority int16
 	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Queue, &r.Kind, &r.Status, &r.Attempts, &r.MaxAttempts,
-		&r.RunAt, &r.CreatedAt, &r.FinishedAt, &r.LastError, &r.Args}, func() error {
-		r.Archived = archived
+		&r.RunAt, &r.CreatedAt, &r.FinishedAt, &r.LastError, &r.Args, &priority}, func() error {
+		r.Archived, r.Priority = archived, int(priority)
 		out = append(out, r)
 		r = Row{}
 		return nil
@@ -55,7 +67,6 @@ func collectRows(rows pgx.Rows, archived bool) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Row) int { return compareDesc(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -1,0 +1,66 @@
+package ui_test
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/ui"
+)
+
+// The search page searches the whole table: a job under 30,000 newer ones (more than
+// the jobs page's window) is found by its args, its error, or JSON its args contain,
+// in the hot table and the archive; every value is a parameter and every output
+// escaped.
+func TestSearchPage_FindsJobsAnywhereInBothTables(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{StatsMaxAge: -1})
+	old := b.insert(job{queue: "billing", kind: "invoice.render", payload: `{"order_id": 42, "email": "ann@example.com"}`})
+	oldDead := b.insert(job{queue: "billing", kind: "invoice.render", status: "dead", lastError: "smtp: 421 <b>busy</b>'; DROP TABLE x"})
+	arch := b.insert(job{queue: "mail", kind: "email.send", payload: `{"order_id": 42, "tag": "<script>alert(1)</script>"}`})
+	b.archive(arch, 0)
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (queue, kind, payload)
+		SELECT 'default', 'bulk', jsonb_build_object('n', g) FROM generate_series(1, 30000) g`))
+	require.NoError(t, err)
+
+	search := func(v url.Values) response {
+		r := b.get("/search?" + v.Encode())
+		require.Equal(t, http.StatusOK, r.code, r.body)
+		return r
+	}
+	assert.Equal(t, []int64{old}, listed(search(url.Values{"q": {"ann@example.com"}}).body), "args, under 30,000 newer jobs")
+	assert.Equal(t, []int64{oldDead}, listed(search(url.Values{"q": {"421 <b>busy"}, "mode": {"error"}}).body), "the last error")
+	assert.Equal(t, []int64{arch, old}, listed(search(url.Values{"q": {`{"order_id": 42}`}, "mode": {"contains"}}).body), "containment, both tables")
+	assert.Equal(t, []int64{old}, listed(search(url.Values{"q": {`{"order_id": 42}`}, "mode": {"contains"}, "queue": {"billing"}}).body))
+	assert.Equal(t, []int64{arch}, listed(search(url.Values{"q": {`{"order_id": 42}`}, "mode": {"contains"}, "status": {"succeeded"}}).body))
+	assert.Empty(t, listed(search(url.Values{"q": {`{"order_id": 42}`}, "mode": {"contains"}, "kind": {"bulk"}}).body))
+	assert.Empty(t, listed(search(url.Values{"q": {"%"}}).body), "no pattern characters")
+
+	r := search(url.Values{"q": {`<script>alert(1)</script>`}})
+	assert.Equal(t, []int64{arch}, listed(r.body))
+	assert.NotContains(t, r.body, "<script>alert(1)")
+	r = search(url.Values{"q": {strconv.FormatInt(old, 10)}})
+	assert.Contains(t, r.body, `href="/jobs/`+strconv.FormatInt(old, 10)+`" data-job-link`, "a job id links its job")
+
+	t.Run("pickers from the database", func(t *testing.T) {
+		r := search(url.Values{})
+		assert.Contains(t, r.body, `<option value="billing">billing (2)</option>`)
+		assert.Contains(t, r.body, `<option value="default">default (30`)
+		assert.Contains(t, r.body, `<option value="bulk">30`)
+		assert.Empty(t, listed(r.body), "no text, no search")
+	})
+	t.Run("pages", func(t *testing.T) {
+		got, pages := b.walk("/search?q=%22n%22%3A+2999&limit=4")
+		assert.Equal(t, 3, pages)
+		assert.Len(t, got, 11, `n 2999 and 29990-29999`)
+	})
+	t.Run("refused", func(t *testing.T) {
+		for _, q := range []string{"q=x&mode=regex", "q=42&mode=contains", "q=%7Bbad&mode=contains", "status=lost&q=x"} {
+			assert.Equal(t, http.StatusBadRequest, b.get("/search?"+q).code, q)
+		}
+	})
+}

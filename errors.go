@@ -11,6 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/periodic"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/sealed"
 )
@@ -52,7 +53,7 @@ var (
 	ErrJobNotFound = jobtype.ErrJobNotFound
 	// ErrPeriodicNotFound is returned by SetPeriodicEnabled and RunPeriodicNow for a
 	// schedule no worker declared (or, for RunPeriodicNow, one that is disabled).
-	ErrPeriodicNotFound = errors.New("skiplock: periodic schedule not found")
+	ErrPeriodicNotFound = periodic.ErrNotFound
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")
 	// ErrNotMigrated is returned when the schema's tables do not exist: run [Migrate].

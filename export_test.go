@@ -8,7 +8,7 @@ import (
 
 // SetPeriodicBeforeCommit makes w's periodic runner call f between enqueueing due
 // occurrences and committing, so tests can fault the transaction there.
-func SetPeriodicBeforeCommit(w *Worker, f func()) { w.periodic.beforeCommit = f }
+func SetPeriodicBeforeCommit(w *Worker, f func()) { w.periodic.BeforeCommit = f }
 
 // Internals the external tests need to reach.
 

@@ -443,18 +443,6 @@ func (o EnqueueOptions) engine() enqueue.Options {
 		ConcurrencyKeys: o.ConcurrencyKeys, Encrypt: o.Encrypt}
 }
 
-// enqueuing runs the client's enqueue hooks for j, then encodes and checks its metadata
-// (see [enqueue.Inserter.Enqueuing]); the periodic runner calls it for each occurrence.
-func (c *Client) enqueuing(ctx context.Context, j *enqueue.Job) (func(*JobRow, error), error) {
-	return c.enq.Enqueuing(ctx, j)
-}
-
-// insertOne writes one prepared job, whose hooks have run, through db (see
-// [enqueue.Inserter.InsertOne]); the periodic runner enqueues occurrences with it.
-func (c *Client) insertOne(ctx context.Context, db DBTX, j *enqueue.Job, notify, callerTx bool) (*JobRow, error) {
-	return c.enq.InsertOne(ctx, db, j, notify, callerTx)
-}
-
 // wrapErr adds the operation and turns an undefined table into ErrNotMigrated.
 func (c *Client) wrapErr(op string, err error) error { return c.db.WrapErr(op, err) }
 

@@ -60,5 +60,5 @@ type UniqueOpts struct {
 	MaxDelay time.Duration
 }
 
-// allStatuses lists every job status, for validation and for periodic occurrences.
+// allStatuses lists every job status, for validation.
 var allStatuses = enqueue.AllStatuses

@@ -1,7 +1,8 @@
 // This file holds the Worker: NewWorker, which builds its parts, the handler registry
 // (Handle), and Run, which starts the parts in one declared order (Worker.services) and
-// stops them in reverse. The parts live in their own files; a job goes through them in
-// the order docs/architecture.md walks.
+// stops them in reverse, and the synchronous run of one job (workOne) that package
+// skiplocktest offers users' tests. The parts live in their own files; a job goes through
+// them in the order docs/architecture.md walks.
 
 package skiplock
 
@@ -22,8 +23,10 @@ import (
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
+	"github.com/skiplock/skiplock/internal/periodic"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
+	"github.com/skiplock/skiplock/internal/testbridge"
 	"github.com/skiplock/skiplock/internal/waiting"
 )
 
@@ -64,11 +67,11 @@ type Worker struct {
 	leaderTasks *ownership.LeaderTasks // per-fleet work, run only while this worker leads (internal/ownership)
 	listener    *notify.Listener
 	executor    *execute.Executor
-	periodic    *periodicRunner      // nil without PeriodicJobs
+	periodic    *periodic.Runner     // nil without PeriodicJobs
 	mw          *execute.Middlewares // Use, UseKind, HandleErrors (middleware.go); the executor reads it once Run started
 	poller      *claim.Poller
 	claims      *claim.ClaimLoops
-	// The executor's collaborators, which a synchronous run (worksync.go) uses alone.
+	// The executor's collaborators, which a synchronous run (workOne) uses alone.
 	starter  *execute.JobStarter
 	outcomes *record.OutcomeRecorder
 	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
@@ -92,10 +95,10 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 		declared[name] = l
 	}
-	var periodic map[string]*periodicEntry
+	var schedules map[string]*periodic.Entry
 	if len(cfg.PeriodicJobs) > 0 {
 		var err error
-		if periodic, err = validPeriodic(client, cfg.PeriodicJobs); err != nil {
+		if schedules, err = periodicEntries(client, cfg.PeriodicJobs); err != nil {
 			return nil, err
 		}
 	}
@@ -118,8 +121,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	w := &Worker{client: client, cfg: cfg, id: cfg.ID, logger: logger, handlers: map[string]execute.Handler{},
 		checkSQL: pgutil.Render(client.schema, checkSchemaSQL), mw: &execute.Middlewares{}, sweeper: sw, runDone: make(chan struct{})}
 	w.buildExecution(declared, len(tasks) > 0)
-	if periodic != nil {
-		w.periodic = newPeriodicRunner(client, periodic, logger)
+	if schedules != nil {
+		w.periodic = periodic.NewRunner(client.db, client.enq, schedules, logger)
 	}
 	w.leaderTasks = &ownership.LeaderTasks{Elector: w.elector, Tasks: tasks}
 	l, err := newWorkerListener(client, cfg, w.logger, w.queues, w.pause, w.lease, w.flow, w.poller)
@@ -449,4 +452,40 @@ func (w *Worker) checkConns() {
 	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
 		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
 		"max_conns", have, "need", need, "for", why)
+}
+
+// The synchronous run of one job, in the caller's goroutine, that package skiplocktest
+// offers users' tests (through internal/testbridge, so the root API does not grow): the
+// real claim statement, the real handlers, hooks and recording; no goroutines to wait on.
+var _ = testbridge.Provide(func(ctx context.Context, w *Worker, queue string) (*JobRow, JobResult, error) {
+	return w.workOne(ctx, queue)
+})
+
+// workOne claims one due job of queue (any valid queue name, configured or not) and runs
+// it to its recorded end: its success or failure is written before it returns. It
+// returns a nil row when no job is due. The handler's context is derived from ctx; if ctx
+// ends while the handler runs, the handler's error is recorded as a failed attempt like
+// any other. It refuses a worker that runs or ran (Run and workOne would share the
+// completer and the held jobs).
+func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult, error) {
+	if err := validQueue(queue); err != nil {
+		return nil, JobResult{}, err
+	}
+	w.mu.Lock() // Handle may not add kinds while the job runs
+	defer w.mu.Unlock()
+	if w.started.Load() {
+		return nil, JobResult{}, errors.New("skiplock: a worker that runs (or ran) Run cannot run jobs synchronously")
+	}
+	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id)
+	if err != nil || len(jobs) == 0 {
+		return nil, JobResult{}, err
+	}
+	q := w.queues.Get(queue)
+	d := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
+	res := w.executor.Execute(d, nil)
+	d.Cancel(nil)
+	w.starter.HandlerWG.Done()
+	w.completer.FlushNow()
+	w.failures.Flush() // a failure, too, is written before workOne returns
+	return d.Row, res, nil
 }

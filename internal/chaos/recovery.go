@@ -76,12 +76,23 @@ func (r *runner) pickRecoveryVictim(ctx context.Context, i int) int {
 }
 
 // heldRunningSQL finds, for each job the killed worker held, when it next started in
-// another worker after the kill; a job that never did has NULL. Left out: the jobs that
-// the killed worker's own last success batch recorded. Its statement may reach the server
-// before the kill and commit after the harness listed the jobs still running: the job
-// was done, and runs nowhere again.
-const heldRunningSQL = `SELECT h.id, (SELECT min(e.started_at) FROM chaos.executions e
-	WHERE e.job_id = h.id AND e.worker_id <> $2 AND e.started_at >= $3)
+// another worker after the kill; a job that never did has NULL. A start is the first of:
+// an execution in the audit table, a durable job's step execution (chaos.durable_execs:
+// durable jobs write no chaos.executions row), and the claim of the attempt the archive
+// recorded (a durable job whose steps were all recorded runs none again). Left out: the
+// jobs that the killed worker's own last success batch recorded. Its statement may reach
+// the server before the kill and commit after the harness listed the jobs still running:
+// the job was done, and runs nowhere again.
+const heldRunningSQL = `SELECT h.id, (SELECT min(t) FROM (
+		SELECT min(e.started_at) FROM chaos.executions e
+		WHERE e.job_id = h.id AND e.worker_id <> $2 AND e.started_at >= $3
+		UNION ALL
+		SELECT min(d.started_at) FROM chaos.durable_execs d
+		WHERE d.job_id = h.id AND d.worker_id <> $2 AND d.started_at >= $3
+		UNION ALL
+		SELECT a.started_at FROM skiplock.jobs_archive a
+		WHERE a.id = h.id AND a.locked_by <> $2 AND a.started_at >= $3
+	) s (t))
 FROM unnest($1::bigint[]) AS h (id)
 WHERE NOT EXISTS (SELECT FROM skiplock.jobs_archive a WHERE a.id = h.id AND a.locked_by = $2)`
 

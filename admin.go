@@ -21,14 +21,18 @@ import (
 	"github.com/skiplock/skiplock/internal/waiting"
 )
 
-// Get returns the job with the given id, from the hot table or the archive.
-// It returns [ErrJobNotFound] when there is none.
+// Get returns the job with the given id, from the hot table or the archive, with the
+// records its handlers logged ([JobRow].Logs, as [Client.Logs] reads them). It returns
+// [ErrJobNotFound] when there is none.
 func (c *Client) Get(ctx context.Context, id int64) (*JobRow, error) {
 	row, err := scanJob(c.pool.QueryRow(ctx, c.db.Render(getSQL), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: id %d", ErrJobNotFound, id)
 	}
 	if err != nil {
+		return nil, c.wrapErr("get", err)
+	}
+	if row.Logs, err = record.ReadLogs(ctx, c.pool, c.schema, id); err != nil {
 		return nil, c.wrapErr("get", err)
 	}
 	return row, nil
@@ -87,8 +91,7 @@ func (c *Client) waiter() *waiting.Waiter {
 // Logs returns the records the job with the given id logged through [Logger], oldest
 // first (by attempt, then in the order they were logged). A job that logged nothing, or
 // one that does not exist, has none: Logs returns an empty slice and no error (see
-// [Client.Get] to tell the two apart). [Client.Get] does not read them: a job's records
-// can be many (up to 64 KiB per attempt).
+// [Client.Get] to tell the two apart; Get returns them too, in [JobRow].Logs).
 func (c *Client) Logs(ctx context.Context, id int64) ([]LogRecord, error) {
 	out, err := record.ReadLogs(ctx, c.pool, c.schema, id)
 	if err != nil {

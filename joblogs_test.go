@@ -79,6 +79,9 @@ func TestLogs_KeptPerAttempt(t *testing.T) {
 		assert.Greater(t, r.Fence, logs[0].Fence, "a later attempt's token")
 	}
 	assert.Equal(t, 4, b.count(t, `SELECT count(*) FROM {s}.job_logs WHERE job_id = $1`, row.ID))
+	got, err := b.client.Get(b.ctx, row.ID)
+	require.NoError(t, err)
+	assert.Equal(t, logs, got.Logs, "Get returns the records Logs reads")
 
 	none, err := b.client.Logs(b.ctx, quiet.ID)
 	require.NoError(t, err)

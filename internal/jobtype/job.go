@@ -71,6 +71,10 @@ type JobRow struct {
 	// no attempt starts after it and a running one is cancelled at it. Zero when none.
 	// It is stored in the metadata, under the reserved key MetaDeadline.
 	Deadline time.Time
+	// Logs are the records the job's handlers logged through skiplock.Logger, oldest
+	// first (by attempt, then in order), at most 1,000 records or 64 KiB per attempt.
+	// Only Client.Get fills them; nil in lists, hooks, Wait and a handler's Job.
+	Logs []LogRecord
 	// Fence is the token of the attempt a handler runs: it grows with every claim of any
 	// job and never goes back, and every write about the attempt is fenced on it. Give it
 	// to another system as a fencing token (docs/workers.md, "Exactly once"): a downstream that

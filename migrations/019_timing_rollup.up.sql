@@ -16,7 +16,10 @@
 --
 -- jobs_ended_idx: the dead and failed jobs by finished_at (a partial index: only those
 -- rows), so the rollup's and the queues page's failure counts read the jobs of the slot,
--- not every dead one. Building it reads the jobs table once and blocks its writes for
+-- not every dead one. Its predicate names finished_at IS NOT NULL, which a range on
+-- finished_at implies and a list of dead jobs by queue or kind does not: those keep
+-- jobs_stuck_idx (with the same predicate as jobs_stuck_idx, the planner took this one
+-- for them and read every dead row: 80 ms instead of 1 at a million jobs). Building it reads the jobs table once and blocks its writes for
 -- that long (a second or two per million rows): run it when a pause is acceptable. The
 -- two tables are new and small; workers of earlier releases ignore them.
 CREATE TABLE ui_timing_rollup (
@@ -40,4 +43,4 @@ CREATE TABLE ui_timing_rollup_mark (
     through timestamptz NOT NULL
 );
 
-CREATE INDEX jobs_ended_idx ON jobs (finished_at) WHERE status IN ('dead', 'failed');
+CREATE INDEX jobs_ended_idx ON jobs (finished_at) WHERE status IN ('dead', 'failed') AND finished_at IS NOT NULL;

@@ -16,8 +16,9 @@
 //     refreshes itself every [Config].RefreshInterval by fetching a server-rendered
 //     fragment; the counts come from [skiplock.Client.CachedStats].
 //   - A queue (/queue?name=Q): how long its jobs waited for a worker and ran, p50, p95
-//     and max over 5 minutes, an hour and a day, per kind, with SVG charts, from
-//     per-minute histograms of the archive (its started_at, migration 18) kept in memory.
+//     and max, and how many failed, over 5 minutes, an hour, a day and a week, per kind,
+//     with SVG charts, from the histograms the maintenance leader rolls up per minute and
+//     quarter of an hour (ui_timing_rollup, migration 19) and the archive's newest minutes.
 //   - Jobs (/jobs): newest first, filtered by status, queue and kind, or by a piece of
 //     the args or metadata (searched in a bounded window), over the hot table and the
 //     archive together, paged with a keyset on the id; /jobs?id=N opens job N. A status

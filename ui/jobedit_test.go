@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,45 @@ func TestJobPage_EditReschedulesAndChangesPriority(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, r.code, r.body)
 	assert.Contains(t, b.get(r.location).body, "Not changed: a worker started the job first.")
 	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.jobs WHERE id = $1 AND priority = 0`, running))
+}
+
+// A dead job is retried with edited args: the job gets them and is queued again,
+// audited with the args; args that are not a JSON object, or a job that is not dead or
+// failed, are refused with nothing changed. Its page shows each attempt's duration (the
+// history keeps when it started), its progress and output formatted, and escapes all.
+func TestJobPage_RetryWithEditedArgsAndAttemptDurations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	id := b.insert(job{status: "dead", attempts: 2, payload: `{"sku":"SKU-42"}`, lastError: "boom",
+		errorsJSON: `[{"attempt":1,"at":"2026-01-02T03:05:05Z","started_at":"2026-01-02T03:04:05Z","worker":"w-1","error":"timeout"},
+			{"attempt":2,"at":"2026-01-02T04:00:00Z","error":"boom"}]`})
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET progress = '{"value": 0.25, "message": "<b>step 2</b>"}',
+		output = '{"rows": 3}' WHERE id = $1`), id)
+	require.NoError(t, err)
+	page := "/jobs/" + strconv.FormatInt(id, 10)
+	r := b.get(page)
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, `ran <span data-attempt-duration>1m 0s</span> · on <code>w-1</code>`, "attempt 1: started and ended")
+	assert.Equal(t, 1, strings.Count(r.body, "data-attempt-duration"), "attempt 2's record has no start")
+	assert.Contains(t, r.body, `data-progress="25%"`)
+	assert.Contains(t, r.body, "&lt;b&gt;step 2&lt;/b&gt;")
+	assert.Contains(t, r.body, "&#34;rows&#34;: 3")
+
+	for name, args := range map[string]string{"not JSON": `{"sku":`, "not an object": `[1]`} {
+		r = b.act(page, page+"/retry-args", url.Values{"args": {args}})
+		assert.Equal(t, http.StatusBadRequest, r.code, name)
+	}
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'dead' AND payload = '{"sku":"SKU-42"}'`, id))
+
+	r = b.act(page, page+"/retry-args", url.Values{"args": {`{"sku": "SKU-43", "note": "<script>"}`}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	assert.Contains(t, b.get(r.location).body, "Gave the job its edited args and requeued it.")
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued' AND attempts = 0
+		AND payload = '{"sku": "SKU-43", "note": "<script>"}'`, id))
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE action = 'retry with edited args' AND target LIKE 'job '||$1||' args=%SKU-43%'`,
+		strconv.FormatInt(id, 10)))
+
+	r = b.act(page, page+"/retry-args", url.Values{"args": {`{"sku": "SKU-44"}`}})
+	assert.Equal(t, http.StatusConflict, r.code, "queued now: refused")
+	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.jobs WHERE payload->>'sku' = 'SKU-44'`))
 }

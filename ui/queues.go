@@ -48,6 +48,10 @@ type queuesView struct {
 	FailRate       string // FailedLastHour over all the jobs that ended in the hour
 	Plot           plot
 	HasInfo        bool // a QueueSource is configured: show limits and paused state
+	// ShowSucceeded: some succeeded job is kept in the jobs table (CompletionKeep); when
+	// none is (the archive holds them: "last hour" counts them), the always-zero
+	// Succeeded column is left out.
+	ShowSucceeded bool
 	CanControl     bool // and it can pause and resume
 	InfoErr        string
 	Hidden         int    // queues beyond maxQueuesShown
@@ -98,6 +102,9 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	totals := v.addQueues(stats, tp, infos)
 	v.sortQueues(r.URL.Query().Get("sort"))
 	v.summarize(totals, tp)
+	for _, t := range v.Totals {
+		v.ShowSucceeded = v.ShowSucceeded || (t.Status == string(skiplock.StatusSucceeded) && t.N > 0)
+	}
 	return v, nil
 }
 

@@ -57,6 +57,7 @@ var funcs = template.FuncMap{
 	"duration":     shortDuration,
 	"num":          thousands,
 	"isZero":       func(t time.Time) bool { return t.IsZero() },
+	"since":        func(t time.Time) time.Duration { return time.Since(t) },
 	"scanWindow":   func() int64 { return query.ScanWindow },
 	"searchWindow": func() string { return thousands(query.SearchWindow) },
 	// sortLink hands a sortable column header its page, key and label.

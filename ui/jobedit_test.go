@@ -63,7 +63,7 @@ func TestJobPage_RetryWithEditedArgsAndAttemptDurations(t *testing.T) {
 	id := b.insert(job{status: "dead", attempts: 2, payload: `{"sku":"SKU-42"}`, lastError: "boom",
 		errorsJSON: `[{"attempt":1,"at":"2026-01-02T03:05:05Z","started_at":"2026-01-02T03:04:05Z","worker":"w-1","error":"timeout"},
 			{"attempt":2,"at":"2026-01-02T04:00:00Z","error":"boom"}]`})
-	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET progress = '{"value": 0.25, "message": "<b>step 2</b>"}',
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET progress = '{"value": 25, "message": "<b>step 2</b>"}',
 		output = '{"rows": 3}' WHERE id = $1`), id)
 	require.NoError(t, err)
 	page := "/jobs/" + strconv.FormatInt(id, 10)

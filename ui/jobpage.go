@@ -28,8 +28,8 @@ type jobView struct {
 	// lease), shown behind a toggle.
 	Metadata []field
 	Internal []field
-	// Progress is the handler's last progress (Percent: its value as a share, when in
-	// [0, 1]), Output its output, pretty-printed.
+	// Progress is the handler's last progress (Percent: its value as a percentage, when
+	// in [0, 100]), Output its output, pretty-printed.
 	Progress        *skiplock.Progress
 	Percent         string
 	Output          string
@@ -147,8 +147,8 @@ func (v *jobView) fields(job *skiplock.JobRow, other map[string]json.RawMessage)
 		}
 	}
 	v.Progress = job.Progress
-	if p := job.Progress; p != nil && p.Value >= 0 && p.Value <= 1 {
-		v.Percent = strconv.FormatFloat(p.Value*100, 'f', 0, 64) + "%"
+	if p := job.Progress; p != nil && p.Value >= 0 && p.Value <= 100 { // a percentage, as the workers page reads it
+		v.Percent = strconv.FormatFloat(p.Value, 'f', -1, 64) + "%"
 	}
 	if len(job.Output) > 0 {
 		v.Output, _ = prettyJSON(job.Output, maxShownPayload)

@@ -52,13 +52,13 @@ type queuesView struct {
 	// none is (the archive holds them: "last hour" counts them), the always-zero
 	// Succeeded column is left out.
 	ShowSucceeded bool
-	CanControl     bool // and it can pause and resume
-	InfoErr        string
-	Hidden         int    // queues beyond maxQueuesShown
-	Sort           string // the column the queues are sorted by: "" (name) or a key of queueSorts
-	Refresh        int64  // milliseconds between live updates; 0 for none
-	RefreshText    string // the same, for people
-	At             time.Time
+	CanControl    bool // and it can pause and resume
+	InfoErr       string
+	Hidden        int    // queues beyond maxQueuesShown
+	Sort          string // the column the queues are sorted by: "" (name) or a key of queueSorts
+	Refresh       int64  // milliseconds between live updates; 0 for none
+	RefreshText   string // the same, for people
+	At            time.Time
 }
 
 // queueSorts are the columns the queues table sorts by (?sort=), largest first; ties and

@@ -89,6 +89,12 @@ func TestJobPage_RetryWithEditedArgsAndAttemptDurations(t *testing.T) {
 	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE action = 'retry with edited args' AND target LIKE 'job '||$1||' args=%SKU-43%'`,
 		strconv.FormatInt(id, 10)))
 
+	r = b.get(page)
+	assert.Contains(t, r.body, "Changed from the dashboard")
+	assert.Contains(t, r.body, "retry with edited args")
+	assert.Contains(t, r.body, "SKU-43")
+	assert.NotContains(t, r.body, `"<script>"`, "the audit's args are escaped")
+
 	r = b.act(page, page+"/retry-args", url.Values{"args": {`{"sku": "SKU-44"}`}})
 	assert.Equal(t, http.StatusConflict, r.code, "queued now: refused")
 	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.jobs WHERE payload->>'sku' = 'SKU-44'`))

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // jobView is the data of the job page.
@@ -51,6 +52,9 @@ type jobView struct {
 	Timeline   []event      // the job's life, oldest first
 	Durable    *durableView // its steps and signals (jobsteps.go); nil: none
 	Logs       *logsView    // what the handler logged (joblogs.go)
+	// Changes are the dashboard's actions on this job (edits, retries with edited args,
+	// cancels), newest first, from the audit table.
+	Changes []query.AuditEntry
 }
 
 // event is one line of a job's timeline.
@@ -106,6 +110,10 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	v.Attempts = attempts(extras.Errors)
 	v.Timeline = timeline(job, extras.Errors)
 	v.Durable = h.jobSteps(ctx, id)
+	if v.Changes, err = h.db.Audit.ForJob(ctx, id, maxJobChanges); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if v.Logs, err = h.jobLogs(ctx, id); err != nil {
 		h.fail(w, r, err)
 		return
@@ -128,6 +136,9 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
 }
+
+// maxJobChanges bounds the dashboard actions a job page lists.
+const maxJobChanges = 20
 
 // maxArgsForm bounds the args the retry with edited args offers in a form (a form is
 // refused past 64 KiB).

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/ui"
 )
 
@@ -98,4 +99,24 @@ func TestJobPage_RetryWithEditedArgsAndAttemptDurations(t *testing.T) {
 	r = b.act(page, page+"/retry-args", url.Values{"args": {`{"sku": "SKU-44"}`}})
 	assert.Equal(t, http.StatusConflict, r.code, "queued now: refused")
 	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.jobs WHERE payload->>'sku' = 'SKU-44'`))
+}
+
+// The job page shows a job's deadline and concurrency keys as given at enqueue, its
+// metadata apart from skiplock's own keys (behind the internal toggle), all escaped.
+func TestJobPage_ShowsDeadlineConcurrencyKeysAndMetadata(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	deadline := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	row, err := b.client.Enqueue(b.ctx, timed{}, &skiplock.EnqueueOptions{Queue: "q", Deadline: deadline,
+		ConcurrencyKeys: map[string]string{"tenant": "<acme>"}, Metadata: map[string]string{"trace": "<t1>"}})
+	require.NoError(t, err)
+	r := b.get("/jobs/" + strconv.FormatInt(row.ID, 10))
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, `<dd data-deadline><time title="`+deadline.Format("2006-01-02 15:04:05 UTC")+`"`)
+	assert.Contains(t, r.body, `<code data-concurrency-keys>{
+  &#34;tenant&#34;: &#34;&lt;acme&gt;&#34;
+}</code>`)
+	assert.Contains(t, r.body, `<dt><code>trace</code></dt><dd><code>&lt;t1&gt;</code></dd>`)
+	internal := r.body[strings.Index(r.body, "<details data-internal>"):]
+	assert.Contains(t, internal, "<code>skiplock_deadline</code>", "skiplock's own key, behind the toggle")
 }

@@ -120,3 +120,31 @@ func TestJobPage_ShowsDeadlineConcurrencyKeysAndMetadata(t *testing.T) {
 	internal := r.body[strings.Index(r.body, "<details data-internal>"):]
 	assert.Contains(t, internal, "<code>skiplock_deadline</code>", "skiplock's own key, behind the toggle")
 }
+
+type docJob struct {
+	Doc string `json:"doc"`
+}
+
+func (docJob) Kind() string { return "doc" }
+
+// A job whose args a later unique enqueue replaced, or whose run it pushed back, says so
+// on its page.
+func TestJobPage_ShowsReplacedAndDebouncedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	opts := func(f func(*skiplock.UniqueOpts)) *skiplock.EnqueueOptions {
+		u := &skiplock.UniqueOpts{} // the kind alone is the key
+		f(u)
+		return &skiplock.EnqueueOptions{Queue: "q", Unique: u}
+	}
+	first, err := b.client.Enqueue(b.ctx, docJob{"a"}, opts(func(u *skiplock.UniqueOpts) { u.Replace = true }))
+	require.NoError(t, err)
+	page := "/jobs/" + strconv.FormatInt(first.ID, 10)
+	assert.NotContains(t, b.get(page).body, "data-replaced")
+	_, err = b.client.Enqueue(b.ctx, docJob{"b"}, opts(func(u *skiplock.UniqueOpts) { u.Replace = true }))
+	require.NoError(t, err)
+	assert.Contains(t, b.get(page).body, "<dd data-replaced>")
+	_, err = b.client.Enqueue(b.ctx, docJob{"c"}, opts(func(u *skiplock.UniqueOpts) { u.Debounce = time.Minute }))
+	require.NoError(t, err)
+	assert.Contains(t, b.get(page).body, "<dd data-debounced>")
+}

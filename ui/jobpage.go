@@ -35,6 +35,9 @@ type jobView struct {
 	Percent         string
 	Output          string
 	ConcurrencyKeys string // the job's concurrency keys (EnqueueOptions.ConcurrencyKeys), as JSON
+	// ReplacedAt and DebouncedAt are when a later unique enqueue last gave the job its
+	// args (UniqueOpts.Replace) or pushed its run_at (Debounce); zero: never.
+	ReplacedAt, DebouncedAt time.Time
 	// EditArgs offers the retry with edited args (a dead or failed job, args readable and
 	// small enough for a form); ArgsForm is its text.
 	EditArgs  bool
@@ -149,6 +152,8 @@ const maxArgsForm = 48 << 10
 // keys, and the rest (skiplock's reserved metadata keys and internal columns) as
 // Internal.
 func (v *jobView) fields(job *skiplock.JobRow, other map[string]json.RawMessage) {
+	v.ReplacedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_replaced_at"])
+	v.DebouncedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_debounced_at"])
 	for _, k := range sortedKeys(job.Metadata) {
 		f := field{k, job.Metadata[k]}
 		if strings.HasPrefix(k, "skiplock_") {

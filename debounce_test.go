@@ -39,6 +39,8 @@ func TestUnique_ReplaceGivesTheQueuedHolderTheNewArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, got.Duplicate && got.Replaced, "replaced")
 	assert.Equal(t, first.ID, got.ID)
+	_, err = time.Parse(time.RFC3339Nano, got.Metadata["skiplock_replaced_at"])
+	assert.NoError(t, err, "the holder's metadata says when it was replaced: %v", got.Metadata)
 	assert.JSONEq(t, `{"doc": "a", "v": 2}`, string(got.Payload))
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload = '{"doc": "a", "v": 2}'`))
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`))
@@ -73,6 +75,9 @@ func TestUnique_DebouncePushesTheHoldersRunAt(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, got.Duplicate && got.Replaced)
 	assert.JSONEq(t, `{"doc": "b", "v": 1}`, string(got.Payload), "Debounce alone keeps the args")
+	_, err = time.Parse(time.RFC3339Nano, got.Metadata["skiplock_debounced_at"])
+	assert.NoError(t, err, "the holder's metadata says when it was debounced: %v", got.Metadata)
+	assert.NotContains(t, got.Metadata, "skiplock_replaced_at")
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE run_at BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'`),
 		"the holder was pushed to an hour from now")
 

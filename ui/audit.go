@@ -144,6 +144,8 @@ func describeAction(r *http.Request) (action, target string) {
 			"schedule " + quoted(r.PostFormValue("name"))
 	case p == "/limits/reset":
 		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
+	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "retry-args":
+		return "retry with edited args", "job " + number(parts[1]) + " args=" + quoted(r.PostFormValue("args"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):

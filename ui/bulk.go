@@ -293,5 +293,9 @@ func (h *Handler) jobsSelected(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if r.PostFormValue("back") == "workers" { // the workers page's running jobs (a fixed path: no redirect to a form's URL)
+		h.redirect(w, r, "/workers", bulkDone(url.Values{}, action, done, skipped))
+		return
+	}
 	h.redirect(w, r, "/jobs", bulkDone(filterQuery(f, 0), action, done, skipped))
 }

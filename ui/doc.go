@@ -16,8 +16,9 @@
 //     refreshes itself every [Config].RefreshInterval by fetching a server-rendered
 //     fragment; the counts come from [skiplock.Client.CachedStats].
 //   - A queue (/queue?name=Q): how long its jobs waited for a worker and ran, p50, p95
-//     and max over 5 minutes, an hour and a day, per kind, with SVG charts, from
-//     per-minute histograms of the archive (its started_at, migration 18) kept in memory.
+//     and max, and how many failed, over 5 minutes, an hour, a day and a week, per kind,
+//     with SVG charts, from the histograms the maintenance leader rolls up per minute and
+//     quarter of an hour (ui_timing_rollup, migration 19) and the archive's newest minutes.
 //   - Jobs (/jobs): newest first, filtered by status, queue and kind, or by a piece of
 //     the args or metadata (searched in a bounded window), over the hot table and the
 //     archive together, paged with a keyset on the id; /jobs?id=N opens job N. A status
@@ -25,15 +26,18 @@
 //     partial index. Listed by such a status, selected rows or every job a filter
 //     matches (after a confirmation with the count; run in batches) are cancelled,
 //     deleted or requeued, as the status allows.
-//   - Search (/search): the whole jobs table and archive by args, metadata or error text,
-//     or JSON the args contain, with queue and kind pickers read from the database.
-//   - A job (/jobs/{id}): a timeline of its attempts and their workers, its args, any
-//     further columns of its row (metadata, progress, output), its attempt history with
-//     each error and stack, its timestamps, and the actions retry now, cancel and delete.
+//   - Search (/search): the jobs table and archive by args, metadata or error text, or
+//     JSON the args contain, a bounded window of ids per page, with queue and kind
+//     pickers read from the stats and the planner's statistics.
+//   - A job (/jobs/{id}): a timeline of its attempts and their workers, its args, its
+//     progress and output formatted, its metadata (skiplock's own fields behind a
+//     toggle), deadline and concurrency keys, its attempt history with each duration,
+//     error and stack, and the actions retry now, retry with edited args, reschedule,
+//     cancel and delete.
 //   - Dead and failed (/dead): select many jobs, or every job a filter matches (after a
 //     confirmation with the count; run in batches), and requeue or delete them.
 //   - Workers (/workers): the registered workers and the jobs running now with their
-//     progress.
+//     progress; selected running jobs are cancelled together.
 //   - Audit (/audit): the recent actions of every instance, who did them and the outcome,
 //     and the refused forgeries; kept in the bounded ui_audit table (migration 12).
 //   - Periodic (/periodic): schedules with their last and next run and their state

@@ -14,6 +14,7 @@ var flashes = map[string]string{
 	"requeued":      "Requeued %s.",
 	"runnow":        "The job is due now; a worker will pick it up at once.",
 	"edited":        "Updated the job.",
+	"argsretried":   "Gave the job its edited args and requeued it.",
 	"notedited":     "Not changed: a worker started the job first.",
 	"cancelled":     "Cancelled the job.",
 	"cancelledmany": "Cancelled %s.",

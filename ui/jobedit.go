@@ -1,9 +1,11 @@
 // This file holds the job page's edit of a job that has not started: reschedule it,
-// change its priority (Client.Update), atomic against a worker's claim.
+// change its priority (Client.Update), atomic against a worker's claim; and the retry of
+// a dead or failed job with edited args.
 
 package ui
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -65,4 +67,66 @@ func (h *Handler) editJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {done}})
+}
+
+// rawArgs are args given as JSON text for a job of kind: what the retry with edited args
+// hands Client.Update (which checks the kind is the job's).
+type rawArgs struct {
+	kind string
+	raw  json.RawMessage
+}
+
+func (a rawArgs) Kind() string                 { return a.kind }
+func (a rawArgs) MarshalJSON() ([]byte, error) { return a.raw, nil }
+
+// retryWithArgs gives a dead or failed job the args of the form's "args" (a JSON object)
+// and requeues it (Client.Update, then Client.Requeue): each refuses a job that left
+// dead or failed meanwhile, so a job a worker runs is never edited.
+func (h *Handler) retryWithArgs(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.jobID(w, r)
+	if !ok {
+		return
+	}
+	text := strings.TrimSpace(r.PostFormValue("args"))
+	if !json.Valid([]byte(text)) || !strings.HasPrefix(text, "{") {
+		h.refuse(w, r, http.StatusBadRequest, "Args are a JSON object, such as {\"order_id\": 42}: nothing was changed.")
+		return
+	}
+	ctx, cancel := h.queryCtx(r)
+	defer cancel()
+	job, err := h.client.Get(ctx, id)
+	switch {
+	case errors.Is(err, skiplock.ErrJobNotFound):
+		h.refuse(w, r, http.StatusNotFound, "No job "+strconv.FormatInt(id, 10)+".")
+		return
+	case err != nil:
+		h.fail(w, r, err)
+		return
+	}
+	if _, sealed := skiplock.SealedKey(job.Payload); sealed {
+		h.refuse(w, r, http.StatusBadRequest, "The job's args are encrypted: edit them with Client.Update, which seals them.")
+		return
+	}
+	if job.Status != skiplock.StatusDead && job.Status != skiplock.StatusFailed {
+		h.refuse(w, r, http.StatusConflict, "Only a dead or failed job is retried with edited args: this one is "+string(job.Status)+".")
+		return
+	}
+	_, err = h.client.Update(ctx, id, skiplock.JobUpdate{Args: rawArgs{kind: job.Kind, raw: json.RawMessage(text)}})
+	switch {
+	case errors.Is(err, skiplock.ErrJobRunning), errors.Is(err, skiplock.ErrJobFinished), errors.Is(err, skiplock.ErrJobNotFound):
+		h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {"unchanged"}})
+		return
+	case errors.Is(err, skiplock.ErrInvalidOptions):
+		h.refuse(w, r, http.StatusBadRequest, "The args were refused: "+strings.TrimPrefix(err.Error(), "skiplock: ")+".")
+		return
+	case err != nil:
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.client.Requeue(ctx, skiplock.RequeueFilter{IDs: []int64{id}})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), url.Values{"done": {"argsretried"}, "n_requeued": {strconv.FormatInt(res.Requeued, 10)}})
 }

@@ -16,14 +16,32 @@ import (
 	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // jobView is the data of the job page.
 type jobView struct {
-	Job       *skiplock.JobRow
-	Args      string
-	ArgsCut   bool
-	Other     []field
+	Job     *skiplock.JobRow
+	Args    string
+	ArgsCut bool
+	// Metadata are the metadata keys the enqueue gave; Internal the fields skiplock keeps
+	// for itself (its reserved metadata keys, further columns such as the fence or the
+	// lease), shown behind a toggle.
+	Metadata []field
+	Internal []field
+	// Progress is the handler's last progress (Percent: its value as a percentage, when
+	// in [0, 100]), Output its output, pretty-printed.
+	Progress        *skiplock.Progress
+	Percent         string
+	Output          string
+	ConcurrencyKeys string // the job's concurrency keys (EnqueueOptions.ConcurrencyKeys), as JSON
+	// ReplacedAt and DebouncedAt are when a later unique enqueue last gave the job its
+	// args (UniqueOpts.Replace) or pushed its run_at (Debounce); zero: never.
+	ReplacedAt, DebouncedAt time.Time
+	// EditArgs offers the retry with edited args (a dead or failed job, args readable and
+	// small enough for a form); ArgsForm is its text.
+	EditArgs  bool
+	ArgsForm  string
 	Attempts  []attempt
 	CanRetry  bool
 	RetryWhat string // "Requeue" or "Run now"
@@ -37,6 +55,9 @@ type jobView struct {
 	Timeline   []event      // the job's life, oldest first
 	Durable    *durableView // its steps and signals (jobsteps.go); nil: none
 	Logs       *logsView    // what the handler logged (joblogs.go)
+	// Changes are the dashboard's actions on this job (edits, retries with edited args,
+	// cancels), newest first, from the audit table.
+	Changes []query.AuditEntry
 }
 
 // event is one line of a job's timeline.
@@ -53,10 +74,12 @@ type field struct {
 }
 
 type attempt struct {
-	Attempt string
-	At      string
-	Error   string
-	Other   []field
+	Attempt  string
+	At       time.Time // when it ended; zero when the record has none
+	Duration string    // from its start to its end, when the record holds both
+	Worker   string
+	Error    string
+	Other    []field
 }
 
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -86,22 +109,14 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		v.Args, v.ArgsCut = prettyJSON(job.Payload, maxShownPayload)
 	}
-	for _, k := range sortedKeys(extras.Other) {
-		s, _ := prettyJSON(extras.Other[k], maxShownPayload)
-		v.Other = append(v.Other, field{k, s})
-	}
-	for i := len(extras.Errors) - 1; i >= 0; i-- { // newest first
-		e := extras.Errors[i]
-		a := attempt{Attempt: jsonText(e["attempt"]), At: jsonText(e["at"]), Error: jsonText(e["error"])}
-		for _, k := range sortedKeys(e) {
-			if k != "attempt" && k != "at" && k != "error" {
-				a.Other = append(a.Other, field{k, jsonText(e[k])})
-			}
-		}
-		v.Attempts = append(v.Attempts, a)
-	}
+	v.fields(job, extras.Other)
+	v.Attempts = attempts(extras.Errors)
 	v.Timeline = timeline(job, extras.Errors)
 	v.Durable = h.jobSteps(ctx, id)
+	if v.Changes, err = h.db.Audit.ForJob(ctx, id, maxJobChanges); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if v.Logs, err = h.jobLogs(ctx, id); err != nil {
 		h.fail(w, r, err)
 		return
@@ -117,8 +132,78 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		v.CanEdit = job.Status == skiplock.StatusQueued || job.Status == skiplock.StatusDead || job.Status == skiplock.StatusFailed
 		v.RunAtValue = job.RunAt.UTC().Format(editTimeLayout)
 		v.CanDelete = !v.Running
+		_, sealed := skiplock.SealedKey(job.Payload)
+		v.EditArgs = (job.Status == skiplock.StatusDead || job.Status == skiplock.StatusFailed) && !sealed && !v.ArgsCut &&
+			len(v.Args) < maxArgsForm
+		v.ArgsForm = v.Args
 	}
 	h.render(w, r, "job", "Job "+strconv.FormatInt(id, 10), "jobs", v)
+}
+
+// maxJobChanges bounds the dashboard actions a job page lists.
+const maxJobChanges = 20
+
+// maxArgsForm bounds the args the retry with edited args offers in a form (a form is
+// refused past 64 KiB).
+const maxArgsForm = 48 << 10
+
+// fields sorts the row's further columns (other, by name) into what the page shows:
+// the metadata the enqueue gave, the progress and output formatted, the concurrency
+// keys, and the rest (skiplock's reserved metadata keys and internal columns) as
+// Internal.
+func (v *jobView) fields(job *skiplock.JobRow, other map[string]json.RawMessage) {
+	v.ReplacedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_replaced_at"])
+	v.DebouncedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_debounced_at"])
+	for _, k := range sortedKeys(job.Metadata) {
+		f := field{k, job.Metadata[k]}
+		if strings.HasPrefix(k, "skiplock_") {
+			v.Internal = append(v.Internal, f)
+		} else {
+			v.Metadata = append(v.Metadata, f)
+		}
+	}
+	v.Progress = job.Progress
+	if p := job.Progress; p != nil && p.Value >= 0 && p.Value <= 100 { // a percentage, as the workers page reads it
+		v.Percent = strconv.FormatFloat(p.Value, 'f', -1, 64) + "%"
+	}
+	if len(job.Output) > 0 {
+		v.Output, _ = prettyJSON(job.Output, maxShownPayload)
+	}
+	for _, k := range sortedKeys(other) {
+		s, _ := prettyJSON(other[k], maxShownPayload)
+		switch k {
+		case "metadata", "progress", "output":
+			continue // shown above, from the row
+		case "concurrency_keys":
+			v.ConcurrencyKeys = s
+			continue
+		}
+		v.Internal = append(v.Internal, field{k, s})
+	}
+}
+
+// attempts lists the error history newest first: each attempt's end, its duration (from
+// the start the record keeps, since this release), its worker and error.
+func attempts(history []map[string]any) []attempt {
+	var out []attempt
+	for i := len(history) - 1; i >= 0; i-- {
+		e := history[i]
+		a := attempt{Attempt: jsonText(e["attempt"]), Error: jsonText(e["error"]), Worker: jsonText(e["worker"])}
+		end, endErr := time.Parse(time.RFC3339Nano, jsonText(e["at"]))
+		if endErr == nil {
+			a.At = end
+		}
+		if start, err := time.Parse(time.RFC3339Nano, jsonText(e["started_at"])); err == nil && endErr == nil && !end.Before(start) {
+			a.Duration = shortDuration(end.Sub(start))
+		}
+		for _, k := range sortedKeys(e) {
+			if !slices.Contains([]string{"attempt", "at", "error", "worker", "started_at"}, k) {
+				a.Other = append(a.Other, field{k, jsonText(e[k])})
+			}
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // timeline lays a job's life out from its row and its error history: created, each

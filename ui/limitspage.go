@@ -43,7 +43,7 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	stats, err := h.client.Stats(ctx)
+	stats, _, err := h.db.Stats.Read(ctx) // the shared cache (StatsMaxAge): the page lists the queues and their pause
 	if err != nil {
 		h.fail(w, r, err)
 		return

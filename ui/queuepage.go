@@ -1,8 +1,8 @@
 package ui
 
 // This file holds the queue page: how long a queue's jobs waited for a worker and how
-// long they ran, p50/p95/max over the last 5 minutes, hour and day, per kind, with the
-// charts of the last hour or day.
+// long they ran, p50/p95/max, and how many failed, over the last 5 minutes, hour, day
+// and week, per kind, with the charts of the last hour, day or week.
 
 import (
 	"net/http"
@@ -14,10 +14,11 @@ import (
 )
 
 // timingRanges are the chart spans the queue page offers (?range=): the slots and their
-// size in minutes.
-var timingRanges = map[string]struct{ slots, size int64 }{
-	"1h":  {60, 1},
-	"24h": {96, 15},
+// size in minutes, and the span read (the day, or the week for its view).
+var timingRanges = map[string]struct{ slots, size, read int64 }{
+	"1h":  {60, 1, query.TimingDayMinutes},
+	"24h": {96, 15, query.TimingDayMinutes},
+	"7d":  {84, 120, query.TimingWeekMinutes},
 }
 
 // timingRow is one line of the queue page's tables: a span or a kind.
@@ -26,10 +27,15 @@ type timingRow struct {
 	N                         int64
 	WaitP50, WaitP95, WaitMax string
 	RunP50, RunP95, RunMax    string
+	Failed                    int64
+	FailRate                  string // of the jobs that ended (succeeded or failed for good); "—" when none did
 }
 
 func newTimingRow(label string, t query.Times) timingRow {
-	r := timingRow{Label: label, N: t.Wait.N}
+	r := timingRow{Label: label, N: t.Wait.N, Failed: t.Failed, FailRate: "—"}
+	if t.Succeeded+t.Failed > 0 {
+		r.FailRate = percent(t.Failed, t.Succeeded+t.Failed)
+	}
 	if t.Wait.N == 0 {
 		r.WaitP50, r.WaitP95, r.WaitMax, r.RunP50, r.RunP95, r.RunMax = "—", "—", "—", "—", "—", "—"
 		return r
@@ -42,15 +48,17 @@ func newTimingRow(label string, t query.Times) timingRow {
 // queueView is the data of the queue page.
 type queueView struct {
 	Queue     string
-	Range     string      // "1h" or "24h": the charts' and the kinds table's span
-	Spans     []timingRow // every kind, over 5 minutes, an hour, a day
+	Range     string      // "1h", "24h" or "7d": the charts' and the kinds table's span
+	Spans     []timingRow // every kind, over 5 minutes, an hour, a day (and a week in its view)
 	Kinds     []timingRow // each kind over Range, the busiest first
 	MoreKinds bool        // Kinds stops at query.MaxTimingKinds
-	// DayNotRead says the last 24 hours were not read yet (the hour's view reads only the
-	// hour, so a first view of a busy queue stays quick): the 24-hour view reads them.
-	DayNotRead bool
-	Wait, Run  linePlot
-	At         time.Time
+	// Behind says the rollup the maintenance leader writes is missing or more than an
+	// hour old (no Worker with a SweepInterval, nor a Sweeper, of this release runs): the
+	// page shows the archive's last hour only. RollupAt is when it was last written.
+	Behind    bool
+	RollupAt  time.Time
+	Wait, Run linePlot
+	At        time.Time
 	// The jobs of the queue that ended in the last hour (from the queue counts): how many,
 	// how many failed for good (dead or failed) and were cancelled, and the failed share.
 	Ended, Failed, Cancelled int64
@@ -74,12 +82,12 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	spec, ok := timingRanges[rng]
 	if !ok {
-		h.refuse(w, r, http.StatusBadRequest, "Unknown range: use 1h or 24h.")
+		h.refuse(w, r, http.StatusBadRequest, "Unknown range: use 1h, 24h or 7d.")
 		return
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	qt, err := h.db.Timing.Read(ctx, name, spec.slots*spec.size)
+	qt, err := h.db.Timing.Read(ctx, name, spec.read)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -90,7 +98,10 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Unix(qt.Now*60, 0).UTC()
-	v := &queueView{Queue: name, Range: rng, At: now}
+	v := &queueView{Queue: name, Range: rng, At: now, Behind: qt.Behind}
+	if qt.RollupAt > 0 {
+		v.RollupAt = time.Unix(qt.RollupAt*60, 0).UTC()
+	}
 	for _, s := range stats {
 		if s.Queue == name {
 			for _, n := range s.FinishedLastHour {
@@ -105,10 +116,9 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	for _, s := range []struct {
 		label   string
 		minutes int64
-	}{{"Last 5 minutes", 5}, {"Last hour", 60}, {"Last 24 hours", query.TimingDayMinutes}} {
-		if qt.Now-s.minutes+1 < qt.From {
-			v.DayNotRead = true // not read yet: the page links the 24-hour view
-			continue
+	}{{"Last 5 minutes", 5}, {"Last hour", 60}, {"Last 24 hours", query.TimingDayMinutes}, {"Last 7 days", query.TimingWeekMinutes}} {
+		if s.minutes > qt.Minutes {
+			continue // the week is read by its view only
 		}
 		all, _ := qt.Span(qt.Now-s.minutes+1, qt.Now)
 		v.Spans = append(v.Spans, newTimingRow(s.label, all))

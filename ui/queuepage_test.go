@@ -16,8 +16,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/maintenance"
+	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/ui"
 )
+
+// rollup writes the dashboard's timing rollup as the maintenance leader does when a
+// minute is over, until it has caught up.
+func (b *bundle) rollup() {
+	b.t.Helper()
+	r := maintenance.NewTimingRollup(pgutil.DB{Pool: b.pool, Schema: b.schema})
+	for range 100 {
+		behind, err := r.Run(b.ctx, time.Now())
+		require.NoError(b.t, err)
+		if !behind {
+			return
+		}
+	}
+	b.t.Fatal("the rollup did not catch up")
+}
 
 // archiveTimed writes n archived jobs of queue and kind: job i (1..n) waited wait(i)
 // and ran run(i), and finished finishedAgo before now.
@@ -43,12 +60,12 @@ func secondsOf(n int, f func(int) time.Duration) []float64 {
 }
 
 var (
-	spanRowRE = regexp.MustCompile(`<tr><td>([^<]+)</td><td class="num" data-jobs="(\d+)">[^<]*</td><td class="num">([^<]*)</td><td class="num" data-wait-p95>([^<]*)</td><td class="num">([^<]*)</td><td class="num">([^<]*)</td><td class="num" data-run-p95>([^<]*)</td><td class="num">([^<]*)</td></tr>`)
+	spanRowRE = regexp.MustCompile(`<tr><td>([^<]+)</td><td class="num" data-jobs="(\d+)">[^<]*</td><td class="num">([^<]*)</td><td class="num" data-wait-p95>([^<]*)</td><td class="num">([^<]*)</td><td class="num">([^<]*)</td><td class="num" data-run-p95>([^<]*)</td><td class="num">([^<]*)</td><td class="num" data-span-failed="(\d+)">[^<]*</td><td class="num" data-fail-rate>([^<]*)</td></tr>`)
 	chartRE   = regexp.MustCompile(`data-chart="(wait|run)" data-points="(\d+)"`)
 )
 
 // spans reads the queue page's span table: label → its cells (jobs, wait p50, p95, max,
-// run p50, p95, max). The last 24 hours are there once the day was read.
+// run p50, p95, max, failed, failure rate).
 func spans(t *testing.T, body string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
@@ -77,6 +94,7 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	b.archive(b.insert(job{queue: "mailers"}), time.Minute)
 	b.insert(job{queue: "mailers", status: "dead"})
 	b.insert(job{queue: "mailers", status: "cancelled"})
+	b.rollup() // what the maintenance leader writes once a minute is over
 
 	r := b.get("/queue?name=mailers")
 	require.Equal(t, http.StatusOK, r.code, r.body)
@@ -87,13 +105,15 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	assert.Contains(t, r.body, `data-cancelled="1"`)
 	assert.Contains(t, r.body, `data-ended="113"`)
 	assert.Contains(t, r.body, `data-oldest-due>—<`, "no job is waiting")
-	assert.Equal(t, []string{"100", "502 ms", "1.0 s", "1.0 s", "2.0 s", "2.0 s", "2.0 s"}, s["Last 5 minutes"],
+	assert.Equal(t, []string{"100", "502 ms", "1.0 s", "1.0 s", "2.0 s", "2.0 s", "2.0 s"}, s["Last 5 minutes"][:7],
 		"p50 and p95 within 7% of 500 ms and 950 ms, never above the max; the max exact")
 	assert.Equal(t, "110", s["Last hour"][0])
 	assert.Equal(t, "1m 0s", s["Last hour"][3], "the slow kind makes the hour's p95 wait")
 	assert.Equal(t, "1m 30s", s["Last hour"][6])
-	assert.Contains(t, r.body, `data-day-not-read`, "the hour's view reads the hour only, and links the day")
-	assert.NotContains(t, s, "Last 24 hours")
+	assert.Equal(t, []string{"1", "0.9%"}, s["Last hour"][7:], "one dead among 111 archived and itself")
+	assert.Equal(t, "115", s["Last 24 hours"][0], "three hours ago, from the rollup's quarters")
+	assert.NotContains(t, s, "Last 7 days", "the week's view only")
+	assert.NotContains(t, r.body, "data-rollup-behind")
 	assert.Contains(t, r.body, `<tr data-kind="email.send">`)
 	assert.Less(t, strings.Index(r.body, `data-kind="email.send"`), strings.Index(r.body, `data-kind="email.digest"`), "the busiest kind first")
 	charts := chartRE.FindAllStringSubmatch(r.body, -1)
@@ -103,21 +123,94 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 
 	r = b.get("/queue?name=mailers&range=24h")
 	require.Equal(t, http.StatusOK, r.code, r.body)
-	assert.Equal(t, "115", spans(t, r.body)["Last 24 hours"][0], "the day read")
-	assert.Equal(t, "110", spans(t, r.body)["Last hour"][0], "the hour kept, not counted twice")
+	assert.Equal(t, "115", spans(t, r.body)["Last 24 hours"][0])
+	assert.Equal(t, "110", spans(t, r.body)["Last hour"][0])
 	assert.Equal(t, "3", chartRE.FindStringSubmatch(r.body)[2], "the day's chart: three 15-minute slots with jobs")
 	assert.Contains(t, r.body, `data-kind="email.digest"`)
 
-	// A refresh reads the minutes since the last read: jobs archived now count.
+	r = b.get("/queue?name=mailers&range=7d")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, "122", spans(t, r.body)["Last 7 days"][0], "25 hours ago too")
+	assert.Equal(t, "3", chartRE.FindStringSubmatch(r.body)[2], "the week's chart: three 2-hour slots with jobs")
+
+	// Jobs archived now count at once: the minutes the rollup has not written are read
+	// from the archive.
 	b.archiveTimed("mailers", "email.send", 20, 0, func(int) time.Duration { return time.Second }, ms)
 	s = spans(t, b.get("/queue?name=mailers").body)
 	assert.Equal(t, "120", s["Last 5 minutes"][0])
-	assert.Equal(t, "135", s["Last 24 hours"][0], "the day, once read, is kept and shown in the hour's view")
+	assert.Equal(t, "135", s["Last 24 hours"][0])
 
 	assert.Equal(t, http.StatusOK, b.get("/queue?name=nothing.here").code, "a queue with no jobs has a page")
-	for _, bad := range []string{"/queue", "/queue?name=" + strings.Repeat("q", 65), "/queue?name=mailers&range=7d"} {
+	for _, bad := range []string{"/queue", "/queue?name=" + strings.Repeat("q", 65), "/queue?name=mailers&range=30d"} {
 		assert.Equal(t, http.StatusBadRequest, b.get(bad).code, bad)
 	}
+}
+
+// TestQueuePage_HistoryFromTheRollupALeaderWrites runs a Sweeper, which leads the
+// maintenance and writes the rollup: the week's view shows jobs whose archive rows are
+// gone (only the rollup holds them), and their failure rate; the rollup keeps at most 51
+// kinds per queue and slot, and drops what is older than a week. Without the writer the
+// week shows nothing and this fails.
+func TestQueuePage_HistoryFromTheRollupALeaderWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	sec := func(int) time.Duration { return time.Second }
+	b.archiveTimed("hist", "old.kind", 30, 3*24*time.Hour, sec, sec)
+	b.archiveTimed("hist", "recent", 10, 2*time.Hour, sec, sec)
+	for i := range 60 {
+		b.archiveTimed("many", "k"+strconv.Itoa(i), 1, 2*time.Hour, sec, sec)
+	}
+	id := b.insert(job{queue: "hist", kind: "old.kind", status: "dead"})
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET finished_at = now() - interval '2 days' WHERE id = $1`), id)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.ui_timing_rollup VALUES ('hist', 15, now() - interval '8 days', 'ancient',
+		5, 0, '{1}', '{5}', 1, '{1}', '{5}', 1)`))
+	require.NoError(t, err)
+
+	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Interval: time.Hour, Logger: quietLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- sw.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		return b.count(`SELECT count(*) FROM {s}.ui_timing_rollup_mark
+			WHERE through >= to_timestamp((floor(date_part('epoch', now()) / 60) - 2) * 60) - (width - 1) * interval '1 minute'`) == 2
+	}, 60*time.Second, 50*time.Millisecond, "the leader wrote the rollup up to the last minute that is over")
+	cancel()
+	require.NoError(t, <-done)
+
+	_, err = b.pool.Exec(b.ctx, b.q(`DELETE FROM {s}.jobs_archive WHERE queue = 'hist'`))
+	require.NoError(t, err)
+	r := b.get("/queue?name=hist&range=7d")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	s := spans(t, r.body)
+	assert.Equal(t, []string{"40", "1", "2.4%"}, []string{s["Last 7 days"][0], s["Last 7 days"][7], s["Last 7 days"][8]},
+		"40 jobs from the rollup alone, one failed")
+	assert.Equal(t, "10", s["Last 24 hours"][0])
+	assert.Contains(t, r.body, `data-kind="old.kind"`)
+	assert.NotContains(t, r.body, "ancient", "older than a week: deleted")
+	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.ui_timing_rollup WHERE kind = 'ancient'`))
+
+	assert.Equal(t, 51*2, b.count(`SELECT count(*) FROM {s}.ui_timing_rollup WHERE queue = 'many'`),
+		"50 kinds and the rest together, per width")
+	assert.Equal(t, 10*2, b.count(`SELECT sum(succeeded) FROM {s}.ui_timing_rollup WHERE queue = 'many' AND kind = '(other kinds)'`))
+	r = b.get("/queue?name=many&range=24h")
+	assert.Equal(t, "60", spans(t, r.body)["Last 24 hours"][0])
+	assert.Contains(t, r.body, `<tr data-kind="(other kinds)">`)
+}
+
+// Without a leader writing the rollup, the page reads the archive's last hour and says so.
+func TestQueuePage_WithoutTheRollupShowsTheHourAndSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	sec := func(int) time.Duration { return time.Second }
+	b.archiveTimed("q", "k", 4, 10*time.Minute, sec, sec)
+	b.archiveTimed("q", "k", 3, 3*time.Hour, sec, sec)
+	r := b.get("/queue?name=q")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, "data-rollup-behind")
+	assert.Contains(t, r.body, "it has written nothing yet")
+	assert.Equal(t, "4", spans(t, r.body)["Last 24 hours"][0], "the hour only")
 }
 
 func TestQueuePage_HostileQueueNameIsEscapedAndLinked(t *testing.T) {
@@ -166,17 +259,19 @@ func TestQueuePage_WorkerRecordsTheStartOfArchivedJobs(t *testing.T) {
 	assert.Equal(t, "3", spans(t, b.get("/queue?name=timed").body)["Last 5 minutes"][0])
 }
 
-// A queue whose jobs have hundreds of kinds keeps the first 50 by name and the rest
-// together, so its memory stays bounded; the totals count every job.
+// A queue whose jobs have hundreds of kinds: the rollup keeps the busiest 50 and the
+// rest together, so its rows stay bounded; the totals count every job.
 func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	_, err := b.pool.Exec(b.ctx, b.q(`
 		INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
 			created_at, finished_at, started_at)
-		SELECT g, 'many', 'kind-' || g, '{}', 'succeeded', 0, now() - interval '2 s', 1, 3, now() - interval '2 s', now(), now() - interval '1 s'
+		SELECT g, 'many', 'kind-' || g, '{}', 'succeeded', 0, now() - interval '5 min', 1, 3, now() - interval '5 min',
+			now() - interval '4 min', now() - interval '5 min'
 		FROM generate_series(1, 260) g`))
 	require.NoError(t, err)
+	b.rollup()
 	r := b.get("/queue?name=many")
 	require.Equal(t, http.StatusOK, r.code, r.body)
 	assert.Equal(t, "260", spans(t, r.body)["Last 5 minutes"][0])
@@ -184,13 +279,12 @@ func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
 	assert.Contains(t, r.body, "The busiest kinds only")
 }
 
-// Queue pages of several queues read at once share each queue's kept minutes safely
-// (the race detector watches) and each counts its own jobs; reading more queues than are
-// kept drops the least recent, which a later read builds again.
+// Queue pages of several queues read at once each count their own jobs (the race
+// detector watches).
 func TestQueuePage_ConcurrentReadsOfManyQueues(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
-	const queues = 10 // more than the dashboard keeps
+	const queues = 10
 	for i := range queues {
 		b.archiveTimed("q"+strconv.Itoa(i), "k", i+1, time.Minute, func(int) time.Duration { return time.Second },
 			func(int) time.Duration { return time.Second })

@@ -48,13 +48,17 @@ type queuesView struct {
 	FailRate       string // FailedLastHour over all the jobs that ended in the hour
 	Plot           plot
 	HasInfo        bool // a QueueSource is configured: show limits and paused state
-	CanControl     bool // and it can pause and resume
-	InfoErr        string
-	Hidden         int    // queues beyond maxQueuesShown
-	Sort           string // the column the queues are sorted by: "" (name) or a key of queueSorts
-	Refresh        int64  // milliseconds between live updates; 0 for none
-	RefreshText    string // the same, for people
-	At             time.Time
+	// ShowSucceeded: some succeeded job is kept in the jobs table (CompletionKeep); when
+	// none is (the archive holds them: "last hour" counts them), the always-zero
+	// Succeeded column is left out.
+	ShowSucceeded bool
+	CanControl    bool // and it can pause and resume
+	InfoErr       string
+	Hidden        int    // queues beyond maxQueuesShown
+	Sort          string // the column the queues are sorted by: "" (name) or a key of queueSorts
+	Refresh       int64  // milliseconds between live updates; 0 for none
+	RefreshText   string // the same, for people
+	At            time.Time
 }
 
 // queueSorts are the columns the queues table sorts by (?sort=), largest first; ties and
@@ -98,6 +102,9 @@ func (h *Handler) queuesView(r *http.Request) (*queuesView, error) {
 	totals := v.addQueues(stats, tp, infos)
 	v.sortQueues(r.URL.Query().Get("sort"))
 	v.summarize(totals, tp)
+	for _, t := range v.Totals {
+		v.ShowSucceeded = v.ShowSucceeded || (t.Status == string(skiplock.StatusSucceeded) && t.N > 0)
+	}
 	return v, nil
 }
 

@@ -1,8 +1,8 @@
 package ui
 
-// This file holds the search page: the whole jobs table and archive searched by args,
-// metadata, error text or JSON containment, with queue and kind pickers read from the
-// database.
+// This file holds the search page: the jobs table and archive searched by args,
+// metadata, error text or JSON containment, newest first, a bounded window of ids per
+// page, with queue and kind pickers read from the stats and the planner's statistics.
 
 import (
 	"encoding/json"
@@ -38,6 +38,10 @@ type searchView struct {
 	Searched bool
 	Rows     []query.Row
 	JobID    int64 // the text is a job id: link to it
+	// Window says the page stopped at its window of ids (From on), not at a full page:
+	// more results may exist among older jobs (NextURL), or a narrower search finds them.
+	Window   bool
+	From     int64
 	NextURL  string
 	FirstURL string
 }
@@ -81,13 +85,14 @@ func (h *Handler) searchPage(w http.ResponseWriter, r *http.Request) {
 		if id, err := strconv.ParseInt(sf.Search, 10, 64); err == nil && id > 0 {
 			v.JobID = id
 		}
-		var next int64
-		if v.Rows, next, err = h.db.Search.Run(ctx, sf); err != nil {
+		page, err := h.db.Search.Run(ctx, sf)
+		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
-		if next > 0 {
-			v.NextURL = h.prefix + "/search?" + searchQuery(sf, next)
+		v.Rows, v.Window, v.From = page.Rows, page.Window, page.From
+		if page.Next > 0 {
+			v.NextURL = h.prefix + "/search?" + searchQuery(sf, page.Next)
 		}
 		if sf.Before > 0 {
 			v.FirstURL = h.prefix + "/search?" + searchQuery(sf, 0)

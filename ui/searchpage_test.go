@@ -1,8 +1,10 @@
 package ui_test
 
 import (
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/ui"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 // The search page searches the whole table: a job under 30,000 newer ones (more than
@@ -50,7 +53,12 @@ func TestSearchPage_FindsJobsAnywhereInBothTables(t *testing.T) {
 		r := search(url.Values{})
 		assert.Contains(t, r.body, `<option value="billing">billing (2)</option>`)
 		assert.Contains(t, r.body, `<option value="default">default (30`)
-		assert.Contains(t, r.body, `<option value="bulk">30`)
+		assert.Contains(t, r.body, `<option value="bulk">about 20`, "no statistics yet: the newest 20,000 jobs")
+		_, err := b.pool.Exec(b.ctx, b.q(`ANALYZE {s}.jobs`))
+		require.NoError(t, err)
+		b.serve(ui.Config{StatsMaxAge: -1}) // a new handler: the picker is kept a minute
+		r = search(url.Values{})
+		assert.Contains(t, r.body, `<option value="bulk">about 30`, "the planner's statistics: the whole table, read from pg_stats")
 		assert.Empty(t, listed(r.body), "no text, no search")
 	})
 	t.Run("pages", func(t *testing.T) {
@@ -63,4 +71,27 @@ func TestSearchPage_FindsJobsAnywhereInBothTables(t *testing.T) {
 			assert.Equal(t, http.StatusBadRequest, b.get("/search?"+q).code, q)
 		}
 	})
+}
+
+// A match older than a page's window of ids is not read by the first page, which says
+// more results may exist and links the next window, where it is found.
+func TestSearchPage_ReadsABoundedWindowPerPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{StatsMaxAge: -1})
+	old := b.insert(job{payload: `{"needle": 1}`})
+	_, err := b.pool.Exec(b.ctx, b.q(`SELECT setval(pg_get_serial_sequence('{s}.jobs', 'id'), $1)`), old+query.SearchWindow+10)
+	require.NoError(t, err)
+	for range 3 {
+		b.insert(job{})
+	}
+	r := b.get("/search?q=needle")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Empty(t, listed(r.body))
+	assert.Contains(t, r.body, "data-search-window")
+	assert.Contains(t, r.body, "More results may exist")
+	m := regexp.MustCompile(`href="([^"]+)" rel="next" data-search-older`).FindStringSubmatch(r.body)
+	require.NotNil(t, m, r.body)
+	r = b.get(html.UnescapeString(m[1]))
+	assert.Equal(t, []int64{old}, listed(r.body))
+	assert.NotContains(t, r.body, `rel="next"`, "the oldest job was in this window: the search is over")
 }

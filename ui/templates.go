@@ -51,13 +51,15 @@ type pageData struct {
 type refresher interface{ RefreshSeconds() int }
 
 var funcs = template.FuncMap{
-	"ago":        ago,
-	"until":      until,
-	"stamp":      stamp,
-	"duration":   shortDuration,
-	"num":        thousands,
-	"isZero":     func(t time.Time) bool { return t.IsZero() },
-	"scanWindow": func() int64 { return query.ScanWindow },
+	"ago":          ago,
+	"until":        until,
+	"stamp":        stamp,
+	"duration":     shortDuration,
+	"num":          thousands,
+	"isZero":       func(t time.Time) bool { return t.IsZero() },
+	"since":        func(t time.Time) time.Duration { return time.Since(t) },
+	"scanWindow":   func() int64 { return query.ScanWindow },
+	"searchWindow": func() string { return thousands(query.SearchWindow) },
 	// sortLink hands a sortable column header its page, key and label.
 	"sortLink": func(p pageData, key, label string) sortLink {
 		v, ok := p.Data.(sortedView)

@@ -119,6 +119,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /jobs/{id}/cancel", h.cancelJob)
 	m.HandleFunc("POST /jobs/{id}/delete", h.deleteJob)
 	m.HandleFunc("POST /jobs/{id}/edit", h.editJob)
+	m.HandleFunc("POST /jobs/{id}/retry-args", h.retryWithArgs)
 	m.HandleFunc("GET /dead", h.deadPage)
 	m.HandleFunc("POST /dead", h.deadAction)
 	m.HandleFunc("GET /dead/bulk", h.deadBulkPage)

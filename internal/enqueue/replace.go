@@ -18,14 +18,25 @@ import (
 // editHolderSQL edits holder $1 while it is queued: payload $3 when $2; run_at pushed to
 // now() + $4 ms (never earlier than it was), bounded by created_at + $5 ms, when $4 is
 // not NULL. A claim that locked the row first makes the UPDATE wait and re-check status:
-// a holder that started meanwhile is left as it is.
+// a holder that started meanwhile is left as it is. The holder's metadata keeps when it
+// was last replaced (MetaReplaced) or debounced (MetaDebounced), RFC 3339 in UTC, so the
+// dashboard can say so (JobRow.Replaced is the enqueue's answer only).
 const editHolderSQL = `UPDATE {s}.jobs SET
 	payload = CASE WHEN $2 THEN $3::jsonb ELSE payload END,
+	metadata = coalesce(metadata, '{}') || jsonb_build_object(CASE WHEN $2 THEN '` + MetaReplaced + `' ELSE '` + MetaDebounced + `' END,
+		to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
 	run_at = CASE WHEN $4::bigint IS NULL THEN run_at
 		ELSE greatest(run_at, least(now() + $4::bigint * interval '1 millisecond',
 			coalesce(created_at + $5::bigint * interval '1 millisecond', 'infinity'))) END
 WHERE id = $1 AND status = 'queued'
 RETURNING ` + jobColumns
+
+// Reserved metadata keys a unique enqueue writes on the queued job holding its key: when
+// it last gave it its args (UniqueOpts.Replace) or pushed its run_at (Debounce alone).
+const (
+	MetaReplaced  = "skiplock_replaced_at"
+	MetaDebounced = "skiplock_debounced_at"
+)
 
 // editHolder applies j.OnHolder to existing, the job holding j's key, if it is queued,
 // and returns it as it is now, with Replaced set when it was changed. In the caller's

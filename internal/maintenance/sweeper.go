@@ -48,6 +48,9 @@ type Sweeper struct {
 	rescanAt time.Time
 	// logsPurged is when purgeOrphanLogs last ran (Unix ns; 0: never).
 	logsPurged atomic.Int64
+	// rollup writes the dashboard's timing rollup (timingrollup.go); only Maintain's
+	// goroutine uses it.
+	rollup *TimingRollup
 }
 
 // sweepSQL holds the sweeper's statements, rendered for the client's schema.
@@ -65,7 +68,7 @@ func New(db pgutil.DB, flows *settle.Settler, n *notify.Notifier, cfg Config, id
 		purgeArchive:   db.Render(PurgeArchiveSQL),
 		purgeWorkflows: db.Render(purgeWorkflowsSQL),
 		purgeDead:      db.Render(purgeDeadSQL),
-	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}}
+	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}, rollup: NewTimingRollup(db)}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d
 	}
@@ -86,8 +89,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// Maintain is the leader's maintenance loop: it sweeps every Interval and checks the
-// jobs table's dead rows every vacuumCheckInterval, until ctx ends.
+// Maintain is the leader's maintenance loop: it sweeps every Interval, and checks the
+// jobs table's dead rows and writes the dashboard's timing rollup when a minute is over
+// every vacuumCheckInterval, until ctx ends.
 func (s *Sweeper) Maintain(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
@@ -100,6 +104,9 @@ func (s *Sweeper) Maintain(ctx context.Context) {
 		case <-v.C:
 			var res jobtype.SweepResult
 			s.vacuumIfBloated(ctx, &res)
+			if _, err := s.rollup.Run(ctx, time.Now()); err != nil && ctx.Err() == nil {
+				s.logger.Warn("skiplock: timing rollup failed", "err", err)
+			}
 			continue
 		case <-t.C:
 		}

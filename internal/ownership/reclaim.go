@@ -257,11 +257,12 @@ func (r *reclaimer) prunable() (ids []string, seen []pgtype.Timestamptz) {
 }
 
 // AppendHistory starts the expression that appends an entry to the error history (the
-// attempt, when it ended, the worker that ran it, the error), keeping the latest 10
+// attempt, when it started (the row's locked_at before the statement's SET) and ended,
+// the worker that ran it, the error), keeping the latest 10
 // ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
 // afresh rather than failing the statement: a broken history must never keep a job from
 // being retried or reclaimed.
 const AppendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
 		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
 		ELSE errors END)
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'worker', locked_by, 'error', `
+	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'started_at', locked_at, 'worker', locked_by, 'error', `

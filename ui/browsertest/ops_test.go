@@ -137,8 +137,9 @@ func TestBrowser_LimitSetOnThePageIsAppliedByAWorkerAndTheQueuePageChartsItsJobs
 	require.NoError(t, err)
 	assert.Equal(t, 1, set["reports"].Concurrency)
 
-	// 2. A worker of 4 slots runs the queue's jobs one at a time.
-	w, err := skiplock.NewWorker(f.client, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond,
+	// 2. A worker of 4 slots runs the queue's jobs one at a time; it leads the maintenance,
+	// so it writes the timing rollup the queue page reads.
+	w, err := skiplock.NewWorker(f.client, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: time.Second,
 		Queues: map[string]skiplock.QueueConfig{"reports": {MaxWorkers: 4}}})
 	require.NoError(t, err)
 	run := f.d.q(`INSERT INTO {s}.runs VALUES ($1, $2, clock_timestamp())`)
@@ -163,6 +164,12 @@ func TestBrowser_LimitSetOnThePageIsAppliedByAWorkerAndTheQueuePageChartsItsJobs
 		return n
 	}
 	require.Eventually(t, func() bool { return archived() == 6 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, f.d.row(ctx, f.d.q(`SELECT count(*) FROM {s}.ui_timing_rollup_mark
+			WHERE through >= date_trunc('minute', now()) - interval '1 minute' - (width - 1) * interval '1 minute'`)).Scan(&n))
+		return n == 2
+	}, 30*time.Second, 50*time.Millisecond, "the worker, leading, wrote the rollup up to the last minute that is over")
 	stop()
 	require.NoError(t, <-done)
 	var overlaps int
@@ -190,6 +197,9 @@ func TestBrowser_LimitSetOnThePageIsAppliedByAWorkerAndTheQueuePageChartsItsJobs
 	jobs, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('table[data-timing="spans"] tbody tr:nth-child(2) td[data-jobs]').dataset.jobs`))
 	require.NoError(t, err)
 	assert.Equal(t, strconv.Itoa(58*40+6), jobs, "the hour counts the history and the worker's 6 jobs")
+	behind, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector("[data-rollup-behind]") !== null`))
+	require.NoError(t, err)
+	assert.False(t, behind, "the page reads the rollup the worker wrote")
 
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)

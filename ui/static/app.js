@@ -59,8 +59,19 @@
     });
   }
 
+  // A page that reloads itself (the workers page) waits while jobs are selected, so a
+  // reload never drops a selection about to be acted on.
+  function reload() {
+    var secs = parseInt(document.body.dataset.reload || "0", 10);
+    if (!secs) return;
+    setInterval(function () {
+      if (!document.querySelector('input[type=checkbox][name=id]:checked')) window.location.reload();
+    }, secs * 1000);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     live();
+    reload();
     selection();
     confirmations();
   });

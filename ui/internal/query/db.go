@@ -46,7 +46,7 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Timing:    newTiming(pool, x),
 		Audit:     newAudit(pool, x),
 		Errors:    newErrorGroups(pool, x),
-		Search:    newSearch(pool, x),
+		Search:    newSearch(pool, client.Schema(), x),
 		RunOrder:  newRunOrder(pool, x),
 	}
 }

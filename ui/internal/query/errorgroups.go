@@ -22,7 +22,10 @@ const maxErrorGroups = 20
 // first, with the newest job of each group. The window is taken in no order, so that it
 // is read through jobs_stuck_idx (the partial index of exactly those rows) whatever the
 // size of the table: an ORDER BY id would let the planner walk the primary key backwards
-// through every live job to find the few dead ones.
+// through every live job to find the few dead ones. It runs unprepared
+// (QueryExecModeExec): a generic plan of "$2 IS NULL OR queue = $2" cannot pick the
+// index's rows of one queue or kind, and read every dead job (85-97 ms instead of 30 at
+// 120,000 dead jobs).
 const errorGroupsSQL = `SELECT left(split_part(coalesce(last_error, ''), E'\n', 1), 200) AS e, count(*), max(id)
 FROM (SELECT last_error, id FROM {s}.jobs
 	WHERE status IN ('dead', 'failed') AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
@@ -49,7 +52,7 @@ func newErrorGroups(pool *pgxpool.Pool, x func(string) string) *ErrorGroups {
 // List returns the groups of at most ErrorGroupWindow dead and failed jobs of queue
 // and kind (empty: any), most common first.
 func (g *ErrorGroups) List(ctx context.Context, queue, kind string) ([]ErrorGroup, error) {
-	rows, err := g.pool.Query(ctx, g.sql, ErrorGroupWindow, nullable(queue), nullable(kind), maxErrorGroups)
+	rows, err := g.pool.Query(ctx, g.sql, pgx.QueryExecModeExec, ErrorGroupWindow, nullable(queue), nullable(kind), maxErrorGroups)
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,16 @@
 package query
 
-// This file holds the wait and run times of a queue's archived jobs, per minute and
-// kind, as histograms: the queue page's percentiles over 5 minutes, an hour and a day,
-// and its charts. The minutes that are over are kept, so a refresh reads two minutes of
-// the archive instead of a day.
+// This file holds the wait and run times and the failures of a queue's jobs, per slot
+// and kind, as histograms: the queue page's percentiles over 5 minutes, an hour, a day
+// and a week, and its charts. The history comes from the rollup the maintenance leader
+// writes (ui_timing_rollup, migration 19; internal/maintenance, timingrollup.go); the
+// minutes since its mark, at most the last hour, from the archive itself.
 
 import (
 	"cmp"
 	"context"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,10 +25,8 @@ import (
 // wait rows are those not grouped by the run bucket). The archive's BRIN index on
 // finished_at narrows the scan to the pages written since minute $2 (rows arrive in
 // finished_at order); rows archived before migration 18 have no started_at and are not
-// counted. date_part (float8) rather than extract (numeric): 1.8 s instead of 2.4 s
-// over 793,000 rows; one scan rather than a row per measure: faster again in every
-// paired run on a shared machine. The first read of a queue reads its whole day (about
-// 2 s per million of its archived jobs on a quiet machine); a refresh reads two minutes.
+// counted. The page reads at most the last hour this way (the minutes the rollup has not
+// written yet: usually the last one or two). The rollup writes the same buckets.
 const timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
 	CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END
 FROM (
@@ -43,9 +41,38 @@ FROM (
 	CASE WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
 GROUP BY GROUPING SETS ((m, kind, wb), (m, kind, rb))`
 
+// liveFailedSQL counts queue $1's jobs that ended dead or failed from minute $2 to before
+// minute $3, by minute and kind, through jobs_ended_idx (migration 19).
+const liveFailedSQL = `SELECT floor(date_part('epoch', finished_at) / 60)::bigint, kind, count(*)
+FROM {s}.jobs
+WHERE status IN ('dead', 'failed') AND queue = $1
+	AND finished_at >= to_timestamp($2::bigint * 60) AND finished_at < to_timestamp($3::bigint * 60)
+GROUP BY 1, 2`
+
+// rollupSQL reads the database's current minute, the end of the rollup's minutes (NULL:
+// none written yet) and queue $1's rows of the last $2 minutes: the quarters before b,
+// then the minutes from b to the minutes' mark, so no slot is counted twice. b is the
+// quarters' mark or, when that is later, the quarter two hours ago: the last hour is
+// summed from minutes (exact), the older history from quarters. Through the primary key
+// (queue, width, start_at, kind): a few hundred rows per kind for a week.
+const rollupSQL = `WITH k AS (
+	SELECT now_m, m1, least(coalesce(m15, now_m), div(now_m - 120, 15) * 15) AS b
+	FROM (SELECT floor(date_part('epoch', now()) / 60)::bigint AS now_m,
+		(SELECT floor(date_part('epoch', through) / 60)::bigint FROM {s}.ui_timing_rollup_mark WHERE width = 1) AS m1,
+		(SELECT floor(date_part('epoch', through) / 60)::bigint FROM {s}.ui_timing_rollup_mark WHERE width = 15) AS m15) c
+)
+SELECT k.now_m, k.m1, coalesce(floor(date_part('epoch', r.start_at) / 60)::bigint, 0), coalesce(r.kind, ''),
+	coalesce(r.succeeded, 0), coalesce(r.failed, 0), coalesce(r.wait_b, '{}'), coalesce(r.wait_n, '{}'), coalesce(r.wait_max, 0),
+	coalesce(r.run_b, '{}'), coalesce(r.run_n, '{}'), coalesce(r.run_max, 0)
+FROM k LEFT JOIN {s}.ui_timing_rollup r ON r.queue = $1 AND (
+	(r.width = 15 AND r.start_at >= to_timestamp(div(k.now_m - $2::bigint + 1, 15) * 15 * 60)
+		AND r.start_at < to_timestamp(k.b * 60))
+	OR (r.width = 1 AND r.start_at >= to_timestamp(greatest(k.b, k.now_m - $2::bigint + 1) * 60)
+		AND r.start_at < to_timestamp(coalesce(k.m1, 0) * 60)))`
+
 // Histogram shape: timingGrowth is the ratio of a bucket's bounds (a percentile read from
 // the histogram is within about 7% of the exact one), timingBuckets their number (the
-// last starts at about 12 years).
+// last starts at about 12 years). The rollup (internal/maintenance) writes the same.
 const (
 	timingGrowth  = 1.15
 	timingBuckets = 200
@@ -53,20 +80,18 @@ const (
 
 // Timing spans and bounds.
 const (
-	// TimingDayMinutes is the longest span the queue page shows, in minutes.
-	TimingDayMinutes = 24 * 60
-	// maxTimingQueues bounds the queues whose minutes are kept: reading another drops the
-	// one read least recently. A queue of a few kinds keeps a few MB (a cell per minute,
-	// kind, measure and bucket in use: about 150,000 for 5 kinds over a day).
-	maxTimingQueues = 8
+	// TimingDayMinutes and TimingWeekMinutes are the spans the queue page reads, in minutes.
+	TimingDayMinutes  = 24 * 60
+	TimingWeekMinutes = 7 * TimingDayMinutes
+	// liveMinutes bounds what is read from the archive itself: the minutes since the
+	// rollup's mark, at most the last hour (a rollup that is not written keeps the page
+	// quick, and shows the hour).
+	liveMinutes = 60
 	// MaxTimingKinds bounds the kinds a summary lists (the busiest first); the totals
 	// count every kind.
 	MaxTimingKinds = 50
-	// maxKeptKinds bounds the kinds kept per queue: the minutes of further kinds are kept
-	// under OtherKinds, so a queue whose jobs each have a kind of their own cannot fill
-	// the memory.
-	maxKeptKinds = MaxTimingKinds
-	// OtherKinds is the kind the page shows for the kinds past maxKeptKinds.
+	// OtherKinds is the kind the rollup writes for a slot's kinds past the busiest 50
+	// (internal/maintenance's RollupOtherKinds).
 	OtherKinds = "(other kinds)"
 )
 
@@ -110,9 +135,19 @@ func (h *Hist) Max() time.Duration { return msDuration(h.MaxMS) }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
-// Times are the wait and run histograms of a set of jobs.
+// Times are the wait and run histograms of a set of jobs, and how many of them
+// succeeded (archived) and failed for good (dead or failed).
 type Times struct {
-	Wait, Run Hist
+	Wait, Run         Hist
+	Succeeded, Failed int64
+}
+
+// FailRate is the failed share of the jobs that ended, in [0, 1]; -1 when none ended.
+func (t *Times) FailRate() float64 {
+	if t.Succeeded+t.Failed == 0 {
+		return -1
+	}
+	return float64(t.Failed) / float64(t.Succeeded+t.Failed)
 }
 
 // KindTimes are the times of one kind.
@@ -121,231 +156,193 @@ type KindTimes struct {
 	Times
 }
 
-// timingCell is one row of timingSQL.
+// measure says what a timingCell counts.
+type measure int8
+
+const (
+	measureWait measure = iota
+	measureRun
+	measureSucceeded // n: archived jobs (bucket unused)
+	measureFailed    // n: dead or failed jobs (bucket unused)
+)
+
+// timingCell is one bucket of one histogram, or one count, of a kind in a slot.
 type timingCell struct {
 	kind   string
-	wait   bool
+	what   measure
 	bucket int
 	n      int64
 	max    float64
 }
 
-// queueMinutes are the kept minutes of one queue.
-type queueMinutes struct {
-	lock    chan struct{}          // held by the read refreshing it; its wait respects the request's context
-	minutes map[int64][]timingCell // minutes before through, from its first on
-	kinds   map[string]bool        // the kinds kept by name, at most maxKeptKinds
-	through int64                  // the current minute at the last read; 0 before any
-	from    int64                  // the oldest minute held completely (with through)
-	used    int64                  // the read count at its last read, for eviction (Timing.mu)
-}
-
-// Timing reads and keeps the per-minute histograms of the queues the queue page shows.
-// A read holds its queue's lock, so concurrent pages of one queue wait for one query and
-// share it, and a long first read of one queue does not hold up the pages of another.
+// Timing reads the queue page's histograms: the rollup's, and the archive's newest
+// minutes. It keeps nothing: every process reads the same rows.
 type Timing struct {
-	pool           *pgxpool.Pool
-	nowMinute, sql string
-
-	mu     sync.Mutex // guards queues and reads
-	queues map[string]*queueMinutes
-	reads  int64
+	pool                     *pgxpool.Pool
+	rollup, live, liveFailed string
 }
 
 func newTiming(pool *pgxpool.Pool, x func(string) string) *Timing {
-	return &Timing{pool: pool, nowMinute: nowMinuteSQL, sql: x(timingSQL), queues: map[string]*queueMinutes{}}
+	return &Timing{pool: pool, rollup: x(rollupSQL), live: x(timingSQL), liveFailed: x(liveFailedSQL)}
 }
 
-// queueOf returns queue's kept minutes (new ones when none are kept), marked as read
-// now, dropping the queue read least recently past maxTimingQueues. A dropped queue's
-// minutes stay with a read still refreshing them, then go.
-func (t *Timing) queueOf(queue string) *queueMinutes {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	qm := t.queues[queue]
-	if qm == nil {
-		qm = &queueMinutes{lock: make(chan struct{}, 1), minutes: map[int64][]timingCell{}, kinds: map[string]bool{}}
-		t.queues[queue] = qm
-	}
-	t.reads++
-	qm.used = t.reads
-	if len(t.queues) > maxTimingQueues {
-		oldest, used := "", int64(math.MaxInt64)
-		for q, m := range t.queues {
-			if m.used < used {
-				oldest, used = q, m.used
-			}
-		}
-		delete(t.queues, oldest)
-	}
-	return qm
-}
-
-// QueueTimes are a queue's minutes, ready to be summed over any span from From on.
+// QueueTimes are a queue's slots (keyed by their first minute: a quarter of an hour
+// from the rollup, or a minute), ready to be summed over any span of the last Minutes.
 type QueueTimes struct {
 	Now     int64 // the current minute, from the Unix epoch (still filling)
-	From    int64 // the oldest minute held: spans that start earlier are incomplete
-	minutes map[int64][]timingCell
+	Minutes int64 // the span read
+	// RollupAt is the end of the rollup's minutes (from the Unix epoch; 0: none written):
+	// the archive was read from there, or from an hour ago when it is older (Behind).
+	RollupAt int64
+	Behind   bool
+	slots    map[int64][]timingCell
 }
 
-// Read returns the histograms of queue's jobs archived in the last minutes minutes (at
-// most TimingDayMinutes), the current one included, and whatever older minutes of the
-// last day are kept. It reads the minutes the kept ones do not cover: the newest since
-// the last read, and the older ones of a longer span than read before; so the hour costs
-// an hour's rows once, and the day its rows once.
+// Read returns the histograms of queue's jobs over the last minutes minutes (at most
+// TimingWeekMinutes), the current one included: the rollup's slots, then the archive's
+// minutes since the rollup's mark (at most the last hour).
 func (t *Timing) Read(ctx context.Context, queue string, minutes int64) (*QueueTimes, error) {
-	qm := t.queueOf(queue)
-	select {
-	case qm.lock <- struct{}{}:
-		defer func() { <-qm.lock }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	var now int64
-	if err := t.pool.QueryRow(ctx, t.nowMinute).Scan(&now); err != nil {
+	minutes = min(max(minutes, 1), TimingWeekMinutes)
+	qt := &QueueTimes{Minutes: minutes, slots: map[int64][]timingCell{}}
+	if err := t.readRollup(ctx, queue, qt); err != nil {
 		return nil, err
 	}
-	dayFirst := now - TimingDayMinutes + 1
-	first := max(dayFirst, now-min(minutes, TimingDayMinutes)+1)
-	// What is kept is whole from qm.from to qm.through; a read long ago, or none, keeps
-	// nothing this span can use.
-	if qm.through == 0 || qm.through > now || qm.through-1 < first {
-		qm.minutes = map[int64][]timingCell{}
-		if err := t.fill(ctx, queue, qm, first, now+1); err != nil {
-			return nil, err
-		}
-		qm.from, qm.through = first, now
-	} else {
-		for m := range qm.minutes {
-			if m < dayFirst {
-				delete(qm.minutes, m)
-			}
-		}
-		qm.from = max(qm.from, dayFirst)
-		// The newest minutes: as Throughput, the minute current at the last read was still
-		// filling, and a transaction that began in the minute before may have committed
-		// since. Then the older minutes a longer span needs.
-		if err := t.fill(ctx, queue, qm, qm.through-1, now+1); err != nil {
-			return nil, err
-		}
-		qm.through = now
-		if first < qm.from {
-			if err := t.fill(ctx, queue, qm, first, qm.from); err != nil {
-				return nil, err
-			}
-			qm.from = first
-		}
+	from := max(qt.RollupAt, qt.Now-liveMinutes+1)
+	qt.Behind = qt.RollupAt < qt.Now-liveMinutes+1
+	if err := t.readLive(ctx, queue, qt, from); err != nil {
+		return nil, err
 	}
-	out := &QueueTimes{Now: now, From: qm.from, minutes: make(map[int64][]timingCell, len(qm.minutes))}
-	for m, cells := range qm.minutes {
-		out.minutes[m] = cells // cells are never changed in place: a read replaces them
-	}
-	return out, nil
+	return qt, nil
 }
 
-// fill reads the minutes [from, to) of queue into qm, replacing what it held of them.
-func (t *Timing) fill(ctx context.Context, queue string, qm *queueMinutes, from, to int64) error {
-	if from >= to {
-		return nil
-	}
-	fresh, err := t.read(ctx, queue, from, to, qm.kinds)
+// readRollup runs rollupSQL into qt.
+func (t *Timing) readRollup(ctx context.Context, queue string, qt *QueueTimes) error {
+	rows, err := t.pool.Query(ctx, t.rollup, queue, qt.Minutes)
 	if err != nil {
 		return err
 	}
-	for m := from; m < to; m++ {
-		delete(qm.minutes, m)
-	}
-	for m, cells := range fresh {
-		qm.minutes[m] = cells
-	}
-	return nil
+	var (
+		m1                       *int64
+		start, succeeded, failed int64
+		kind                     string
+		waitB, runB              []int16
+		waitN, runN              []int64
+		waitMax, runMax          float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&qt.Now, &m1, &start, &kind, &succeeded, &failed, &waitB, &waitN, &waitMax,
+		&runB, &runN, &runMax}, func() error {
+		if m1 != nil {
+			qt.RollupAt = *m1
+		}
+		if kind == "" && start == 0 {
+			return nil // no row: the marks only
+		}
+		cells := qt.slots[start]
+		cells = append(cells, timingCell{kind: kind, what: measureSucceeded, n: succeeded},
+			timingCell{kind: kind, what: measureFailed, n: failed})
+		cells = appendHist(cells, kind, measureWait, waitB, waitN, waitMax)
+		qt.slots[start] = appendHist(cells, kind, measureRun, runB, runN, runMax)
+		return nil
+	})
+	return err
 }
 
-// read runs timingSQL for queue's minutes [from, to). A kind not in kinds is added to it
-// while it has room; past that, its cells are merged into OtherKinds.
-func (t *Timing) read(ctx context.Context, queue string, from, to int64, kinds map[string]bool) (map[int64][]timingCell, error) {
-	rows, err := t.pool.Query(ctx, t.sql, queue, from, to)
-	if err != nil {
-		return nil, err
+// appendHist appends the cells of a sparse histogram (buckets b, counts n, largest mx).
+func appendHist(cells []timingCell, kind string, what measure, b []int16, n []int64, mx float64) []timingCell {
+	for i := range min(len(b), len(n)) {
+		cells = append(cells, timingCell{kind: kind, what: what, bucket: int(b[i]), n: n[i], max: mx})
 	}
-	fresh := map[int64][]timingCell{}
+	return cells
+}
+
+// readLive reads the archive's and the failed jobs' minutes from minute from on into qt.
+func (t *Timing) readLive(ctx context.Context, queue string, qt *QueueTimes, from int64) error {
+	rows, err := t.pool.Query(ctx, t.live, queue, from, qt.Now+1)
+	if err != nil {
+		return err
+	}
 	var (
 		minute int64
 		c      timingCell
-	)
-	type other struct {
-		minute int64
 		wait   bool
-		bucket int
-	}
-	others := map[other]*timingCell{}
-	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &c.wait, &c.bucket, &c.n, &c.max}, func() error {
-		if !kinds[c.kind] && len(kinds) < maxKeptKinds {
-			kinds[c.kind] = true
+	)
+	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &wait, &c.bucket, &c.n, &c.max}, func() error {
+		c.what = measureRun
+		if wait {
+			c.what = measureWait
+			qt.slots[minute] = append(qt.slots[minute], timingCell{kind: c.kind, what: measureSucceeded, n: c.n})
 		}
-		if kinds[c.kind] {
-			fresh[minute] = append(fresh[minute], c)
-			return nil
-		}
-		k := other{minute, c.wait, c.bucket}
-		if o := others[k]; o != nil {
-			o.n, o.max = o.n+c.n, max(o.max, c.max)
-			return nil
-		}
-		others[k] = &timingCell{kind: OtherKinds, wait: c.wait, bucket: c.bucket, n: c.n, max: c.max}
+		qt.slots[minute] = append(qt.slots[minute], c)
 		return nil
 	})
-	for k, o := range others {
-		fresh[k.minute] = append(fresh[k.minute], *o)
+	if err != nil {
+		return err
 	}
-	return fresh, err
+	rows, err = t.pool.Query(ctx, t.liveFailed, queue, from, qt.Now+1)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &c.n}, func() error {
+		qt.slots[minute] = append(qt.slots[minute], timingCell{kind: c.kind, what: measureFailed, n: c.n})
+		return nil
+	})
+	return err
 }
 
-// Span sums the minutes from minute first to last (both included): the times of every
-// kind, and of each kind, the busiest first, at most MaxTimingKinds of them.
+// add counts cell c into t.
+func (t *Times) add(c timingCell) {
+	switch c.what {
+	case measureWait:
+		t.Wait.add(c.bucket, c.n, c.max)
+	case measureRun:
+		t.Run.add(c.bucket, c.n, c.max)
+	case measureSucceeded:
+		t.Succeeded += c.n
+	case measureFailed:
+		t.Failed += c.n
+	}
+}
+
+// Span sums the slots from minute first to last (both included; a quarter counts when
+// it starts in the span): the times of every kind, and of each kind, the busiest first,
+// at most MaxTimingKinds of them.
 func (q *QueueTimes) Span(first, last int64) (all Times, kinds []KindTimes) {
 	byKind := map[string]*Times{}
-	for m := first; m <= last; m++ {
-		for _, c := range q.minutes[m] {
+	for m, cells := range q.slots {
+		if m < first || m > last {
+			continue
+		}
+		for _, c := range cells {
 			k := byKind[c.kind]
 			if k == nil {
 				k = &Times{}
 				byKind[c.kind] = k
 			}
-			if c.wait {
-				all.Wait.add(c.bucket, c.n, c.max)
-				k.Wait.add(c.bucket, c.n, c.max)
-			} else {
-				all.Run.add(c.bucket, c.n, c.max)
-				k.Run.add(c.bucket, c.n, c.max)
-			}
+			all.add(c)
+			k.add(c)
 		}
 	}
 	for kind, t := range byKind {
 		kinds = append(kinds, KindTimes{Kind: kind, Times: *t})
 	}
 	slices.SortFunc(kinds, func(a, b KindTimes) int {
-		return cmp.Or(cmp.Compare(b.Wait.N, a.Wait.N), cmp.Compare(a.Kind, b.Kind))
+		return cmp.Or(cmp.Compare(b.Wait.N+b.Failed, a.Wait.N+a.Failed), cmp.Compare(a.Kind, b.Kind))
 	})
 	return all, kinds[:min(len(kinds), MaxTimingKinds)]
 }
 
-// Slots sums the minutes of the last n slots of size minutes each, the one holding the
+// Slots sums the slots of the last n slots of size minutes each, the one holding the
 // current minute last, over every kind.
 func (q *QueueTimes) Slots(n int, size int64) []Times {
 	out := make([]Times, n)
 	start := q.Now - int64(n)*size + 1
-	for m, cells := range q.minutes {
+	for m, cells := range q.slots {
 		if m < start || m > q.Now {
 			continue
 		}
 		i := (m - start) / size
 		for _, c := range cells {
-			if c.wait {
-				out[i].Wait.add(c.bucket, c.n, c.max)
-			} else {
-				out[i].Run.add(c.bucket, c.n, c.max)
-			}
+			out[i].add(c)
 		}
 	}
 	return out

@@ -47,22 +47,28 @@ type JobUpdate struct {
 // locked the row first makes the UPDATE wait and then re-check status, so an edit never
 // lands on a job a worker has just claimed; an edit that locked it first makes the claim
 // skip the row (SKIP LOCKED) and take it afterwards, edited. A queued job that is due
-// after the edit wakes its queue's workers at commit.
+// after the edit wakes its queue's workers at commit. The job's metadata keeps when it
+// was last edited (metaEdited).
 const updateSQL = `WITH u AS (
 	UPDATE {s}.jobs SET
 		run_at = CASE WHEN $2 THEN now() ELSE coalesce($3::timestamptz, run_at) END,
 		priority = coalesce($4::smallint, priority),
 		queue = coalesce($5::text, queue),
 		payload = coalesce($6::jsonb, payload),
-		metadata = CASE WHEN $8::jsonb IS NULL THEN metadata
+		metadata = CASE WHEN $8::jsonb IS NULL THEN coalesce(metadata, '{}')
 			ELSE $8::jsonb || coalesce((SELECT jsonb_object_agg(k, v) FROM jsonb_each(metadata) AS m(k, v)
 				WHERE starts_with(k, '` + reservedMetadataPrefix + `')), '{}') END
+			|| jsonb_build_object('` + metaEdited + `', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 	WHERE id = $1 AND status IN ('queued', 'dead', 'failed') AND ($6::jsonb IS NULL OR kind = $7)
 		AND (NOT $2 AND $3::timestamptz IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.job_waits w WHERE w.job_id = $1))
 	RETURNING ` + jobColumns + `
 )
 SELECT u.* FROM u LEFT JOIN LATERAL (
 	SELECT pg_notify($9, u.queue) WHERE u.status = 'queued' AND u.run_at <= now()) AS n ON true`
+
+// metaEdited is the reserved metadata key in which Update keeps when the job was last
+// edited (RFC 3339, UTC), for the dashboard's job page.
+const metaEdited = "skiplock_edited_at"
 
 // Update edits the job with the given id and returns it as it is now. Only a job that
 // will or may run again can be edited: a queued (or scheduled) job, or a dead or failed

@@ -29,8 +29,8 @@ func TestUpdate_ChangesAQueuedJob(t *testing.T) {
 		VALUES ('edit', '{"v": 1}', now() + interval '1 hour', '{"skiplock_batch": "7", "team": "a"}') RETURNING id`)).Scan(&id))
 	row := func() string {
 		var out string
-		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT concat_ws(' ', queue, priority, payload::text, metadata::text,
-			run_at > now() + interval '1 day', run_at <= now()) FROM {s}.jobs WHERE id = $1`), id).Scan(&out))
+		require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT concat_ws(' ', queue, priority, payload::text,
+			(metadata - 'skiplock_edited_at')::text, run_at > now() + interval '1 day', run_at <= now()) FROM {s}.jobs WHERE id = $1`), id).Scan(&out))
 		return out
 	}
 	require.Equal(t, `default 0 {"v": 1} {"team": "a", "skiplock_batch": "7"} f f`, row())
@@ -41,6 +41,9 @@ func TestUpdate_ChangesAQueuedJob(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "reports", got.Queue)
 	assert.Equal(t, `reports 5 {"v": 2} {"team": "b", "skiplock_batch": "7"} t f`, row())
+	edited, err := time.Parse(time.RFC3339Nano, got.Metadata["skiplock_edited_at"])
+	require.NoError(t, err, "the edit is marked in the metadata")
+	assert.WithinDuration(t, time.Now(), edited, time.Minute)
 
 	// Only what is set changes; RunNow makes it due.
 	_, err = b.client.Update(b.ctx, id, skiplock.JobUpdate{RunNow: true})

@@ -147,4 +147,8 @@ func TestJobPage_ShowsReplacedAndDebouncedJobs(t *testing.T) {
 	_, err = b.client.Enqueue(b.ctx, docJob{"c"}, opts(func(u *skiplock.UniqueOpts) { u.Debounce = time.Minute }))
 	require.NoError(t, err)
 	assert.Contains(t, b.get(page).body, "<dd data-debounced>")
+	assert.NotContains(t, b.get(page).body, "data-edited")
+	_, err = b.client.Update(b.ctx, first.ID, skiplock.JobUpdate{RunNow: true})
+	require.NoError(t, err)
+	assert.Contains(t, b.get(page).body, "<dd data-edited>", "an edit by Client.Update outside the dashboard is marked")
 }

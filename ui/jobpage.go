@@ -38,6 +38,9 @@ type jobView struct {
 	// ReplacedAt and DebouncedAt are when a later unique enqueue last gave the job its
 	// args (UniqueOpts.Replace) or pushed its run_at (Debounce); zero: never.
 	ReplacedAt, DebouncedAt time.Time
+	// EditedAt is when Client.Update (the dashboard's edits among them) last changed the
+	// job; zero: never.
+	EditedAt time.Time
 	// EditArgs offers the retry with edited args (a dead or failed job, args readable and
 	// small enough for a form); ArgsForm is its text.
 	EditArgs  bool
@@ -154,6 +157,7 @@ const maxArgsForm = 48 << 10
 func (v *jobView) fields(job *skiplock.JobRow, other map[string]json.RawMessage) {
 	v.ReplacedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_replaced_at"])
 	v.DebouncedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_debounced_at"])
+	v.EditedAt, _ = time.Parse(time.RFC3339Nano, job.Metadata["skiplock_edited_at"])
 	for _, k := range sortedKeys(job.Metadata) {
 		f := field{k, job.Metadata[k]}
 		if strings.HasPrefix(k, "skiplock_") {

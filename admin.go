@@ -32,8 +32,12 @@ func (c *Client) Get(ctx context.Context, id int64) (*JobRow, error) {
 	if err != nil {
 		return nil, c.wrapErr("get", err)
 	}
-	if row.Logs, err = record.ReadLogs(ctx, c.pool, c.schema, id); err != nil {
+	logs, err := record.ReadLogs(ctx, c.pool, c.schema, id)
+	if err != nil {
 		return nil, c.wrapErr("get", err)
+	}
+	if len(logs) > 0 { // nil when none, as in every other JobRow
+		row.Logs = logs
 	}
 	return row, nil
 }

@@ -73,7 +73,7 @@ type JobRow struct {
 	Deadline time.Time
 	// Logs are the records the job's handlers logged through skiplock.Logger, oldest
 	// first (by attempt, then in order), at most 1,000 records or 64 KiB per attempt.
-	// Only Client.Get fills them; nil in lists, hooks, Wait and a handler's Job.
+	// Only Client.Get fills them (nil when none); nil in lists, hooks, Wait and a handler's Job.
 	Logs []LogRecord
 	// Fence is the token of the attempt a handler runs: it grows with every claim of any
 	// job and never goes back, and every write about the attempt is fenced on it. Give it

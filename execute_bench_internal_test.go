@@ -34,7 +34,7 @@ func benchWorker(b *testing.B) *Worker {
 	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	require.NoError(b, Handle(w, func(context.Context, *Job[benchArgs]) error { return nil }))
-	w.starter.Base, w.starter.Cancel = context.WithCancelCause(context.Background())
+	w.starter.SetBase(context.Background())
 	b.Cleanup(func() { w.starter.Cancel(nil) })
 	benchBatches(b, w.completer)
 	return w

@@ -166,7 +166,8 @@ func decodeJSON(j *JobRow, errs, meta, progress []byte) {
 	if len(errs) > 0 {
 		// A history that does not decode (edited by hand) is dropped from the row rather
 		// than failing it: a claimed job must always reach its handler.
-		if json.Unmarshal(errs, &j.Errors) != nil {
+		var err error
+		if j.Errors, err = decodeHistory(errs); err != nil {
 			j.Errors = nil
 		}
 	}

@@ -155,3 +155,36 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	t.Logf("the poll read %v buffers", buffers)
 	assert.Less(t, buffers, 200.0, "buffers read by the poll beside 200,000 future jobs")
 }
+
+// The claim reads its rows (RowReader: destinations shared by the rows, strings made once
+// per claim) into the same JobRows as scanJob reads the same rows: every column, NULL or
+// not, two kinds and a deadline in the metadata.
+func TestClaim_RowsMatchScanJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, payload, priority, max_attempts, last_error, errors, unique_key, metadata, progress, output, run_at)
+		VALUES ('k1', '{"a": 1}', 0, 5, 'boom', '[{"attempt": 1, "at": "2026-01-02T03:04:05Z", "error": "boom"}]', 'u1',
+			'{"m": "x", "skiplock_deadline": "2099-01-01T00:00:00.5Z"}', '{"value": 50, "message": "half"}', '{"o": true}', now() - interval '1 hour'),
+		('k2', '{}', 0, 25, NULL, NULL, NULL, '{}', NULL, NULL, now() - interval '2 hours'),
+		('k1', '{"b": [1, 2]}', 0, 25, NULL, NULL, NULL, '{}', NULL, NULL, now() - interval '3 hours')`)
+	require.NoError(t, err)
+	claimed, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 10, "w1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	rows, err := pool.Query(ctx, `SELECT `+jobColumns+` FROM `+jobs+` ORDER BY id`)
+	require.NoError(t, err)
+	want, err := collectJobs(rows)
+	require.NoError(t, err)
+	got := map[int64]*JobRow{}
+	for _, cj := range claimed {
+		cj.Row.Fence = 0 // set by the starter, not read
+		got[cj.Row.ID] = cj.Row
+	}
+	for _, w := range want {
+		assert.Equal(t, w, got[w.ID])
+	}
+	assert.NotNil(t, want[0].Progress)
+	assert.Equal(t, "2099-01-01T00:00:00.5Z", want[0].Deadline.UTC().Format(time.RFC3339Nano))
+}

@@ -8,6 +8,7 @@ package skiplock
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func benchWorker(b *testing.B) *Worker {
 	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	require.NoError(b, Handle(w, func(context.Context, *Job[benchArgs]) error { return nil }))
-	w.starter.Base, w.starter.Cancel = context.WithCancelCause(context.Background())
+	w.starter.SetBase(context.Background())
 	b.Cleanup(func() { w.starter.Cancel(nil) })
 	benchBatches(b, w.completer)
 	return w
@@ -174,4 +175,51 @@ func BenchmarkClaim_PerJob(b *testing.B) {
 		n += len(jobs)
 	}
 	cpu.report()
+}
+
+// drainArgs is the args type of BenchmarkWorker_Drain: one number, as the bench's
+// NoopArgs ({"t": …}).
+type drainArgs struct {
+	T int64 `json:"t"`
+}
+
+func (drainArgs) Kind() string { return "bench_drain" }
+
+// BenchmarkWorker_Drain measures a whole worker at its defaults (100 runners, archive on
+// success) draining b.N pre-inserted jobs of drainArgs, with a handler that only counts:
+// the claims (their statements' encoding, their rows' decoding), the runners, the
+// success batches, the lease, the listener and poller, as in bench's drain. cpu-ns/op is
+// the process's CPU time per job (the garbage collector's included; the server's not: it
+// runs in other processes), from Run's start until every job is handled and Run has
+// returned, its last batch written. The insert of the jobs is not counted. Run it with a
+// fixed count, e.g. -benchtime 20000x, so that each job is claimed from a backlog.
+func BenchmarkWorker_Drain(b *testing.B) {
+	c, pool, schema := claimSetup(b)
+	ctx := context.Background()
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, payload)
+		SELECT 'bench_drain', jsonb_build_object('t', i) FROM generate_series(1, $1) AS i`, b.N)
+	require.NoError(b, err)
+	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	var handled atomic.Int64
+	all := make(chan struct{})
+	require.NoError(b, Handle(w, func(_ context.Context, j *Job[drainArgs]) error {
+		if handled.Add(1) == int64(b.N) {
+			close(all)
+		}
+		return nil
+	}))
+	b.ReportAllocs()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	cpu := startCPU(b)
+	go func() { done <- w.Run(rctx) }()
+	<-all
+	cancel()
+	require.NoError(b, <-done)
+	cpu.report()
+	var left int64
+	require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs).Scan(&left))
+	require.Zero(b, left, "jobs left in the hot table")
 }

@@ -254,19 +254,19 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		return fmt.Errorf("%w: %q (%T)", ErrInvalidKind, truncate(kind, 40), zero)
 	}
 	h := execute.Handler{Run: func(ctx context.Context, row *JobRow) error {
-		var a T
+		job := &Job[T]{JobRow: row, ctx: ctx} // the args are decoded in place: one allocation
 		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-			a = reflect.New(t.Elem()).Interface().(T)
+			job.Args = reflect.New(t.Elem()).Interface().(T)
 		}
 		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
 		if err != nil {
 			return err // another worker may hold the key: retried like any failure
 		}
 		row.Payload = payload
-		if err := json.Unmarshal(payload, &a); err != nil {
-			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, a, err))
+		if err := json.Unmarshal(payload, &job.Args); err != nil {
+			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, job.Args, err))
 		}
-		return fn(ctx, &Job[T]{JobRow: row, Args: a, ctx: ctx})
+		return fn(ctx, job)
 	}}
 	if p, ok := kindOf.(retryPolicyArgs); ok {
 		h.Policy = p.RetryPolicy()

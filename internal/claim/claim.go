@@ -114,21 +114,20 @@ func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID s
 func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]ClaimedJob, error) {
 	defer rows.Close()
 	out := make([]ClaimedJob, 0, limit)
-	var dest []any // one slice of destinations for every row
+	var (
+		r         jobtype.RowReader // one set of destinations for every row
+		fence     int64
+		timeoutMs pgtype.Int8
+	)
 	for rows.Next() {
-		var cs struct {
-			jobtype.Scan
-			fence     int64
-			timeoutMs pgtype.Int8
-		}
-		s := &cs // one allocation per row: the row and its destinations
-		dest = append(s.Dest(dest), &s.fence, &s.timeoutMs)
-		if err := rows.Scan(dest...); err != nil {
+		j := new(jobtype.JobRow) // one allocation per row, the row's own
+		if err := rows.Scan(r.Dest(j, &fence, &timeoutMs)...); err != nil {
 			return nil, err
 		}
-		cj := ClaimedJob{Row: s.Job(), Fence: s.fence, Leased: began}
-		if s.timeoutMs.Valid {
-			cj.Timeout = time.Duration(s.timeoutMs.Int64) * time.Millisecond
+		r.Finish(j)
+		cj := ClaimedJob{Row: j, Fence: fence, Leased: began}
+		if timeoutMs.Valid {
+			cj.Timeout = time.Duration(timeoutMs.Int64) * time.Millisecond
 		}
 		out = append(out, cj)
 	}

@@ -50,18 +50,34 @@ type JobStarter struct {
 	HandlerWG sync.WaitGroup // jobs started whose handlers have not returned
 }
 
+// SetBase makes a context derived from ctx, but not cancelled with it, the base of the
+// job contexts, and returns it; Cancel ends it and the contexts of every held attempt.
+func (s *JobStarter) SetBase(ctx context.Context) context.Context {
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.Base = base
+	s.Cancel = func(cause error) {
+		cancel(cause)
+		// The job contexts derived from base do not watch it (StartIn): they end here.
+		s.Held.CancelAll(context.Cause(base))
+	}
+	return base
+}
+
 // Start registers the claimed job cj with a context derived from the executor's base.
 // slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
 func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
 	return s.StartIn(s.Base, cj, slot)
 }
 
-// StartIn registers the claimed job cj: its context, derived from base, and its place
-// among the held jobs, with the lease its claim wrote. Its slot was reserved before the
-// claim.
+// StartIn registers the claimed job cj: its context (a jobtype.JobCtx, which carries its
+// state and ends with base), and its place among the held jobs, with the lease its claim
+// wrote. Its slot was reserved before the claim.
 func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
-	jobCtx, cancel := context.WithCancelCause(base)
-	jobCtx, st := jobtype.WithState(jobCtx, s.MaxBytes)
+	// A context derived from the starter's own base does not watch it: Cancel ends every
+	// held attempt's context with it, and one that starts meanwhile sees it ended below.
+	ownBase := base == s.Base
+	jobCtx := jobtype.NewJobCtx(base, s.MaxBytes, !ownBase)
+	st := jobCtx.State()
 	st.Row = cj.Row
 	if s.Durable != nil {
 		st.Durable = s.Durable
@@ -71,7 +87,11 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if s.Attempt != nil {
 		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}
+	cancel := context.CancelCauseFunc(jobCtx.Cancel)
 	s.Held.Add(key, cancel, cj.Leased, st, cj.Row)
+	if ownBase && base.Err() != nil {
+		cancel(context.Cause(base)) // Cancel ran before Add: it did not see this attempt
+	}
 	s.HandlerWG.Add(1)
 	if slot {
 		s.Slots.Take()
@@ -121,7 +141,7 @@ func NewExecutor(cfg ExecutorConfig, starter *JobStarter, outcomes *record.Outco
 // Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
 // shutdown deadline — and starts MaxWorkers runners per queue.
 func (e *Executor) Start(ctx context.Context) error {
-	e.starter.Base, e.starter.Cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	e.starter.SetBase(ctx)
 	for _, q := range e.queues.All() {
 		e.Grow(q)
 	}
@@ -253,30 +273,41 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	if h.Policy != nil {
 		policy = h.Policy
 	}
-	if left, has := jobtype.TimeLeft(row); has {
-		if left <= 0 {
-			// Past its deadline: no attempt starts; the recorder ends the job, the
-			// attempt given back (internal/record, failure.go).
-			return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Policy: policy, Slot: d.Slot,
-				Err: &jobtype.NotStartedError{Deadline: row.Deadline, ClaimedAt: row.LockedAt}})
-		}
-		// The time left is measured on the database clock (deadline and claim) and
-		// counted on this process's monotonic clock: a skewed wall clock changes nothing.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, left, jobtype.ErrDeadlineExceeded)
-		defer cancel()
+	left, hasDeadline := jobtype.TimeLeft(row)
+	if hasDeadline && left <= 0 {
+		// Past its deadline: no attempt starts; the recorder ends the job, the attempt
+		// given back (internal/record, failure.go).
+		return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Policy: policy, Slot: d.Slot,
+			Err: &jobtype.NotStartedError{Deadline: row.Deadline, ClaimedAt: row.LockedAt}})
 	}
 	timeout := e.timeoutFor(d, h)
 	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, jobtype.ErrJobTimeout)
-		defer cancel()
+		// A JobCtx (JobStarter.StartIn) is timed out by the overrun watch's timer, armed
+		// for each attempt: no timer, context or map per attempt. Any other context gets
+		// the standard library's timeout.
+		began := time.Now()
+		jc, own := d.Ctx.(*jobtype.JobCtx)
+		if own {
+			jc.SetDeadline(began.Add(timeout))
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, timeout, jobtype.ErrJobTimeout)
+			defer cancel()
+		}
 		if o == nil {
 			o = e.NewOverrunWatch()
 			defer o.Close()
 		}
-		o.watch(d, timeout)
+		o.watch(d, jc, timeout, began)
 		defer o.stop()
+	}
+	if hasDeadline {
+		// The time left is measured on the database clock (deadline and claim) and
+		// counted on this process's monotonic clock: a skewed wall clock changes nothing.
+		// Set after the timeout, it reports the earlier of the two as its deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, left, jobtype.ErrDeadlineExceeded)
+		defer cancel()
 	}
 	for _, hk := range e.cfg.Hooks {
 		ctx = hk.JobStarted(ctx, row)
@@ -307,6 +338,7 @@ type overrunWatch struct {
 	mu      sync.Mutex
 	gen     uint64 // counts the attempts watched: a report is for the attempt it began with
 	d       claim.Dispatched
+	jc      *jobtype.JobCtx // the attempt's context, timed out by fire; nil: its own timer does
 	timeout time.Duration
 	began   time.Time // when the watch of the attempt began
 	due     time.Time // the next report; zero: no attempt watched
@@ -323,14 +355,19 @@ func (e *Executor) NewOverrunWatch() *overrunWatch {
 // every is the interval between reports, and the grace after the timeout before the first.
 func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.LeaseInterval, time.Millisecond) }
 
-// watch starts watching d's handler, whose timeout is timeout.
-func (o *overrunWatch) watch(d claim.Dispatched, timeout time.Duration) {
-	now := time.Now()
+// watch starts watching d's handler, whose timeout is timeout from began. jc, when not
+// nil, is its context, which the watch times out (JobCtx.TimeOut) when the timeout
+// passes, before the first report.
+func (o *overrunWatch) watch(d claim.Dispatched, jc *jobtype.JobCtx, timeout time.Duration, began time.Time) {
 	o.mu.Lock()
 	o.gen++
-	o.d, o.timeout, o.began, o.counted = d, timeout, now, false
-	o.due = now.Add(timeout + o.every())
-	o.t.Reset(timeout + o.every())
+	o.d, o.jc, o.timeout, o.began, o.counted = d, jc, timeout, began, false
+	wait := timeout + o.every()
+	if jc != nil {
+		wait = timeout
+	}
+	o.due = began.Add(wait)
+	o.t.Reset(time.Until(o.due))
 	o.mu.Unlock()
 }
 
@@ -341,7 +378,7 @@ func (o *overrunWatch) stop() {
 	if o.counted {
 		o.e.Overrunning.Add(-1)
 	}
-	o.d, o.due, o.counted = claim.Dispatched{}, time.Time{}, false
+	o.d, o.jc, o.due, o.counted = claim.Dispatched{}, nil, time.Time{}, false
 	o.mu.Unlock()
 }
 
@@ -359,6 +396,17 @@ func (o *overrunWatch) fire() {
 		return
 	}
 	if now.Before(o.due) {
+		o.t.Reset(o.due.Sub(now))
+		o.mu.Unlock()
+		return
+	}
+	if o.jc != nil {
+		// The timeout passed: the attempt's context ends (what context.WithTimeoutCause
+		// would do), and the first report is due one interval on. Ending it under mu
+		// keeps it the current attempt's: stop waits.
+		o.jc.TimeOut()
+		o.jc = nil
+		o.due = o.began.Add(o.timeout + o.every())
 		o.t.Reset(o.due.Sub(now))
 		o.mu.Unlock()
 		return

@@ -5,6 +5,7 @@
 package jobtype
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -156,32 +157,39 @@ func (s *Scan) Job() *JobRow {
 		j.FinishedAt = s.finishedAt.Time
 	}
 	j.LockedBy, j.LastError, j.UniqueKey = s.lockedBy.String, s.lastErr.String, s.uniqueKey.String
-	if len(s.errs) > 0 {
+	decodeJSON(j, s.errs, s.meta, s.progress)
+	if len(s.output) > 0 {
+		j.Output = json.RawMessage(s.output)
+	}
+	return j
+}
+
+// decodeJSON decodes the history, metadata (and the deadline it keeps) and progress
+// into j.
+func decodeJSON(j *JobRow, errs, meta, progress []byte) {
+	if len(errs) > 0 {
 		// A history that does not decode (edited by hand) is dropped from the row rather
 		// than failing it: a claimed job must always reach its handler.
-		if json.Unmarshal(s.errs, &j.Errors) != nil {
+		var err error
+		if j.Errors, err = decodeHistory(errs); err != nil {
 			j.Errors = nil
 		}
 	}
 	// Like the history, metadata or progress that does not decode (non-string values
 	// written by hand) is dropped rather than failing the row. "{}" is the common case and
 	// costs no decoding.
-	if len(s.meta) > 2 && json.Unmarshal(s.meta, &j.Metadata) != nil {
+	if len(meta) > 2 && json.Unmarshal(meta, &j.Metadata) != nil {
 		j.Metadata = nil
 	}
 	if d, ok := j.Metadata[MetaDeadline]; ok {
 		j.Deadline, _ = time.Parse(time.RFC3339Nano, d)
 	}
-	if len(s.progress) > 0 {
+	if len(progress) > 0 {
 		var p Progress
-		if json.Unmarshal(s.progress, &p) == nil {
+		if json.Unmarshal(progress, &p) == nil {
 			j.Progress = &p
 		}
 	}
-	if len(s.output) > 0 {
-		j.Output = json.RawMessage(s.output)
-	}
-	return j
 }
 
 // collectJobs reads all rows of a jobColumns query.
@@ -197,3 +205,65 @@ func CollectJobs(rows pgx.Rows) ([]*JobRow, error) {
 	}
 	return out, rows.Err()
 }
+
+// RowReader reads the rows of one Columns query one after the other, each into a JobRow
+// of its own, for the claim: its destinations serve every row, the text and JSON
+// columns are read in place (pgtype.DriverBytes) and the JSON ones decoded from there,
+// and the strings rows share (queue, kind, status, worker) are made once per reader,
+// not per row. The rows come out as Scan makes them.
+type RowReader struct {
+	status, queue, kind, lockedBy, lastErr, uniqueKey pgtype.DriverBytes
+	errs, meta, progress, output                      pgtype.DriverBytes
+	lockedAt, finishedAt                              pgtype.Timestamptz
+	dest                                              []any
+	strs                                              []string // the strings made so far, for reuse
+}
+
+// Dest returns the destinations of Columns for the row j, followed by extra; valid until
+// the next call.
+func (r *RowReader) Dest(j *JobRow, extra ...any) []any {
+	r.dest = append(r.dest[:0], &j.ID, &r.queue, &r.kind, &j.Payload, &r.status, &j.Priority, &j.RunAt, &j.Attempts,
+		&j.MaxAttempts, &r.lockedAt, &r.lockedBy, &r.lastErr, &r.errs, &r.uniqueKey, &j.CreatedAt, &r.finishedAt,
+		&r.meta, &r.progress, &r.output)
+	r.dest = append(r.dest, extra...)
+	return r.dest
+}
+
+// Finish completes j from the columns read into r's destinations, before the next row
+// is read; as Scan.Job does.
+func (r *RowReader) Finish(j *JobRow) {
+	j.Queue, j.Kind, j.LockedBy = r.str(r.queue), r.str(r.kind), r.str(r.lockedBy)
+	j.Status = JobStatus(r.str(r.status))
+	j.LastError, j.UniqueKey = string(r.lastErr), string(r.uniqueKey)
+	if r.lockedAt.Valid {
+		j.LockedAt = r.lockedAt.Time
+	}
+	if r.finishedAt.Valid {
+		j.FinishedAt = r.finishedAt.Time
+	}
+	decodeJSON(j, r.errs, r.meta, r.progress)
+	if len(r.output) > 0 {
+		j.Output = json.RawMessage(bytes.Clone(r.output))
+	}
+}
+
+// str returns b as a string, the same one for the same bytes within a reader.
+func (r *RowReader) str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	for _, s := range r.strs {
+		if s == string(b) {
+			return s
+		}
+	}
+	s := string(b)
+	if len(r.strs) < maxReaderStrings {
+		r.strs = append(r.strs, s)
+	}
+	return s
+}
+
+// maxReaderStrings bounds the strings a RowReader keeps for reuse: a claim's rows share
+// a queue, a status, a worker and a few kinds.
+const maxReaderStrings = 16

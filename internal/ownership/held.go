@@ -154,6 +154,21 @@ func (h *HeldJobs) cancelID(id int64, cause error) bool {
 	return len(cancels) > 0
 }
 
+// CancelAll cancels the context of every held attempt with cause: the executor's base
+// context ended (internal/execute), and the attempts' contexts, which do not watch it
+// one by one, end with it.
+func (h *HeldJobs) CancelAll(cause error) {
+	h.mu.Lock()
+	cancels := make([]context.CancelCauseFunc, 0, len(h.m))
+	for _, j := range h.m {
+		cancels = append(cancels, j.cancel)
+	}
+	h.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+}
+
 // Count is how many held attempts still run their handlers.
 func (h *HeldJobs) Count() int {
 	h.mu.Lock()

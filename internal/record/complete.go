@@ -346,12 +346,16 @@ func (c *Completer) flushMode(batch []Success, carry bool) []Success {
 		carry = slices.ContainsFunc(batch, func(k Success) bool { return !k.skipped.IsZero() })
 	}
 	if carry {
-		var skip []Success
-		for _, k := range batch {
-			if k.skipped.IsZero() || time.Since(k.skipped) < SkipLockedFor {
-				skip = append(skip, k)
-			} else {
-				wait = append(wait, k)
+		// Most batches go whole with the skipping statement: then batch itself is skip.
+		skip := batch
+		if slices.ContainsFunc(batch, skipTooLong) {
+			skip = make([]Success, 0, len(batch))
+			for _, k := range batch {
+				if skipTooLong(k) {
+					wait = append(wait, k)
+				} else {
+					skip = append(skip, k)
+				}
 			}
 		}
 		if len(skip) > 0 {
@@ -364,6 +368,12 @@ func (c *Completer) flushMode(batch []Success, carry bool) []Success {
 		c.write(wait)
 	}
 	return append(batch[:0], carried...)
+}
+
+// skipTooLong reports whether k was passed over for SkipLockedFor already: it goes with
+// the statement that waits for locks.
+func skipTooLong(k Success) bool {
+	return !k.skipped.IsZero() && time.Since(k.skipped) >= SkipLockedFor
 }
 
 // Args returns the statement for batch, whose successes share one mode (skipping locked
@@ -406,18 +416,23 @@ func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 	q, args := c.Args(batch, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var recorded map[int64]bool
+	// recorded[i]: batch[i]'s row was recorded. batch is sorted by id (flushMode): a
+	// returned id is found by a binary search.
+	recorded := make([]bool, len(batch))
 	// A replay after a lost reply is harmless: rows the first run recorded no longer
 	// match the fence. They are carried, and after skipLockedFor the waiting statement
 	// finds them stale and logs them so (a warning that, in this rare case, is wrong).
 	err := pgutil.Retry(ctx, func() error {
 		return c.gate.Do(ctx, func() error {
 			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
-				recorded = make(map[int64]bool, len(batch))
+				clear(recorded)
 				return c.wake.Query(ctx, db, q, args, args[0].([]int64), func(rows pgx.Rows) error {
 					var id int64
 					_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-						recorded[id] = true
+						i, _ := slices.BinarySearchFunc(batch, id, func(k Success, id int64) int { return cmp.Compare(k.key.ID, id) })
+						for ; i < len(batch) && batch[i].key.ID == id; i++ {
+							recorded[i] = true // every attempt of the id, as a set of ids would
+						}
 						return nil
 					})
 					return err
@@ -431,10 +446,14 @@ func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 		c.Finish(batch, false)
 		return nil
 	}
-	done := batch[:0:0]
+	if !slices.Contains(recorded, false) {
+		c.Finish(batch, true) // the common case: all recorded, nothing carried
+		return nil
+	}
+	done := make([]Success, 0, len(batch))
 	now := time.Now()
-	for _, k := range batch {
-		if recorded[k.key.ID] {
+	for i, k := range batch {
+		if recorded[i] {
 			done = append(done, k)
 			continue
 		}

@@ -31,7 +31,10 @@ const (
 )
 
 // TimingRollupSQL writes the slots of width $1 minutes from the first not written yet
-// (ui_timing_rollup_mark, or $3 minutes ago) up to the last slot that ended before the
+// (ui_timing_rollup_mark; without a mark, the slot of the first job that ended in the last
+// $3 minutes, found with one read of each table, so that a new schema's leader does not
+// walk a week of empty slots a chunk at a time, each chunk reading the archive's
+// unsummarized pages; nothing to do when no job ended) up to the last slot that ended before the
 // current minute began (a transaction that archived a job in the minute before may
 // still commit: the minute after a slot is its grace), at most $2 slots; deletes the rows
 // of that width older than $3 minutes; moves the mark; and returns the new mark and the
@@ -50,7 +53,15 @@ const TimingRollupSQL = `WITH clock AS (
 	SELECT floor(date_part('epoch', now()) / 60)::bigint AS now_m
 ), bounds AS (
 	SELECT greatest(coalesce((SELECT floor(date_part('epoch', through) / 60)::bigint
-			FROM {s}.ui_timing_rollup_mark WHERE width = $1), 0),
+			FROM {s}.ui_timing_rollup_mark WHERE width = $1),
+			div(floor(date_part('epoch', least(
+				(SELECT min(finished_at) FROM {s}.jobs_archive
+				 WHERE finished_at >= to_timestamp((now_m - $3::bigint) * 60)),
+				(SELECT min(finished_at) FROM {s}.jobs
+				 WHERE status IN ('dead', 'failed') AND finished_at IS NOT NULL
+				   AND finished_at >= to_timestamp((now_m - $3::bigint) * 60)))) / 60)::bigint,
+				$1::bigint) * $1::bigint,
+			div(now_m - 1, $1::bigint) * $1::bigint),
 		div(now_m - $3::bigint, $1::bigint) * $1::bigint) AS lo,
 		div(now_m - 1, $1::bigint) * $1::bigint AS hi_max
 	FROM clock

@@ -1,9 +1,6 @@
 package skiplock_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -11,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // keyRateOverSQL counts the starts in the audit that are ahead of their key's token
@@ -113,48 +109,7 @@ func TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled(t *testing.T) {
 	enqueueFlow(t, b, jobs, func(i int) string { return keys[i%len(keys)] }, 40)
 	var t0 time.Time
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&t0))
-	killedAt := map[string]time.Time{}
-	start := func(id string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFlow_HelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), flowHelperEnv+"="+pgtest.URL(t)+"|"+b.schema+"|"+id+"|keyrate")
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
-	}
-	procs := map[string]*exec.Cmd{}
-	for i := range 4 {
-		id := fmt.Sprintf("p%d", i)
-		procs[id] = start(id)
-	}
-	for round := range 2 {
-		var victim string
-		eventually(t, time.Minute, func() bool {
-			var holder *string
-			err := b.pool.QueryRow(b.ctx, b.q(`SELECT min(locked_by) FROM {s}.jobs
-				WHERE status = 'running' AND locked_by = ANY($1)`), liveIDs(procs, killedAt)).Scan(&holder)
-			require.NoError(t, err)
-			if holder != nil {
-				victim = *holder
-			}
-			return holder != nil
-		}, "a worker process runs jobs (round %d)", round)
-		require.NoError(t, procs[victim].Process.Kill())
-		_ = procs[victim].Wait()
-		var at time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&at))
-		killedAt[victim] = at
-		id := fmt.Sprintf("r%d", round)
-		procs[id] = start(id)
-	}
-	waitDrained(t, b, jobs)
-	for victim, at := range killedAt {
-		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.audit SET finished = greatest(started, $2)
-			WHERE worker = $1 AND finished IS NULL`), victim, at)
-		require.NoError(t, err)
-	}
-	reclaimed := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts > 1`)
-	t.Logf("%d jobs reclaimed from killed workers and run again", reclaimed)
-	assert.Positive(t, reclaimed, "the killed workers held jobs that the sweeper took back")
+	killTwoWorkerProcesses(t, b, jobs, "keyrate")
 	// Only the bound: a killed worker's jobs hold their key's slots until the sweeper takes
 	// them back, so keys stall meanwhile (the rate is checked without kills above).
 	assertKeyRate(t, b, flowKillKeyLimits.KeyRate, flowKillKeyLimits.KeyRatePeriod, t0, 0)

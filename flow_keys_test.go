@@ -3,8 +3,6 @@ package skiplock_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // dimOverlapSQL is maxOverlapSQL per key of dimension $2: the most executions in the
@@ -140,48 +137,7 @@ func TestFlow_ConcurrencyKeysHoldWhileWorkersAreKilled(t *testing.T) {
 	enqueueKeyed(t, b, jobs, func(int) string { return "" }, func(i int) map[string]string {
 		return map[string]string{"tenant": fmt.Sprintf("t%d", i%4), "region": fmt.Sprintf("r%d", (i/4)%2)}
 	}, 40)
-	killedAt := map[string]time.Time{}
-	start := func(id string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFlow_HelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), flowHelperEnv+"="+pgtest.URL(t)+"|"+b.schema+"|"+id+"|keys")
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
-	}
-	procs := map[string]*exec.Cmd{}
-	for i := range 4 {
-		id := fmt.Sprintf("p%d", i)
-		procs[id] = start(id)
-	}
-	for round := range 2 {
-		var victim string
-		eventually(t, time.Minute, func() bool {
-			var holder *string
-			err := b.pool.QueryRow(b.ctx, b.q(`SELECT min(locked_by) FROM {s}.jobs
-				WHERE status = 'running' AND locked_by = ANY($1)`), liveIDs(procs, killedAt)).Scan(&holder)
-			require.NoError(t, err)
-			if holder != nil {
-				victim = *holder
-			}
-			return holder != nil
-		}, "a worker process runs jobs (round %d)", round)
-		require.NoError(t, procs[victim].Process.Kill())
-		_ = procs[victim].Wait()
-		var at time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&at))
-		killedAt[victim] = at
-		id := fmt.Sprintf("r%d", round)
-		procs[id] = start(id)
-	}
-	waitDrained(t, b, jobs)
-	for victim, at := range killedAt {
-		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.audit SET finished = greatest(started, $2)
-			WHERE worker = $1 AND finished IS NULL`), victim, at)
-		require.NoError(t, err)
-	}
-	reclaimed := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts > 1`)
-	t.Logf("%d jobs reclaimed from killed workers and run again", reclaimed)
-	assert.Positive(t, reclaimed, "the killed workers held jobs that the sweeper took back")
+	killTwoWorkerProcesses(t, b, jobs, "keys")
 	assertDimLimits(t, b, flowKillDimLimits.ConcurrencyKeys)
 	assert.Equal(t, jobs, b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.audit`), "every job ran")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.audit WHERE finished IS NULL`), "every execution ended")

@@ -428,23 +428,22 @@ func liveIDs(procs map[string]*exec.Cmd, killed map[string]time.Time) []string {
 	return ids
 }
 
-// flowKillLimit is the global limit of TestFlow_LimitHoldsWhileWorkersAreKilled.
-const flowKillLimit = 5
-
-// Not parallel (see flowSetup): it also runs worker processes of its own and kills two.
-func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
-	b := flowSetup(t)
-	const jobs = 500
-	enqueueFlow(t, b, jobs, func(int) string { return "" }, 40)
-
-	// Four worker processes with 2 slots each (8 for a limit of 5: no process reaches it
-	// alone); two are killed with SIGKILL while they run
-	// jobs, and one is started in place of each. The survivors' sweepers take the dead
-	// workers' jobs back once their leases end.
+// killTwoWorkerProcesses runs the kill scenario of the flow tests: four worker processes
+// (TestFlow_HelperProcess in the given mode, "" for the plain limit), two of them killed
+// with SIGKILL, each while it runs jobs, and replaced; it waits until the jobs are
+// drained, ends a killed worker's audited executions at its death (a statement it had sent
+// may still have run after it: a start recorded after the kill ends where it starts), and
+// returns how many jobs the survivors took back and ran again (asserted positive).
+func killTwoWorkerProcesses(t *testing.T, b *bundle, jobs int, mode string) int {
+	t.Helper()
+	suffix := ""
+	if mode != "" {
+		suffix = "|" + mode
+	}
 	killedAt := map[string]time.Time{}
 	start := func(id string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestFlow_HelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), flowHelperEnv+"="+pgtest.URL(t)+"|"+b.schema+"|"+id)
+		cmd.Env = append(os.Environ(), flowHelperEnv+"="+pgtest.URL(t)+"|"+b.schema+"|"+id+suffix)
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd
@@ -456,7 +455,7 @@ func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
 	}
 	for round := range 2 {
 		// The victim is whichever live process holds running jobs now: a fixed one may
-		// be idle whenever it is looked at, since the limit spreads 5 jobs over 8 slots.
+		// be idle whenever it is looked at.
 		var victim string
 		eventually(t, time.Minute, func() bool {
 			var holder *string
@@ -478,17 +477,30 @@ func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
 		procs[id] = start(id)
 	}
 	waitDrained(t, b, jobs)
-	// A killed worker's executions end at its death. (A statement it had sent may still
-	// have run after it: a start recorded after the kill ends where it starts.)
 	for victim, at := range killedAt {
 		_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.audit SET finished = greatest(started, $2)
 			WHERE worker = $1 AND finished IS NULL`), victim, at)
 		require.NoError(t, err)
 	}
-
 	reclaimed := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts > 1`)
 	t.Logf("%d jobs reclaimed from killed workers and run again", reclaimed)
 	assert.Positive(t, reclaimed, "the killed workers held jobs that the sweeper took back")
+	return reclaimed
+}
+
+// flowKillLimit is the global limit of TestFlow_LimitHoldsWhileWorkersAreKilled.
+const flowKillLimit = 5
+
+// Not parallel (see flowSetup): it also runs worker processes of its own and kills two.
+func TestFlow_LimitHoldsWhileWorkersAreKilled(t *testing.T) {
+	b := flowSetup(t)
+	const jobs = 500
+	enqueueFlow(t, b, jobs, func(int) string { return "" }, 40)
+
+	// Four worker processes with 2 slots each (8 for a limit of 5: no process reaches it
+	// alone); two are killed while they run jobs and replaced. The survivors' sweepers
+	// take the dead workers' jobs back once their leases end.
+	killTwoWorkerProcesses(t, b, jobs, "")
 	got := b.maxOverlap(t, "0", time.Time{})
 	t.Logf("most executions at once: %d, limit %d", got, flowKillLimit)
 	assert.LessOrEqual(t, got, flowKillLimit, "the most executions at once (audit)")

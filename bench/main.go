@@ -103,6 +103,8 @@ func run() error {
 	flag.BoolVar(&o.latSplit, "latency-split", false, "split skiplock's enqueue → handler-start latency at a low rate into its parts instead (prints a table, writes no file); with -latency-rate and -latency-for")
 	flag.IntVar(&latSplitRate, "latency-rate", latSplitRate, "-latency-split: jobs per second")
 	flag.DurationVar(&latSplitFor, "latency-for", latSplitFor, "-latency-split: how long each run offers jobs")
+	flag.StringVar(&scaleOpts.curves, "scale", "", "run the scale curves instead: comma-separated curve names, or all (writes results/scale.md, scale.json and scale-*.png; see README.md, \"Scale curves\")")
+	flag.IntVar(&scaleOpts.runs, "scale-runs", 0, "-scale: runs per point (0: -runs)")
 	flag.DurationVar(&maxRun, "max-run", maxRun, "give up on a run whose jobs are not all done after this long")
 	flag.StringVar(&skiplockCompletion, "skiplock-completion", skiplockCompletion, "skiplock's WorkerConfig.Completion: archive (its default), delete or keep")
 	flag.IntVar(&skiplockWorkers, "skiplock-workers", 0, "skiplock's MaxWorkers on the default queue (0: its default, 100)")
@@ -146,6 +148,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if scaleOpts.curves != "" {
+		return runScale(ctx, o)
+	}
 	if o.serverWork {
 		return runServerWork(ctx, o)
 	}

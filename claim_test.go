@@ -127,7 +127,7 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 		ANALYZE {s}.jobs`)
 	p := claim.NewPoller(c.db, time.Second, nil, nil, c.logger)
 	names := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused", "q_busy"}
-	candidates := []string{"q_due", "q_future", "q_running", "q_empty", "q_paused"}
+	candidates := []bool{true, true, true, true, true, false} // q_busy has no free slot
 	rows, err := pool.Query(ctx, p.Sql, names, candidates)
 	require.NoError(t, err)
 	type state struct{ paused, due bool }

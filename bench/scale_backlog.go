@@ -429,10 +429,10 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 				rate, p50, p99, cpu = append(rate, g.rate), append(p50, g.p50), append(p99, g.p99), append(cpu, g.cpuServer)
 			}
 			pts[s.name] = map[string]ScalePoint{"rate": pointOf(x, rate), "p50": pointOf(x, p50), "p99": pointOf(x, p99), "cpu": pointOf(x, cpu)}
-			ser(s.name+" jobs/s").Points = append(ser(s.name+" jobs/s").Points, pts[s.name]["rate"])
-			ser(s.name+" claim p50").Points = append(ser(s.name+" claim p50").Points, pts[s.name]["p50"])
-			ser(s.name+" claim p99").Points = append(ser(s.name+" claim p99").Points, pts[s.name]["p99"])
-			ser(s.name+" server µs/job").Points = append(ser(s.name+" server µs/job").Points, pts[s.name]["cpu"])
+			ser(s.name + " jobs/s").Points = append(ser(s.name+" jobs/s").Points, pts[s.name]["rate"])
+			ser(s.name + " claim p50").Points = append(ser(s.name+" claim p50").Points, pts[s.name]["p50"])
+			ser(s.name + " claim p99").Points = append(ser(s.name+" claim p99").Points, pts[s.name]["p99"])
+			ser(s.name + " server µs/job").Points = append(ser(s.name+" server µs/job").Points, pts[s.name]["cpu"])
 		}
 		var ratio []float64
 		for r := range min(len(systems[0].runs), len(systems[1].runs)) {

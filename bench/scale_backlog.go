@@ -104,7 +104,7 @@ type claimStartKey struct{}
 
 // TraceQueryStart notes the start of a claim.
 func (t *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !t.match(d.SQL) {
+	if !t.match(d.SQL) || strings.HasPrefix(d.SQL, "EXPLAIN") {
 		return ctx
 	}
 	t.mu.Lock()
@@ -235,6 +235,16 @@ func fillBacklog(e *env, n int) error {
 type backlogSampleResult struct {
 	rate, p50, p99, cpuServer, cpuClient float64
 	claims                               int
+	vacuums                              int64 // vacuums of the hot table during the sample
+}
+
+// vacuumStats reads how often the table was vacuumed (by anyone: a vacuum reports itself
+// at once) and its dead rows (which backends report lazily, up to seconds late).
+func vacuumStats(e *env, table string) (vacuums, dead int64, err error) {
+	_, _ = e.pool.Exec(e.ctx, `SELECT pg_stat_clear_snapshot()`)
+	err = e.pool.QueryRow(e.ctx, `SELECT vacuum_count + autovacuum_count, n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		pgx.Identifier(splitQualified(table)).Sanitize()).Scan(&vacuums, &dead)
+	return vacuums, dead, err
 }
 
 // sampleBacklog takes one timed sample of k handler runs off the system's backlog (a
@@ -244,12 +254,16 @@ func sampleBacklog(e *env, tr *claimTracer, k int) (backlogSampleResult, error) 
 	if _, err := e.pool.Exec(e.ctx, "CHECKPOINT"); err != nil {
 		return r, err
 	}
+	v0, _, err := vacuumStats(e, e.sys.HotTable())
+	if err != nil {
+		return r, err
+	}
 	warm := int64(max(1, k/10))
 	sink := NewSink(0)
 	if err := e.sys.Start(e.ctx, sink, Spec{Backlog: true}); err != nil {
 		return r, err
 	}
-	err := func() error {
+	err = func() error {
 		if err := waitCount(e.ctx, sink, warm, timeoutFor(int(warm), 200)); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
@@ -276,6 +290,11 @@ func sampleBacklog(e *env, tr *claimTracer, k int) (backlogSampleResult, error) 
 	if err := errors.Join(err, e.stop()); err != nil {
 		return r, err
 	}
+	v1, _, err := vacuumStats(e, e.sys.HotTable())
+	if err != nil {
+		return r, err
+	}
+	r.vacuums = v1 - v0
 	return r, fillBacklog(e, int(sink.Done()))
 }
 
@@ -409,12 +428,29 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 				}
 			}
 			for _, s := range systems {
+				// The claim as the samples left the table (dead entries of the jobs they
+				// took, unless a vacuum ran), then after a VACUUM.
+				var vac []string
+				for _, g := range s.runs {
+					vac = append(vac, fmt.Sprintf("%d vacuum(s) during", g.vacuums))
+				}
 				plan, err := explainClaim(s.e, s.tr)
 				if err != nil {
 					return fmt.Errorf("%s: explain: %w", s.name, err)
 				}
-				sr.progress("backlog", "%s backlog %s: EXPLAIN (ANALYZE, BUFFERS) of the claim:\n%s", s.name, thousands(int64(n)), plan)
-				res.Notes = append(res.Notes, fmt.Sprintf("%s at %s: one claim after the samples, EXPLAIN (ANALYZE, BUFFERS): %s.", s.name, thousands(int64(n)), planSummary(plan)))
+				hot := pgx.Identifier(splitQualified(s.e.sys.HotTable())).Sanitize()
+				t0 := time.Now()
+				if _, err := s.e.pool.Exec(s.e.ctx, "VACUUM "+hot); err != nil {
+					return err
+				}
+				vt := time.Since(t0)
+				plan2, err := explainClaim(s.e, s.tr)
+				if err != nil {
+					return fmt.Errorf("%s: explain: %w", s.name, err)
+				}
+				sr.progress("backlog", "%s backlog %s: EXPLAIN (ANALYZE, BUFFERS) of the claim after the samples:\n%s\nafter VACUUM (%.1f s):\n%s", s.name, thousands(int64(n)), plan, vt.Seconds(), plan2)
+				res.Notes = append(res.Notes, fmt.Sprintf("%s at %s: samples: %s. One claim after them, EXPLAIN (ANALYZE, BUFFERS): %s; after a VACUUM (%.1f s): %s.",
+					s.name, thousands(int64(n)), strings.Join(vac, "; "), planSummary(plan), vt.Seconds(), planSummary(plan2)))
 			}
 			return nil
 		}()

@@ -48,26 +48,28 @@ func backlogSizes(quick bool) ([]int, error) {
 	return []int{1e4, 1e5, 1e6, 1e7}, nil
 }
 
-// backlogSample is the jobs timed per sample at backlog n: 50,000 (5,000 with -quick),
-// at most half the backlog so the queue stays within a factor two of n while measured.
-func backlogSample(quick bool, n int) int {
-	k := 50_000
+// backlogSample is the jobs timed per sample, 100,000 (10,000 with -quick), the same at
+// every backlog size; backlogChunk is how many of them are timed at a time at backlog n:
+// at most half of it, so the queue stays within a factor two of n while measured.
+func backlogSample(quick bool) int {
 	if quick {
-		k = 5_000
+		return 10_000
 	}
-	return min(k, n/2)
+	return 100_000
 }
+
+func backlogChunk(quick bool, n int) int { return min(backlogSample(quick), n/2) }
 
 func backlogDesc(quick bool) string {
 	sizes, _ := backlogSizes(quick)
 	var s []string
 	for _, n := range sizes {
-		s = append(s, fmt.Sprintf("%s (sample %s)", thousands(int64(n)), thousands(int64(backlogSample(quick, n)))))
+		s = append(s, fmt.Sprintf("%s (chunks of %s)", thousands(int64(n)), thousands(int64(backlogChunk(quick, n)))))
 	}
 	return "Drain rate and claim statement latency with a backlog of " + strings.Join(s, ", ") +
-		" queued no-op jobs: skiplock at its defaults beside the bare floor (its claim+DELETE loop, 4 loops of 100). " +
+		" queued no-op jobs, a sample of " + thousands(int64(backlogSample(quick))) + " jobs per run at every size: skiplock at its defaults beside the bare floor (its claim+DELETE loop, 4 loops of 100). " +
 		"Per point and system the backlog is filled once, untimed (one job by the system's Bulk path, copied N-1 times by INSERT ... SELECT: the same columns; then ANALYZE and CHECKPOINT). " +
-		"Each run is one sample: workers start, a tenth of the sample is handled untimed (warm-up), the next sample-size handler runs are timed, the workers stop, and the jobs handled are put back so the next sample starts at N again (skiplock's archive grows by the jobs drained). " +
+		"Each run is one sample, taken in chunks of at most N/2 jobs: per chunk the workers start, a tenth of the chunk is handled untimed (warm-up), the next chunk's handler runs are timed, the workers stop, and the jobs handled are put back (the same copy) so the next chunk starts at N again; nothing is vacuumed between chunks or runs unless the system does it, so every size sees the same dead claim-index entries pile up (skiplock's archive grows by the jobs drained). " +
 		"jobs/s counts handler runs in the timed window; claim p50/p99 is the claim statement's time at the client (pgx QueryTracer: send to the last row read) over the timed window; server CPU is µs per handled job (cpu.go). A CHECKPOINT precedes every sample."
 }
 
@@ -91,8 +93,9 @@ func parseSizes(s string) ([]int, error) {
 // the query's start to the end of its rows (pgx calls TraceQueryEnd when the rows close),
 // while on.
 type claimTracer struct {
-	match func(sql string) bool
-	on    atomic.Bool
+	match    func(sql string) bool
+	limitArg int // which argument is the claim's limit (explainClaim sets it to 100)
+	on       atomic.Bool
 
 	mu   sync.Mutex
 	lats []time.Duration
@@ -162,6 +165,9 @@ var claimMatch = map[string]func(string) bool{
 	},
 	"bare": func(sql string) bool { return sql == bareClaimSQL },
 }
+
+// claimLimitArg is the position of the limit among each system's claim arguments.
+var claimLimitArg = map[string]int{"skiplock": 1, "bare": 0}
 
 // withTracer sets a pool's query tracer.
 func withTracer(t pgx.QueryTracer) func(*pgxpool.Config) {
@@ -247,9 +253,14 @@ func vacuumStats(e *env, table string) (vacuums, dead int64, err error) {
 	return vacuums, dead, err
 }
 
-// sampleBacklog takes one timed sample of k handler runs off the system's backlog (a
-// warm-up of k/10 first), then puts back as many jobs as were handled.
-func sampleBacklog(e *env, tr *claimTracer, k int) (backlogSampleResult, error) {
+// sampleBacklog takes one timed sample of k handler runs off the system's backlog, in
+// chunks of at most chunk jobs (a backlog smaller than twice the sample is not drained
+// below half): per chunk the workers start, a tenth of the chunk is handled untimed
+// (warm-up), the next chunk jobs are timed, the workers stop and as many jobs as were
+// handled are put back. The chunks of a sample leave the same dead claim-index entries
+// behind them at every backlog size (nothing is vacuumed in between unless the system
+// does it).
+func sampleBacklog(e *env, tr *claimTracer, k, chunk int) (backlogSampleResult, error) {
 	var r backlogSampleResult
 	if _, err := e.pool.Exec(e.ctx, "CHECKPOINT"); err != nil {
 		return r, err
@@ -258,44 +269,62 @@ func sampleBacklog(e *env, tr *claimTracer, k int) (backlogSampleResult, error) 
 	if err != nil {
 		return r, err
 	}
-	warm := int64(max(1, k/10))
-	sink := NewSink(0)
-	if err := e.sys.Start(e.ctx, sink, Spec{Backlog: true}); err != nil {
-		return r, err
-	}
-	err = func() error {
-		if err := waitCount(e.ctx, sink, warm, timeoutFor(int(warm), 200)); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
+	var (
+		handled            int64
+		timed              time.Duration
+		lats               []time.Duration
+		serverUs, clientUs float64
+	)
+	for left := k; left > 0; {
+		c := min(chunk, left)
+		left -= c
+		warm := int64(max(1, c/10))
+		sink := NewSink(0)
+		if err := e.sys.Start(e.ctx, sink, Spec{Backlog: true}); err != nil {
+			return r, err
 		}
-		c0 := e.cpuNow()
-		d0 := sink.Done()
-		tr.start()
-		t0 := time.Now()
-		if err := waitCount(e.ctx, sink, d0+int64(k), timeoutFor(k, 200)); err != nil {
-			tr.stop()
-			return err
+		err := func() error {
+			if err := waitCount(e.ctx, sink, warm, timeoutFor(int(warm), 200)); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			c0 := e.cpuNow()
+			d0 := sink.Done()
+			tr.start()
+			t0 := time.Now()
+			if err := waitCount(e.ctx, sink, d0+int64(c), timeoutFor(c, 200)); err != nil {
+				tr.stop()
+				return err
+			}
+			el := time.Since(t0)
+			d1 := sink.Done()
+			lats = append(lats, tr.stop()...)
+			c1 := e.cpuNow()
+			cpu := map[string]float64{}
+			cpuPerJob(cpu, c0, c1, int(d1-d0))
+			handled += d1 - d0
+			timed += el
+			serverUs += cpu[cpuServerMetric.Key] * float64(d1-d0)
+			clientUs += cpu[cpuClientMetric.Key] * float64(d1-d0)
+			return nil
+		}()
+		if err := errors.Join(err, e.stop()); err != nil {
+			return r, err
 		}
-		el := time.Since(t0)
-		d1 := sink.Done()
-		lats := tr.stop()
-		c1 := e.cpuNow()
-		cpu := map[string]float64{}
-		cpuPerJob(cpu, c0, c1, int(d1-d0))
-		r.rate = float64(d1-d0) / el.Seconds()
-		r.p50, r.p99 = msOf(percentile(lats, 0.50)), msOf(percentile(lats, 0.99))
-		r.cpuServer, r.cpuClient = cpu[cpuServerMetric.Key], cpu[cpuClientMetric.Key]
-		r.claims = len(lats)
-		return nil
-	}()
-	if err := errors.Join(err, e.stop()); err != nil {
-		return r, err
+		if err := fillBacklog(e, int(sink.Done())); err != nil {
+			return r, err
+		}
 	}
 	v1, _, err := vacuumStats(e, e.sys.HotTable())
 	if err != nil {
 		return r, err
 	}
+	slices.Sort(lats)
+	r.rate = float64(handled) / timed.Seconds()
+	r.p50, r.p99 = msOf(percentile(lats, 0.50)), msOf(percentile(lats, 0.99))
+	r.cpuServer, r.cpuClient = serverUs/float64(handled), clientUs/float64(handled)
+	r.claims = len(lats)
 	r.vacuums = v1 - v0
-	return r, fillBacklog(e, int(sink.Done()))
+	return r, nil
 }
 
 // explainClaim runs EXPLAIN (ANALYZE, BUFFERS) of the system's last claim statement in a
@@ -305,6 +334,8 @@ func explainClaim(e *env, tr *claimTracer) (string, error) {
 	if sql == "" {
 		return "", errors.New("no claim seen")
 	}
+	args = slices.Clone(args)
+	args[tr.limitArg] = explainLimit
 	var out []string
 	err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(e.ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
@@ -322,6 +353,9 @@ func explainClaim(e *env, tr *claimTracer) (string, error) {
 	}
 	return strings.Join(out, "\n"), nil
 }
+
+// explainLimit is the claim limit explainClaim asks for (a worker asks for its free slots).
+const explainLimit = 100
 
 // errRollback makes pgx.BeginFunc roll back.
 var errRollback = errors.New("roll back")
@@ -364,7 +398,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 		return nil, fmt.Errorf("-scale-backlog: %w", err)
 	}
 	names := []string{"skiplock", "bare"}
-	res := &ScaleResult{Header: []string{"backlog", "sample", "skiplock jobs/s", "bare jobs/s", "skiplock / bare",
+	res := &ScaleResult{Header: []string{"backlog", "chunk", "skiplock jobs/s", "bare jobs/s", "skiplock / bare",
 		"skiplock claim p50 ms", "skiplock claim p99 ms", "bare claim p50 ms", "bare claim p99 ms",
 		"skiplock server µs/job", "bare server µs/job", "skiplock MB", "bare MB"}}
 	series := map[string]*ScaleSeries{}
@@ -377,7 +411,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 	var firstRate, lastRate float64
 	var worstP99 float64
 	for _, n := range sizes {
-		k := backlogSample(sr.quick, n)
+		k, chunk := backlogSample(sr.quick), backlogChunk(sr.quick, n)
 		x := float64(n)
 		systems := make([]*backlogSystem, 0, len(names))
 		closeAll := func() {
@@ -388,7 +422,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 		mb := map[string]float64{}
 		err := func() error {
 			for _, name := range names {
-				tr := &claimTracer{match: claimMatch[name]}
+				tr := &claimTracer{match: claimMatch[name], limitArg: claimLimitArg[name]}
 				e, done, err := sr.open(name, withTracer(tr))
 				if err != nil {
 					return err
@@ -418,7 +452,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 			for r := range sr.runs {
 				for i := range systems {
 					s := systems[(i+r)%len(systems)] // alternate which system goes first
-					got, err := sampleBacklog(s.e, s.tr, k)
+					got, err := sampleBacklog(s.e, s.tr, k, chunk)
 					if err != nil {
 						return fmt.Errorf("%s at %d, run %d: %w", s.name, n, r+1, err)
 					}
@@ -449,7 +483,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 					return fmt.Errorf("%s: explain: %w", s.name, err)
 				}
 				sr.progress("backlog", "%s backlog %s: EXPLAIN (ANALYZE, BUFFERS) of the claim after the samples:\n%s\nafter VACUUM (%.1f s):\n%s", s.name, thousands(int64(n)), plan, vt.Seconds(), plan2)
-				res.Notes = append(res.Notes, fmt.Sprintf("%s at %s: samples: %s. One claim after them, EXPLAIN (ANALYZE, BUFFERS): %s; after a VACUUM (%.1f s): %s.",
+				res.Notes = append(res.Notes, fmt.Sprintf("%s at %s: samples: %s. One claim of 100 after them, EXPLAIN (ANALYZE, BUFFERS): %s; after a VACUUM (%.1f s): %s.",
 					s.name, thousands(int64(n)), strings.Join(vac, "; "), planSummary(plan), vt.Seconds(), planSummary(plan2)))
 			}
 			return nil
@@ -475,7 +509,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 			ratio = append(ratio, systems[0].runs[r].rate/systems[1].runs[r].rate)
 		}
 		sk, ba := pts["skiplock"], pts["bare"]
-		res.Rows = append(res.Rows, []string{thousands(int64(n)), thousands(int64(k)),
+		res.Rows = append(res.Rows, []string{thousands(int64(n)), thousands(int64(chunk)),
 			cellOf(sk["rate"], "jobs/s"), cellOf(ba["rate"], "jobs/s"), cellOf(pointOf(x, ratio), "x"),
 			cellOf(sk["p50"], "ms"), cellOf(sk["p99"], "ms"), cellOf(ba["p50"], "ms"), cellOf(ba["p99"], "ms"),
 			cellOf(sk["cpu"], "µs"), cellOf(ba["cpu"], "µs"), format(mb["skiplock"], "MB"), format(mb["bare"], "MB")})

@@ -77,6 +77,7 @@ func archiveDesc(quick bool) string {
 	k := thousands(int64(archiveBatch(quick)))
 	return "The success path and one sweeper pass with an archive (skiplock.jobs_archive) of " + strings.Join(s, ", ") + " rows. " +
 		"Per point the archive is filled once, untimed: one job archived by a skiplock worker is copied N times by INSERT ... SELECT generate_series (ids 1..N, the jobs' id sequence set past N; finished_at spread evenly over the default 7-day retention less an hour at the old end and 10 minutes at the new; the timing rollup's marks set to the current slot as a leader that kept up leaves them; ANALYZE, CHECKPOINT). " +
+		"Then one sweep (as below) is timed with the archive's BRIN index on finished_at as autovacuum off leaves it, unsummarized (skiplock neither vacuums the archive nor summarizes the index: every scan by finished_at reads the whole archive), and brin_summarize_new_values writes the summary autovacuum would (timed, in the notes). " +
 		"Each run: " + k + " jobs enqueued (EnqueueMany, untimed), CHECKPOINT, then drained by a skiplock worker at its defaults (archive on success) from start until all are archived: jobs/s, server CPU and WAL bytes per job; the bare floor drains " + k + " jobs beside it (no archive: it shows the machine); then one Sweep of a fresh Sweeper (defaults but ArchiveRetention) whose retention makes the " + k + " oldest archive rows expire is timed (its first purge walks the BRIN index from the archive's start; autovacuum off: the pages earlier runs emptied are read again): the archive stays at N."
 }
 
@@ -246,14 +247,17 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 	}
 	k := archiveBatch(sr.quick)
 	res := &ScaleResult{Header: []string{"archive rows", "skiplock jobs/s", "bare jobs/s (no archive)", "skiplock / bare",
-		"skiplock server µs/job", "skiplock client µs/job", "skiplock WAL bytes/job", "sweep s", "rows purged", "sweep WAL bytes/row", "archive GB"}}
-	var sRate, sBare, sCPU, sWAL, sSweep ScaleSeries
-	sRate.Name, sBare.Name, sCPU.Name, sWAL.Name, sSweep.Name = "skiplock jobs/s", "bare jobs/s (no archive)", "skiplock server µs/job", "skiplock WAL bytes/job", "one sweep, s"
+		"skiplock server µs/job", "skiplock client µs/job", "skiplock WAL bytes/job", "sweep s", "rows purged", "sweep WAL bytes/row", "sweep s, BRIN unsummarized", "archive GB"}}
+	var sRate, sBare, sCPU, sWAL, sSweep, sSweepU ScaleSeries
+	sRate.Name, sBare.Name, sCPU.Name, sWAL.Name, sSweep.Name = "skiplock jobs/s", "bare jobs/s (no archive)", "skiplock server µs/job", "skiplock WAL bytes/job", "one sweep, BRIN summarized"
+	sSweepU.Name = "one sweep, BRIN unsummarized (autovacuum off)"
 	var first, last map[string]float64
 	for _, n := range sizes {
 		x := float64(n)
 		var runs []archiveRun
 		var gb float64
+		var unsummarized, summarize time.Duration
+		var purged int64
 		err := func() error {
 			e, done, err := sr.open("skiplock")
 			if err != nil {
@@ -276,6 +280,24 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 			gb = mbs / 1024
 			sr.progress("archive", "filled %s archive rows in %.0f s (%.2f GB)", thousands(int64(n)), time.Since(t0).Seconds(), gb)
 			res.Notes = append(res.Notes, fmt.Sprintf("%s archive rows: filled in %.0f s, archive table + indexes %.2f GB.", thousands(int64(n)), time.Since(t0).Seconds(), gb))
+			// The archive's BRIN index as autovacuum off leaves it: the fill's ranges are not
+			// summarized (a VACUUM, autovacuum's or not, or brin_summarize_new_values does
+			// that, and skiplock calls neither), so a scan by finished_at reads every page.
+			// One sweep in that state, then the summary autovacuum would write, timed.
+			if unsummarized, purged, _, err = sweepOldest(e, k); err != nil {
+				return fmt.Errorf("sweep at %d, BRIN unsummarized: %w", n, err)
+			}
+			t1 := time.Now()
+			var ranges int64
+			if err := e.pool.QueryRow(e.ctx, `SELECT brin_summarize_new_values($1::regclass)`,
+				pgx.Identifier{skiplockSchema, "jobs_archive_finished_idx"}.Sanitize()).Scan(&ranges); err != nil {
+				return err
+			}
+			summarize = time.Since(t1)
+			sr.progress("archive", "%s rows: one sweep with the BRIN index unsummarized %.2f s (%d purged); brin_summarize_new_values %.1f s (%d ranges)",
+				thousands(int64(n)), unsummarized.Seconds(), purged, summarize.Seconds(), ranges)
+			res.Notes = append(res.Notes, fmt.Sprintf("%s archive rows: before the runs, one sweep with the archive's BRIN index unsummarized (as autovacuum off leaves it) took %.2f s for %s rows; brin_summarize_new_values then took %.1f s (%s ranges of 128 pages).",
+				thousands(int64(n)), unsummarized.Seconds(), thousands(purged), summarize.Seconds(), thousands(ranges)))
 			for r := range sr.runs {
 				var ar archiveRun
 				bareFirst := r%2 == 1
@@ -323,12 +345,13 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 		ratio := col(func(r archiveRun) float64 { return r.rate / r.bare })
 		cpu, ccpu := col(func(r archiveRun) float64 { return r.cpuServer }), col(func(r archiveRun) float64 { return r.cpuClient })
 		wal, sweep := col(func(r archiveRun) float64 { return r.wal }), col(func(r archiveRun) float64 { return r.sweep.Seconds() })
-		purged, swal := col(func(r archiveRun) float64 { return float64(r.purged) }), col(func(r archiveRun) float64 { return r.sweepWAL })
+		npurged, swal := col(func(r archiveRun) float64 { return float64(r.purged) }), col(func(r archiveRun) float64 { return r.sweepWAL })
 		res.Rows = append(res.Rows, []string{thousands(int64(n)), cellOf(rate, "jobs/s"), cellOf(bare, "jobs/s"), cellOf(ratio, "x"),
-			cellOf(cpu, "µs"), cellOf(ccpu, "µs"), cellOf(wal, "bytes"), cellOf(sweep, "x"), cellOf(purged, "rows"), cellOf(swal, "bytes"),
-			strFloat(gb, 2)})
+			cellOf(cpu, "µs"), cellOf(ccpu, "µs"), cellOf(wal, "bytes"), cellOf(sweep, "x"), cellOf(npurged, "rows"), cellOf(swal, "bytes"),
+			strFloat(unsummarized.Seconds(), 2), strFloat(gb, 2)})
 		sRate.Points, sBare.Points = append(sRate.Points, rate), append(sBare.Points, bare)
 		sCPU.Points, sWAL.Points, sSweep.Points = append(sCPU.Points, cpu), append(sWAL.Points, wal), append(sSweep.Points, sweep)
+		sSweepU.Points = append(sSweepU.Points, pointOf(x, []float64{unsummarized.Seconds()}))
 		m := map[string]float64{"rate": rate.Y, "ratio": ratio.Y, "cpu": cpu.Y, "wal": wal.Y}
 		if first == nil {
 			first = m
@@ -344,7 +367,7 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 		{File: "scale-archive-rate.png", Title: "Drain rate (archive on success) by archive size", XLabel: "archive rows", YLabel: "jobs/s", LogX: true, Series: []ScaleSeries{sRate, sBare}},
 		{File: "scale-archive-cpu.png", Title: "Server CPU per job by archive size", XLabel: "archive rows", YLabel: "µs/job", LogX: true, Series: []ScaleSeries{sCPU}},
 		{File: "scale-archive-wal.png", Title: "WAL per job by archive size", XLabel: "archive rows", YLabel: "bytes/job", LogX: true, Series: []ScaleSeries{sWAL}},
-		{File: "scale-archive-sweep.png", Title: "One sweeper pass deleting the batch's worth of old rows", XLabel: "archive rows", YLabel: "s", LogX: true, Series: []ScaleSeries{sSweep}},
+		{File: "scale-archive-sweep.png", Title: "One sweeper pass deleting the batch's worth of old rows", XLabel: "archive rows", YLabel: "s", LogX: true, Series: []ScaleSeries{sSweep, sSweepU}},
 	}
 	return res, nil
 }

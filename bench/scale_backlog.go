@@ -27,7 +27,7 @@ import (
 // created_at included). Then each run takes one timed sample off it: the workers start,
 // a warm-up of a tenth of the sample is handled untimed, the next K handler runs are
 // timed (rate, client-side claim statement latency, server CPU), the workers stop, and
-// the jobs handled are put back (the same copy) so every sample starts at N.
+// the queue is topped back up to N (the same copy) so every sample starts at N.
 
 func init() {
 	registerScale(ScaleCurve{Name: "backlog", Desc: backlogDesc, Run: runBacklogCurve})
@@ -69,7 +69,7 @@ func backlogDesc(quick bool) string {
 	return "Drain rate and claim statement latency with a backlog of " + strings.Join(s, ", ") +
 		" queued no-op jobs, a sample of " + thousands(int64(backlogSample(quick))) + " jobs per run at every size: skiplock at its defaults beside the bare floor (its claim+DELETE loop, 4 loops of 100). " +
 		"Per point and system the backlog is filled once, untimed (one job by the system's Bulk path, copied N-1 times by INSERT ... SELECT: the same columns; then ANALYZE and CHECKPOINT). " +
-		"Each run is one sample, taken in chunks of at most N/2 jobs: per chunk the workers start, a tenth of the chunk is handled untimed (warm-up), the next chunk's handler runs are timed, the workers stop, and the jobs handled are put back (the same copy) so the next chunk starts at N again; nothing is vacuumed between chunks or runs unless the system does it, so every size sees the same dead claim-index entries pile up (skiplock's archive grows by the jobs drained). " +
+		"Each run is one sample, taken in chunks of at most N/2 jobs: per chunk the workers start, a tenth of the chunk is handled untimed (warm-up), the next chunk's handler runs are timed, the workers stop, and the queue is topped back up to N (the same copy; the top-up counts the queued jobs) so the next chunk starts at N again; nothing is vacuumed between chunks or runs unless the system does it, so every size sees the same dead claim-index entries pile up (skiplock's archive grows by the jobs drained). " +
 		"jobs/s counts handler runs in the timed window; claim p50/p99 is the claim statement's time at the client (pgx QueryTracer: send to the last row read) over the timed window; server CPU is µs per handled job (cpu.go). A CHECKPOINT precedes every sample."
 }
 
@@ -237,6 +237,25 @@ func fillBacklog(e *env, n int) error {
 	return nil
 }
 
+// queuedSQL counts each system's queued jobs. The jobs handled are not all that left
+// the queue: a stopped bare loop leaves its last claimed batch started and unhandled.
+var queuedSQL = map[string]string{
+	"skiplock": `SELECT count(*) FROM ` + pgx.Identifier{skiplockSchema, "jobs"}.Sanitize() + ` WHERE status = 'queued'`,
+	"bare":     `SELECT count(*) FROM bare_jobs WHERE started_at IS NULL`,
+}
+
+// topUp puts back as many jobs as the queue lacks to hold n.
+func topUp(e *env, n int) error {
+	var queued int
+	if err := e.pool.QueryRow(e.ctx, queuedSQL[e.sys.Name()]).Scan(&queued); err != nil {
+		return err
+	}
+	if queued >= n {
+		return nil
+	}
+	return fillBacklog(e, n-queued)
+}
+
 // backlogSampleResult is one timed sample.
 type backlogSampleResult struct {
 	rate, p50, p99, cpuServer, cpuClient float64
@@ -256,11 +275,11 @@ func vacuumStats(e *env, table string) (vacuums, dead int64, err error) {
 // sampleBacklog takes one timed sample of k handler runs off the system's backlog, in
 // chunks of at most chunk jobs (a backlog smaller than twice the sample is not drained
 // below half): per chunk the workers start, a tenth of the chunk is handled untimed
-// (warm-up), the next chunk jobs are timed, the workers stop and as many jobs as were
-// handled are put back. The chunks of a sample leave the same dead claim-index entries
+// (warm-up), the next chunk jobs are timed, the workers stop and the queue is topped
+// back up to n. The chunks of a sample leave the same dead claim-index entries
 // behind them at every backlog size (nothing is vacuumed in between unless the system
 // does it).
-func sampleBacklog(e *env, tr *claimTracer, k, chunk int) (backlogSampleResult, error) {
+func sampleBacklog(e *env, tr *claimTracer, n, k, chunk int) (backlogSampleResult, error) {
 	var r backlogSampleResult
 	if _, err := e.pool.Exec(e.ctx, "CHECKPOINT"); err != nil {
 		return r, err
@@ -310,7 +329,7 @@ func sampleBacklog(e *env, tr *claimTracer, k, chunk int) (backlogSampleResult, 
 		if err := errors.Join(err, e.stop()); err != nil {
 			return r, err
 		}
-		if err := fillBacklog(e, int(sink.Done())); err != nil {
+		if err := topUp(e, n); err != nil {
 			return r, err
 		}
 	}
@@ -452,7 +471,7 @@ func runBacklogCurve(sr *scaleRun) (*ScaleResult, error) {
 			for r := range sr.runs {
 				for i := range systems {
 					s := systems[(i+r)%len(systems)] // alternate which system goes first
-					got, err := sampleBacklog(s.e, s.tr, k, chunk)
+					got, err := sampleBacklog(s.e, s.tr, n, k, chunk)
 					if err != nil {
 						return fmt.Errorf("%s at %d, run %d: %w", s.name, n, r+1, err)
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 )
 
@@ -35,8 +36,12 @@ import (
 
 func init() {
 	registerScale(ScaleCurve{Name: "archive", Desc: archiveDesc, Run: runArchiveCurve})
+	flag.BoolVar(&archiveNoJIT, "scale-archive-nojit", false, "-scale archive: skiplock's pool sessions run with jit = off (the leader's timing rollup is planned dear enough over a big archive that JIT compiles it, about 1.3 s of CPU a statement)")
 	flag.StringVar(&archiveSizesFlag, "scale-archive", "", "-scale archive: comma-separated archive sizes, e.g. 1e6,1e7,1e8 (empty: 1e6,1e7; with -quick 1e5,1e6)")
 }
+
+// archiveNoJIT is -scale-archive-nojit.
+var archiveNoJIT bool
 
 // archiveSizesFlag is -scale-archive.
 var archiveSizesFlag string
@@ -76,10 +81,14 @@ func archiveDesc(quick bool) string {
 		s = append(s, thousands(int64(n)))
 	}
 	k := thousands(int64(archiveBatch(quick)))
+	jit := ""
+	if archiveNoJIT {
+		jit = " skiplock's pool sessions run with jit = off (-scale-archive-nojit)."
+	}
 	return "The success path and one sweeper pass with an archive (skiplock.jobs_archive) of " + strings.Join(s, ", ") + " rows. " +
 		"Per point the archive is filled once, untimed: one job archived by a skiplock worker is copied N times by INSERT ... SELECT generate_series (ids 1..N, the jobs' id sequence set past N; finished_at spread evenly over the default 7-day retention less an hour at the old end and 10 minutes at the new; the timing rollup's marks set to the current slot as a leader that kept up leaves them; ANALYZE, CHECKPOINT). " +
 		"Then one sweep (as below) is timed with the archive's BRIN index on finished_at as autovacuum off leaves it, unsummarized (skiplock neither vacuums the archive nor summarizes the index: every scan by finished_at reads the whole archive), and brin_summarize_new_values writes the summary autovacuum would (timed, in the notes). " +
-		"Each run: " + k + " jobs enqueued (EnqueueMany, untimed), CHECKPOINT, then drained by a skiplock worker at its defaults (archive on success) from start until all are archived: jobs/s, server CPU and WAL bytes per job; the bare floor drains " + k + " jobs beside it (no archive: it shows the machine); then one Sweep of a fresh Sweeper (defaults but ArchiveRetention) whose retention makes the " + k + " oldest archive rows expire is timed (its first purge walks the BRIN index from the archive's start; autovacuum off: the pages earlier runs emptied are read again): the archive stays at N."
+		"Each run: " + k + " jobs enqueued (EnqueueMany, untimed), CHECKPOINT, then drained by a skiplock worker at its defaults (archive on success) from start until all are archived: jobs/s, server CPU and WAL bytes per job; the bare floor drains " + k + " jobs beside it (no archive: it shows the machine); then one Sweep of a fresh Sweeper (defaults but ArchiveRetention) whose retention makes the " + k + " oldest archive rows expire is timed (its first purge walks the BRIN index from the archive's start; autovacuum off: the pages earlier runs emptied are read again): the archive stays at N." + jit
 }
 
 // archiveTemplate holds the archived row a fill copies.
@@ -261,7 +270,11 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 		var unsummarizedNote string
 		var purged int64
 		err := func() error {
-			e, done, err := sr.open("skiplock")
+			var tune []func(*pgxpool.Config)
+			if archiveNoJIT {
+				tune = append(tune, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["jit"] = "off" })
+			}
+			e, done, err := sr.open("skiplock", tune...)
 			if err != nil {
 				return err
 			}

@@ -303,8 +303,9 @@ func runArchiveCurve(sr *scaleRun) (*ScaleResult, error) {
 			var pgErr *pgconn.PgError
 			switch {
 			case err != nil && (errors.As(err, &pgErr) && pgErr.Code == "57014" || strings.Contains(err.Error(), "SQLSTATE 57014")): // query_canceled
-				// The sweeper's statement_timeout (10 s) ended a purge: at this size, with
-				// autovacuum off, skiplock cannot purge the archive at all.
+				// The sweeper's statement_timeout (10 s) ended a purge batch: the batch that
+				// must find nothing more to delete reads the whole unsummarized archive, so
+				// the pass errors, records no progress, and the next sweep starts over.
 				unsummarizedNote = fmt.Sprintf(" (%s after %.1f s: %v)", "gave up", unsummarized.Seconds(), err)
 			case err != nil:
 				return fmt.Errorf("sweep at %d, BRIN unsummarized: %w", n, err)

@@ -347,7 +347,9 @@ func runPass(ctx context.Context, o options, sizes Sizes, dsn string, rep *Repor
 
 // openSystem gives sys a fresh database bench_<name> on the server at dsn, a pool
 // on it, and runs its setup.
-func openSystem(ctx context.Context, o options, dsn string, sys System) (*pgxpool.Pool, error) {
+// tune, if given, adjusts the pool's configuration before it connects (a scale curve's
+// query tracer).
+func openSystem(ctx context.Context, o options, dsn string, sys System, tune ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	db := "bench_" + sys.Name()
 	if err := recreateDB(ctx, dsn, db); err != nil {
 		return nil, err
@@ -358,6 +360,9 @@ func openSystem(ctx context.Context, o options, dsn string, sys System) (*pgxpoo
 	}
 	cfg.ConnConfig.Database = db
 	cfg.MaxConns = int32(o.poolSize)
+	for _, f := range tune {
+		f(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -110,14 +111,16 @@ type scaleRun struct {
 
 // open gives system name a fresh database bench_<name> on the pass's server, set up, as
 // the workloads get it (env.sys, env.pool, env.sizes). done stops nothing the curve
-// started: it closes the pool and drops the database (unless -keep).
-func (sr *scaleRun) open(name string) (e *env, done func(), err error) {
+// started: it closes the pool and drops the database (unless -keep). tune, if given,
+// adjusts the pool's configuration before it connects (e.g. a pgx QueryTracer that times
+// the claim statement).
+func (sr *scaleRun) open(name string, tune ...func(*pgxpool.Config)) (e *env, done func(), err error) {
 	f := registry[name]
 	if f == nil {
 		return nil, nil, fmt.Errorf("system %q is not compiled in", name)
 	}
 	sys := f()
-	pool, err := openSystem(sr.ctx, sr.o, sr.dsn, sys)
+	pool, err := openSystem(sr.ctx, sr.o, sr.dsn, sys, tune...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}

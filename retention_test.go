@@ -164,3 +164,28 @@ func TestConfig_RetentionOutOfRangeIsAnError(t *testing.T) {
 	_, err = skiplock.NewSweeper(b.client, skiplock.SweeperConfig{KindRetention: map[string]time.Duration{"": time.Hour}})
 	require.ErrorIs(t, err, skiplock.ErrInvalidKind)
 }
+
+// TestSweeper_SummarizesTheArchiveIndex: a sweep summarizes the page ranges of the
+// archive's BRIN index on finished_at filled since its last summary, so the purge (and
+// the dashboard's timing rollup) read the new pages only, not the whole archive: with
+// autovacuum off nothing else does. After the sweep there is nothing left to summarize.
+func TestSweeper_SummarizesTheArchiveIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// About 600 pages of archive (four or five ranges of 128 pages), finished today.
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at,
+			attempts, max_attempts, created_at, finished_at)
+		SELECT i, 'default', 'noop', jsonb_build_object('pad', repeat('x', 200)), 'succeeded', 0, now(), 1, 25, now(),
+			now() - interval '1 hour' + i * interval '1 ms'
+		FROM generate_series(1, 20000) AS i`))
+	require.NoError(t, err)
+	pages := b.count(t, `SELECT (pg_relation_size('{s}.jobs_archive') / 8192)::int`)
+	require.Greater(t, pages, 3*128, "the archive must span several BRIN ranges")
+
+	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	_, err = sw.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, b.count(t, `SELECT brin_summarize_new_values('{s}.jobs_archive_finished_idx'::regclass)::int`),
+		"ranges of the archive's BRIN index were left unsummarized by the sweep")
+}

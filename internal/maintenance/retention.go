@@ -138,6 +138,32 @@ SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM h), (SELECT count(*) FRO
 // needed only while the statement may be sent again, at most coalesceTimeout.
 const EnqueueKeyRetention = 10 * time.Minute
 
+// summarizeArchiveSQL summarizes the page ranges of the archive's BRIN index on
+// finished_at ($1, the index's qualified name) that were filled since its last summary.
+// A range not summarized is read whole by every scan by finished_at, and nothing but a
+// VACUUM of the archive summarizes it: with autovacuum off (or behind on an insert-only
+// table) the purge and the timing rollup read the whole archive. bench -scale archive
+// measured a purge of a 10^7-row archive reading all 213,704 pages (2.1 s) where the
+// summarized index read a few (0.2 ms), and at 10^8 rows every sweep's purge ran into its
+// statement timeout. It reads only the new ranges' pages, which the archive moves have
+// just written. A summary cut short by the timeout keeps the ranges it finished (they are
+// written as it goes), so a backlog of ranges is worked off sweep by sweep.
+const summarizeArchiveSQL = `SELECT brin_summarize_new_values(to_regclass($1))`
+
+// summarizeArchive runs summarizeArchiveSQL under the sweep lock. It needs the index's
+// owner; an error (a worker role that does not own it, a lock held by a VACUUM of the
+// archive, the timeout) is logged and the sweep goes on.
+func (s *Sweeper) summarizeArchive(ctx context.Context) {
+	index := pgx.Identifier{s.db.Schema, "jobs_archive_finished_idx"}.Sanitize()
+	_, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var ranges *int64
+		return tx.QueryRow(ctx, summarizeArchiveSQL, index).Scan(&ranges)
+	})
+	if err != nil && ctx.Err() == nil {
+		s.logger.Debug("skiplock: summarizing the archive's finished_at index failed; the purge reads unsummarized ranges whole", "err", err)
+	}
+}
+
 // purgeExpired deletes finished jobs past retention, pass by pass (purgePasses), in at
 // most maxPurgeBatches batches in all, adding the count to res.
 func (s *Sweeper) purgeExpired(ctx context.Context, res *jobtype.SweepResult) error {

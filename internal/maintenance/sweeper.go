@@ -245,6 +245,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	}
 	s.wake(ctx, queues)
 	s.vacuumIfBloated(ctx, &res)
+	s.summarizeArchive(ctx)
 	if err := s.purgeExpired(ctx, &res); err != nil {
 		return res, err
 	}

@@ -39,21 +39,22 @@ func procsSizes(quick bool) []int {
 	return []int{1, 2, 4, 8, 16}
 }
 
-// procsMargin is the connections a point leaves free for the harness (its pool's
-// polling, the CPU reads) and for whatever else the server is serving meanwhile.
-const procsMargin = 8
+// procsReserve is the connections a point leaves to the harness (its pool's polling, the
+// CPU reads) and to the server's other clients: the pools are sized from max_connections
+// less this, the same at every run of a point.
+const procsReserve = 20
 
 // procsPool is the pool size of each of procs worker processes: the fleet's pool (10) when
-// it fits, else what the server's free connections allow with one listener per process,
-// keeping procsMargin free. free is max_connections less the connections open now.
+// it fits, else what max_connections less procsReserve allows with one listener per
+// process. It fails when the connections open now leave too little room for that.
 func procsPool(e *env, procs int) (pool, maxConns, open int, err error) {
 	if err := e.pool.QueryRow(e.ctx, `SELECT current_setting('max_connections')::int,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&maxConns, &open); err != nil {
 		return 0, 0, 0, err
 	}
-	pool = min(fleetPool, (maxConns-open-procsMargin)/procs-1)
-	if pool < 2 {
-		return 0, maxConns, open, fmt.Errorf("%d worker processes do not fit: max_connections %d, %d open, %d kept free", procs, maxConns, open, procsMargin)
+	pool = min(fleetPool, (maxConns-procsReserve)/procs-1)
+	if pool < 2 || open+procs*(pool+1) > maxConns-3 {
+		return 0, maxConns, open, fmt.Errorf("%d worker processes with pools of %d do not fit: max_connections %d, %d open", procs, pool, maxConns, open)
 	}
 	return pool, maxConns, open, nil
 }
@@ -156,9 +157,9 @@ func runScaleProcs(sr *scaleRun) (*ScaleResult, error) {
 			Series: []ScaleSeries{*series["skiplock worker"], *series["skiplock server"], *series["bare worker"], *series["bare server"]}},
 	}
 	res.Notes = []string{
-		fmt.Sprintf("Pools: max_connections is %d. Each point gives every process a pool of min(%d, (max_connections − open − %d) / P − 1) connections, one more for a skiplock process's listener, so P processes fit beside the harness and the server's other clients; the same size for the bare processes (which use at most %d, one per loop). "+
-			"A skiplock worker keeps at most max(1, FleetStatements/n) = max(1, 8/P) claims and outcome batches in flight when n workers serve its queue, so a small pool at P = 16 is not what bounds it: heartbeats, the poll and the election need the rest.",
-			maxConns, prevPool, procsMargin, bareLoops),
+		fmt.Sprintf("Pools: max_connections is %d. Each point gives every process a pool of min(%d, (max_connections − %d) / P − 1) connections, one more for a skiplock process's listener, so P processes fit beside the harness and the server's other clients (%d kept for them); the same size for the bare processes (which use at most %d, one per loop). "+
+			"A skiplock worker keeps at most max(1, FleetStatements/n) = max(1, 8/P) claims and outcome batches in flight when n workers serve its queue, so at P = 16 a pool of 4 holds its one statement in flight beside heartbeats, the poll and the election; whether the smaller pool costs rate there is not measured (16 pools of 10 do not fit).",
+			maxConns, prevPool, procsReserve, procsReserve, bareLoops),
 		"The ratio is each run's rate over the same run's rate with one process; the two systems alternate which goes first from point to point and run to run.",
 	}
 	return res, nil

@@ -148,12 +148,16 @@ func runScaleProcs(sr *scaleRun) (*ScaleResult, error) {
 		cells = append(cells, cellOf(pointOf(x, vs), "x"))
 		res.Rows = append(res.Rows, cells)
 	}
+	ticks := make([]float64, len(sizes))
+	for i, p := range sizes {
+		ticks[i] = float64(p)
+	}
 	res.Plots = []ScalePlot{
-		{File: "scale-procs-rate.png", Title: fmt.Sprintf("Drain of %s jobs by P worker processes", thousands(int64(n))), XLabel: "worker processes", YLabel: "jobs/s",
+		{File: "scale-procs-rate.png", Title: fmt.Sprintf("Drain of %s jobs by P worker processes", thousands(int64(n))), XLabel: "worker processes", YLabel: "jobs/s", XTicks: ticks,
 			Series: []ScaleSeries{*series["skiplock"], *series["bare"]}},
-		{File: "scale-procs-ratio.png", Title: "Drain rate with P processes / with 1 process (same run)", XLabel: "worker processes", YLabel: "× 1 process",
+		{File: "scale-procs-ratio.png", Title: "Drain rate with P processes / with 1 process (same run)", XLabel: "worker processes", YLabel: "× 1 process", XTicks: ticks,
 			Series: []ScaleSeries{*series["skiplock ratio"], *series["bare ratio"]}},
-		{File: "scale-procs-cpu.png", Title: "CPU per drained job with P processes", XLabel: "worker processes", YLabel: "µs per job",
+		{File: "scale-procs-cpu.png", Title: "CPU per drained job with P processes", XLabel: "worker processes", YLabel: "µs per job", XTicks: ticks,
 			Series: []ScaleSeries{*series["skiplock worker"], *series["skiplock server"], *series["bare worker"], *series["bare server"]}},
 	}
 	res.Notes = []string{

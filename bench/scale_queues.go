@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,7 @@ type idleQueues struct {
 	rssMB      float64 // the process's resident set
 	startup    float64 // s from the process's start until it listened
 	idxScans   float64 // index scans/s on the jobs table
+	busiest    string  // the statements seen running most often in the window
 }
 
 func runScaleQueues(sr *scaleRun) (*ScaleResult, error) {
@@ -123,6 +125,8 @@ func runScaleQueues(sr *scaleRun) (*ScaleResult, error) {
 			p.rss = append(p.rss, id.rssMB)
 			p.startup = append(p.startup, id.startup)
 			p.scans = append(p.scans, id.idxScans)
+			notes = append(notes, fmt.Sprintf("Run %d, %s idle queues, statements seen active in the %s after the window (share of the samples of pg_stat_activity every %s in which a backend of the bench database was active in it, with its wait event, or running): %s.",
+				r+1, thousands(int64(q)), activeSampleFor, activeSampleEvery, id.busiest))
 			// Busy: skiplock and the floor, the first of them alternating by run.
 			order := []*env{sk, bare}
 			if r%2 == 1 {
@@ -251,6 +255,11 @@ func measureIdleQueues(e *env, admin *pgx.Conn, queues int, window time.Duration
 			return err
 		}
 		out.idxScans = float64(i1-i0) / wall
+		// What the server was doing, sampled after the window: the sampling's own reads
+		// would otherwise weigh on the figures above.
+		if out.busiest, err = sampleActive(e, admin, db, activeSampleFor); err != nil {
+			return err
+		}
 		out.commits = float64(c1-c0) / wall
 		out.workerCPU = float64((w1 - w0).Milliseconds()) / wall
 		if s0.server != nil && s1.server != nil {
@@ -277,4 +286,57 @@ func measureIdleQueues(e *env, admin *pgx.Conn, queues int, window time.Duration
 		err = serr
 	}
 	return out, err
+}
+
+// activeSampleEvery is how often sampleActive looks at pg_stat_activity, for
+// activeSampleFor after each idle window.
+const (
+	activeSampleEvery = 20 * time.Millisecond
+	activeSampleFor   = 5 * time.Second
+)
+
+// sampleActive looks every activeSampleEvery, for d, at the statements the client
+// backends of database db are running (read through admin, in another database, so the
+// reads are not counted in db), and returns the three seen most often, each with the
+// share of the samples that saw it and what it was waiting for ("running" when nothing):
+// a sampling profile of the server's time by statement.
+func sampleActive(e *env, admin *pgx.Conn, db string, d time.Duration) (string, error) {
+	seen := map[string]int{}
+	samples := 0
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		rows, err := admin.Query(e.ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'running') || ' ' || left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_activity
+			WHERE datname = $1 AND backend_type = 'client backend' AND state = 'active'`, db)
+		if err != nil {
+			return "", err
+		}
+		qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return "", err
+		}
+		for _, q := range qs {
+			seen[q]++
+		}
+		samples++
+		if err := sleep(e.ctx, activeSampleEvery); err != nil {
+			return "", err
+		}
+	}
+	type stmt struct {
+		q string
+		n int
+	}
+	var top []stmt
+	for q, n := range seen {
+		top = append(top, stmt{q, n})
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].n > top[j].n || top[i].n == top[j].n && top[i].q < top[j].q })
+	if len(top) == 0 {
+		return fmt.Sprintf("none in %d samples", samples), nil
+	}
+	var parts []string
+	for _, t := range top[:min(3, len(top))] {
+		parts = append(parts, fmt.Sprintf("%.3f `%s…`", float64(t.n)/float64(samples), strings.ReplaceAll(t.q, "|", "\\|")))
+	}
+	return fmt.Sprintf("%s (%d samples)", strings.Join(parts, "; "), samples), nil
 }

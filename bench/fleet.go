@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"syscall"
 	"time"
@@ -32,7 +34,16 @@ var fleetChild struct {
 	only   string // serve this queue only (-fleet-split)
 	schema string // work in this schema (-fleet-schemas)
 	system string // the system the child runs: skiplock, or bare (its drain floor's loops)
+	stats  string // write the process's goroutines and Go memory to this file every second
 }
+
+// fleetQueueSlots is QueueConfig.MaxWorkers of each queue of a many-queue worker process
+// (-fleet-queue-slots).
+var fleetQueueSlots = 10
+
+// fleetStatsDir, when set, makes every worker process started by startFleet write its
+// goroutine count and Go memory to a file of its own there (childStats reads it).
+var fleetStatsDir string
 
 // fleetPoolDSN, when set, is the connection string of the worker processes' pools (e.g.
 // through a transaction-pooling PgBouncer); their LISTEN connections still go to -dsn.
@@ -64,6 +75,8 @@ func init() {
 	flag.BoolVar(&fleetSchemas, "fleet-schemas", false, "fleet: in the drain with many processes, each process works in a schema of its own (its own tables and channel; they share only the server)")
 	flag.BoolVar(&fleetSplit, "fleet-split", false, "fleet: in the drain with many processes, each process drains a queue of its own (jobs inserted in one block per queue)")
 	flag.StringVar(&fleetChild.system, "fleet-system", "skiplock", "internal: the system a fleet child runs (skiplock, bare)")
+	flag.StringVar(&fleetChild.stats, "fleet-stats-file", "", "internal: a fleet child writes its goroutine count and Go memory to this file every second")
+	flag.IntVar(&fleetQueueSlots, "fleet-queue-slots", fleetQueueSlots, "fleet: QueueConfig.MaxWorkers of each queue of a many-queue worker process")
 	flag.IntVar(&fleetChild.queues, "fleet-queues", 1, "internal: queues of a fleet child (q000…; 1 means the default queue)")
 	flag.IntVar(&fleetPool, "fleet-pool", fleetPool, "pgxpool MaxConns of each fleet worker process")
 	flag.IntVar(&fleetProcs, "fleet-procs", fleetProcs, "worker processes in the fleet workload's many-process runs")
@@ -118,6 +131,9 @@ func runFleetChild(dsn string) (bool, error) {
 		return true, err
 	}
 	defer pool.Close()
+	if fleetChild.stats != "" {
+		go writeChildStats(ctx, fleetChild.stats)
+	}
 	if fleetChild.system == "bare" {
 		// The drain floor's loops, as one process of a fleet of them.
 		b := &bareSystem{pool: pool}
@@ -149,7 +165,7 @@ func runFleetChild(dsn string) (bool, error) {
 	if fleetChild.queues > 1 {
 		wc.Queues = map[string]skiplock.QueueConfig{}
 		for i := range fleetChild.queues {
-			wc.Queues[fmt.Sprintf("q%03d", i)] = skiplock.QueueConfig{MaxWorkers: 10}
+			wc.Queues[fmt.Sprintf("q%03d", i)] = skiplock.QueueConfig{MaxWorkers: fleetQueueSlots}
 		}
 	}
 	w, err := skiplock.NewWorker(client, wc)
@@ -180,7 +196,10 @@ func startFleet(e *env, procs, queues int) (*fleet, error) {
 		cmd := exec.Command(self, "-fleet-child", "-fleet-system", e.sys.Name(), "-dsn", e.pool.Config().ConnString(), "-fleet-db", e.pool.Config().ConnConfig.Database,
 			"-fleet-id", fmt.Sprintf("fleet-%d-%d", os.Getpid(), i),
 			"-fleet-queues", fmt.Sprint(queues), "-fleet-pool", fmt.Sprint(fleetPool), "-fleet-slots", fmt.Sprint(fleetSlots),
-			"-skiplock-completion", skiplockCompletion)
+			"-fleet-queue-slots", fmt.Sprint(fleetQueueSlots), "-skiplock-completion", skiplockCompletion)
+		if fleetStatsDir != "" {
+			cmd.Args = append(cmd.Args, "-fleet-stats-file", childStatsFile(i))
+		}
 		if fleetSplit && procs > 1 {
 			cmd.Args = append(cmd.Args, "-fleet-only", queueName(i))
 		}
@@ -335,6 +354,11 @@ func fleetDrain(e *env, procs, n int) (float64, drainCPU, error) {
 		}
 		insert = func(n int) error { return fleetInsert(e, n, queues) }
 		wait = func(timeout time.Duration) error { return fleetWait(e, inSkiplock(queues), timeout) }
+		if len(queues) > manyQueuesWait {
+			// Two probes per queue would take longer than the drain: one statement asks
+			// for the whole table, which holds only this drain's jobs after the Reset.
+			wait = func(timeout time.Duration) error { return fleetWaitAll(e, timeout) }
+		}
 	}
 	f, err := startFleet(e, procs, childQueues)
 	if err != nil {
@@ -436,6 +460,58 @@ func fleetWait(e *env, targets []drainTarget, timeout time.Duration) error {
 		err = errors.Join(fmt.Errorf("%w: %d jobs pending", err, p), perr)
 	}
 	return err
+}
+
+// manyQueuesWait: a drain over more queues than this waits with fleetWaitAll.
+const manyQueuesWait = 100
+
+// fleetWaitAll waits until no job of the skiplock schema is queued or running, asking
+// every 10 ms with one statement (two probes of the partial indexes on status).
+func fleetWaitAll(e *env, timeout time.Duration) error {
+	jobs := pgx.Identifier{skiplockSchema, "jobs"}.Sanitize()
+	q := `SELECT NOT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE status = 'queued')
+		AND NOT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE status = 'running')`
+	err := pollUntil(e.ctx, timeout, 10*time.Millisecond, func() (done bool, err error) {
+		err = e.pool.QueryRow(e.ctx, q).Scan(&done)
+		return done, err
+	})
+	if errors.Is(err, errPollTimeout) {
+		p, perr := e.sys.Pending(e.ctx)
+		return errors.Join(fmt.Errorf("skiplock jobs not drained after %s: %d pending", timeout, p), perr)
+	}
+	return err
+}
+
+// childStatsFile is the stats file of the i-th process of a fleet (-fleet-stats-file).
+func childStatsFile(i int) string { return filepath.Join(fleetStatsDir, fmt.Sprintf("child-%d", i)) }
+
+// writeChildStats writes the process's goroutine count and the Go runtime's memory
+// (bytes mapped from the OS) to path every second until ctx ends. runtime/metrics reads
+// them without stopping the world.
+func writeChildStats(ctx context.Context, path string) {
+	samples := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/memory/classes/total:bytes"}}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		metrics.Read(samples)
+		_ = os.WriteFile(path, fmt.Appendf(nil, "%d %d\n", samples[0].Value.Uint64(), samples[1].Value.Uint64()), 0o644)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// childStats reads what the i-th process of a fleet last wrote to its stats file: its
+// goroutines and the Go runtime's memory in bytes.
+func childStats(i int) (goroutines, mem uint64, err error) {
+	b, err := os.ReadFile(childStatsFile(i))
+	if err != nil {
+		return 0, 0, err
+	}
+	_, err = fmt.Sscan(string(b), &goroutines, &mem)
+	return goroutines, mem, err
 }
 
 // bareFleetApp prefixes the application_name of a bare fleet child's connections.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +60,10 @@ type ScalePlot struct {
 	YLabel string        `json:"y_label"`
 	LogX   bool          `json:"log_x"`
 	Series []ScaleSeries `json:"series"`
+
+	// XTicks, when set, are the X axis's labelled ticks (e.g. 1, 2, 4, 8, 16 on a linear
+	// axis) in place of the default ones.
+	XTicks []float64 `json:"x_ticks,omitempty"`
 }
 
 // ScaleSeries is one line of a plot (a system, or a figure of one system).
@@ -380,6 +385,13 @@ func (pl ScalePlot) png() ([]byte, error) {
 	if pl.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if len(pl.XTicks) > 0 {
+		ticks := make(plot.ConstantTicks, len(pl.XTicks))
+		for i, x := range pl.XTicks {
+			ticks[i] = plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)}
+		}
+		p.X.Tick.Marker = ticks
 	}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +26,14 @@ var skiplockCompletion = "archive"
 // skiplockWorkers is -skiplock-workers: MaxWorkers of the default queue (0: the default,
 // 100).
 var skiplockWorkers int
+
+// skiplockNotifyInterval is -skiplock-notify-interval: Config.NotifyInterval of the bench's
+// client (0: the default, 5ms; negative: a notification with every Enqueue).
+var skiplockNotifyInterval time.Duration
+
+func init() {
+	flag.DurationVar(&skiplockNotifyInterval, "skiplock-notify-interval", 0, "skiplock's Config.NotifyInterval (0: its default, 5ms; negative: notify on every Enqueue)")
+}
 
 // completions maps -skiplock-completion's values to the library's modes.
 var completions = map[string]skiplock.Completion{
@@ -55,6 +64,9 @@ func (s *skiplockSystem) Config() string {
 	if skiplockCompletion != "archive" {
 		except = append(except, "Completion "+skiplockCompletion)
 	}
+	if skiplockNotifyInterval != 0 {
+		except = append(except, fmt.Sprintf("NotifyInterval %s", skiplockNotifyInterval))
+	}
 	if skiplockWorkers > 0 {
 		except = append(except, fmt.Sprintf("MaxWorkers %d on the default queue", skiplockWorkers))
 	}
@@ -70,7 +82,7 @@ func (s *skiplockSystem) Setup(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	var err error
-	s.client, err = skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger()})
+	s.client, err = skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), NotifyInterval: skiplockNotifyInterval})
 	return err
 }
 

@@ -107,7 +107,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		for i := range b.N {
 			d := w.starter.Start(benchClaimed(i, now), false)
 			w.executor.Execute(d, o)
-			d.Cancel(nil)
+			d.Cancel.Cancel(nil)
 			w.starter.HandlerWG.Done()
 		}
 		w.starter.HandlerWG.Wait()

@@ -483,7 +483,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	q := w.queues.Get(queue)
 	d := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
 	res := w.executor.Execute(d, nil)
-	d.Cancel(nil)
+	d.Cancel.Cancel(nil)
 	w.starter.HandlerWG.Done()
 	w.completer.FlushNow()
 	w.failures.Flush() // a failure, too, is written before workOne returns

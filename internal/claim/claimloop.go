@@ -72,7 +72,7 @@ type ClaimLoopConfig struct {
 // Dispatched is a claimed job on its way to a runner.
 type Dispatched struct {
 	Ctx     context.Context
-	Cancel  context.CancelCauseFunc
+	Cancel  jobtype.Canceler // ends Ctx (a *jobtype.JobCtx, from the starter)
 	Key     jobtype.AttemptKey
 	Row     *jobtype.JobRow
 	Timeout time.Duration // the job's own timeout; 0: the kind's or the worker's

@@ -240,7 +240,11 @@ func (e *Executor) Abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 func (e *Executor) runner(q *claim.QueueRunner) {
 	o := e.NewOverrunWatch()
 	defer o.Close()
-	for d := range q.Jobs {
+	for {
+		d, ok := q.Jobs.Next()
+		if !ok {
+			return
+		}
 		e.Execute(d, o)
 		d.Cancel.Cancel(nil)
 		q.Finished()

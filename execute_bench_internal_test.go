@@ -94,7 +94,7 @@ func benchClaimed(i int, now time.Time) claim.ClaimedJob {
 // of the allocations counted belongs to the claim, not to the path measured.
 //
 // sequential runs each job in the benchmark's goroutine, as a runner does; runners
-// hands the jobs through a queue's channel to its MaxWorkers (100) runner goroutines,
+// hands the jobs through a queue's Handoff to its MaxWorkers (100) runner goroutines,
 // as the claim loops do, and adds the hand-off and the scheduling.
 func BenchmarkExecutor_PerJob(b *testing.B) {
 	b.Run("sequential", func(b *testing.B) {
@@ -107,7 +107,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		for i := range b.N {
 			d := w.starter.Start(benchClaimed(i, now), false)
 			w.executor.Execute(d, o)
-			d.Cancel(nil)
+			d.Cancel.Cancel(nil)
 			w.starter.HandlerWG.Done()
 		}
 		w.starter.HandlerWG.Wait()
@@ -121,7 +121,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			q.Jobs <- w.starter.Start(benchClaimed(i, now), false)
+			q.Jobs.Put(w.starter.Start(benchClaimed(i, now), false))
 		}
 		w.starter.HandlerWG.Wait()
 		cpu.report()

@@ -149,7 +149,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.executor.Execute(claim.Dispatched{Ctx: ctx, Cancel: func(error) {}, Key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, Row: row}, nil)
+		w.executor.Execute(claim.Dispatched{Ctx: ctx, Cancel: jobtype.CancelFunc(func(error) {}), Key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, Row: row}, nil)
 		w.failures.Flush() // failures are written in the background
 
 		var status, lastErr string

@@ -104,7 +104,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 	k1 := jobtype.AttemptKey{ID: first.Row.ID, Fence: first.Fence}
 	_, cancel1 := context.WithCancelCause(ctx)
 	defer cancel1(nil)
-	held.Add(k1, cancel1, first.Leased, nil, first.Row)
+	held.Add(k1, jobtype.CancelFunc(cancel1), first.Leased, nil, first.Row)
 
 	// The heartbeat has read the keys it renews (k1) when the first run's snooze commits;
 	// its statement then finds the job queued. Before it acts on that, the job is claimed
@@ -118,7 +118,7 @@ func TestFence_LateHeartbeatDoesNotCancelTheNextClaim(t *testing.T) {
 		},
 		end: func() {
 			second := claimOne(t, cl, "w")
-			held.Add(jobtype.AttemptKey{ID: second.Row.ID, Fence: second.Fence}, cancel2, second.Leased, nil, second.Row)
+			held.Add(jobtype.AttemptKey{ID: second.Row.ID, Fence: second.Fence}, jobtype.CancelFunc(cancel2), second.Leased, nil, second.Row)
 		},
 	}
 	cfg := pool.Config()

@@ -8,7 +8,6 @@ package skiplock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/durable"
 	"github.com/skiplock/skiplock/internal/execute"
+	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
@@ -263,7 +263,8 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 			return err // another worker may hold the key: retried like any failure
 		}
 		row.Payload = payload
-		if err := json.Unmarshal(payload, &job.Args); err != nil {
+		// As json.Unmarshal, through a reused decoder (internal/jobtype, args.go).
+		if err := jobtype.DecodeArgs(payload, &job.Args); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, job.Args, err))
 		}
 		return fn(ctx, job)
@@ -483,7 +484,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	q := w.queues.Get(queue)
 	d := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
 	res := w.executor.Execute(d, nil)
-	d.Cancel(nil)
+	d.Cancel.Cancel(nil)
 	w.starter.HandlerWG.Done()
 	w.completer.FlushNow()
 	w.failures.Flush() // a failure, too, is written before workOne returns

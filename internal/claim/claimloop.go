@@ -72,14 +72,14 @@ type ClaimLoopConfig struct {
 // Dispatched is a claimed job on its way to a runner.
 type Dispatched struct {
 	Ctx     context.Context
-	Cancel  context.CancelCauseFunc
+	Cancel  jobtype.Canceler // ends Ctx (a *jobtype.JobCtx, from the starter)
 	Key     jobtype.AttemptKey
 	Row     *jobtype.JobRow
 	Timeout time.Duration // the job's own timeout; 0: the kind's or the worker's
 	Slot    bool          // claimed under a concurrency limit (queueRunner.holdsSlot)
 }
 
-// QueueRunner holds one queue's claim loops and slots, and the channel to its runners.
+// QueueRunner holds one queue's claim loops and slots, and the hand-off to its runners (handoff.go).
 type QueueRunner struct {
 	cfg    ClaimLoopConfig
 	name   string
@@ -88,7 +88,7 @@ type QueueRunner struct {
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
 	paused atomic.Bool  // the queue is paused: claim nothing (the root's pause.go)
 	wakes  []chan struct{}
-	Jobs   chan Dispatched // to the runners; room for max jobs, so a send never blocks
+	Jobs   *Handoff // to the runners (handoff.go); a Put never blocks
 
 	// flow is the queue's limited claim path (the root's flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
@@ -119,7 +119,7 @@ type QueueRunner struct {
 }
 
 func NewQueueRunner(name string, maxWorkers int, cfg ClaimLoopConfig) *QueueRunner {
-	q := &QueueRunner{cfg: cfg, name: name, Jobs: make(chan Dispatched, maxWorkers)}
+	q := &QueueRunner{cfg: cfg, name: name, Jobs: NewHandoff()}
 	q.Max.Store(int64(maxWorkers))
 	for range fetchersPerQueue {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
@@ -401,7 +401,7 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 			stale = append(stale, key)
 			continue
 		}
-		q.Jobs <- q.cfg.Start(j, slot)
+		q.Jobs.Put(q.cfg.Start(j, slot))
 	}
 	if len(stale) > 0 {
 		q.cfg.Logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
@@ -452,9 +452,9 @@ func (t *tokenTimer) stop() {
 	}
 }
 
-// CloseJobs closes the channel to the queue's runners, once its claim loops have
-// stopped: each runner ends once its current job is done.
-func (q *QueueRunner) CloseJobs() { q.closeOnce.Do(func() { close(q.Jobs) }) }
+// CloseJobs closes the hand-off to the queue's runners, once its claim loops have
+// stopped: each runner ends once the jobs handed off are taken and its own is done.
+func (q *QueueRunner) CloseJobs() { q.closeOnce.Do(q.Jobs.Close) }
 
 // ClaimLoops is the Service of all the claim loops of a worker's queues. They end with
 // Run's context: a worker shutting down claims nothing more. Each queue's loops are a

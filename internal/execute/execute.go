@@ -87,16 +87,15 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if s.Attempt != nil {
 		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}
-	cancel := context.CancelCauseFunc(jobCtx.Cancel)
-	s.Held.Add(key, cancel, cj.Leased, st, cj.Row)
+	s.Held.Add(key, jobCtx, cj.Leased, st, cj.Row)
 	if ownBase && base.Err() != nil {
-		cancel(context.Cause(base)) // Cancel ran before Add: it did not see this attempt
+		jobCtx.Cancel(context.Cause(base)) // Cancel ran before Add: it did not see this attempt
 	}
 	s.HandlerWG.Add(1)
 	if slot {
 		s.Slots.Take()
 	}
-	return claim.Dispatched{Ctx: jobCtx, Cancel: cancel, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
+	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
 }
 
 // ExecutorConfig is what the executor is built from.
@@ -241,9 +240,13 @@ func (e *Executor) Abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 func (e *Executor) runner(q *claim.QueueRunner) {
 	o := e.NewOverrunWatch()
 	defer o.Close()
-	for d := range q.Jobs {
+	for {
+		d, ok := q.Jobs.Next()
+		if !ok {
+			return
+		}
 		e.Execute(d, o)
-		d.Cancel(nil)
+		d.Cancel.Cancel(nil)
 		q.Finished()
 		e.starter.HandlerWG.Done()
 	}

@@ -36,6 +36,20 @@ type JobCtx struct {
 	stopWatch func() bool // ends the watch of the parent; nil: none
 }
 
+// Canceler ends the context of one attempt with a cause. A *JobCtx is one, with no
+// allocation of its own (a method value, JobCtx.Cancel, would cost one per attempt);
+// CancelFunc makes one of any function.
+type Canceler interface {
+	Cancel(cause error)
+}
+
+// CancelFunc is a function as a Canceler, such as the cancel of
+// context.WithCancelCause.
+type CancelFunc func(cause error)
+
+// Cancel calls f.
+func (f CancelFunc) Cancel(cause error) { f(cause) }
+
 // afterFunc is one function registered by AfterFunc.
 type afterFunc struct{ f func() }
 

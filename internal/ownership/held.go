@@ -5,7 +5,6 @@ package ownership
 
 import (
 	"cmp"
-	"context"
 	"slices"
 	"sync"
 	"time"
@@ -15,7 +14,7 @@ import (
 
 // heldJob is one attempt the worker runs.
 type heldJob struct {
-	cancel context.CancelCauseFunc
+	cancel jobtype.Canceler
 	// renewed is when the statement that last wrote this row's lease (the claim, then each
 	// heartbeat that renewed it) started, by the worker's clock: the lease lasts at least
 	// the visibility timeout from then.
@@ -45,7 +44,7 @@ func NewHeldJobs() *HeldJobs { return &HeldJobs{m: map[jobtype.AttemptKey]heldJo
 
 // Add registers the attempt k of row, whose lease was written by a statement started at
 // renewed.
-func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel context.CancelCauseFunc, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) {
+func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel jobtype.Canceler, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) {
 	h.mu.Lock()
 	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Unlock()
@@ -132,7 +131,7 @@ func (h *HeldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 	ok = ok && !j.recording
 	h.mu.Unlock()
 	if ok {
-		j.cancel(cause)
+		j.cancel.Cancel(cause)
 	}
 	return ok
 }
@@ -140,7 +139,7 @@ func (h *HeldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 // cancelID cancels every held attempt of job id with cause (a remote cancel knows the id
 // only) and reports whether there was one.
 func (h *HeldJobs) cancelID(id int64, cause error) bool {
-	var cancels []context.CancelCauseFunc
+	var cancels []jobtype.Canceler
 	h.mu.Lock()
 	for k, j := range h.m {
 		if k.ID == id && !j.recording {
@@ -149,7 +148,7 @@ func (h *HeldJobs) cancelID(id int64, cause error) bool {
 	}
 	h.mu.Unlock()
 	for _, c := range cancels {
-		c(cause)
+		c.Cancel(cause)
 	}
 	return len(cancels) > 0
 }
@@ -159,13 +158,13 @@ func (h *HeldJobs) cancelID(id int64, cause error) bool {
 // one by one, end with it.
 func (h *HeldJobs) CancelAll(cause error) {
 	h.mu.Lock()
-	cancels := make([]context.CancelCauseFunc, 0, len(h.m))
+	cancels := make([]jobtype.Canceler, 0, len(h.m))
 	for _, j := range h.m {
 		cancels = append(cancels, j.cancel)
 	}
 	h.mu.Unlock()
 	for _, c := range cancels {
-		c(cause)
+		c.Cancel(cause)
 	}
 }
 
@@ -231,7 +230,7 @@ func (h *HeldJobs) renewedAt(keys []jobtype.AttemptKey, t time.Time) {
 // cutoff and whose handler still runs, and returns their keys; each attempt once.
 func (h *HeldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey {
 	var out []jobtype.AttemptKey
-	var cancels []context.CancelCauseFunc
+	var cancels []jobtype.Canceler
 	h.mu.Lock()
 	for k, j := range h.m {
 		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
@@ -243,7 +242,7 @@ func (h *HeldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey 
 	}
 	h.mu.Unlock()
 	for _, c := range cancels {
-		c(cause)
+		c.Cancel(cause)
 	}
 	return out
 }

@@ -29,7 +29,7 @@ func add(t *testing.T, h *HeldJobs, id, fence int64, renewed time.Time) heldAtte
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { cancel(nil) })
 	k := jobtype.AttemptKey{ID: id, Fence: fence}
-	h.Add(k, cancel, renewed, nil, &jobtype.JobRow{ID: id, Kind: "email", Attempts: int(fence)})
+	h.Add(k, jobtype.CancelFunc(cancel), renewed, nil, &jobtype.JobRow{ID: id, Kind: "email", Attempts: int(fence)})
 	return heldAttempt{key: k, ctx: ctx}
 }
 
@@ -258,9 +258,9 @@ func TestHeldJobs_ProgressIsWhatEachHeldHandlerReported(t *testing.T) {
 	reported, silent := &jobtype.State{}, &jobtype.State{}
 	reported.SetProgress(`{"done":3}`)
 	now := time.Now()
-	h.Add(jobtype.AttemptKey{ID: 1, Fence: 1}, func(error) {}, now, reported, nil)
-	h.Add(jobtype.AttemptKey{ID: 2, Fence: 1}, func(error) {}, now, silent, nil)
-	h.Add(jobtype.AttemptKey{ID: 3, Fence: 1}, func(error) {}, now, nil, nil)
+	h.Add(jobtype.AttemptKey{ID: 1, Fence: 1}, jobtype.CancelFunc(func(error) {}), now, reported, nil)
+	h.Add(jobtype.AttemptKey{ID: 2, Fence: 1}, jobtype.CancelFunc(func(error) {}), now, silent, nil)
+	h.Add(jobtype.AttemptKey{ID: 3, Fence: 1}, jobtype.CancelFunc(func(error) {}), now, nil, nil)
 
 	got := h.progress([]int64{1, 2, 3, 1, 4}, []int64{1, 1, 1, 2, 1})
 	want := []*string{ptr(`{"done":3}`), nil, nil, nil, nil} // reported; none; no state; other attempt; not held
@@ -281,7 +281,7 @@ func TestHeldJobs_RunningListsUnreturnedHandlersByID(t *testing.T) {
 	add(t, h, 9, 2, now)
 	add(t, h, 3, 1, now)
 	h.Recorded(add(t, h, 5, 1, now).key)
-	h.Add(jobtype.AttemptKey{ID: 7, Fence: 1}, func(error) {}, now, nil, nil) // no row: named by id only
+	h.Add(jobtype.AttemptKey{ID: 7, Fence: 1}, jobtype.CancelFunc(func(error) {}), now, nil, nil) // no row: named by id only
 
 	got := h.Running()
 	var ids []int64

@@ -304,7 +304,7 @@ func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 		return f.gate.Do(ctx, func() error {
 			return f.flows.Run(ctx, f.pool, tasks, func(db jobtype.DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-				args := []any{ids, fences, f.workerID, string(perJob)}
+				args := []any{pgutil.Int8Array(ids), pgutil.Int8Array(fences), f.workerID, string(perJob)}
 				return f.wake.Query(ctx, db, f.sql, args, ids, func(rows pgx.Rows) error {
 					got = make(map[jobtype.AttemptKey]recorded, n)
 					var k jobtype.AttemptKey

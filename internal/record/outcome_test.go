@@ -129,7 +129,7 @@ func setupRecorder(t *testing.T) *recorderBundle {
 // hold registers attempt k as running, as the claim does, and returns its row.
 func (b *recorderBundle) hold(k jobtype.AttemptKey, attempts, maxAttempts int) *jobtype.JobRow {
 	row := &jobtype.JobRow{ID: k.ID, Queue: "default", Kind: "email", Status: jobtype.StatusRunning, Attempts: attempts, MaxAttempts: maxAttempts}
-	b.held.Add(k, func(error) {}, time.Now(), nil, row)
+	b.held.Add(k, jobtype.CancelFunc(func(error) {}), time.Now(), nil, row)
 	return row
 }
 

@@ -61,7 +61,7 @@ func NewWaking(schema string) Waking {
 // Notify runs the wake-up of ids through db: inside a transaction, after its writes to
 // the jobs (a statement of its own, see the package's documentation).
 func (w Waking) Notify(ctx context.Context, db jobtype.DBTX, ids []int64) error {
-	_, err := db.Exec(ctx, w.sql, ids, w.channel)
+	_, err := db.Exec(ctx, w.sql, pgutil.Int8Array(ids), w.channel)
 	return err
 }
 
@@ -97,12 +97,12 @@ func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		_, err = db.Exec(ctx, w.sql, ids, w.channel)
+		_, err = db.Exec(ctx, w.sql, pgutil.Int8Array(ids), w.channel)
 		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(q, args...)
-	b.Queue(w.sql, ids, w.channel)
+	b.Queue(w.sql, pgutil.Int8Array(ids), w.channel)
 	br := bdb.SendBatch(ctx, b)
 	rows, err := br.Query()
 	if err == nil {

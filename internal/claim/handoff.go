@@ -1,0 +1,87 @@
+// This file holds the hand-off of a queue's dispatched jobs to its runners (Handoff):
+// a queue of jobs that wakes a sleeping runner only when no runner already woken is on
+// its way to take them.
+
+package claim
+
+import "sync"
+
+// Handoff passes a queue's dispatched jobs to its runners (internal/execute), first in,
+// first out. A channel would wake one sleeping runner per job, a goroutine switch and
+// often a thread's wake-up each; Handoff wakes a sleeping runner only when jobs wait
+// and no runner is already woken and on its way to them (pending). A runner that takes
+// a job and leaves others waiting wakes the next one before it runs its handler, so
+// that a handler that blocks never holds the jobs behind it: each waiting job always
+// has a runner awake for it, or none is free (every runner is running a handler), as
+// with a channel. Runners that finish quickly take the next job without sleeping, and
+// a drain of short jobs wakes a few runners instead of one per job.
+type Handoff struct {
+	mu      sync.Mutex
+	wake    sync.Cond // signalled for a sleeping runner; broadcast by Close
+	jobs    []Dispatched
+	head    int  // jobs[head:] wait
+	idle    int  // runners asleep in Next
+	pending int  // runners signalled that have not yet looked at the jobs
+	closed  bool // Close was called: no more jobs come
+}
+
+// NewHandoff returns an empty Handoff.
+func NewHandoff() *Handoff {
+	h := &Handoff{}
+	h.wake.L = &h.mu
+	return h
+}
+
+// Put adds d for the runners, and wakes one if none is on its way. It never blocks
+// for long: the queue has no bound (the queue's slots bound the jobs dispatched).
+func (h *Handoff) Put(d Dispatched) {
+	h.mu.Lock()
+	h.jobs = append(h.jobs, d)
+	h.wakeOne()
+	h.mu.Unlock()
+}
+
+// wakeOne wakes a sleeping runner if jobs wait and no runner woken before is still on
+// its way to them; h.mu is held.
+func (h *Handoff) wakeOne() {
+	if h.head < len(h.jobs) && h.pending == 0 && h.idle > 0 {
+		h.pending++
+		h.wake.Signal()
+	}
+}
+
+// Next returns the next job, sleeping until there is one; false once Close was called
+// and no job is left. Before it returns a job it wakes another runner for the jobs
+// still waiting (wakeOne): its caller may block in that job's handler.
+func (h *Handoff) Next() (Dispatched, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.head == len(h.jobs) {
+		if h.closed {
+			return Dispatched{}, false
+		}
+		h.idle++
+		h.wake.Wait()
+		h.idle--
+		// Woken by Put or another runner (counted in pending), or by Close (not
+		// counted): pending may only be too low, which wakes one runner too many.
+		h.pending = max(h.pending-1, 0)
+	}
+	d := h.jobs[h.head]
+	h.jobs[h.head] = Dispatched{} // the runner holds it now, not the queue
+	h.head++
+	if h.head == len(h.jobs) {
+		h.jobs, h.head = h.jobs[:0], 0
+	}
+	h.wakeOne()
+	return d, true
+}
+
+// Close tells the runners that no more jobs come: each returns from Next once the
+// jobs left are taken.
+func (h *Handoff) Close() {
+	h.mu.Lock()
+	h.closed = true
+	h.wake.Broadcast()
+	h.mu.Unlock()
+}

@@ -111,9 +111,8 @@ type QueueRunner struct {
 	// Loops are the queue's claim loops, started by claimLoops; the Worker stops them
 	// alone when it removes the queue at run time (queueset.go).
 	Loops lifecycle.Goroutines
-	// Runners counts the queue's runners started (internal/execute, execute.go), under executor.mu; they
-	// end once jobs is closed (closeJobs) and their job is done. ran waits for them.
-	Runners   int64
+	// Ran waits for the queue's runners (internal/execute, execute.go), which Jobs starts
+	// as jobs come; they end once Jobs is closed (CloseJobs) and their job is done.
 	Ran       sync.WaitGroup
 	closeOnce sync.Once
 }

@@ -156,3 +156,67 @@ func TestHandoff_EachJobOnceInOrderThenCloses(t *testing.T) {
 		}
 	}
 }
+
+// A Handoff with SetSpawn starts runners as jobs come: none while no job came, one per job
+// that finds every started runner busy in its handler, never more than the limit, and a
+// raised limit lets the jobs left waiting start. Every job runs.
+func TestHandoff_SpawnsRunnersAsJobsNeedThem(t *testing.T) {
+	t.Parallel()
+	h := NewHandoff()
+	var (
+		wg      sync.WaitGroup
+		spawned atomic.Int32
+		ran     atomic.Int32
+		release = make(chan struct{})
+		running = make(chan struct{}, 100)
+	)
+	spawn := func() {
+		spawned.Add(1)
+		wg.Go(func() {
+			h.Arrived()
+			for {
+				d, ok := h.Next()
+				if !ok {
+					return
+				}
+				running <- struct{}{}
+				<-release // every handler blocks until released
+				ran.Add(1)
+				_ = d
+			}
+		})
+	}
+	h.SetSpawn(5, spawn)
+	if n := spawned.Load(); n != 0 {
+		t.Fatalf("%d runners started with no job", n)
+	}
+	for i := range 8 {
+		h.Put(Dispatched{Key: jobtype.AttemptKey{ID: int64(i)}})
+	}
+	for range 5 {
+		within(t, waitRecv(running), "a runner for each of the first 5 jobs")
+	}
+	if n := spawned.Load(); n != 5 {
+		t.Fatalf("%d runners started for 8 jobs under a limit of 5, want 5", n)
+	}
+	h.SetSpawn(8, spawn) // raised: the 3 jobs left start
+	for range 3 {
+		within(t, waitRecv(running), "a runner for each of the 3 jobs left")
+	}
+	if n := spawned.Load(); n != 8 {
+		t.Fatalf("%d runners started, want 8", n)
+	}
+	close(release)
+	h.Close()
+	wg.Wait()
+	if n := ran.Load(); n != 8 {
+		t.Fatalf("%d jobs ran, want 8", n)
+	}
+}
+
+// waitRecv returns a channel closed once one value was received from c.
+func waitRecv(c <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { <-c; close(done) }()
+	return done
+}

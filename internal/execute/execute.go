@@ -121,7 +121,6 @@ type Executor struct {
 	held     *ownership.HeldJobs
 	queues   *claim.QueueSet
 	runners  sync.WaitGroup
-	mu       sync.Mutex // guards queueRunner.runners
 	// Overrunning counts the handlers running past their timeout (overrun).
 	Overrunning atomic.Int64
 	// The shutdown: hard is closed by a hard stop (cancel the handlers at once), giveUp
@@ -138,7 +137,7 @@ func NewExecutor(cfg ExecutorConfig, starter *JobStarter, outcomes *record.Outco
 }
 
 // Start sets the base of the job contexts — it outlives ctx: job contexts end only at the
-// shutdown deadline — and starts MaxWorkers runners per queue.
+// shutdown deadline — and lets each queue start up to MaxWorkers runners as its jobs come.
 func (e *Executor) Start(ctx context.Context) error {
 	e.starter.SetBase(ctx)
 	for _, q := range e.queues.All() {
@@ -147,16 +146,15 @@ func (e *Executor) Start(ctx context.Context) error {
 	return nil
 }
 
-// Grow starts runners for q until it has one per slot (MaxWorkers, which may have been
-// raised at run time). Lowered, MaxWorkers leaves the extra runners idle: the queue
-// claims no more than its slots, so they only wait.
+// Grow lets q's hand-off start runners up to one per slot (MaxWorkers, which may have been
+// raised at run time), as jobs come and find none free (claim.Handoff). Lowered,
+// MaxWorkers leaves the extra runners idle: the queue claims no more than its slots, so
+// they only wait.
 func (e *Executor) Grow(q *claim.QueueRunner) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for ; q.Runners < q.Max.Load(); q.Runners++ {
+	q.Jobs.SetSpawn(int(q.Max.Load()), func() {
 		q.Ran.Add(1)
 		e.runners.Go(func() { defer q.Ran.Done(); e.runner(q) })
-	}
+	})
 }
 
 // Stop drains the runners, once the claim loops have stopped: it waits up to
@@ -238,6 +236,7 @@ func (e *Executor) Abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 // pay for stack growth on every job; each keeps one overrun watch, and its timer, for all
 // its jobs.
 func (e *Executor) runner(q *claim.QueueRunner) {
+	q.Jobs.Arrived()
 	o := e.NewOverrunWatch()
 	defer o.Close()
 	for {

@@ -19,7 +19,7 @@ FUZZ_DECODE ?= 300x
 ## passes. Empty enforces every package (`make vet DEPS_ENFORCE=`).
 DEPS_ENFORCE ?= .,./internal/claim,./internal/sealed,./internal/durable,./internal/enqueue,./internal/execute,./internal/groupcommit,./internal/jobtype,./internal/maintenance,./internal/notify,./internal/ownership,./internal/periodic,./internal/pgutil,./internal/record,./internal/settle,./internal/waiting,./ui,./ui/internal/query,./cron,./internal/blackhole,./internal/chaos/audit,./internal/chaos/cmd/...,./internal/chaos/worker,./internal/lifecycle,./internal/pgbouncer,./internal/pgtest/...,./internal/testbridge,./internal/tools/...,./migrations,./skiplocktest,./cmd/skiplock,./examples/quickstart
 
-.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick chaos chaos-failover env env-test ui
+.PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick bench-scale bench-scale-quick chaos chaos-failover env env-test ui
 
 ## test: gofmt check, go vet, the race-enabled test suite (with the reduced chaos run) and a short fuzz run.
 test: env-test fmt-check vet unit fuzz-short
@@ -83,6 +83,15 @@ bench: env
 
 bench-quick: env
 	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -quick -autovacuum off,on -systems skiplock,river,bare -workloads $(BENCH_QUICK_WORKLOADS)
+
+## bench-scale: how skiplock's figures move as the work grows, beside the bare SQL floor
+## (a backlog of 10^4-10^7 jobs, an archive of 10^6-10^7 rows, 10-10,000 queues, 1-16
+## worker processes, latency under 50/90 % load); tables and PNG plots in bench/results/.
+bench-scale: env
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -scale all -scale-runs 2
+
+bench-scale-quick: env
+	cd bench && DATABASE_URL='$(DSN)' $(GO) run . -scale all -quick -scale-runs 1
 
 ## chaos: the full-size fault run (kill -9, Postgres restart, terminated backends, rolling
 ## deploy, black hole, CPU starvation, a step of the server's clock under libfaketime), then

@@ -196,7 +196,7 @@ func runScaleQueues(sr *scaleRun) (*ScaleResult, error) {
 	}
 	notes = append(notes,
 		"Idle commits are pg_stat_database.xact_commit of the bench database, read from another database; the harness adds at most three reads of its own to the window (the CPU snapshots and the index-scan counter, ≤ 0.15 commits/s at 20 s). Connections are the database's client backends minus the harness pool's. The server CPU is that of the processes serving the bench database and the server's background processes, per second of wall time.",
-		fmt.Sprintf("Goroutines and Go memory come from runtime/metrics inside the worker process (-fleet-stats-file); a queue starts its %d runner goroutines (MaxWorkers) and its claim loop up front, idle or not.", fleetQueueSlots))
+		fmt.Sprintf("Goroutines and Go memory come from runtime/metrics inside the worker process (-fleet-stats-file); an idle queue holds its claim loops, and its runners (at most MaxWorkers, %d here) are started as its jobs come.", fleetQueueSlots))
 	res.Notes = notes
 	return res, nil
 }

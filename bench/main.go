@@ -164,10 +164,7 @@ func run() error {
 		return runWorkflows(ctx, o)
 	}
 
-	sizes := fullSizes
-	if o.quick {
-		sizes = quickSizes
-	}
+	sizes := sizesFor(o.quick)
 	if fleetIdle != 0 {
 		sizes.FleetIdle = fleetIdle
 	}

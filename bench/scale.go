@@ -202,10 +202,7 @@ func runScale(ctx context.Context, o options) error {
 	if scaleOpts.runs > 0 {
 		runs = scaleOpts.runs
 	}
-	sizes := fullSizes
-	if o.quick {
-		sizes = quickSizes
-	}
+	sizes := sizesFor(o.quick)
 	rep := &scaleReport{Started: time.Now().UTC(), Quick: o.quick, Runs: runs}
 	servers := &passServers{o: o}
 	defer servers.close(ctx)

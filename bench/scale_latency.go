@@ -28,10 +28,7 @@ func init() {
 	registerScale(ScaleCurve{
 		Name: "latency",
 		Desc: func(quick bool) string {
-			s := fullSizes
-			if quick {
-				s = quickSizes
-			}
+			s := sizesFor(quick)
 			return fmt.Sprintf("enqueue→handler-start latency p50/p99 of single inserts at a steady offered load for %s per point: light (%d jobs/s, one producer), and %s of the system's drain rate "+
 				"(%d producers on one schedule; skiplock only), and 50 %%, 90 %% of the bare floor's drain rate (both systems at the same jobs/s), each drain rate measured in the same run just before: skiplock's backlog drain of %s jobs (in-process worker, defaults), "+
 				"the bare latency floor's listener working off %s jobs inserted as fast as %d producers can. Offered and achieved rate, the backlog when the window closed, p50 and p99 of every job inserted in the window",

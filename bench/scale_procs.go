@@ -18,10 +18,7 @@ func init() {
 	registerScale(ScaleCurve{
 		Name: "procs",
 		Desc: func(quick bool) string {
-			s := fullSizes
-			if quick {
-				s = quickSizes
-			}
+			s := sizesFor(quick)
 			return fmt.Sprintf("drain %s no-op jobs of one queue with P worker processes (this binary re-run, one skiplock Worker each at its defaults: 100 slots), P = %s, "+
 				"beside the bare floor's claim+DELETE loops (%d loops per process) in as many processes; jobs inserted in one COPY, timed from its commit until every job is final, after an untimed warm-up drain of a tenth as many. "+
 				"Each process's pool: %d connections, or fewer when P processes (plus a listener each) would not fit in the server's free connections (column pool)",

@@ -25,10 +25,7 @@ func init() {
 	registerScale(ScaleCurve{
 		Name: "queues",
 		Desc: func(quick bool) string {
-			s := fullSizes
-			if quick {
-				s = quickSizes
-			}
+			s := sizesFor(quick)
 			return fmt.Sprintf("one skiplock worker process (a pool of %d connections + its listener) serving N queues, %d slots each (QueueConfig.MaxWorkers), for N = %s. "+
 				"Idle: commits/s the database saw from it over %s with no job (counted after the %s statistics lag), the process's CPU and the server's per second of wall time, "+
 				"the connections it held, its goroutines and the Go runtime's memory at the end of the window. "+

@@ -56,6 +56,14 @@ var quickSizes = Sizes{
 	Storm: 10_000, ManyQueues: 100, PerQueue: 20, ManyJobs: 10_000, Durable: 4_000,
 }
 
+// sizesFor returns the workload sizes of a run: quickSizes with -quick, else fullSizes.
+func sizesFor(quick bool) Sizes {
+	if quick {
+		return quickSizes
+	}
+	return fullSizes
+}
+
 // Metric is one reported figure of a workload.
 type Metric struct {
 	Key         string `json:"key"`

@@ -159,22 +159,13 @@ const summarizeArchiveSQL = `SELECT brin_summarize_new_values(to_regclass($1))`
 const summarizeTimeout = 15 * time.Minute
 
 // summarizeArchive runs summarizeArchiveSQL under the sweep lock, in a transaction of its
-// own bounded by summarizeTimeout. It needs the index's owner; an error (a worker role
-// that does not own it, a lock held by a VACUUM of the archive) is logged and the sweep
-// goes on.
+// own bounded by summarizeTimeout (its statement too). It needs the index's owner; an
+// error (a worker role that does not own it, a lock held by a VACUUM of the archive) is
+// logged and the sweep goes on.
 func (s *Sweeper) summarizeArchive(ctx context.Context) {
 	index := pgx.Identifier{s.db.Schema, "jobs_archive_finished_idx"}.Sanitize()
-	ctx, cancel := context.WithTimeout(ctx, summarizeTimeout)
-	defer cancel()
-	err := pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
-		if err := setSweepLimits(ctx, tx); err != nil {
-			return err
-		}
+	_, err := s.underSweepLockFor(ctx, summarizeTimeout, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(summarizeTimeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		var got bool
-		if err := tx.QueryRow(ctx, sweepLockSQL, s.db.Schema).Scan(&got); err != nil || !got {
 			return err
 		}
 		var ranges *int64

@@ -209,7 +209,12 @@ func setSweepLimits(ctx context.Context, tx pgx.Tx) error {
 // sweep's statement and lock limits, once it holds the schema's sweep lock; got is false
 // (and fn not run) when another sweeper holds it.
 func (s *Sweeper) underSweepLock(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (got bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	return s.underSweepLockFor(ctx, sweepTimeout, fn)
+}
+
+// underSweepLockFor is underSweepLock bounded by timeout instead of sweepTimeout.
+func (s *Sweeper) underSweepLockFor(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, tx pgx.Tx) error) (got bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
 		if err := setSweepLimits(ctx, tx); err != nil {

@@ -52,33 +52,34 @@ import (
 //     still belongs to gives its verdict. They are not joined: a join with the unnested
 //     arrays let the planner, on a table without statistics, scan the table once per job
 //     (seconds for a batch of 200).
+//   - The lookup runs once per row: the columns are set together from one sub-SELECT
+//     (correlated with the row, so run once for it), whose innermost subquery reads the
+//     row's entry of $4 (OFFSET 0 keeps the planner from pulling it up and so repeating it
+//     in every expression that uses it). Written out in each SET expression instead, the
+//     lookup ran seventeen times a row. The sub-SELECT always returns exactly one row.
 //   - RETURNING says, per attempt, what was recorded; an attempt missing from it was
 //     stale.
 const FailureSQL = `UPDATE {s}.jobs SET
-	status = CASE
-		WHEN ` + fVerdict + ` = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
-		WHEN ` + fVerdict + ` = 'snooze' THEN 'queued'
-		WHEN ` + fVerdict + ` = 'deadline' THEN 'failed'
-		ELSE ` + fVerdict + ` END,
-	run_at = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
-		THEN now() + ` + fDelay + ` * interval '1 microsecond' ELSE run_at END,
-	attempts = CASE WHEN ` + fVerdict + ` IN ('snooze', 'deadline') THEN attempts - 1 ELSE attempts END,
-	finished_at = CASE WHEN ` + fVerdict + ` IN ('failed', 'cancelled', 'deadline') OR ` + fVerdict + ` = 'retry' AND attempts >= max_attempts
+	(status, run_at, attempts, finished_at, locked_at, lease_until, locked_by, last_error, errors) = (SELECT
+	CASE
+		WHEN v.verdict = 'retry' THEN CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END
+		WHEN v.verdict = 'snooze' THEN 'queued'
+		WHEN v.verdict = 'deadline' THEN 'failed'
+		ELSE v.verdict END,
+	CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
+		THEN now() + v.delay * interval '1 microsecond' ELSE run_at END,
+	CASE WHEN v.verdict IN ('snooze', 'deadline') THEN attempts - 1 ELSE attempts END,
+	CASE WHEN v.verdict IN ('failed', 'cancelled', 'deadline') OR v.verdict = 'retry' AND attempts >= max_attempts
 		THEN now() END,
-	locked_at = NULL, lease_until = NULL,
-	locked_by = CASE WHEN ` + fVerdict + ` = 'snooze' OR ` + fVerdict + ` = 'retry' AND attempts < max_attempts
+	NULL::timestamptz, NULL::timestamptz,
+	CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
 		THEN NULL ELSE locked_by END,
-	last_error = CASE WHEN ` + fVerdict + ` = 'snooze' THEN last_error ELSE ` + fMsg + ` END,
-	errors = CASE WHEN ` + fVerdict + ` = 'snooze' THEN errors ELSE ` + ownership.AppendHistory + `left(` + fMsg + `, 2048))) END
+	CASE WHEN v.verdict = 'snooze' THEN last_error ELSE v.msg END,
+	CASE WHEN v.verdict = 'snooze' THEN errors ELSE ` + ownership.AppendHistory + `left(v.msg, 2048))) END
+	FROM (SELECT e ->> 0 AS verdict, (e ->> 1)::bigint AS delay, e ->> 2 AS msg
+		FROM (SELECT $4::jsonb -> (id || ':' || fence) AS e OFFSET 0) AS entry OFFSET 0) AS v)
 WHERE ` + ownership.FenceSQL + `
 RETURNING id, fence, status, run_at`
-
-// The per-attempt values of failureSQL, looked up in $4 by the row's id and token.
-const (
-	fVerdict = `($4::jsonb -> (id || ':' || fence) ->> 0)`
-	fDelay   = `($4::jsonb -> (id || ':' || fence) ->> 1)::bigint`
-	fMsg     = `($4::jsonb -> (id || ':' || fence) ->> 2)`
-)
 
 // The verdicts failureSQL knows.
 const (

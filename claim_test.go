@@ -107,6 +107,52 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	assert.Less(t, many, few+250, "buffers read by the claim: %v beside 200,000 future jobs, %v beside 20,000", many, few)
 }
 
+// Claimed jobs leave their entries at the front of the claim index until the next VACUUM
+// (a claim moves a job out of the index's predicate, not out of the index). The claim's
+// seek of the queue's priorities steps over them once to the first queued job; its scan
+// of the due jobs then starts at that job, so a draining queue's claims do not step over
+// them a second time.
+func TestClaim_ScanOfDueJobsStartsAfterClaimedEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	_, err := pool.Exec(ctx, strings.ReplaceAll(`
+		INSERT INTO {s}.jobs (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
+		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
+		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 50);
+		ANALYZE {s}.jobs`, "{s}", `"`+schema+`"`))
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var plan []map[string]any
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claim.NewClaimer(c.db, time.Minute).Sql,
+		"default", 100, "w1", time.Minute).Scan(&plan))
+	top := plan[0]["Plan"].(map[string]any)
+	require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 queued jobs")
+	blocks := func(n map[string]any) float64 {
+		return n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
+	}
+	// The scan of due jobs is the LockRows node's input (FOR UPDATE SKIP LOCKED).
+	var scan, found = 0.0, false
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Node Type"] == "LockRows" {
+			scan, found = blocks(n), true
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			walk(k.(map[string]any))
+		}
+	}
+	walk(top)
+	require.True(t, found, "the claim's plan has a LockRows node")
+	// Stepping over the 40,000 entries again read 295 buffers; locking the 50 jobs reads
+	// about 55 (one per lock, and the index pages of their entries).
+	assert.Less(t, scan, 150.0, "buffers read by the scan of due jobs (the whole claim read %v)", blocks(top))
+}
+
 func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -17,17 +17,31 @@ import (
 
 // prioritiesCTE walks the distinct priorities of queue $1's queued jobs, highest first,
 // one index seek each (a skip scan of jobs_claim_idx). Both claim paths start with it
-// (claimSQL here, flowPlainPickSQL in flowclaim.go).
+// (claimSQL here, flowPlainPickSQL in flowclaim.go). Each priority comes with the place of
+// its first queued job in the index (run_at, id): the scan of that priority's due jobs
+// starts there (priorityStart), not at the front of its range.
+//
+// The front of a priority's range holds the index entries of the jobs claimed since the
+// table was last vacuumed: a claim moves a job out of the index's predicate, but its entry
+// stays until VACUUM. The seek here steps over them to the first queued job; starting the
+// scan of due jobs at that job makes each claim step over them once, not twice. It is
+// safe: the seek and the scan read one snapshot, so no job before that place is queued in
+// it.
 const prioritiesCTE = `prios AS (
-	(SELECT priority FROM {s}.jobs
+	(SELECT priority, run_at, id FROM {s}.jobs
 	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
-	 ORDER BY priority DESC LIMIT 1)
+	 ORDER BY priority DESC, run_at, id LIMIT 1)
 	UNION ALL
-	SELECT (SELECT j.priority FROM {s}.jobs j
-	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
-	        ORDER BY j.priority DESC LIMIT 1)
-	FROM prios p WHERE p.priority IS NOT NULL
+	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
+		SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
+		WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+		ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
 )`
+
+// priorityStart starts a scan of one priority's due jobs (joined with prios p) at that
+// priority's first queued job: a row comparison on the index's (run_at, id), a bound of
+// the index scan.
+const priorityStart = `(run_at, id) >= (p.run_at, p.id)`
 
 // claimSQL claims up to $2 due jobs of queue $1 for worker $3 in one autocommit statement
 // (READ COMMITTED).
@@ -60,6 +74,7 @@ const claimSQL = `WITH RECURSIVE ` + prioritiesCTE + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+			AND ` + priorityStart + `
 		ORDER BY run_at, id
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED

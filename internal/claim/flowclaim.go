@@ -84,6 +84,7 @@ const flowPlainPickSQL = `, ` + prioritiesCTE + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+			AND ` + priorityStart + `
 		ORDER BY run_at, id
 		LIMIT (SELECT n FROM budget)
 		FOR UPDATE SKIP LOCKED

@@ -33,6 +33,7 @@ const dimPlainCandSQL = `, ` + prioritiesCTE + `, cand AS MATERIALIZED (
 		SELECT c.ctid, c.keys FROM prios p CROSS JOIN LATERAL (
 			SELECT ctid, ` + dimKeysSQL + ` AS keys FROM {s}.jobs
 			WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+				AND ` + priorityStart + `
 			ORDER BY run_at, id
 			LIMIT (SELECT n FROM budget) + $LOOK
 		) c

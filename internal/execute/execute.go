@@ -331,14 +331,17 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 // then recorded as a timed-out failure (internal/record, outcome.go). Meanwhile the handler is reported
 // overrunning: a warning per lease interval from its timeout plus one interval on, the
 // error handlers' HandleStuck once, and a count (Worker.Overrunning). A runner keeps one
-// for all its jobs: its timer is armed for each attempt and stopped when the handler
-// returns, so watching costs no allocation per job.
+// for all its jobs, so watching costs no allocation per job; and its timer is not reset
+// for each attempt: once armed, it stays armed for the attempt it was armed for, and when
+// it fires for a later attempt, which is not yet due, it is armed again for that one
+// (fire). A run of short jobs touches the timer once per timeout, not twice per job.
 type overrunWatch struct {
 	e *Executor
-	t *time.Timer // runs fire; armed by watch, stopped by stop
+	t *time.Timer // runs fire; armed by watch (or fire) when not armed early enough
 
 	mu      sync.Mutex
-	gen     uint64 // counts the attempts watched: a report is for the attempt it began with
+	armed   time.Time // when t fires; zero: not armed
+	gen     uint64    // counts the attempts watched: a report is for the attempt it began with
 	d       claim.Dispatched
 	jc      *jobtype.JobCtx // the attempt's context, timed out by fire; nil: its own timer does
 	timeout time.Duration
@@ -369,14 +372,19 @@ func (o *overrunWatch) watch(d claim.Dispatched, jc *jobtype.JobCtx, timeout tim
 		wait = timeout
 	}
 	o.due = began.Add(wait)
-	o.t.Reset(time.Until(o.due))
+	if o.armed.IsZero() || o.armed.After(o.due) {
+		// Not armed, or armed for later than this attempt's due time (a shorter timeout):
+		// armed early enough, it fires early and fire arms it again.
+		o.armed = o.due
+		o.t.Reset(time.Until(o.due))
+	}
 	o.mu.Unlock()
 }
 
-// stop ends the watch of the current attempt: its handler returned.
+// stop ends the watch of the current attempt: its handler returned. The timer stays
+// armed (watch): fired with no attempt watched, it does nothing.
 func (o *overrunWatch) stop() {
 	o.mu.Lock()
-	o.t.Stop()
 	if o.counted {
 		o.e.Overrunning.Add(-1)
 	}
@@ -393,12 +401,13 @@ func (o *overrunWatch) Close() { o.t.Stop() }
 func (o *overrunWatch) fire() {
 	o.mu.Lock()
 	now := time.Now()
+	o.armed = time.Time{}
 	if o.due.IsZero() {
 		o.mu.Unlock()
 		return
 	}
 	if now.Before(o.due) {
-		o.t.Reset(o.due.Sub(now))
+		o.rearm(now)
 		o.mu.Unlock()
 		return
 	}
@@ -409,7 +418,7 @@ func (o *overrunWatch) fire() {
 		o.jc.TimeOut()
 		o.jc = nil
 		o.due = o.began.Add(o.timeout + o.every())
-		o.t.Reset(o.due.Sub(now))
+		o.rearm(now)
 		o.mu.Unlock()
 		return
 	}
@@ -431,10 +440,18 @@ func (o *overrunWatch) fire() {
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {
-		o.due = time.Now().Add(o.every())
-		o.t.Reset(o.every())
+		now := time.Now()
+		o.due = now.Add(o.every())
+		o.rearm(now)
 	}
 	o.mu.Unlock()
+}
+
+// rearm arms the timer for the current attempt's due time, now being the time; o.mu is
+// held.
+func (o *overrunWatch) rearm(now time.Time) {
+	o.armed = o.due
+	o.t.Reset(o.due.Sub(now))
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

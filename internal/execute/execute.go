@@ -239,8 +239,9 @@ func (e *Executor) runner(q *claim.QueueRunner) {
 	q.Jobs.Arrived()
 	o := e.NewOverrunWatch()
 	defer o.Close()
+	s := claim.NewSleeper()
 	for {
-		d, ok := q.Jobs.Next()
+		d, ok := q.Jobs.Next(s)
 		if !ok {
 			return
 		}

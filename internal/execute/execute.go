@@ -64,15 +64,18 @@ func (s *JobStarter) SetBase(ctx context.Context) context.Context {
 }
 
 // Start registers the claimed job cj with a context derived from the executor's base.
-// slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
-func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
+// slot: it was claimed under a concurrency limit (queueRunner.holdsSlot). False, with
+// nothing registered, when the worker holds the attempt already (a claim handed out a
+// token this worker runs: claim.ClaimLoopConfig.Start).
+func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) (claim.Dispatched, bool) {
 	return s.StartIn(s.Base, cj, slot)
 }
 
 // StartIn registers the claimed job cj: its context (a jobtype.JobCtx, which carries its
 // state and ends with base), and its place among the held jobs, with the lease its claim
-// wrote. Its slot was reserved before the claim.
-func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
+// wrote. Its slot was reserved before the claim. False, with nothing registered, when the
+// worker holds the attempt already.
+func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) (claim.Dispatched, bool) {
 	// A context derived from the starter's own base does not watch it: Cancel ends every
 	// held attempt's context with it, and one that starts meanwhile sees it ended below.
 	ownBase := base == s.Base
@@ -83,11 +86,14 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 		st.Durable = s.Durable
 	}
 	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
+	if !s.Held.Add(key, jobCtx, cj.Leased, st, cj.Row) {
+		jobCtx.Cancel(context.Canceled) // ends its watch of base, if any; no one saw it
+		return claim.Dispatched{}, false
+	}
 	cj.Row.Fence = cj.Fence
 	if s.Attempt != nil {
 		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}
-	s.Held.Add(key, jobCtx, cj.Leased, st, cj.Row)
 	if ownBase && base.Err() != nil {
 		jobCtx.Cancel(context.Cause(base)) // Cancel ran before Add: it did not see this attempt
 	}
@@ -95,7 +101,7 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if slot {
 		s.Slots.Take()
 	}
-	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
+	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
 }
 
 // ExecutorConfig is what the executor is built from.

@@ -105,7 +105,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			d := w.starter.Start(benchClaimed(i, now), false)
+			d, _ := w.starter.Start(benchClaimed(i, now), false)
 			w.executor.Execute(d, o)
 			d.Cancel.Cancel(nil)
 			w.starter.HandlerWG.Done()
@@ -121,7 +121,8 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		b.ReportAllocs()
 		cpu := startCPU(b)
 		for i := range b.N {
-			q.Jobs.Put(w.starter.Start(benchClaimed(i, now), false))
+			d, _ := w.starter.Start(benchClaimed(i, now), false)
+			q.Jobs.Put(d)
 		}
 		w.starter.HandlerWG.Wait()
 		cpu.report()

@@ -482,7 +482,10 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 		return nil, JobResult{}, err
 	}
 	q := w.queues.Get(queue)
-	d := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
+	d, ok := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
+	if !ok {
+		return nil, JobResult{}, errors.New("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off)")
+	}
 	res := w.executor.Execute(d, nil)
 	d.Cancel.Cancel(nil)
 	w.starter.HandlerWG.Done()

@@ -510,6 +510,64 @@ func TestWorker_PerKindAndPerJobTimeouts(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 }
 
+// timedStepArgs is a job of TestWorker_RunnerTimesEachAttemptByItsOwnTimeout: its handler
+// blocks until its context ends (Block), or waits Wait and reports whether its context
+// ended meanwhile.
+type timedStepArgs struct {
+	Block bool          `json:"block"`
+	Wait  time.Duration `json:"wait"`
+}
+
+func (timedStepArgs) Kind() string { return "timed_step" }
+
+// One runner runs attempts of different timeouts one after the other, and each is timed
+// by its own: a short timeout after a long one still cancels its attempt, and a long one
+// after a short one is not cut at the short one's end (the runner's overrun watch keeps
+// its timer armed across attempts: internal/execute, execute.go).
+func TestWorker_RunnerTimesEachAttemptByItsOwnTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type ended struct {
+		cause error // the context's cause once the handler returns; nil: not ended
+	}
+	got := make(chan ended, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1}},
+		JobTimeout: time.Hour, SweepInterval: -1, PollInterval: 20 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[timedStepArgs]) error {
+		if job.Args.Block {
+			<-ctx.Done()
+		} else if job.Args.Wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(job.Args.Wait):
+			}
+		}
+		got <- ended{cause: context.Cause(ctx)}
+		return nil
+	}))
+	runWorker(t, w)
+	run := func(args timedStepArgs, timeout time.Duration) ended {
+		t.Helper()
+		_, err := b.client.Enqueue(b.ctx, args, &skiplock.EnqueueOptions{Timeout: timeout})
+		require.NoError(t, err)
+		select {
+		case e := <-got:
+			return e
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the job (%+v, timeout %v) did not end", args, timeout)
+			return ended{}
+		}
+	}
+	assert.NoError(t, run(timedStepArgs{}, time.Hour).cause, "a long timeout, returned at once")
+	assert.ErrorIs(t, run(timedStepArgs{Block: true}, 200*time.Millisecond).cause, skiplock.ErrJobTimeout,
+		"a short timeout after a long one")
+	assert.NoError(t, run(timedStepArgs{}, 100*time.Millisecond).cause, "a short timeout, returned at once")
+	assert.NoError(t, run(timedStepArgs{Wait: 500 * time.Millisecond}, time.Hour).cause,
+		"a long timeout after a short one is not cut at the short one's end")
+	assert.ErrorIs(t, run(timedStepArgs{Block: true}, 300*time.Millisecond).cause, skiplock.ErrJobTimeout,
+		"a short timeout again")
+}
+
 const timedArgsTimeout = 7 * time.Minute
 
 type timedArgs struct{}

@@ -136,10 +136,9 @@ func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]ClaimedJob, error
 	)
 	for rows.Next() {
 		j := new(jobtype.JobRow) // one allocation per row, the row's own
-		if err := rows.Scan(r.Dest(j, &fence, &timeoutMs)...); err != nil {
+		if err := r.Read(rows, j, &fence, &timeoutMs); err != nil {
 			return nil, err
 		}
-		r.Finish(j)
 		cj := ClaimedJob{Row: j, Fence: fence, Leased: began}
 		if timeoutMs.Valid {
 			cj.Timeout = time.Duration(timeoutMs.Int64) * time.Millisecond

@@ -46,7 +46,8 @@ type ClaimLoopConfig struct {
 	Gate *pgutil.Gate
 	// Start registers a claimed job (its context, its lease) and returns it ready for
 	// the runners (jobStarter, internal/execute, execute.go); slot: it holds a slot of a concurrency limit.
-	Start func(job ClaimedJob, slot bool) Dispatched
+	// False, with nothing registered, when the worker already runs the attempt (see Holds).
+	Start func(job ClaimedJob, slot bool) (Dispatched, bool)
 	// StaleAfter is how old a claim may be when its reply arrives: after that the lease
 	// it wrote may be ending already (the reply came late, held up in a hanging
 	// connection), and its jobs must not start, since another worker may soon hold them.
@@ -65,7 +66,8 @@ type ClaimLoopConfig struct {
 	// Holds reports whether the worker already runs the attempt: a claim that hands out a
 	// token the worker holds (a claim's commit lost with an asynchronous primary, or
 	// under synchronous_commit = off, lets the next claim take the same token) is not
-	// run twice. nil: never.
+	// run twice, nor put back when its claim came too late. Start looks for the jobs it
+	// starts itself, in the same step. nil: never.
 	Holds func(jobtype.AttemptKey) bool
 }
 
@@ -388,19 +390,20 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 	var stale []jobtype.AttemptKey
 	for _, j := range jobs {
 		key := jobtype.AttemptKey{ID: j.Row.ID, Fence: j.Fence}
-		if q.cfg.Holds != nil && q.cfg.Holds(key) {
-			// The same token again: the attempt already runs here, and its writes match
-			// this claim's; a second run would be a twin. Nothing to put back.
-			q.cfg.Logger.Warn("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off); not running it twice",
-				"queue", q.name, "job", key.ID, "fence", key.Fence)
-			q.active.Add(-1)
-			continue
-		}
 		if ending || now.Sub(j.Leased) > q.cfg.StaleAfter {
+			if q.cfg.Holds != nil && q.cfg.Holds(key) {
+				q.heldTwice(key) // not put back: the attempt runs here
+				continue
+			}
 			stale = append(stale, key)
 			continue
 		}
-		q.Jobs.Put(q.cfg.Start(j, slot))
+		d, ok := q.cfg.Start(j, slot)
+		if !ok {
+			q.heldTwice(key)
+			continue
+		}
+		q.Jobs.Put(d)
 	}
 	if len(stale) > 0 {
 		q.cfg.Logger.Warn("skiplock: a claim's reply came too late to run its jobs safely; putting them back",
@@ -408,6 +411,15 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 		q.cfg.Release(stale)
 		q.active.Add(-int64(len(stale)))
 	}
+}
+
+// heldTwice drops the claimed attempt key, which the worker already runs: the same token
+// again, whose writes match the running attempt's; a second run would be a twin, and
+// there is nothing to put back.
+func (q *QueueRunner) heldTwice(key jobtype.AttemptKey) {
+	q.cfg.Logger.Warn("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off); not running it twice",
+		"queue", q.name, "job", key.ID, "fence", key.Fence)
+	q.active.Add(-1)
 }
 
 // firstClaimRetry is the first wait after a failed claim.

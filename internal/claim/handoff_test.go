@@ -16,8 +16,9 @@ func runHandoff(h *Handoff, n int, handle func(id int64)) (wait func()) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
+			s := NewSleeper()
 			for {
-				d, ok := h.Next()
+				d, ok := h.Next(s)
 				if !ok {
 					return
 				}
@@ -84,7 +85,7 @@ func asleep(t *testing.T, h *Handoff, n int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		h.mu.Lock()
-		idle := h.idle
+		idle := len(h.sleepers)
 		h.mu.Unlock()
 		if idle == n {
 			return
@@ -136,7 +137,7 @@ func TestHandoff_EachJobOnceInOrderThenCloses(t *testing.T) {
 			t.Fatalf("job %d taken at position %d: not first in, first out", id, i)
 		}
 	}
-	if _, ok := h.Next(); ok {
+	if _, ok := h.Next(NewSleeper()); ok {
 		t.Fatal("Next returned a job after Close with none left")
 	}
 	// Many runners, each job once.
@@ -157,6 +158,42 @@ func TestHandoff_EachJobOnceInOrderThenCloses(t *testing.T) {
 	}
 }
 
+// The runner woken is the one that went to sleep last: jobs put one at a time, each
+// once the one before it was handled, all go to the same runner, whose stack and caches
+// are warm, while the others sleep on.
+func TestHandoff_WakesTheRunnerThatSleptLast(t *testing.T) {
+	t.Parallel()
+	h := NewHandoff()
+	const runners = 4
+	var wg sync.WaitGroup
+	took := make(chan int, 1)
+	for r := range runners {
+		wg.Go(func() {
+			s := NewSleeper()
+			for {
+				if _, ok := h.Next(s); !ok {
+					return
+				}
+				took <- r
+			}
+		})
+	}
+	asleep(t, h, runners)
+	first := -1
+	for i := range 20 {
+		h.Put(Dispatched{Key: jobtype.AttemptKey{ID: int64(i + 1)}})
+		r := <-took
+		if first < 0 {
+			first = r
+		} else if r != first {
+			t.Fatalf("job %d went to runner %d, job 1 to runner %d: not the runner that slept last", i+1, r, first)
+		}
+		asleep(t, h, runners)
+	}
+	h.Close()
+	wg.Wait()
+}
+
 // A Handoff with SetSpawn starts runners as jobs come: none while no job came, one per job
 // that finds every started runner busy in its handler, never more than the limit, and a
 // raised limit lets the jobs left waiting start. Every job runs.
@@ -174,8 +211,9 @@ func TestHandoff_SpawnsRunnersAsJobsNeedThem(t *testing.T) {
 		spawned.Add(1)
 		wg.Go(func() {
 			h.Arrived()
+			s := NewSleeper()
 			for {
-				d, ok := h.Next()
+				d, ok := h.Next(s)
 				if !ok {
 					return
 				}

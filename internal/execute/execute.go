@@ -64,15 +64,18 @@ func (s *JobStarter) SetBase(ctx context.Context) context.Context {
 }
 
 // Start registers the claimed job cj with a context derived from the executor's base.
-// slot: it was claimed under a concurrency limit (queueRunner.holdsSlot).
-func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) claim.Dispatched {
+// slot: it was claimed under a concurrency limit (queueRunner.holdsSlot). False, with
+// nothing registered, when the worker holds the attempt already (a claim handed out a
+// token this worker runs: claim.ClaimLoopConfig.Start).
+func (s *JobStarter) Start(cj claim.ClaimedJob, slot bool) (claim.Dispatched, bool) {
 	return s.StartIn(s.Base, cj, slot)
 }
 
 // StartIn registers the claimed job cj: its context (a jobtype.JobCtx, which carries its
 // state and ends with base), and its place among the held jobs, with the lease its claim
-// wrote. Its slot was reserved before the claim.
-func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) claim.Dispatched {
+// wrote. Its slot was reserved before the claim. False, with nothing registered, when the
+// worker holds the attempt already.
+func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot bool) (claim.Dispatched, bool) {
 	// A context derived from the starter's own base does not watch it: Cancel ends every
 	// held attempt's context with it, and one that starts meanwhile sees it ended below.
 	ownBase := base == s.Base
@@ -83,11 +86,14 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 		st.Durable = s.Durable
 	}
 	key := jobtype.AttemptKey{ID: cj.Row.ID, Fence: cj.Fence}
+	if !s.Held.Add(key, jobCtx, cj.Leased, st, cj.Row) {
+		jobCtx.Cancel(context.Canceled) // ends its watch of base, if any; no one saw it
+		return claim.Dispatched{}, false
+	}
 	cj.Row.Fence = cj.Fence
 	if s.Attempt != nil {
 		jobtype.SetAttempt(cj.Row, s.Attempt)
 	}
-	s.Held.Add(key, jobCtx, cj.Leased, st, cj.Row)
 	if ownBase && base.Err() != nil {
 		jobCtx.Cancel(context.Cause(base)) // Cancel ran before Add: it did not see this attempt
 	}
@@ -95,7 +101,7 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if slot {
 		s.Slots.Take()
 	}
-	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}
+	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
 }
 
 // ExecutorConfig is what the executor is built from.
@@ -239,8 +245,9 @@ func (e *Executor) runner(q *claim.QueueRunner) {
 	q.Jobs.Arrived()
 	o := e.NewOverrunWatch()
 	defer o.Close()
+	s := claim.NewSleeper()
 	for {
-		d, ok := q.Jobs.Next()
+		d, ok := q.Jobs.Next(s)
 		if !ok {
 			return
 		}
@@ -331,14 +338,17 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 // then recorded as a timed-out failure (internal/record, outcome.go). Meanwhile the handler is reported
 // overrunning: a warning per lease interval from its timeout plus one interval on, the
 // error handlers' HandleStuck once, and a count (Worker.Overrunning). A runner keeps one
-// for all its jobs: its timer is armed for each attempt and stopped when the handler
-// returns, so watching costs no allocation per job.
+// for all its jobs, so watching costs no allocation per job; and its timer is not reset
+// for each attempt: once armed, it stays armed for the attempt it was armed for, and when
+// it fires for a later attempt, which is not yet due, it is armed again for that one
+// (fire). A run of short jobs touches the timer once per timeout, not twice per job.
 type overrunWatch struct {
 	e *Executor
-	t *time.Timer // runs fire; armed by watch, stopped by stop
+	t *time.Timer // runs fire; armed by watch (or fire) when not armed early enough
 
 	mu      sync.Mutex
-	gen     uint64 // counts the attempts watched: a report is for the attempt it began with
+	armed   time.Time // when t fires; zero: not armed
+	gen     uint64    // counts the attempts watched: a report is for the attempt it began with
 	d       claim.Dispatched
 	jc      *jobtype.JobCtx // the attempt's context, timed out by fire; nil: its own timer does
 	timeout time.Duration
@@ -369,14 +379,19 @@ func (o *overrunWatch) watch(d claim.Dispatched, jc *jobtype.JobCtx, timeout tim
 		wait = timeout
 	}
 	o.due = began.Add(wait)
-	o.t.Reset(time.Until(o.due))
+	if o.armed.IsZero() || o.armed.After(o.due) {
+		// Not armed, or armed for later than this attempt's due time (a shorter timeout):
+		// armed early enough, it fires early and fire arms it again.
+		o.armed = o.due
+		o.t.Reset(time.Until(o.due))
+	}
 	o.mu.Unlock()
 }
 
-// stop ends the watch of the current attempt: its handler returned.
+// stop ends the watch of the current attempt: its handler returned. The timer stays
+// armed (watch): fired with no attempt watched, it does nothing.
 func (o *overrunWatch) stop() {
 	o.mu.Lock()
-	o.t.Stop()
 	if o.counted {
 		o.e.Overrunning.Add(-1)
 	}
@@ -393,12 +408,13 @@ func (o *overrunWatch) Close() { o.t.Stop() }
 func (o *overrunWatch) fire() {
 	o.mu.Lock()
 	now := time.Now()
+	o.armed = time.Time{}
 	if o.due.IsZero() {
 		o.mu.Unlock()
 		return
 	}
 	if now.Before(o.due) {
-		o.t.Reset(o.due.Sub(now))
+		o.rearm(now)
 		o.mu.Unlock()
 		return
 	}
@@ -409,7 +425,7 @@ func (o *overrunWatch) fire() {
 		o.jc.TimeOut()
 		o.jc = nil
 		o.due = o.began.Add(o.timeout + o.every())
-		o.t.Reset(o.due.Sub(now))
+		o.rearm(now)
 		o.mu.Unlock()
 		return
 	}
@@ -431,10 +447,18 @@ func (o *overrunWatch) fire() {
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {
-		o.due = time.Now().Add(o.every())
-		o.t.Reset(o.every())
+		now := time.Now()
+		o.due = now.Add(o.every())
+		o.rearm(now)
 	}
 	o.mu.Unlock()
+}
+
+// rearm arms the timer for the current attempt's due time, now being the time; o.mu is
+// held.
+func (o *overrunWatch) rearm(now time.Time) {
+	o.armed = o.due
+	o.t.Reset(o.due.Sub(now))
 }
 
 // callHandler runs the handler, turning a panic into an error with its stack.

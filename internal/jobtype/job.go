@@ -210,13 +210,15 @@ func CollectJobs(rows pgx.Rows) ([]*JobRow, error) {
 // of its own, for the claim: its destinations serve every row, the text and JSON
 // columns are read in place (pgtype.DriverBytes) and the JSON ones decoded from there,
 // and the strings rows share (queue, kind, status, worker) are made once per reader,
-// not per row. The rows come out as Scan makes them.
+// not per row. The rows come out as Scan makes them. Read (rawrow.go) decodes a row
+// from its raw values when its columns allow, and through Dest and Finish otherwise.
 type RowReader struct {
 	status, queue, kind, lockedBy, lastErr, uniqueKey pgtype.DriverBytes
 	errs, meta, progress, output                      pgtype.DriverBytes
 	lockedAt, finishedAt                              pgtype.Timestamptz
 	dest                                              []any
 	strs                                              []string // the strings made so far, for reuse
+	raw                                               rawState // Read decodes the raw values (rawrow.go)
 }
 
 // Dest returns the destinations of Columns for the row j, followed by extra; valid until

@@ -43,11 +43,17 @@ type HeldJobs struct {
 func NewHeldJobs() *HeldJobs { return &HeldJobs{m: map[jobtype.AttemptKey]heldJob{}} }
 
 // Add registers the attempt k of row, whose lease was written by a statement started at
-// renewed.
-func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel jobtype.Canceler, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) {
+// renewed, and reports whether it did: false when the worker holds k already (nothing is
+// changed), the one look-up of the set a claimed job costs.
+func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel jobtype.Canceler, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) bool {
+	j := heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
 	h.mu.Lock()
-	h.m[k] = heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: time.Now()}
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if _, held := h.m[k]; held {
+		return false
+	}
+	h.m[k] = j
+	return true
 }
 
 // runningJob names one attempt whose handler still runs, for the log of a shutdown

@@ -304,3 +304,28 @@ func deref(p *string) any {
 	}
 	return *p
 }
+
+// Add registers an attempt once: a second Add of the same key (a claim that handed out
+// the token again) reports false and leaves the running attempt as it was.
+func TestHeldJobs_AddKeepsTheAttemptItHolds(t *testing.T) {
+	t.Parallel()
+	h := NewHeldJobs()
+	first := add(t, h, 1, 1, time.Now())
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if h.Add(first.key, jobtype.CancelFunc(cancel), time.Now(), nil, &jobtype.JobRow{ID: 1}) {
+		t.Fatal("Add of a held key reported it added the attempt")
+	}
+	if !h.cancel(first.key, errWatchdog) {
+		t.Fatal("the held attempt is gone")
+	}
+	if ok, cause := first.cancelled(); !ok || !errors.Is(cause, errWatchdog) {
+		t.Fatalf("the first attempt's context: cancelled %v, cause %v; want the held attempt's cancel", ok, cause)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the second Add's cancel replaced the held attempt's")
+	}
+	if !h.Add(jobtype.AttemptKey{ID: 1, Fence: 2}, jobtype.CancelFunc(cancel), time.Now(), nil, &jobtype.JobRow{ID: 1}) {
+		t.Fatal("Add of a new token of the same job reported it was held")
+	}
+}

@@ -29,7 +29,7 @@ func (w *writer) insertMany(ctx context.Context, db jobtype.DBTX, jobs []Job, ca
 	if anyJob(jobs, (*Job).needsUnnest) || !canCopy(db) { // database/sql has no COPY (sqltx.go)
 		total, err = w.insertManyUnique(ctx, db, jobs, callerTx)
 	} else {
-		total, err = w.copyJobs(ctx, db, jobs, 0)
+		total, err = w.copyJobs(ctx, db, jobs, 0, 0)
 	}
 	if err != nil {
 		return 0, err
@@ -40,23 +40,22 @@ func (w *writer) insertMany(ctx context.Context, db jobtype.DBTX, jobs []Job, ca
 	return int(total), nil
 }
 
-// copyJobs writes with COPY the jobs due now of jobs[from:], then the scheduled jobs of
-// all of jobs (those of jobs[:from] too: the stream of stream.go copies the due ones of
-// jobs[:from] and leaves the rest to this). None of them needs the unnest insert.
-// Metadata is copied only when some job has any: the column default ('{}') costs the
-// COPY nothing.
-func (w *writer) copyJobs(ctx context.Context, db jobtype.DBTX, jobs []Job, from int) (int64, error) {
-	nowMeta := anyJob(jobs[from:], func(j *Job) bool { return j.RunAt == nil && j.hasMetadata() })
-	laterMeta := anyJob(jobs, func(j *Job) bool { return j.RunAt != nil && j.hasMetadata() })
+// copyJobs writes with COPY the jobs due now of jobs[nowFrom:], then the scheduled jobs
+// of jobs[laterFrom:]; none of them needs the unnest insert. (insertMany gives it all its
+// jobs; the streamed COPY of stream.go, what it left.) Metadata is copied only when some
+// job has any: the column default ('{}') costs the COPY nothing.
+func (w *writer) copyJobs(ctx context.Context, db jobtype.DBTX, jobs []Job, nowFrom, laterFrom int) (int64, error) {
+	nowMeta := anyJob(jobs[nowFrom:], func(j *Job) bool { return j.RunAt == nil && j.hasMetadata() })
+	laterMeta := anyJob(jobs[laterFrom:], func(j *Job) bool { return j.RunAt != nil && j.hasMetadata() })
 	var total int64
 	for _, src := range []*copyRows{
-		{jobs: jobs, i: from, meta: nowMeta},
-		{jobs: jobs, later: true, meta: laterMeta},
+		{jobs: jobs, i: nowFrom, meta: nowMeta},
+		{jobs: jobs, i: laterFrom, later: true, meta: laterMeta},
 	} {
 		if !src.any() {
 			continue
 		}
-		n, err := db.CopyFrom(ctx, pgx.Identifier{w.schema, "jobs"}, src.columns(), src)
+		n, err := db.CopyFrom(ctx, jobsTable(w.schema), src.columns(), src)
 		if err != nil {
 			return 0, wrapErr(w.schema, "enqueue many", err)
 		}
@@ -64,6 +63,9 @@ func (w *writer) copyJobs(ctx context.Context, db jobtype.DBTX, jobs []Job, from
 	}
 	return total, nil
 }
+
+// jobsTable is the jobs table of schema, as pgx's CopyFrom names it.
+func jobsTable(schema string) pgx.Identifier { return pgx.Identifier{schema, "jobs"} }
 
 // notifyDue sends, in db's transaction, one notification per queue with a job due now.
 func (w *writer) notifyDue(ctx context.Context, db jobtype.DBTX, jobs []Job) error {

@@ -226,19 +226,26 @@ func TestEnqueueMany_LargeRefusalWritesNothingAndNamesTheFirstJob(t *testing.T) 
 func TestEnqueueMany_LargePanicReachesTheCallerAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	pool := newPool(t, 1) // one connection: the one the panicking call used
+	client := clientWith(t, &bundle{ctx: b.ctx, pool: pool, schema: b.schema}, skiplock.Config{})
 	params := bigParams(func(int) *skiplock.EnqueueOptions { return nil })
 	params[1800] = skiplock.EnqueueParams{Args: badJSON{N: 1800, panics: true}}
 	var got any
 	func() {
 		defer func() { got = recover() }()
-		_, _ = b.client.EnqueueMany(b.ctx, params)
+		_, _ = client.EnqueueMany(b.ctx, params)
 	}()
 	assert.Equal(t, "marshal 1800", got)
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`))
-	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`))
+	// The connection is back in the pool, its transaction rolled back.
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	var xid *int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT txid_current_if_assigned()`).Scan(&xid))
+	assert.Nil(t, xid, "the COPY's transaction is still open")
 
 	params[1800] = skiplock.EnqueueParams{Args: noopArgs{N: 1800}}
-	n, err := b.client.EnqueueMany(b.ctx, params)
+	n, err := client.EnqueueMany(b.ctx, params)
 	require.NoError(t, err)
 	assert.Equal(t, bigBatch, n)
 }

@@ -293,9 +293,15 @@ func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, args JobArgs, opt
 
 // EnqueueMany inserts many jobs in one transaction of its own with a constant number of
 // statements (COPY, or one multi-row insert when unique keys are used) and returns how
-// many were inserted. Every job is validated before anything is written, and the jobs are
-// committed all together or not at all. Jobs whose UniqueKey is already active are
-// skipped and not counted.
+// many were inserted. Every job is validated, and one refused writes nothing: the jobs
+// are committed all together or not at all, and the error names the first refused job.
+// Jobs whose UniqueKey is already active are skipped and not counted.
+//
+// A call of 1000 jobs or more, on a client with no enqueue hooks and no insert
+// middleware, prepares each job (marshals its args) while COPY sends the jobs before
+// it, in a goroutine of pgx's: the args' Kind, EnqueueOptions and MarshalJSON methods
+// then run there, one job at a time, in order, while EnqueueMany waits; a panic in them
+// still reaches the caller.
 //
 // A call of at most 100 jobs without unique keys shares its statement and commit with
 // concurrent Enqueue and EnqueueMany calls, as [Client.Enqueue] does (and with the same
@@ -304,11 +310,11 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) (int, 
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("skiplock: enqueue many: %w", err)
 	}
-	jobs, err := c.prepareMany(params)
-	if err != nil || len(jobs) == 0 {
-		return 0, err
-	}
-	return c.enq.EnqueueMany(ctx, jobs)
+	// The jobs are prepared as the engine asks for them: a large call's are prepared while
+	// COPY sends those before them (internal/enqueue, stream.go).
+	return c.enq.EnqueueManyFunc(ctx, len(params), func(i int) (enqueue.Job, error) {
+		return c.prepareBulk(params[i])
+	})
 }
 
 // EnqueueManyTx is [Client.EnqueueMany] inside the caller's transaction tx.
@@ -341,16 +347,23 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, params []Enqu
 func (c *Client) prepareMany(params []EnqueueParams) ([]enqueue.Job, error) {
 	jobs := make([]enqueue.Job, len(params))
 	for i := range params {
-		j, err := c.prepare(params[i].Args, params[i].Options)
-		if err == nil {
-			err = j.CheckBulk()
-		}
+		j, err := c.prepareBulk(params[i])
 		if err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i, len(params), err)
 		}
 		jobs[i] = j
 	}
 	return jobs, nil
+}
+
+// prepareBulk prepares one job of an EnqueueMany call: as prepare, and refusing the
+// options only a single enqueue honours.
+func (c *Client) prepareBulk(p EnqueueParams) (enqueue.Job, error) {
+	j, err := c.prepare(p.Args, p.Options)
+	if err == nil {
+		err = j.CheckBulk()
+	}
+	return j, err
 }
 
 // reservedMetadataPrefix starts the metadata keys skiplock writes itself (the workflow,

@@ -137,7 +137,7 @@ var workloads = []Workload{
 		Desc: func(s Sizes) string {
 			return fmt.Sprintf("bulk insert of %d jobs in one call (system's bulk path)", s.Bulk)
 		},
-		Metrics: []Metric{rate("rate", "bulk insert")},
+		Metrics: append([]Metric{rate("rate", "bulk insert")}, cpuMetrics...),
 		Run:     runBulk,
 	},
 	{
@@ -267,15 +267,19 @@ var workloads = []Workload{
 func runBulk(e *env) (map[string]float64, error) {
 	n := e.sizes.Bulk
 	insert := e.sys.Bulk(n, time.Time{}, 1)
+	c0 := e.cpuNow()
 	t0 := time.Now()
 	if err := insert(e.ctx); err != nil {
 		return nil, err
 	}
 	el := time.Since(t0)
+	c1 := e.cpuNow()
 	if err := e.expectPending(int64(n)); err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	res := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpuPerJob(res, c0, c1, n)
+	return res, nil
 }
 
 func runSingle(e *env) (map[string]float64, error) {

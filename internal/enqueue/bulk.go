@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,78 +24,138 @@ var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts
 // jobs, or one unnest insert when unique keys need ON CONFLICT; then one notification
 // per queue with due jobs.
 func (w *writer) insertMany(ctx context.Context, db jobtype.DBTX, jobs []Job, callerTx bool) (int, error) {
-	queues := map[string]bool{}
-	hasUnique := false // or a per-job timeout or partition key, which the COPY columns do not carry
-	hasMeta := false
-	for i := range jobs {
-		if jobs[i].dueNow() {
-			queues[jobs[i].Queue] = true
-		}
-		if jobs[i].UniqueKey != nil || jobs[i].TimeoutMs != nil || jobs[i].PartitionKey != nil || jobs[i].ConcurrencyKeys != nil {
-			hasUnique = true
-		}
-		if len(jobs[i].Metadata) > 2 {
-			hasMeta = true
-		}
-	}
 	var total int64
-	if hasUnique || !canCopy(db) { // database/sql has no COPY (sqltx.go)
-		n, err := w.insertManyUnique(ctx, db, jobs, callerTx)
-		if err != nil {
-			return 0, err
-		}
-		total = n
+	var err error
+	if anyJob(jobs, (*Job).needsUnnest) || !canCopy(db) { // database/sql has no COPY (sqltx.go)
+		total, err = w.insertManyUnique(ctx, db, jobs, callerTx)
 	} else {
-		// Metadata is copied only when some job has any: the column default ('{}')
-		// costs the COPY nothing.
-		var now, later [][]any
-		nowCols, laterCols := copyColumns[:5:5], copyColumns
-		if hasMeta {
-			nowCols, laterCols = append(nowCols, "metadata"), append(laterCols[:len(laterCols):len(laterCols)], "metadata")
-		}
-		for i := range jobs {
-			j := &jobs[i]
-			var r []any
-			if j.RunAt == nil {
-				r = []any{j.Queue, j.Kind, j.Payload, j.Priority, j.MaxAttempts}
-			} else {
-				r = []any{j.Queue, j.Kind, j.Payload, j.Priority, j.MaxAttempts, *j.RunAt}
-			}
-			if hasMeta {
-				r = append(r, j.Metadata)
-			}
-			if j.RunAt == nil {
-				now = append(now, r)
-			} else {
-				later = append(later, r)
-			}
-		}
-		table := pgx.Identifier{w.schema, "jobs"}
-		if len(now) > 0 {
-			n, err := db.CopyFrom(ctx, table, nowCols, pgx.CopyFromRows(now))
-			if err != nil {
-				return 0, wrapErr(w.schema, "enqueue many", err)
-			}
-			total += n
-		}
-		if len(later) > 0 {
-			n, err := db.CopyFrom(ctx, table, laterCols, pgx.CopyFromRows(later))
-			if err != nil {
-				return 0, wrapErr(w.schema, "enqueue many", err)
-			}
-			total += n
-		}
+		total, err = w.copyJobs(ctx, db, jobs, 0, 0)
 	}
-	if len(queues) > 0 {
-		names := make([]string, 0, len(queues))
-		for q := range queues {
-			names = append(names, q)
-		}
-		if err := w.notify.Queues(ctx, db, names); err != nil {
-			return 0, wrapErr(w.schema, "enqueue many", err)
-		}
+	if err != nil {
+		return 0, err
+	}
+	if err := w.notifyDue(ctx, db, jobs); err != nil {
+		return 0, err
 	}
 	return int(total), nil
+}
+
+// copyJobs writes with COPY the jobs due now of jobs[nowFrom:], then the scheduled jobs
+// of jobs[laterFrom:]; none of them needs the unnest insert. (insertMany gives it all its
+// jobs; the streamed COPY of stream.go, what it left.) Metadata is copied only when some
+// job has any: the column default ('{}') costs the COPY nothing.
+func (w *writer) copyJobs(ctx context.Context, db jobtype.DBTX, jobs []Job, nowFrom, laterFrom int) (int64, error) {
+	nowMeta := anyJob(jobs[nowFrom:], func(j *Job) bool { return j.RunAt == nil && j.hasMetadata() })
+	laterMeta := anyJob(jobs[laterFrom:], func(j *Job) bool { return j.RunAt != nil && j.hasMetadata() })
+	var total int64
+	for _, src := range []*copyRows{
+		{jobs: jobs, i: nowFrom, meta: nowMeta},
+		{jobs: jobs, i: laterFrom, later: true, meta: laterMeta},
+	} {
+		if !src.any() {
+			continue
+		}
+		n, err := db.CopyFrom(ctx, jobsTable(w.schema), src.columns(), src)
+		if err != nil {
+			return 0, wrapErr(w.schema, "enqueue many", err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// jobsTable is the jobs table of schema, as pgx's CopyFrom names it.
+func jobsTable(schema string) pgx.Identifier { return pgx.Identifier{schema, "jobs"} }
+
+// notifyDue sends, in db's transaction, one notification per queue with a job due now.
+func (w *writer) notifyDue(ctx context.Context, db jobtype.DBTX, jobs []Job) error {
+	queues := map[string]bool{}
+	last := "" // a bulk insert is mostly one queue: look the map up once per run of it
+	for i := range jobs {
+		if q := jobs[i].Queue; q != last && jobs[i].dueNow() {
+			queues[q], last = true, q
+		}
+	}
+	if len(queues) == 0 {
+		return nil
+	}
+	if err := w.notify.Queues(ctx, db, slices.Collect(maps.Keys(queues))); err != nil {
+		return wrapErr(w.schema, "enqueue many", err)
+	}
+	return nil
+}
+
+// needsUnnest reports whether j needs the unnest insert: a unique key needs ON CONFLICT,
+// and the COPY columns carry no timeout, partition key or concurrency keys.
+func (j *Job) needsUnnest() bool {
+	return j.UniqueKey != nil || j.TimeoutMs != nil || j.PartitionKey != nil || j.ConcurrencyKeys != nil
+}
+
+// anyJob reports whether f holds for some job of jobs.
+func anyJob(jobs []Job, f func(*Job) bool) bool {
+	for i := range jobs {
+		if f(&jobs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMetadata reports whether j's metadata is more than the empty object.
+func (j *Job) hasMetadata() bool { return len(j.Metadata) > 2 }
+
+// copyRows is a COPY source over jobs: from the i-th on, those due now (RunAt nil) or,
+// with later, the scheduled ones, whose rows carry run_at; with meta, rows carry the
+// metadata. It builds no rows ahead: one slice of values is reused, since pgx encodes a
+// row before it asks for the next.
+type copyRows struct {
+	jobs  []Job
+	i     int // the next job to look at
+	later bool
+	meta  bool
+	row   []any
+}
+
+func (r *copyRows) any() bool {
+	return anyJob(r.jobs[r.i:], func(j *Job) bool { return (j.RunAt != nil) == r.later })
+}
+
+func (r *copyRows) columns() []string {
+	cols := copyColumns[:5:5]
+	if r.later {
+		cols = copyColumns[:6:6]
+	}
+	if r.meta {
+		cols = append(cols, "metadata")
+	}
+	return cols
+}
+
+func (r *copyRows) Next() bool {
+	for ; r.i < len(r.jobs); r.i++ {
+		if (r.jobs[r.i].RunAt != nil) == r.later {
+			r.row = r.jobs[r.i].copyRow(r.row[:0], r.later, r.meta)
+			r.i++
+			return true
+		}
+	}
+	return false
+}
+
+func (r *copyRows) Values() ([]any, error) { return r.row, nil }
+func (r *copyRows) Err() error             { return nil }
+
+// copyRow appends j's COPY row to row: queue, kind, payload, priority, max_attempts, with
+// run_at when withRunAt, with metadata when withMeta.
+func (j *Job) copyRow(row []any, withRunAt, withMeta bool) []any {
+	row = append(row, j.Queue, j.Kind, j.Payload, j.Priority, j.MaxAttempts)
+	if withRunAt {
+		row = append(row, *j.RunAt)
+	}
+	if withMeta {
+		row = append(row, j.Metadata)
+	}
+	return row
 }
 
 // insertManyUnique writes jobs of which some have unique keys with one unnest insert that

@@ -25,6 +25,9 @@ func ValidDimension(name string) bool { return ValidQueue(name) == nil }
 
 // checkConcurrencyKeys checks a job's keys by dimension.
 func checkConcurrencyKeys(keys map[string]string) error {
+	if len(keys) == 0 {
+		return nil // most jobs: no sorting, no allocation
+	}
 	if len(keys) > MaxDimensions {
 		return fmt.Errorf("%w: ConcurrencyKeys has %d dimensions: at most %d", ErrInvalidOptions, len(keys), MaxDimensions)
 	}

@@ -223,20 +223,27 @@ func checkOptions(o *Options) error {
 }
 
 // encodePayload marshals args to the JSON stored as the job's payload, and checks that
-// jsonb takes it and that it fits maxBytes.
+// jsonb takes it and that it fits maxBytes. What json.Marshal returns is valid JSON (it
+// validates a MarshalJSON method's output too), so only jsonb's own limits are checked.
 func encodePayload(kind string, args Args, maxBytes int) ([]byte, error) {
 	payload, err := json.Marshal(args)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}
-	return payload, checkPayload(kind, payload, maxBytes)
+	return payload, checkJSONB(kind, payload, maxBytes)
 }
 
-// checkPayload checks that jsonb takes payload and that it fits maxBytes.
+// checkPayload checks that payload, from anywhere, is JSON that jsonb takes and that it
+// fits maxBytes.
 func checkPayload(kind string, payload []byte, maxBytes int) error {
 	if !json.Valid(payload) {
 		return fmt.Errorf("%w: kind %q: the payload is not valid JSON", ErrInvalidPayload, kind)
 	}
+	return checkJSONB(kind, payload, maxBytes)
+}
+
+// checkJSONB checks that jsonb takes payload, valid JSON, and that it fits maxBytes.
+func checkJSONB(kind string, payload []byte, maxBytes int) error {
 	if err := pgutil.CheckJSONB(payload); err != nil {
 		return fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
 	}

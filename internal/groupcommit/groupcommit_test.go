@@ -116,8 +116,14 @@ func TestBatcher_SendsAtOnceWhenIdle(t *testing.T) {
 	}
 	w.release(t)
 	g.Wait()
-	if !g.Idle() {
-		t.Fatal("the batcher is not idle once its only batch was written")
+	// Wait returns once the batch's items are written; its goroutine then takes the lock
+	// once more to find no next batch and end, so idleness follows shortly after.
+	deadline := time.Now().Add(5 * time.Second)
+	for !g.Idle() {
+		if time.Now().After(deadline) {
+			t.Fatal("the batcher is not idle once its only batch was written")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -41,15 +41,7 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 		ANALYZE {s}.jobs;`, "{s}", `"`+schema+`"`))
 	require.NoError(t, err)
 
-	rows, err := pool.Query(ctx, "EXPLAIN "+claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
+	plan := explain(t, pool, "EXPLAIN "+claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute)
 	text := strings.Join(plan, "\n")
 	assert.Contains(t, text, "jobs_claim_idx", text)
 	assert.NotContains(t, text, "Sort", text)

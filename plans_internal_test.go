@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
@@ -87,15 +90,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 		}
 	}
 	for _, c := range cases {
-		rows, err := pool.Query(ctx, "EXPLAIN "+pgutil.Render(schema, c.sql), c.args...)
-		require.NoError(t, err, c.name)
-		var plan []string
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan = append(plan, line)
-		}
-		require.NoError(t, rows.Err(), c.name)
+		plan := explain(t, pool, "EXPLAIN "+pgutil.Render(schema, c.sql), c.args...)
 		text := c.name + ":\n" + strings.Join(plan, "\n")
 		assert.NotContains(t, text, "Nested Loop Semi Join", text)
 		if !c.seqScan {
@@ -161,19 +156,20 @@ func TestPlans_FencedStatementsProbeTheirPairsInAHashInGenericPlans(t *testing.T
 // in a batch of 100).
 func TestPlans_FailureLooksUpEachAttemptsEntryOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	_, pool, schema := claimSetup(t)
-	rows, err := pool.Query(ctx, "EXPLAIN VERBOSE "+pgutil.Render(schema, record.FailureSQL),
+	plan := explain(t, pool, "EXPLAIN VERBOSE "+pgutil.Render(schema, record.FailureSQL),
 		[]int64{1}, []int64{1}, "w", `{"1:1": ["retry", 1000, "boom"]}`)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
 	text := strings.Join(plan, "\n")
 	// The entry's key is the row's "id:fence".
 	assert.Equal(t, 1, strings.Count(text, "(jobs.fence)::text"), text)
+}
+
+// explain runs an EXPLAIN statement and returns its plan's lines.
+func explain(t *testing.T, pool *pgxpool.Pool, query string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query, args...)
+	require.NoError(t, err, query)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err, query)
+	return plan
 }

@@ -1,7 +1,10 @@
 package skiplock
 
 import (
+	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/enqueue"
 )
@@ -29,3 +32,9 @@ func SetSweeperVacuumAfter(s *Sweeper, at time.Time) { s.s.VacuumAfter.Store(at.
 // SetWaitPoll sets how often c's Wait and WaitWorkflow read again without a
 // notification: tests set it long, so that only a notification can wake them in time.
 func SetWaitPoll(c *Client, d time.Duration) { c.waitPoll = d }
+
+// SettleTx runs c's workflow settle for the jobs ids in tx, as an outcome batch does
+// after writing their outcomes.
+func SettleTx(ctx context.Context, c *Client, tx pgx.Tx, ids []int64) error {
+	return c.flows.Settle(ctx, tx, ids)
+}

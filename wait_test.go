@@ -8,6 +8,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,15 @@ func (a retriedArgs) EnqueueOptions() skiplock.EnqueueOptions { return skiplock.
 
 // waitClient is a second client on a pool of its own, as another process would have,
 // whose waits read again only after an hour without a notification.
+// waitCtx is the context of a wait a test runs in a goroutine: it ends when the test's
+// cleanup begins, before the pools close, so a wait that never returned gives its
+// connection back and the test fails on its own assertion, not on a hung cleanup.
+func waitCtx(t *testing.T, b *bundle) context.Context {
+	ctx, cancel := context.WithCancel(b.ctx)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func waitClient(t *testing.T, b *bundle, conns int32) *skiplock.Client {
 	t.Helper()
 	c, err := skiplock.NewClient(newPool(t, conns), skiplock.Config{Schema: b.schema, Logger: testLogger()})
@@ -77,9 +87,10 @@ func TestWait_FromAnotherPoolSeesTheOutcomePromptly(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 2)
+	wctx := waitCtx(t, b)
 	for _, id := range []int64{ok.ID, bad.ID} {
 		go func() {
-			row, err := waiter.Wait(b.ctx, id)
+			row, err := waiter.Wait(wctx, id)
 			got <- result{row, err}
 		}()
 	}
@@ -225,8 +236,9 @@ func TestWait_CancelWakesTheWaiter(t *testing.T) {
 	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil)
 	require.NoError(t, err)
 	done := make(chan *skiplock.JobRow, 1)
+	wctx := waitCtx(t, b)
 	go func() {
-		r, err := waiter.Wait(b.ctx, row.ID)
+		r, err := waiter.Wait(wctx, row.ID)
 		assert.NoError(t, err)
 		done <- r
 	}()
@@ -263,8 +275,9 @@ func TestWaitWorkflow_ReturnsWhenEveryTaskIsFinal(t *testing.T) {
 	require.NoError(t, err)
 	runWorker(t, w)
 	done := make(chan *skiplock.WorkflowInfo, 1)
+	wctx := waitCtx(t, b)
 	go func() {
-		got, err := waiter.WaitWorkflow(b.ctx, info.ID)
+		got, err := waiter.WaitWorkflow(wctx, info.ID)
 		assert.NoError(t, err)
 		done <- got
 	}()
@@ -300,8 +313,9 @@ func TestWait_WokenByCompleteTx(t *testing.T) {
 	require.NoError(t, err)
 	runWorker(t, w)
 	done := make(chan *skiplock.JobRow, 1)
+	wctx := waitCtx(t, b)
 	go func() {
-		r, err := waiter.Wait(b.ctx, row.ID)
+		r, err := waiter.Wait(wctx, row.ID)
 		assert.NoError(t, err)
 		done <- r
 	}()
@@ -328,8 +342,9 @@ func TestWait_PollsWithoutANotification(t *testing.T) {
 	row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil)
 	require.NoError(t, err)
 	done := make(chan *skiplock.JobRow, 1)
+	wctx := waitCtx(t, b)
 	go func() {
-		r, err := waiter.Wait(b.ctx, row.ID)
+		r, err := waiter.Wait(wctx, row.ID)
 		assert.NoError(t, err)
 		done <- r
 	}()
@@ -351,4 +366,50 @@ func TestWait_PollsWithoutANotification(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Wait did not find the outcome at its poll")
 	}
+}
+
+// A workflow's wait registers for a task's job after the wake-up its outcome batch sent
+// with the batch's statement, and before the batch settles the task: the settle wakes it
+// at the commit. (Before, the wait read the job as running, the batch not committed yet,
+// and slept until its poll: an hour here.)
+func TestWaitWorkflow_WokenBySettleAfterALateRegistration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "late", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: waitedArgs{N: 1}},
+	}})
+	require.NoError(t, err)
+	job := info.Tasks[0].JobID
+	require.NotZero(t, job)
+
+	listener, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(b.ctx, "LISTEN "+pgx.Identifier{b.schema + "_done"}.Sanitize())
+	require.NoError(t, err)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	// The batch: its outcome (a success leaves the jobs table), then its own wake-up,
+	// which finds nobody registered yet.
+	_, err = tx.Exec(b.ctx, b.q(`DELETE FROM {s}.jobs WHERE id = $1`), job)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, b.q(`SELECT pg_notify($2, job_id::text) FROM {s}.job_waiters WHERE job_id = ANY($1)`),
+		[]int64{job}, b.schema+"_done")
+	require.NoError(t, err)
+	// The wait registers (and commits) now.
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_waiters (job_id, waiter) VALUES ($1, 1)`), job)
+	require.NoError(t, err)
+	require.NoError(t, skiplock.SettleTx(b.ctx, b.client, tx, []int64{job}))
+	require.NoError(t, tx.Commit(b.ctx))
+
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	n, err := listener.Conn().WaitForNotification(ctx)
+	require.NoError(t, err, "the settle did not wake the wait")
+	require.Equal(t, strconv.FormatInt(job, 10), n.Payload)
+	got, err := b.client.GetWorkflow(b.ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", got.Tasks[0].State)
 }

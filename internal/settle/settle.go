@@ -13,6 +13,7 @@ import (
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/waiting"
 )
 
 // Metadata keys that mark a job as a workflow task; a batch's callback also gets the
@@ -212,6 +213,7 @@ WHERE id = (SELECT workflow_id FROM {s}.workflow_tasks WHERE job_id = $1) FOR SH
 type Settler struct {
 	sql     string // settleSQL, rendered
 	lockSQL string // lockSQL, rendered
+	wake    waiting.Waking
 	Mapper  JobMapper
 }
 
@@ -219,7 +221,7 @@ type Settler struct {
 // (Client.flows), which its workers, sweepers and operator calls share.
 func New(schema string) *Settler {
 	return &Settler{sql: pgutil.Render(schema, settleSQL), lockSQL: pgutil.Render(schema, lockSQL),
-		Mapper: NewJobMapper(schema)}
+		wake: waiting.NewWaking(schema), Mapper: NewJobMapper(schema)}
 }
 
 // Run runs write on pool. When tasks (job ids of workflow tasks in the batch write
@@ -240,8 +242,16 @@ func (s *Settler) Run(ctx context.Context, pool *pgxpool.Pool, tasks []int64, wr
 
 // Settle runs the settle statement in tx for the jobs ids, whose outcomes tx has
 // written; ids that are not workflow tasks, or not finished, settle nothing.
+//
+// It wakes the jobs' waiters again once it holds the workflows' rows, in the round trip
+// of lockSQL: Client.WaitWorkflow registers for a task's job, then waits for the
+// workflow's row (internal/waiting has the protocol of a plain wait). A wait that took
+// the row before this lock registered before this wake-up's snapshot, so it is told at
+// the commit; one that comes after waits for the commit and reads the settled tasks. The
+// wake-up the batch sent with its own statement came before the lock: a wait registered
+// between the two was missed by it, read the task as running, and slept until its poll.
 func (s *Settler) Settle(ctx context.Context, tx jobtype.DBTX, ids []int64) error {
-	if _, err := tx.Exec(ctx, s.lockSQL, ids); err != nil {
+	if _, err := s.wake.Exec(ctx, tx, s.lockSQL, []any{ids}, ids); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, s.sql, ids)

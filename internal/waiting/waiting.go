@@ -186,8 +186,10 @@ func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 
 // await returns when a notification about one of ids comes, or Poll has passed; with
 // ctx's error when ctx ends. It bounds the wait with the connection's read deadline, not
-// with a context: pgx closes a connection whose wait a context ended, and the pool would
-// have to open a new one for each poll.
+// with a context, so that it does not depend on the pool's context watcher (a
+// CancelRequestContextWatcherHandler would send the server a cancel request at each poll).
+// The deadline is set before the read and set again, to now, by a timer when the poll is
+// due and when ctx ends: a read that something else cleared the deadline of still ends.
 func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) error {
 	poll := w.Poll
 	if poll <= 0 {
@@ -200,15 +202,18 @@ func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) 
 	}
 	var mu sync.Mutex
 	active := true
-	stop := context.AfterFunc(ctx, func() {
+	interrupt := func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if active {
 			_ = nc.SetReadDeadline(time.Now()) // ends the read at once
 		}
-	})
+	}
 	_ = nc.SetReadDeadline(until)
+	timer := time.AfterFunc(time.Until(until), interrupt)
+	stop := context.AfterFunc(ctx, interrupt)
 	defer func() {
+		timer.Stop()
 		stop()
 		mu.Lock()
 		active = false

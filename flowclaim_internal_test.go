@@ -2,8 +2,13 @@ package skiplock
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -145,3 +150,79 @@ func TestFlow_DimensionClaimLooksPastFullKeysUpToItsLookahead(t *testing.T) {
 	}
 	assert.Equal(t, 64, claim.DimLookahead, "the lookahead docs/flow-control.md gives")
 }
+
+// The slot claim (a queue whose only limit is Concurrency) walks the queue's priorities as
+// the plain claim does: its scan of due jobs starts at each priority's first queued job,
+// so it steps over the entries claimed jobs leave at the front of the claim index (until
+// the next VACUUM) once, not twice. The test explains the slot claim the flow claimer
+// sent, with its arguments.
+func TestFlow_SlotClaimStepsOverClaimedEntriesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	rec := &slotClaimRecorder{}
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	_, err = pool.Exec(ctx, pgutil.Render(schema, `
+		INSERT INTO {s}.jobs (queue, kind, run_at) SELECT 'slotted', 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
+		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
+		INSERT INTO {s}.jobs (queue, kind) SELECT 'slotted', 'k' FROM generate_series(1, 50);
+		INSERT INTO {s}.queue_slots (queue, slot) SELECT 'slotted', g FROM generate_series(0, 99) g;
+		ANALYZE {s}.jobs`))
+	require.NoError(t, err)
+	f := claim.NewFlowClaimer(pgutil.DB{Pool: pool, Schema: schema}, time.Minute)
+	jobs, _, err := f.Claim(ctx, "slotted", QueueLimits{Concurrency: 100}, 10, "w1")
+	require.NoError(t, err)
+	require.Len(t, jobs, 10)
+	sql, args := rec.last()
+	require.NotEmpty(t, sql, "the slot claim was sent")
+
+	top := analyzed(t, pool, sql, args...)
+	require.Equal(t, 10.0, top["Actual Rows"], "claims 10 more jobs")
+	scan, found := dueScanBuffers(top)
+	require.True(t, found, "the slot claim's plan has a LockRows node over jobs_claim_idx")
+	t.Logf("the scan of due jobs read %v buffers, the slot claim %v", scan, planBuffers(top))
+	// Stepping over the 40,000 entries again read 245 buffers or more (several times that
+	// while the entries are not yet marked dead); locking the 10 jobs reads about 15. The
+	// margin absorbs what a busy machine adds.
+	assert.Less(t, scan, 120.0, "buffers read by the scan of due jobs (the whole claim read %v)", planBuffers(top))
+}
+
+// slotClaimRecorder is a pool's tracer that keeps the last slot claim (the statement of a
+// batch that writes queue_slots) its batches sent, with its arguments.
+type slotClaimRecorder struct {
+	mu   sync.Mutex
+	sql  string
+	args []any
+}
+
+func (r *slotClaimRecorder) last() (string, []any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sql, r.args
+}
+
+func (r *slotClaimRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (r *slotClaimRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *slotClaimRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *slotClaimRecorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, "queue_slots") {
+		r.mu.Lock()
+		r.sql, r.args = d.SQL, d.Args
+		r.mu.Unlock()
+	}
+}
+
+func (r *slotClaimRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

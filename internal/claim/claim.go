@@ -15,9 +15,11 @@ import (
 	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
-// prioritiesCTE walks the distinct priorities of queue $1's queued jobs, highest first,
-// one index seek each (a skip scan of jobs_claim_idx). Both claim paths start with it
-// (claimSQL here, flowPlainPickSQL in flowclaim.go). Each priority comes with the place of
+// prioritiesCTE is prios: the walk of the distinct priorities of queue's queued jobs,
+// highest first, one index seek each (a skip scan of jobs_claim_idx). queue is an
+// expression of the statement that holds the walk ($1 in the claims). Every claim walks a
+// queue's priorities with it: claimSQL here, flowPlainPickSQL and slotClaimSQL in
+// flowclaim.go, dimPlainCandSQL in flowkeys.go. Each priority comes with the place of
 // its first queued job in the index (run_at, id): the scan of that priority's due jobs
 // starts there (priorityStart), not at the front of its range.
 //
@@ -27,16 +29,20 @@ import (
 // scan of due jobs at that job makes each claim step over them once, not twice. It is
 // safe: the seek and the scan read one snapshot, so no job before that place is queued in
 // it.
-const prioritiesCTE = `prios AS (
+//
+// The statement must begin WITH RECURSIVE: prios refers to itself.
+func prioritiesCTE(queue string) string {
+	return `prios AS (
 	(SELECT priority, run_at, id FROM {s}.jobs
-	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
+	 WHERE status = 'queued' AND queue = ` + queue + ` AND attempts >= 0
 	 ORDER BY priority DESC, run_at, id LIMIT 1)
 	UNION ALL
 	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
 		SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
-		WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+		WHERE j.status = 'queued' AND j.queue = ` + queue + ` AND j.attempts >= 0 AND j.priority < p.priority
 		ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
 )`
+}
 
 // priorityStart starts a scan of one priority's due jobs (joined with prios p) at that
 // priority's first queued job: a row comparison on the index's (run_at, id), a bound of
@@ -70,7 +76,7 @@ const priorityStart = `(run_at, id) >= (p.run_at, p.id)`
 //   - lease_until is this worker's lease: now() + its own visibility timeout ($4). The
 //     sweeper takes the job back only once it has passed, whatever its own settings.
 //   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
-const claimSQL = `WITH RECURSIVE ` + prioritiesCTE + `, picked AS (
+var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()

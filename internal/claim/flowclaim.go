@@ -79,8 +79,9 @@ const flowPrefixSQL = `WITH RECURSIVE clock AS MATERIALIZED (
 )`
 
 // flowPlainPickSQL picks the jobs of a limited queue without keys: claimSQL's walk
-// (priority by priority, due jobs only, SKIP LOCKED), cut at the budget.
-const flowPlainPickSQL = `, ` + prioritiesCTE + `, picked AS (
+// (priority by priority, due jobs only, SKIP LOCKED), cut at the budget. It follows
+// flowPrefixSQL, which begins WITH RECURSIVE.
+var flowPlainPickSQL = `, ` + prioritiesCTE("$1") + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
@@ -327,11 +328,12 @@ const keyTokensEndSQL = `), $9::float8) END AS tokens`
 //     still queued; the holder's claim transaction is invisible to that snapshot, so the
 //     slot is skipped instead of taken twice. A claim can thus see a slot taken that was
 //     just freed (it takes one job fewer), never a taken slot free.
-//   - picked is claimSQL's walk, cut at the number of slots locked.
+//   - prios and picked are claimSQL's walk (prioritiesCTE, each priority's scan starting
+//     at its first queued job), cut at the number of slots locked.
 //   - The jobs and the slots are paired by row number; the slot records the fencing token
 //     the claim gives the job (fence + 1, never given again) and this transaction's id.
 //   - The UPDATE of the jobs is claimSQL's, $5 being the worker's visibility timeout.
-const slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
+var slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
 	SELECT count(*)::int AS n FROM {s}.jobs
 	WHERE queue = $1 AND status = 'running' AND limited AND attempts >= 0
 ), bound AS MATERIALIZED (
@@ -354,19 +356,11 @@ const slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
 	ORDER BY s.slot
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), prios AS (
-	(SELECT priority FROM {s}.jobs
-	 WHERE status = 'queued' AND queue = $1 AND attempts >= 0
-	 ORDER BY priority DESC LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM {s}.jobs j
-	        WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
-	        ORDER BY j.priority DESC LIMIT 1)
-	FROM prios p WHERE p.priority IS NOT NULL
-), picked AS MATERIALIZED (
+), ` + prioritiesCTE("$1") + `, picked AS MATERIALIZED (
 	SELECT c.ctid, c.id, c.fence FROM prios p CROSS JOIN LATERAL (
 		SELECT ctid, id, fence FROM {s}.jobs
 		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+			AND ` + priorityStart + `
 		ORDER BY run_at, id
 		LIMIT (SELECT count(*) FROM free)
 		FOR UPDATE SKIP LOCKED

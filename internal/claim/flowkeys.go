@@ -27,8 +27,8 @@ const dimKeysSQL = `coalesce((SELECT array_agg(e.key || chr(31) || e.value)
 
 // dimPlainCandSQL is the candidates of a limited queue without partition keys: claimSQL's
 // walk (priority by priority, due jobs only), without locks, cut at the budget plus
-// DimLookahead, each with its keys.
-const dimPlainCandSQL = `, ` + prioritiesCTE + `, cand AS MATERIALIZED (
+// DimLookahead, each with its keys. It follows flowPrefixSQL, which begins WITH RECURSIVE.
+var dimPlainCandSQL = `, ` + prioritiesCTE("$1") + `, cand AS MATERIALIZED (
 	SELECT c.ctid, c.keys, row_number() OVER () AS ord FROM (
 		SELECT c.ctid, c.keys FROM prios p CROSS JOIN LATERAL (
 			SELECT ctid, ` + dimKeysSQL + ` AS keys FROM {s}.jobs

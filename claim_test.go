@@ -224,6 +224,37 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	assert.Less(t, buffers, 200.0, "buffers read by the poll beside 200,000 future jobs")
 }
 
+// The poll's due check steps over the entries claimed jobs leave at the front of the
+// claim index (until the next VACUUM) once, as the claim does: its walk of the queue's
+// priorities finds each one's first queued job, and the check starts there, not at the
+// front of the priority's range again.
+func TestPoll_StepsOverClaimedEntriesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := claimSetup(t)
+	_, err := pool.Exec(ctx, strings.ReplaceAll(`
+		INSERT INTO {s}.jobs (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
+		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
+		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 50);
+		ANALYZE {s}.jobs`, "{s}", `"`+schema+`"`))
+	require.NoError(t, err)
+	p := claim.NewPoller(c.db, time.Second, nil, nil, c.logger)
+	names, candidates := []string{DefaultQueue}, []bool{true}
+	var due bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT due FROM (`+p.Sql+`) p`, names, candidates).Scan(&due))
+	require.True(t, due, "the queue has due jobs")
+
+	top := analyzed(t, pool, p.Sql, names, candidates)
+	walk := planNode(top, func(n map[string]any) bool { return n["Subplan Name"] == "CTE prios" })
+	require.NotNil(t, walk, "the poll's plan walks the queue's priorities")
+	t.Logf("the poll read %v buffers, %v of them in its walk", planBuffers(top), planBuffers(walk))
+	// The walk steps over the 40,000 entries once (some 245 buffers, several times that
+	// while they are not yet marked dead). A due check that stepped over them again read
+	// as much once more; the rest of the poll reads a few buffers.
+	assert.Less(t, planBuffers(top)-planBuffers(walk), 100.0,
+		"buffers the poll read besides its walk of the queue's priorities (%v of %v)", planBuffers(walk), planBuffers(top))
+}
+
 // The claim reads its rows (RowReader: destinations shared by the rows, strings made once
 // per claim) into the same JobRows as scanJob reads the same rows: every column, NULL or
 // not, two kinds and a deadline in the metadata.

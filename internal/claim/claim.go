@@ -17,11 +17,12 @@ import (
 
 // prioritiesCTE is prios: the walk of the distinct priorities of queue's queued jobs,
 // highest first, one index seek each (a skip scan of jobs_claim_idx). queue is an
-// expression of the statement that holds the walk ($1 in the claims). Every claim walks a
-// queue's priorities with it: claimSQL here, flowPlainPickSQL and slotClaimSQL in
-// flowclaim.go, dimPlainCandSQL in flowkeys.go. Each priority comes with the place of
-// its first queued job in the index (run_at, id): the scan of that priority's due jobs
-// starts there (priorityStart), not at the front of its range.
+// expression of the statement that holds the walk: $1 in the claims, each queue's name in
+// the fallback poll. Every walk of a queue's priorities is this one: claimSQL here,
+// flowPlainPickSQL and slotClaimSQL in flowclaim.go, dimPlainCandSQL in flowkeys.go, and
+// pollSQL in poll.go. Each priority comes with the place of its first queued job in the
+// index (run_at, id): the scan of that priority's due jobs starts there (priorityStart),
+// not at the front of its range (the poll needs no scan: that job answers it).
 //
 // The front of a priority's range holds the index entries of the jobs claimed since the
 // table was last vacuumed: a claim moves a job out of the index's predicate, but its entry

@@ -29,37 +29,21 @@ import (
 //   - The LEFT JOIN on queues (its primary key) reads the pause of each queue.
 //   - CASE evaluates the due check only for flagged queues (the ones that could claim
 //     now) that are not paused: CASE, unlike AND, fixes the order of evaluation.
-//   - Per queue, prios walks the distinct priorities of its queued jobs, highest first, as
-//     claimSQL does (a skip scan over jobs_claim_idx, one seek per priority), and the
-//     LATERAL probe looks for one due job at each: run_at <= now() is a range bound of the
-//     probe's index scan, so jobs scheduled for later are never walked over. (attempts >= 0
-//     keeps it a plain index scan, which marks dead entries as claimSQL's comment says.)
-//     ORDER BY run_at changes no answer; it keeps the probe on the index: without it,
-//     statistics that say most rows are the queue's queued jobs (an ANALYZE during a
-//     backlog) made the planner read the table from its start, over every job claimed
-//     since the last vacuum, for the first due one.
+//   - Per queue, prios walks the distinct priorities of its queued jobs, highest first,
+//     with the claims' walk (prioritiesCTE, for q.name): one seek of jobs_claim_idx per
+//     priority, which comes back with the priority's first queued job in claim order
+//     (earliest run_at first). That job answers the due check itself: if it is not due,
+//     no job of its priority is. So the poll steps over the entries of the jobs claimed
+//     since the last vacuum once, in the seek, as the claims do; and jobs scheduled for
+//     later are never walked over. (attempts >= 0 keeps the seeks plain index scans, which
+//     mark dead entries as claimSQL's comment says.)
 //   - EXISTS stops at the first due job found: the recursion goes no further than the
 //     first priority that has one, and a queue with no queued job costs one index seek.
 //   - It only reads; it locks nothing. The claim loops it wakes take the jobs.
-const pollSQL = `SELECT q.name, p.name IS NOT NULL AS paused,
+var pollSQL = `SELECT q.name, p.name IS NOT NULL AS paused,
 	CASE WHEN p.name IS NULL AND q.candidate THEN EXISTS (
-		WITH RECURSIVE prios AS (
-			(SELECT priority FROM {s}.jobs
-			 WHERE status = 'queued' AND queue = q.name AND attempts >= 0
-			 ORDER BY priority DESC LIMIT 1)
-			UNION ALL
-			SELECT (SELECT j.priority FROM {s}.jobs j
-			        WHERE j.status = 'queued' AND j.queue = q.name AND j.attempts >= 0 AND j.priority < p.priority
-			        ORDER BY j.priority DESC LIMIT 1)
-			FROM prios p WHERE p.priority IS NOT NULL
-		)
-		SELECT 1 FROM prios p CROSS JOIN LATERAL (
-			SELECT 1 FROM {s}.jobs
-			WHERE status = 'queued' AND queue = q.name AND priority = p.priority
-			  AND run_at <= now() AND attempts >= 0
-			ORDER BY run_at
-			LIMIT 1
-		) due
+		WITH RECURSIVE ` + prioritiesCTE("q.name") + `
+		SELECT 1 FROM prios f WHERE f.run_at <= now()
 	) ELSE false END AS due
 FROM unnest($1::text[], $2::boolean[]) AS q(name, candidate)
 LEFT JOIN {s}.queues p ON p.name = q.name AND p.paused_at IS NOT NULL`

@@ -484,7 +484,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	q := w.queues.Get(queue)
 	d, ok := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
 	if !ok {
-		return nil, JobResult{}, errors.New("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off)")
+		return nil, JobResult{}, claim.ErrHeldTwice
 	}
 	res := w.executor.Execute(d, nil)
 	d.Cancel.Cancel(nil)

@@ -8,6 +8,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -413,11 +414,16 @@ func (q *QueueRunner) dispatch(jobs []ClaimedJob) {
 	}
 }
 
+// ErrHeldTwice is a claim that handed out an attempt's token the worker already runs
+// (see ClaimLoopConfig.Holds): the claim loops log it and drop the attempt (heldTwice),
+// the root's Worker.workOne returns it.
+var ErrHeldTwice = errors.New("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off)")
+
 // heldTwice drops the claimed attempt key, which the worker already runs: the same token
 // again, whose writes match the running attempt's; a second run would be a twin, and
 // there is nothing to put back.
 func (q *QueueRunner) heldTwice(key jobtype.AttemptKey) {
-	q.cfg.Logger.Warn("skiplock: a claim handed out a token this worker already runs (a claim's commit was lost: asynchronous replication or synchronous_commit = off); not running it twice",
+	q.cfg.Logger.Warn(ErrHeldTwice.Error()+"; not running it twice",
 		"queue", q.name, "job", key.ID, "fence", key.Fence)
 	q.active.Add(-1)
 }

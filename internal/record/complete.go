@@ -387,8 +387,9 @@ func (c *Completer) Args(batch []Success, skip bool) (string, []any) {
 		ids[i], fences[i] = k.key.ID, k.key.Fence
 		report = report || k.output != nil || k.progress != nil
 	}
-	// Int8Array: encoded without an allocation per element.
-	q, args := st.sql, []any{pgutil.Int8Array(ids), pgutil.Int8Array(fences), c.workerID}
+	// As text (pgutil.Int8ArrayText): pgx sends it as it is, no work per element; the
+	// wake-up takes the ids' parameter too (args[0]).
+	q, args := st.sql, []any{pgutil.Int8ArrayText(ids), pgutil.Int8ArrayText(fences), c.workerID}
 	if skip {
 		q = st.sqlSkip
 	}
@@ -427,7 +428,7 @@ func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 		return c.gate.Do(ctx, func() error {
 			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
 				clear(recorded)
-				return c.wake.Query(ctx, db, q, args, []int64(args[0].(pgutil.Int8Array)), func(rows pgx.Rows) error {
+				return c.wake.Query(ctx, db, q, args, args[0], func(rows pgx.Rows) error {
 					var id int64
 					_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
 						i, _ := slices.BinarySearchFunc(batch, id, func(k Success, id int64) int { return cmp.Compare(k.key.ID, id) })
@@ -480,7 +481,7 @@ func (c *Completer) write(batch []Success) {
 		return c.gate.Do(ctx, func() error {
 			began = time.Now() // the statement's own time, not the wait for a turn
 			return c.flows.Run(ctx, c.pool, taskIDs(batch), func(db jobtype.DBTX) error {
-				tag, err := c.wake.Exec(ctx, db, q, args, []int64(args[0].(pgutil.Int8Array)))
+				tag, err := c.wake.Exec(ctx, db, q, args, args[0])
 				n = tag.RowsAffected()
 				return err
 			})

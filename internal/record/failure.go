@@ -305,8 +305,8 @@ func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 		return f.gate.Do(ctx, func() error {
 			return f.flows.Run(ctx, f.pool, tasks, func(db jobtype.DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
-				args := []any{pgutil.Int8Array(ids), pgutil.Int8Array(fences), f.workerID, string(perJob)}
-				return f.wake.Query(ctx, db, f.sql, args, ids, func(rows pgx.Rows) error {
+				args := []any{pgutil.Int8ArrayText(ids), pgutil.Int8ArrayText(fences), f.workerID, string(perJob)}
+				return f.wake.Query(ctx, db, f.sql, args, args[0], func(rows pgx.Rows) error {
 					got = make(map[jobtype.AttemptKey]recorded, n)
 					var k jobtype.AttemptKey
 					var r recorded

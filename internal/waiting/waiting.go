@@ -61,7 +61,7 @@ func NewWaking(schema string) Waking {
 // Notify runs the wake-up of ids through db: inside a transaction, after its writes to
 // the jobs (a statement of its own, see the package's documentation).
 func (w Waking) Notify(ctx context.Context, db jobtype.DBTX, ids []int64) error {
-	_, err := db.Exec(ctx, w.sql, pgutil.Int8Array(ids), w.channel)
+	_, err := db.Exec(ctx, w.sql, pgutil.Int8ArrayText(ids), w.channel)
 	return err
 }
 
@@ -69,8 +69,9 @@ func (w Waking) Notify(ctx context.Context, db jobtype.DBTX, ids []int64) error 
 // transaction (a pipeline ends with one Sync: its statements form an implicit
 // transaction, or run in db's own), and returns q's command tag. The wake-up runs as a
 // statement of its own so that it reads job_waiters with a snapshot newer than q's
-// writes (see the package's documentation).
-func (w Waking) Exec(ctx context.Context, db jobtype.DBTX, q string, args []any, ids []int64) (pgconn.CommandTag, error) {
+// writes (see the package's documentation). ids is the ids' bigint[] parameter,
+// pgutil.Int8ArrayText's: q's own, when q takes the same ids, is encoded once.
+func (w Waking) Exec(ctx context.Context, db jobtype.DBTX, q string, args []any, ids any) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
 	err := w.Query(ctx, db, q, args, ids, func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -82,7 +83,7 @@ func (w Waking) Exec(ctx context.Context, db jobtype.DBTX, q string, args []any,
 }
 
 // Query is Exec for a statement whose rows read reads (it must read them all).
-func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any, ids []int64, read func(pgx.Rows) error) error {
+func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any, ids any, read func(pgx.Rows) error) error {
 	bdb, ok := db.(batcher)
 	if !ok {
 		rows, err := db.Query(ctx, q, args...)
@@ -97,12 +98,12 @@ func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		_, err = db.Exec(ctx, w.sql, pgutil.Int8Array(ids), w.channel)
+		_, err = db.Exec(ctx, w.sql, ids, w.channel)
 		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(q, args...)
-	b.Queue(w.sql, pgutil.Int8Array(ids), w.channel)
+	b.Queue(w.sql, ids, w.channel)
 	br := bdb.SendBatch(ctx, b)
 	rows, err := br.Query()
 	if err == nil {

@@ -4,6 +4,7 @@
 package record
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -254,6 +255,7 @@ func (f *FailureRecorder) write(batch []*failedAttempt) {
 		f.done.Unrecorded(unrecorded)
 	}
 	f.done.Written(keys)
+	debug := f.logger.Enabled(context.Background(), slog.LevelDebug)
 	for i, a := range batch {
 		row := a.row
 		switch {
@@ -264,8 +266,10 @@ func (f *FailureRecorder) write(batch []*failedAttempt) {
 			f.logger.Warn("skiplock: stale result ignored: the job was reclaimed or cancelled since this worker claimed it",
 				"job", row.ID, "attempt", row.Attempts)
 		default:
-			f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
-				"status", a.status, "run_at", a.runAt, "err", a.msg)
+			if debug { // the attributes' interface values cost allocations even when not logged
+				f.logger.Debug("skiplock: job attempt failed", "job", row.ID, "kind", row.Kind, "attempt", row.Attempts,
+					"status", a.status, "run_at", a.runAt, "err", a.msg)
+			}
 			if a.status == jobtype.StatusQueued && a.delay <= 0 {
 				f.dueAgain(row.Queue)
 			}
@@ -273,19 +277,50 @@ func (f *FailureRecorder) write(batch []*failedAttempt) {
 	}
 }
 
+// perJobValues returns failureSQL's $4 for batch: a JSON object that maps each attempt's
+// "id:fence" to [verdict, delay in microseconds, error message]. It is the JSON that
+// json.Marshal makes of that map (a key twice: the later attempt's entry, as jsonb
+// keeps), written straight from the batch: no map, no interface value per entry, no
+// reflection or key sorting (jsonb does not keep the order). Strings are escaped by
+// encoding/json, through one encoder for the whole object.
+func perJobValues(batch []*failedAttempt) []byte {
+	var b bytes.Buffer
+	b.Grow(32 + 64*len(batch))
+	enc := json.NewEncoder(&b)
+	str := func(s string) {
+		_ = enc.Encode(s)       // a string always encodes
+		b.Truncate(b.Len() - 1) // Encode's newline
+	}
+	var num [20]byte
+	b.WriteByte('{')
+	for i, a := range batch {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.Write(strconv.AppendInt(num[:0], a.key.ID, 10))
+		b.WriteByte(':')
+		b.Write(strconv.AppendInt(num[:0], a.key.Fence, 10))
+		b.WriteString(`":[`)
+		str(a.verdict)
+		b.WriteByte(',')
+		b.Write(strconv.AppendInt(num[:0], a.delay.Microseconds(), 10))
+		b.WriteByte(',')
+		str(a.msg)
+		b.WriteByte(']')
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
 // exec runs failureSQL for batch and stores what each attempt became.
 func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 	n := len(batch)
 	ids, fences := make([]int64, n), make([]int64, n)
-	values := make(map[string][3]any, n)
 	for i, a := range batch {
 		ids[i], fences[i] = a.key.ID, a.key.Fence
-		values[strconv.FormatInt(a.key.ID, 10)+":"+strconv.FormatInt(a.key.Fence, 10)] = [3]any{a.verdict, a.delay.Microseconds(), a.msg}
 	}
-	perJob, err := json.Marshal(values)
-	if err != nil {
-		return err
-	}
+	perJob := perJobValues(batch)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	type recorded struct {
@@ -301,7 +336,7 @@ func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 	}
 	// The statement is fenced: replayed after a lost reply, it matches nothing the first
 	// run recorded, so retrying is harmless.
-	err = pgutil.Retry(ctx, func() error {
+	err := pgutil.Retry(ctx, func() error {
 		return f.gate.Do(ctx, func() error {
 			return f.flows.Run(ctx, f.pool, tasks, func(db jobtype.DBTX) error {
 				// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.

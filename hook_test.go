@@ -155,3 +155,48 @@ func snoozedOnce(h *outcomeHook) bool {
 	defer h.mu.Unlock()
 	return len(h.outcomes["snooze"]) > 0
 }
+
+// durationArgs is the args type of TestHooks_DurationIsTheHandlersOwn.
+type durationArgs struct{}
+
+func (durationArgs) Kind() string { return "hook_duration" }
+
+// slowStartHook takes its time in JobStarted and reports each result's Duration.
+type slowStartHook struct{ durations chan time.Duration }
+
+func (h slowStartHook) JobStarted(ctx context.Context, _ *skiplock.JobRow) context.Context {
+	time.Sleep(150 * time.Millisecond)
+	return ctx
+}
+
+func (h slowStartHook) JobFinished(_ context.Context, _ *skiplock.JobRow, res skiplock.JobResult) {
+	h.durations <- res.Duration
+}
+
+// The Duration hooks are told is the handler's own time: not the hooks' JobStarted
+// before it, with a timeout (which starts before the hooks) or without one.
+func TestHooks_DurationIsTheHandlersOwn(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{0, -1} { // the default (1m), none
+		b := setup(t)
+		hook := slowStartHook{durations: make(chan time.Duration, 1)}
+		client, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema, Logger: testLogger(), Hooks: []skiplock.Hook{hook}})
+		require.NoError(t, err)
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Logger: testLogger(), JobTimeout: timeout, PollInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[durationArgs]) error {
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		}))
+		_, err = client.Enqueue(b.ctx, durationArgs{}, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(b.ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		d := <-hook.durations
+		cancel()
+		require.NoError(t, <-done)
+		assert.GreaterOrEqual(t, d, 30*time.Millisecond, "timeout %v: the handler's sleep", timeout)
+		assert.Less(t, d, 150*time.Millisecond, "timeout %v: JobStarted's sleep is not the handler's", timeout)
+	}
+}

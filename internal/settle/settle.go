@@ -251,10 +251,11 @@ func (s *Settler) Run(ctx context.Context, pool *pgxpool.Pool, tasks []int64, wr
 // wake-up the batch sent with its own statement came before the lock: a wait registered
 // between the two was missed by it, read the task as running, and slept until its poll.
 func (s *Settler) Settle(ctx context.Context, tx jobtype.DBTX, ids []int64) error {
-	if _, err := s.wake.Exec(ctx, tx, s.lockSQL, []any{ids}, pgutil.Int8ArrayText(ids)); err != nil {
+	arr := pgutil.Int8ArrayText(ids) // the ids' parameter of the three statements
+	if _, err := s.wake.Exec(ctx, tx, s.lockSQL, []any{arr}, arr); err != nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, s.sql, ids)
+	rows, err := tx.Query(ctx, s.sql, arr)
 	if err != nil {
 		return err
 	}

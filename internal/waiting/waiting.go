@@ -186,21 +186,18 @@ func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 }
 
 // await returns when a notification about one of ids comes, or Poll has passed; with
-// ctx's error when ctx ends. It bounds the wait with the connection's read deadline, not
-// with a context, so that it does not depend on the pool's context watcher (a
-// CancelRequestContextWatcherHandler would send the server a cancel request at each poll).
-// The deadline is set before the read and set again, to now, by a timer when the poll is
-// due and when ctx ends: a read that something else cleared the deadline of still ends.
+// ctx's error when ctx ends. It ends the read by setting the connection's read deadline
+// to now, from a timer when the poll is due and when ctx ends, not with a context given
+// to the read: that would depend on the pool's context watcher (a
+// CancelRequestContextWatcherHandler sends the server a cancel request each time). Set
+// when the poll is due rather than ahead of the read, the deadline ends the read even if
+// something cleared it meanwhile.
 func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) error {
 	poll := w.Poll
 	if poll <= 0 {
 		poll = time.Second
 	}
 	nc := conn.PgConn().Conn()
-	until := time.Now().Add(poll)
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		until = d
-	}
 	var mu sync.Mutex
 	active := true
 	interrupt := func() {
@@ -210,8 +207,7 @@ func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) 
 			_ = nc.SetReadDeadline(time.Now()) // ends the read at once
 		}
 	}
-	_ = nc.SetReadDeadline(until)
-	timer := time.AfterFunc(time.Until(until), interrupt)
+	timer := time.AfterFunc(poll, interrupt) // ctx's deadline, if sooner, ends ctx
 	stop := context.AfterFunc(ctx, interrupt)
 	defer func() {
 		timer.Stop()

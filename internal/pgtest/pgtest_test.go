@@ -17,20 +17,10 @@ import (
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
-func connect(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 func TestURL_Connects(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	conn := connect(t, pgtest.URL(t))
+	conn := pgtest.Connect(t, pgtest.URL(t))
 
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "select 1").Scan(&one))
@@ -99,7 +89,7 @@ func TestStartCluster_ThrowawayClusterPath(t *testing.T) {
 
 	t.Run("RestartsStoppedCluster", func(t *testing.T) {
 		require.NoError(t, c.Restart(ctx))
-		conn := connect(t, c.URL())
+		conn := pgtest.Connect(t, c.URL())
 		require.NoError(t, conn.QueryRow(ctx, "select v from survivor").Scan(&v))
 		assert.Equal(t, "kept", v)
 	})
@@ -111,7 +101,7 @@ func TestStartCluster_ThrowawayClusterPath(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, tc.Stop(context.Background())) })
 		assert.Equal(t, os.TempDir(), filepath.Dir(tc.Dir))
-		conn := connect(t, tc.URL())
+		conn := pgtest.Connect(t, tc.URL())
 		var one int
 		require.NoError(t, conn.QueryRow(ctx, "select 1").Scan(&one))
 	})
@@ -148,7 +138,7 @@ func TestFindBin_FindsServerPrograms(t *testing.T) {
 func TestSchema_Isolated(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	conn := connect(t, pgtest.URL(t))
+	conn := pgtest.Connect(t, pgtest.URL(t))
 
 	var first, second string
 	t.Run("TwoSchemas", func(t *testing.T) {
@@ -211,7 +201,7 @@ func TestFakeClock_StepsTheServersWallClock(t *testing.T) {
 
 	// ahead returns how far the server's clock_timestamp() is ahead of ours, in seconds.
 	ahead := func() float64 {
-		conn := connect(t, c.URL())
+		conn := pgtest.Connect(t, c.URL())
 		var server time.Time
 		require.NoError(t, conn.QueryRow(ctx, "select clock_timestamp()").Scan(&server))
 		return server.Sub(time.Now()).Seconds()

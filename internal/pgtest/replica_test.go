@@ -40,7 +40,7 @@ func TestStandby_FailoverKeepsSynchronousCommits(t *testing.T) {
 
 	url := fmt.Sprintf("postgres://postgres@/postgres?host=127.0.0.1,127.0.0.1&port=%d,%d&sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
 		primary.Port, standby.Port)
-	conn := connect(t, url)
+	conn := pgtest.Connect(t, url)
 	var port int
 	require.NoError(t, conn.QueryRow(ctx, "select current_setting('port')::int").Scan(&port))
 	require.Equal(t, primary.Port, port, "read-write picks the primary")
@@ -52,7 +52,7 @@ func TestStandby_FailoverKeepsSynchronousCommits(t *testing.T) {
 	}
 
 	// The standby is read-only until promoted.
-	sconn := connect(t, standby.URL())
+	sconn := pgtest.Connect(t, standby.URL())
 	_, err = sconn.Exec(ctx, "insert into acked values (-1)")
 	require.Error(t, err)
 
@@ -65,7 +65,7 @@ func TestStandby_FailoverKeepsSynchronousCommits(t *testing.T) {
 	require.Error(t, err, "no read-write server before the promotion")
 
 	require.NoError(t, standby.Promote(ctx))
-	conn = connect(t, url)
+	conn = pgtest.Connect(t, url)
 	require.NoError(t, conn.QueryRow(ctx, "select current_setting('port')::int").Scan(&port))
 	assert.Equal(t, standby.Port, port, "read-write now picks the promoted standby")
 	var n int

@@ -170,3 +170,17 @@ func ping(ctx context.Context, url string) error {
 	var one int
 	return conn.QueryRow(ctx, "select 1").Scan(&one)
 }
+
+// Connect opens a connection to url (within 10 s, else it fails tb) that tb's cleanup
+// closes.
+func Connect(tb testing.TB, url string) *pgx.Conn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}

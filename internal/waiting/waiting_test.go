@@ -13,12 +13,8 @@ import (
 // listening connects to the test database and listens on channel.
 func listening(t *testing.T, channel string) *pgx.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	conn := pgtest.Connect(t, pgtest.URL(t))
+	_, err := conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{channel}.Sanitize())
 	require.NoError(t, err)
 	return conn
 }

@@ -107,14 +107,8 @@ func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 // them a second time.
 func TestClaim_ScanOfDueJobsStartsAfterClaimedEntries(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
-	_, err := pool.Exec(ctx, strings.ReplaceAll(`
-		INSERT INTO {s}.jobs (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
-		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
-		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 50);
-		ANALYZE {s}.jobs`, "{s}", `"`+schema+`"`))
-	require.NoError(t, err)
+	behindClaimedEntries(t, pool, schema)
 
 	top := analyzed(t, pool, claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute)
 	require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 queued jobs")
@@ -123,6 +117,19 @@ func TestClaim_ScanOfDueJobsStartsAfterClaimedEntries(t *testing.T) {
 	// Stepping over the 40,000 entries again read 295 buffers; locking the 50 jobs reads
 	// about 55 (one per lock, and the index pages of their entries).
 	assert.Less(t, scan, 150.0, "buffers read by the scan of due jobs (the whole claim read %v)", planBuffers(top))
+}
+
+// behindClaimedEntries fills the default queue of schema with 50 queued jobs behind
+// 40,000 claimed (running) ones, whose entries stay at the front of jobs_claim_idx until
+// the next VACUUM.
+func behindClaimedEntries(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), strings.ReplaceAll(`
+		INSERT INTO {s}.jobs (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
+		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
+		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 50);
+		ANALYZE {s}.jobs`, "{s}", `"`+schema+`"`))
+	require.NoError(t, err)
 }
 
 // analyzed runs query under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON), which executes it
@@ -216,10 +223,7 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 
 	// One statement for every queue, and it reads index pages per priority, not per job:
 	// walking the 200,000 future entries would take some 800 pages.
-	var plan []map[string]any
-	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+p.Sql, names, candidates).Scan(&plan))
-	top := plan[0]["Plan"].(map[string]any)
-	buffers := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
+	buffers := planBuffers(analyzed(t, pool, p.Sql, names, candidates))
 	t.Logf("the poll read %v buffers", buffers)
 	assert.Less(t, buffers, 200.0, "buffers read by the poll beside 200,000 future jobs")
 }
@@ -232,12 +236,7 @@ func TestPoll_StepsOverClaimedEntriesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
-	_, err := pool.Exec(ctx, strings.ReplaceAll(`
-		INSERT INTO {s}.jobs (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 40000);
-		UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w0', attempts = 1, fence = 1;
-		INSERT INTO {s}.jobs (kind) SELECT 'k' FROM generate_series(1, 50);
-		ANALYZE {s}.jobs`, "{s}", `"`+schema+`"`))
-	require.NoError(t, err)
+	behindClaimedEntries(t, pool, schema)
 	p := claim.NewPoller(c.db, time.Second, nil, nil, c.logger)
 	names, candidates := []string{DefaultQueue}, []bool{true}
 	var due bool

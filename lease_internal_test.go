@@ -149,3 +149,33 @@ func recordNow(f *record.FailureRecorder, k jobtype.AttemptKey, row *JobRow, her
 	f.Flush()
 	return status
 }
+
+// A handler that returned leaves its attempt held, its lease renewed, until the batch that
+// writes its outcome ends; but it no longer counts as running: the shutdown's count and
+// log, the watchdog and a cancel pass over it. The runner marks it through the attempt's
+// state (jobtype.State.MarkReturned), which must be the state of its held entry.
+func TestHeldJobs_AnAttemptWhoseHandlerReturnedStaysHeldButNotRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _, _ := claimSetup(t)
+	_, err := c.Enqueue(ctx, fenceArgs{}, nil)
+	require.NoError(t, err)
+	w, err := NewWorker(c, WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, Handle(w, func(context.Context, *Job[fenceArgs]) error { return nil }))
+	w.starter.SetBase(ctx)
+	t.Cleanup(func() { w.starter.Cancel(nil) })
+
+	d, ok := w.starter.Start(claimOne(t, claim.NewClaimer(c.db, time.Minute), "w"), false)
+	require.True(t, ok)
+	held := w.held()
+	require.Equal(t, 1, held.Count(), "a started attempt runs")
+	require.Len(t, held.Running(), 1)
+
+	// The completer's loops do not run: the success waits to be written.
+	res := w.executor.Execute(d, nil)
+	require.Equal(t, OutcomeSucceeded, res.Outcome)
+	assert.True(t, held.Holds(d.Key), "the attempt is no longer held before its outcome is written: its lease would end")
+	assert.Zero(t, held.Count(), "an attempt whose handler returned still counts as running")
+	assert.Empty(t, held.Running())
+}

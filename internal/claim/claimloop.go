@@ -76,6 +76,7 @@ type ClaimLoopConfig struct {
 type Dispatched struct {
 	Ctx     context.Context
 	Cancel  jobtype.Canceler // ends Ctx (a *jobtype.JobCtx, from the starter)
+	State   *jobtype.State   // Ctx's state, which the held attempts share
 	Key     jobtype.AttemptKey
 	Row     *jobtype.JobRow
 	Timeout time.Duration // the job's own timeout; 0: the kind's or the worker's

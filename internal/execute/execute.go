@@ -101,7 +101,7 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if slot {
 		s.Slots.Take()
 	}
-	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
+	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, State: st, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
 }
 
 // ExecutorConfig is what the executor is built from.
@@ -286,7 +286,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	if hasDeadline && left <= 0 {
 		// Past its deadline: no attempt starts; the recorder ends the job, the attempt
 		// given back (internal/record, failure.go).
-		return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Policy: policy, Slot: d.Slot,
+		return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.State, Row: row, Policy: policy, Slot: d.Slot,
 			Err: &jobtype.NotStartedError{Deadline: row.Deadline, ClaimedAt: row.LockedAt}})
 	}
 	timeout := e.timeoutFor(d, h)
@@ -339,7 +339,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	} else {
 		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
 	}
-	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, Row: row, Err: err, Panicked: panicked,
+	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.State, Row: row, Err: err, Panicked: panicked,
 		Duration: time.Since(began) - before, Timeout: timeout, Policy: policy, Slot: d.Slot})
 }
 

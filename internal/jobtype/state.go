@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,11 @@ type State struct {
 	// and AwaitSignal through the handler's context. Durable is nil outside a worker.
 	Row     *JobRow
 	Durable any
+
+	// returned is set once the handler has returned and its outcome is on its way to
+	// the database (MarkReturned): the held attempts (internal/ownership) read it here,
+	// where the runner sets it without looking the attempt up among them.
+	returned atomic.Bool
 
 	mu       sync.Mutex
 	progress string  // latest progress as JSON; "" when none
@@ -66,6 +72,13 @@ func StateOf(ctx context.Context) *State {
 	st, _ := ctx.Value(stateKey{}).(*State)
 	return st
 }
+
+// MarkReturned records that the attempt's handler returned: its outcome waits in a batch
+// to be written, and there is no handler left to cancel.
+func (s *State) MarkReturned() { s.returned.Store(true) }
+
+// Returned reports whether MarkReturned was called; false for a nil State.
+func (s *State) Returned() bool { return s != nil && s.returned.Load() }
 
 // SetProgress stores the progress, as JSON.
 func (s *State) SetProgress(p string) {

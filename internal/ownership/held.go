@@ -21,12 +21,13 @@ type heldJob struct {
 	renewed time.Time
 	// expiring: the watchdog cancelled the handler, its lease about to end.
 	expiring bool
-	// recording: the handler returned and its outcome waits in a batch to be written.
-	// The lease is still renewed, so that a slow batch (a busy database, a pool with
-	// no free connection) does not let the lease end and the job run again; there is no
-	// handler left to cancel. The batch removes the attempt once written.
-	recording bool
-	// state is what the handler reported (the root's progress.go): its progress rides on the heartbeat.
+	// state is what the handler reported (the root's progress.go): its progress rides on
+	// the heartbeat. Its Returned says the handler returned and its outcome waits in a
+	// batch to be written (recording): the lease is still renewed, so that a slow batch
+	// (a busy database, a pool with no free connection) does not let the lease end and
+	// the job run again; there is no handler left to cancel. The batch removes the
+	// attempt once written. The runner marks it on the state it holds
+	// (jobtype.State.MarkReturned), not through this set: no look-up, no turn of its lock.
 	state *jobtype.State
 	// row and began (when its claim started) name the attempt in the log of a shutdown
 	// waiting for it.
@@ -44,9 +45,13 @@ type HeldJobs struct {
 func NewHeldJobs() *HeldJobs { return &HeldJobs{m: map[jobtype.AttemptKey]heldJob{}} }
 
 // Add registers the attempt k of row, whose lease was written by a statement started at
-// renewed, and reports whether it did: false when the worker holds k already (nothing is
-// changed), the one look-up of the set a claimed job costs.
+// renewed, with its state st (nil: a fresh one), and reports whether it did: false when
+// the worker holds k already (nothing is changed), the one look-up of the set a claimed
+// job costs.
 func (h *HeldJobs) Add(k jobtype.AttemptKey, cancel jobtype.Canceler, renewed time.Time, st *jobtype.State, row *jobtype.JobRow) bool {
+	if st == nil {
+		st = new(jobtype.State)
+	}
 	// began: the claim's start (renewed), not a clock reading per job (about 0.1 µs).
 	j := heldJob{cancel: cancel, renewed: renewed, state: st, row: row, began: renewed}
 	h.mu.Lock()
@@ -73,7 +78,7 @@ func (h *HeldJobs) Running() []runningJob {
 	defer h.mu.Unlock()
 	var out []runningJob
 	for k, j := range h.m {
-		if j.recording {
+		if j.recording() {
 			continue
 		}
 		r := runningJob{ID: k.ID, For: time.Since(j.began).Round(time.Millisecond).String()}
@@ -121,22 +126,28 @@ func (h *HeldJobs) RemoveKeys(keys []jobtype.AttemptKey) {
 }
 
 // Recorded marks the attempt k as returned, its outcome on its way to the database: its
-// lease is still renewed until the batch that writes the outcome removes it.
+// lease is still renewed until the batch that writes the outcome removes it. A runner
+// that holds the attempt's state marks it there instead (jobtype.State.MarkReturned),
+// which is the same, without a look-up.
 func (h *HeldJobs) Recorded(k jobtype.AttemptKey) {
 	h.mu.Lock()
-	if j, ok := h.m[k]; ok {
-		j.recording = true
-		h.m[k] = j
-	}
+	j, ok := h.m[k]
 	h.mu.Unlock()
+	if ok {
+		j.state.MarkReturned()
+	}
 }
+
+// recording reports whether the attempt's handler returned, its outcome waiting in a
+// batch (Recorded).
+func (j heldJob) recording() bool { return j.state.Returned() }
 
 // cancel cancels the context of the attempt k, if held and its handler still runs, with
 // cause, and reports whether it did.
 func (h *HeldJobs) cancel(k jobtype.AttemptKey, cause error) bool {
 	h.mu.Lock()
 	j, ok := h.m[k]
-	ok = ok && !j.recording
+	ok = ok && !j.recording()
 	h.mu.Unlock()
 	if ok {
 		j.cancel.Cancel(cause)
@@ -150,7 +161,7 @@ func (h *HeldJobs) cancelID(id int64, cause error) bool {
 	var cancels []jobtype.Canceler
 	h.mu.Lock()
 	for k, j := range h.m {
-		if k.ID == id && !j.recording {
+		if k.ID == id && !j.recording() {
 			cancels = append(cancels, j.cancel)
 		}
 	}
@@ -182,7 +193,7 @@ func (h *HeldJobs) Count() int {
 	defer h.mu.Unlock()
 	n := 0
 	for _, j := range h.m {
-		if !j.recording {
+		if !j.recording() {
 			n++
 		}
 	}
@@ -241,7 +252,7 @@ func (h *HeldJobs) expiring(cutoff time.Time, cause error) []jobtype.AttemptKey 
 	var cancels []jobtype.Canceler
 	h.mu.Lock()
 	for k, j := range h.m {
-		if !j.expiring && !j.recording && j.renewed.Before(cutoff) {
+		if !j.expiring && !j.recording() && j.renewed.Before(cutoff) {
 			j.expiring = true
 			h.m[k] = j
 			out = append(out, k)

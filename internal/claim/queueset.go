@@ -4,8 +4,10 @@ package claim
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
@@ -16,13 +18,17 @@ import (
 type QueueSet struct {
 	mu sync.RWMutex
 	m  map[string]*QueueRunner
-	// modes is each queue's completion mode ([QueueConfig].Completion), kept after the
-	// queue is removed: the jobs it was running are recorded as it said.
-	modes map[string]jobtype.Completion
+	// modes is each queue's completion mode ([QueueConfig].Completion) where one is set,
+	// kept after the queue is removed: the jobs it was running are recorded as it said.
+	// Every success reads it (Mode), without a lock: Put, under mu, replaces the map
+	// with a changed copy, and no map once published is written again.
+	modes atomic.Pointer[map[string]jobtype.Completion]
 }
 
 func NewQueueSet() *QueueSet {
-	return &QueueSet{m: map[string]*QueueRunner{}, modes: map[string]jobtype.Completion{}}
+	s := &QueueSet{m: map[string]*QueueRunner{}}
+	s.modes.Store(&map[string]jobtype.Completion{})
+	return s
 }
 
 // Get returns the queue named name, or nil.
@@ -66,7 +72,16 @@ func (s *QueueSet) Put(q *QueueRunner, mode jobtype.Completion) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[q.name] = q
-	s.modes[q.name] = mode
+	if (*s.modes.Load())[q.name] == mode {
+		return
+	}
+	modes := maps.Clone(*s.modes.Load())
+	if mode == 0 {
+		delete(modes, q.name)
+	} else {
+		modes[q.name] = mode
+	}
+	s.modes.Store(&modes)
 }
 
 // Drop removes the queue named name and returns it, or nil.
@@ -78,9 +93,8 @@ func (s *QueueSet) Drop(name string) *QueueRunner {
 	return q
 }
 
-// Mode returns the completion mode set for queue (0: none).
+// Mode returns the completion mode set for queue (0: none). It takes no lock: it is
+// read for every success.
 func (s *QueueSet) Mode(queue string) jobtype.Completion {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.modes[queue]
+	return (*s.modes.Load())[queue]
 }

@@ -344,3 +344,80 @@ func BenchmarkEnqueue_OneProducer(b *testing.B) {
 		})
 	}
 }
+
+// An idle client's Enqueue writes its one job with the keyed one-row statement
+// (coalescedOneSQL), not the arrays of a batch: every option must reach the row as the
+// batch writes it, in every query mode pgx offers (PgBouncer setups use the simple and
+// exec protocols, where the arguments go as text).
+func TestEnqueue_AJobAloneKeepsEveryOptionInEveryQueryMode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
+	runAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+			require.NoError(t, err)
+			defer pool.Close()
+			client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+			require.NoError(t, err)
+
+			due, err := client.Enqueue(b.ctx, noopArgs{N: 1}, nil)
+			require.NoError(t, err)
+			later, err := client.Enqueue(b.ctx, noopArgs{N: 2}, &skiplock.EnqueueOptions{
+				Queue: "alone", Priority: 3, RunAt: runAt, MaxAttempts: 7, Timeout: 1500 * time.Millisecond,
+				Metadata: map[string]string{"who": `a "quoted" \ value`}, PartitionKey: "tenant-1",
+				ConcurrencyKeys: map[string]string{"region": "eu"},
+			})
+			require.NoError(t, err)
+
+			for _, got := range []*skiplock.JobRow{due, later} {
+				var (
+					queue, kind, payload, status, meta string
+					prio, maxA                         int
+					at, created                        time.Time
+					tmo                                *int64
+					part, ckeys                        *string
+				)
+				require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT queue, kind, payload::text, status, priority, max_attempts,
+					run_at, created_at, timeout_ms, metadata::text, partition_key, concurrency_keys::text
+					FROM {s}.jobs WHERE id = $1`), got.ID).Scan(&queue, &kind, &payload, &status, &prio, &maxA,
+					&at, &created, &tmo, &meta, &part, &ckeys))
+				assert.Equal(t, got.Queue, queue)
+				assert.Equal(t, "noop", kind)
+				assert.JSONEq(t, string(got.Payload), payload)
+				assert.Equal(t, "queued", status)
+				assert.Equal(t, got.Priority, prio)
+				assert.Equal(t, got.MaxAttempts, maxA)
+				assert.True(t, got.RunAt.Equal(at), "run_at %v, returned %v", at, got.RunAt)
+				assert.True(t, got.CreatedAt.Equal(created), "created_at %v, returned %v", created, got.CreatedAt)
+				if got == due {
+					assert.Equal(t, skiplock.DefaultQueue, queue)
+					assert.JSONEq(t, `{"n":1}`, payload)
+					assert.True(t, at.Equal(created), "a job with no RunAt is due at its insert: run_at %v, created_at %v", at, created)
+					assert.Nil(t, tmo)
+					assert.Nil(t, part)
+					assert.Nil(t, ckeys)
+					continue
+				}
+				assert.Equal(t, "alone", queue)
+				assert.JSONEq(t, `{"n":2}`, payload)
+				assert.Equal(t, 3, prio)
+				assert.Equal(t, 7, maxA)
+				assert.True(t, runAt.Equal(at), "run_at %v, want %v", at, runAt)
+				require.NotNil(t, tmo)
+				assert.Equal(t, int64(1500), *tmo)
+				assert.Equal(t, map[string]string{"who": `a "quoted" \ value`}, got.Metadata)
+				assert.Contains(t, meta, `"who": "a \"quoted\" \\ value"`)
+				require.NotNil(t, part)
+				assert.Equal(t, "tenant-1", *part)
+				require.NotNil(t, ckeys)
+				assert.JSONEq(t, `{"region": "eu"}`, *ckeys)
+			}
+		})
+	}
+}

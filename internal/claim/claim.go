@@ -21,7 +21,7 @@ import (
 // the fallback poll. Every walk of a queue's priorities is this one: claimSQL here,
 // flowPlainPickSQL and slotClaimSQL in flowclaim.go, dimPlainCandSQL in flowkeys.go, and
 // pollSQL in poll.go. Each priority comes with the place of its first queued job in the
-// index (run_at, id): the scan of that priority's due jobs starts there (priorityStart),
+// index (run_at, id): the scan of that priority's due jobs starts there (dueScan),
 // not at the front of its range (the poll needs no scan: that job answers it).
 //
 // The front of a priority's range holds the index entries of the jobs claimed since the
@@ -45,10 +45,24 @@ func prioritiesCTE(queue string) string {
 )`
 }
 
-// priorityStart starts a scan of one priority's due jobs (joined with prios p) at that
-// priority's first queued job: a row comparison on the index's (run_at, id), a bound of
-// the index scan.
-const priorityStart = `(run_at, id) >= (p.run_at, p.id)`
+// dueScan is the scan of one priority's due jobs of queue $1, joined with prios p: the
+// rows of jobs_claim_idx from that priority's first queued job (a row comparison on the
+// index's (run_at, id), a bound of the index scan) up to now, in claim order, at most
+// limit of them, selecting cols, and with lock, locked FOR UPDATE SKIP LOCKED. Every
+// claim runs its walk of the priorities (prioritiesCTE) with this scan; they differ only
+// in what they select, how many they take and whether they lock.
+func dueScan(cols, limit string, lock bool) string {
+	scan := `SELECT ` + cols + ` FROM {s}.jobs
+		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
+			AND (run_at, id) >= (p.run_at, p.id)
+		ORDER BY run_at, id
+		LIMIT ` + limit
+	if lock {
+		scan += `
+		FOR UPDATE SKIP LOCKED`
+	}
+	return scan
+}
 
 // claimSQL claims up to $2 due jobs of queue $1 for worker $3 in one autocommit statement
 // (READ COMMITTED).
@@ -79,12 +93,7 @@ const priorityStart = `(run_at, id) >= (p.run_at, p.id)`
 //   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
 var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
-		SELECT ctid FROM {s}.jobs
-		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
-			AND ` + priorityStart + `
-		ORDER BY run_at, id
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED
+		` + dueScan(`ctid`, `$2`, true) + `
 	) c
 	LIMIT $2
 )

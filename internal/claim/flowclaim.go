@@ -83,12 +83,7 @@ const flowPrefixSQL = `WITH RECURSIVE clock AS MATERIALIZED (
 // flowPrefixSQL, which begins WITH RECURSIVE.
 var flowPlainPickSQL = `, ` + prioritiesCTE("$1") + `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
-		SELECT ctid FROM {s}.jobs
-		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
-			AND ` + priorityStart + `
-		ORDER BY run_at, id
-		LIMIT (SELECT n FROM budget)
-		FOR UPDATE SKIP LOCKED
+		` + dueScan(`ctid`, `(SELECT n FROM budget)`, true) + `
 	) c
 	LIMIT (SELECT n FROM budget)
 ), cursor AS (
@@ -358,12 +353,7 @@ var slotClaimSQL = `WITH RECURSIVE running AS MATERIALIZED (
 	FOR UPDATE SKIP LOCKED
 ), ` + prioritiesCTE("$1") + `, picked AS MATERIALIZED (
 	SELECT c.ctid, c.id, c.fence FROM prios p CROSS JOIN LATERAL (
-		SELECT ctid, id, fence FROM {s}.jobs
-		WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
-			AND ` + priorityStart + `
-		ORDER BY run_at, id
-		LIMIT (SELECT count(*) FROM free)
-		FOR UPDATE SKIP LOCKED
+		` + dueScan(`ctid, id, fence`, `(SELECT count(*) FROM free)`, true) + `
 	) c
 	LIMIT (SELECT count(*) FROM free)
 ), pairs AS (

@@ -31,11 +31,7 @@ const dimKeysSQL = `coalesce((SELECT array_agg(e.key || chr(31) || e.value)
 var dimPlainCandSQL = `, ` + prioritiesCTE("$1") + `, cand AS MATERIALIZED (
 	SELECT c.ctid, c.keys, row_number() OVER () AS ord FROM (
 		SELECT c.ctid, c.keys FROM prios p CROSS JOIN LATERAL (
-			SELECT ctid, ` + dimKeysSQL + ` AS keys FROM {s}.jobs
-			WHERE status = 'queued' AND queue = $1 AND priority = p.priority AND run_at <= now()
-				AND ` + priorityStart + `
-			ORDER BY run_at, id
-			LIMIT (SELECT n FROM budget) + $LOOK
+			` + dueScan(`ctid, `+dimKeysSQL+` AS keys`, `(SELECT n FROM budget) + $LOOK`, false) + `
 		) c
 		WHERE (SELECT n FROM budget) > 0
 		LIMIT (SELECT n FROM budget) + $LOOK

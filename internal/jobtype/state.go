@@ -74,8 +74,14 @@ func StateOf(ctx context.Context) *State {
 }
 
 // MarkReturned records that the attempt's handler returned: its outcome waits in a batch
-// to be written, and there is no handler left to cancel.
-func (s *State) MarkReturned() { s.returned.Store(true) }
+// to be written, and there is no handler left to cancel (internal/ownership, held.go:
+// its lease is still renewed). It does nothing on a nil State (an attempt the worker
+// does not hold).
+func (s *State) MarkReturned() {
+	if s != nil {
+		s.returned.Store(true)
+	}
+}
 
 // Returned reports whether MarkReturned was called; false for a nil State.
 func (s *State) Returned() bool { return s != nil && s.returned.Load() }

@@ -125,21 +125,8 @@ func (h *HeldJobs) RemoveKeys(keys []jobtype.AttemptKey) {
 	h.mu.Unlock()
 }
 
-// Recorded marks the attempt k as returned, its outcome on its way to the database: its
-// lease is still renewed until the batch that writes the outcome removes it. A runner
-// that holds the attempt's state marks it there instead (jobtype.State.MarkReturned),
-// which is the same, without a look-up.
-func (h *HeldJobs) Recorded(k jobtype.AttemptKey) {
-	h.mu.Lock()
-	j, ok := h.m[k]
-	h.mu.Unlock()
-	if ok {
-		j.state.MarkReturned()
-	}
-}
-
 // recording reports whether the attempt's handler returned, its outcome waiting in a
-// batch (Recorded).
+// batch: the runner marked its state (jobtype.State.MarkReturned).
 func (j heldJob) recording() bool { return j.state.Returned() }
 
 // cancel cancels the context of the attempt k, if held and its handler still runs, with

@@ -24,6 +24,17 @@ func (a heldAttempt) cancelled() (bool, error) {
 }
 
 // add registers the attempt (id, fence) as running, its lease written at renewed.
+// Recorded marks the held attempt k as returned, as the runner does through its state
+// (jobtype.State.MarkReturned); nothing when k is not held.
+func (h *HeldJobs) Recorded(k jobtype.AttemptKey) {
+	h.mu.Lock()
+	j, ok := h.m[k]
+	h.mu.Unlock()
+	if ok {
+		j.state.MarkReturned()
+	}
+}
+
 func add(t *testing.T, h *HeldJobs, id, fence int64, renewed time.Time) heldAttempt {
 	t.Helper()
 	ctx, cancel := context.WithCancelCause(context.Background())

@@ -29,8 +29,8 @@ type AttemptResult struct {
 	// Ctx is the handler's context: its cancel cause says why it ended early, its state
 	// what the handler reported (the root's progress.go), and the hooks get it back.
 	Ctx context.Context
-	// State is the attempt's state (jobtype.JobCtx.State), the one its held entry has;
-	// nil: the one Ctx carries, and the held entry is looked up by key.
+	// State is the attempt's state (jobtype.JobCtx.State), the one its held entry has:
+	// marking it returned marks the held attempt, without a look-up among them.
 	State    *jobtype.State
 	Row      *jobtype.JobRow
 	Err      error // nil: success
@@ -94,12 +94,8 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 // writes nothing more (its wait wrote the job queued). Every write is fenced on the claim's
 // token. It tells the hooks, and returns what it told them.
 func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.JobResult {
-	st := a.State
-	if st == nil {
-		st = jobtype.StateOf(a.Ctx)
-	}
 	// Before the outcome: a job found final has its records already.
-	r.Logs.Write(st)
+	r.Logs.Write(a.State)
 	lastSlot := a.Slot && r.slots.give()
 	cause := context.Cause(a.Ctx)
 	if a.Err == nil && errors.Is(cause, jobtype.ErrJobTimeout) {
@@ -147,7 +143,7 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 			r.LostReturned(k)
 		}
 	case err == nil:
-		res = r.success(k, a, st, lastSlot)
+		res = r.success(k, a, lastSlot)
 	default:
 		res = r.failure(k, a, cause)
 	}
@@ -205,9 +201,9 @@ func (r *OutcomeRecorder) ReleaseCutOff() {
 
 // success hands a success to the completer. Until it is written, the attempt stays held
 // and its lease renewed; the batch that writes it removes it.
-func (r *OutcomeRecorder) success(k jobtype.AttemptKey, a AttemptResult, st *jobtype.State, lastSlot bool) jobtype.JobResult {
-	r.returned(k, a.State)
-	if !r.completer.Add(k, a.Row, st, a.Slot, lastSlot) {
+func (r *OutcomeRecorder) success(k jobtype.AttemptKey, a AttemptResult, lastSlot bool) jobtype.JobResult {
+	a.State.MarkReturned()
+	if !r.completer.Add(k, a.Row, a.State, a.Slot, lastSlot) {
 		r.held.Remove(k)
 		r.logger.Warn("skiplock: a success came after the worker stopped recording; the job is retried when its lease ends, this attempt counted",
 			"job", a.Row.ID, "attempt", a.Row.Attempts)
@@ -219,7 +215,7 @@ func (r *OutcomeRecorder) success(k jobtype.AttemptKey, a AttemptResult, st *job
 // failure hands a failure to the failure recorder, which computes its retry; the attempt
 // stays held until its batch is written, like a success's.
 func (r *OutcomeRecorder) failure(k jobtype.AttemptKey, a AttemptResult, cause error) jobtype.JobResult {
-	r.returned(k, a.State)
+	a.State.MarkReturned()
 	err := a.Err
 	if errors.Is(cause, jobtype.ErrJobTimeout) && !errors.Is(err, jobtype.ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", jobtype.ErrJobTimeout, a.Timeout, err)
@@ -229,18 +225,6 @@ func (r *OutcomeRecorder) failure(k jobtype.AttemptKey, a AttemptResult, cause e
 		r.held.Remove(k)
 	}
 	return jobtype.JobResult{Status: status, Outcome: outcomeOf(a.Ctx, status, err), Err: err, Duration: a.Duration, Panicked: a.Panicked}
-}
-
-// returned marks the attempt k, whose held entry has the state st (nil: unknown), as
-// returned, its outcome on its way to a batch: its lease is still renewed, its handler no
-// longer cancelled (internal/ownership, held.go). Through st it costs no look-up among
-// the held attempts.
-func (r *OutcomeRecorder) returned(k jobtype.AttemptKey, st *jobtype.State) {
-	if st != nil {
-		st.MarkReturned()
-		return
-	}
-	r.held.Recorded(k)
 }
 
 // Stop makes later results be logged and dropped: Run has returned.

@@ -87,6 +87,9 @@ type recorderBundle struct {
 	completer *Completer
 	failures  *FailureRecorder
 	failed    chan []*failedAttempt // what the failure batches would write
+	// states are the held attempts' states (hold), which the runner passes with each
+	// result (AttemptResult.State).
+	states map[jobtype.AttemptKey]*jobtype.State
 
 	mu       sync.Mutex
 	released [][]jobtype.AttemptKey // each call of the release
@@ -112,7 +115,7 @@ func (h hook) JobFinished(_ context.Context, _ *jobtype.JobRow, res jobtype.JobR
 func setupRecorder(t *testing.T) *recorderBundle {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
-	b := &recorderBundle{held: ownership.NewHeldJobs(), failed: make(chan []*failedAttempt, 16)}
+	b := &recorderBundle{held: ownership.NewHeldJobs(), failed: make(chan []*failedAttempt, 16), states: map[jobtype.AttemptKey]*jobtype.State{}}
 	b.completer = NewCompleter(nil, "skiplock", func(string, string) jobtype.Completion { return jobtype.CompletionArchive },
 		"w1", 10, time.Hour, nil, BatchListeners{}, nil, logger)
 	b.failures = NewFailureRecorder(nil, "skiplock", "w1", 10, time.Hour, nil, BatchListeners{}, nil, nil, logger)
@@ -126,10 +129,12 @@ func setupRecorder(t *testing.T) *recorderBundle {
 	return b
 }
 
-// hold registers attempt k as running, as the claim does, and returns its row.
+// hold registers attempt k as running, with its state, as the claim does, and returns
+// its row.
 func (b *recorderBundle) hold(k jobtype.AttemptKey, attempts, maxAttempts int) *jobtype.JobRow {
 	row := &jobtype.JobRow{ID: k.ID, Queue: "default", Kind: "email", Status: jobtype.StatusRunning, Attempts: attempts, MaxAttempts: maxAttempts}
-	b.held.Add(k, jobtype.CancelFunc(func(error) {}), time.Now(), nil, row)
+	b.states[k] = new(jobtype.State)
+	b.held.Add(k, jobtype.CancelFunc(func(error) {}), time.Now(), b.states[k], row)
 	return row
 }
 
@@ -212,7 +217,7 @@ func TestOutcomeRecorder_RoutesEachResult(t *testing.T) {
 			if tt.cause != nil {
 				ctx = cancelledWith(tt.cause)
 			}
-			res := b.rec.Record(k, AttemptResult{Ctx: ctx, Row: row, Err: tt.err, Timeout: time.Second, Policy: jobtype.BackoffPolicy{}})
+			res := b.rec.Record(k, AttemptResult{Ctx: ctx, State: b.states[k], Row: row, Err: tt.err, Timeout: time.Second, Policy: jobtype.BackoffPolicy{}})
 			if res.Outcome != tt.wantOutcome || res.Status != tt.wantStatus {
 				t.Errorf("outcome %s, status %s; want %s, %s", res.Outcome, res.Status, tt.wantOutcome, tt.wantStatus)
 			}
@@ -244,7 +249,7 @@ func TestOutcomeRecorder_ReleasesCutOffJobsOnceTheirHandlersReturned(t *testing.
 	rows := map[jobtype.AttemptKey]*jobtype.JobRow{k1: b.hold(k1, 1, 3), k2: b.hold(k2, 1, 3), late: b.hold(late, 1, 3)}
 
 	for _, k := range []jobtype.AttemptKey{k1, k2} {
-		b.rec.Record(k, AttemptResult{Ctx: shutdown, Row: rows[k], Err: context.Canceled})
+		b.rec.Record(k, AttemptResult{Ctx: shutdown, State: b.states[k], Row: rows[k], Err: context.Canceled})
 	}
 	if r := b.releases(); len(r) != 0 {
 		t.Fatalf("released %v before ReleaseCutOff", r)
@@ -261,7 +266,7 @@ func TestOutcomeRecorder_ReleasesCutOffJobsOnceTheirHandlersReturned(t *testing.
 		t.Fatalf("%d attempts held as running after the release, want 1 (the one still running)", n)
 	}
 
-	res := b.rec.Record(late, AttemptResult{Ctx: shutdown, Row: rows[late], Err: context.Canceled})
+	res := b.rec.Record(late, AttemptResult{Ctx: shutdown, State: b.states[late], Row: rows[late], Err: context.Canceled})
 	if res.Outcome != jobtype.OutcomeReleased {
 		t.Fatalf("a late cut-off job's outcome is %s, want %s", res.Outcome, jobtype.OutcomeReleased)
 	}
@@ -285,13 +290,13 @@ func TestOutcomeRecorder_LastSlotJobSendsTheHeldSuccesses(t *testing.T) {
 	b.rec.slots.Take()
 	b.rec.slots.Take()
 
-	b.rec.Record(k1, AttemptResult{Ctx: context.Background(), Row: r1, Slot: true})
+	b.rec.Record(k1, AttemptResult{Ctx: context.Background(), State: b.states[k1], Row: r1, Slot: true})
 	select {
 	case batch := <-written:
 		t.Fatalf("a batch of %d was sent while a slot job still ran", len(batch))
 	default:
 	}
-	b.rec.Record(k2, AttemptResult{Ctx: context.Background(), Row: r2, Slot: true})
+	b.rec.Record(k2, AttemptResult{Ctx: context.Background(), State: b.states[k2], Row: r2, Slot: true})
 	select {
 	case batch := <-written:
 		if len(batch) != 2 || batch[0].key != k1 || batch[1].key != k2 {

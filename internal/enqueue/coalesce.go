@@ -205,13 +205,13 @@ func (co *coalescer) writeBatch(reqs []*enqueueRequest) {
 		args    []any
 		due     map[string]bool
 		q       string
-		notify  []string
+		key     = newBatchKey() // the statement's, kept across its retries
 		onlyJob = len(reqs) == 1 && len(reqs[0].jobs) == 1
 	)
 	if onlyJob {
-		n, args, due = oneColumns(reqs[0])
+		n, args, due = oneColumns(reqs[0], key)
 	} else {
-		n, args, due = batchColumns(reqs)
+		n, args, due = batchColumns(reqs, key)
 	}
 	notify, trailing := co.notifyPlan(due)
 	switch {
@@ -232,7 +232,7 @@ func (co *coalescer) writeBatch(reqs []*enqueueRequest) {
 	// could only give its caller an error, and a caller that retried inserted the job
 	// twice (issue 41). Refused, it is written alone as a batch's jobs are, and its
 	// caller gets that insert's answer.
-	got, err := co.sendBatch(ctx, q, args, reqs)
+	got, err := co.sendBatch(ctx, q, args, reqs, key)
 	if err == nil && len(got) != n {
 		// Cannot happen (the statement inserts every row or fails), but a caller must
 		// never get another caller's row.
@@ -254,9 +254,9 @@ func (co *coalescer) writeBatch(reqs []*enqueueRequest) {
 }
 
 // batchColumns lays the jobs of reqs out as the coalesced statement's column arrays, in
-// the callers' order, with a new batch key last; due maps each queue with jobs due now to
+// the callers' order, with the batch's key last; due maps each queue with jobs due now to
 // whether a call of EnqueueMany has some (its notification is never throttled).
-func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]bool) {
+func batchColumns(reqs []*enqueueRequest, key string) (n int, args []any, due map[string]bool) {
 	for _, r := range reqs {
 		n += len(r.jobs)
 	}
@@ -285,19 +285,19 @@ func batchColumns(reqs []*enqueueRequest) (n int, args []any, due map[string]boo
 			}
 		}
 	}
-	return n, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, ckeys, newBatchKey()}, due
+	return n, []any{queue, kind, pay, prio, maxA, runAt, tmo, meta, part, ckeys, key}, due
 }
 
 // oneColumns is batchColumns for a batch of one job (coalescedOneSQL): its values as
-// plain parameters, in the arrays' order, with a new batch key last.
-func oneColumns(r *enqueueRequest) (n int, args []any, due map[string]bool) {
+// plain parameters, in the arrays' order, with the batch's key last.
+func oneColumns(r *enqueueRequest, key string) (n int, args []any, due map[string]bool) {
 	j := &r.jobs[0]
 	due = map[string]bool{}
 	if j.dueNow() {
 		due[j.Queue] = r.many
 	}
 	return 1, []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.MaxAttempts, j.RunAt, j.TimeoutMs,
-		j.metadataText(), j.PartitionKey, j.ConcurrencyKeys, newBatchKey()}, due
+		j.metadataText(), j.PartitionKey, j.ConcurrencyKeys, key}, due
 }
 
 // notifyPlan splits the queues with due jobs into those the batch notifies now (a call
@@ -314,8 +314,9 @@ func (co *coalescer) notifyPlan(due map[string]bool) (notify, trailing []string)
 	return notify, trailing
 }
 
-// sendBatch runs the coalesced statement q (args ends with the batch's key) until it has
-// an answer it can trust, and returns its rows. A failure that certainly wrote nothing
+// sendBatch runs the coalesced statement q (args ends with key, the batch's; reqs are its
+// jobs, which a replay reads back) until it has an answer it can trust, and returns its
+// rows. A failure that certainly wrote nothing
 // on the first try returns errInsertAlone: each caller then writes alone, so that a job the
 // database refuses fails only its own caller. Any other failure (the connection lost, or a
 // pooler's own error, after the statement may have committed) is ambiguous: the same
@@ -324,7 +325,7 @@ func (co *coalescer) notifyPlan(due map[string]bool) (notify, trailing []string)
 // rows that try inserted are read back, so every caller gets its job's id exactly once.
 // It gives up, with an error that says the jobs may or may not have been inserted, when
 // ctx ends.
-func (co *coalescer) sendBatch(ctx context.Context, q string, args []any, reqs []*enqueueRequest) ([]*jobtype.JobRow, error) {
+func (co *coalescer) sendBatch(ctx context.Context, q string, args []any, reqs []*enqueueRequest, key string) ([]*jobtype.JobRow, error) {
 	delay := coalesceRetryDelay
 	for try := 0; ; try++ {
 		got, err := co.tryBatch(ctx, q, args)
@@ -337,10 +338,8 @@ func (co *coalescer) sendBatch(ctx context.Context, q string, args []any, reqs [
 		case try > 0 && (keyTaken(err) || refusedRows(err)):
 			// The key was there (an earlier try committed), or this try's rows were refused
 			// before its key was written: an earlier try may still have committed them.
-			// The replay takes the batch's jobs as arrays, whichever statement wrote them,
-			// and the key this statement was sent with.
-			_, replay, _ := batchColumns(reqs)
-			replay[10] = args[10]
+			// The replay takes the batch's jobs as arrays, whichever statement wrote them.
+			_, replay, _ := batchColumns(reqs, key)
 			old, rerr := co.replayBatch(ctx, replay)
 			switch {
 			case rerr == nil && old != nil:

@@ -66,12 +66,7 @@ func (t *batchTracer) sawBatch(failed bool) bool {
 func tracedClient(t *testing.T, b *bundle) (*skiplock.Client, *batchTracer) {
 	t.Helper()
 	tr := &batchTracer{}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := newPoolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
 	require.NoError(t, err)
 	return c, tr
@@ -357,12 +352,7 @@ func TestEnqueue_AJobAloneKeepsEveryOptionInEveryQueryMode(t *testing.T) {
 	runAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-			require.NoError(t, err)
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-			require.NoError(t, err)
-			defer pool.Close()
+			pool := newPoolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = mode })
 			client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
 			require.NoError(t, err)
 

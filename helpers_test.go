@@ -40,11 +40,20 @@ func setup(t *testing.T) *bundle {
 // newPool opens another pool on the test database, closed at cleanup.
 func newPool(t *testing.T, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return newPoolWith(t, func(cfg *pgxpool.Config) {
+		if maxConns > 0 {
+			cfg.MaxConns = maxConns
+		}
+	})
+}
+
+// newPoolWith is newPool with its configuration changed by configure first (a tracer, a
+// query mode); the test's cleanup closes it.
+func newPoolWith(t *testing.T, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
+	configure(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

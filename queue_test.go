@@ -131,12 +131,7 @@ func TestEnqueueMany_ConstantStatements(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	counter := &statementCounter{}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := newPoolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
 	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema})
 	require.NoError(t, err)
 

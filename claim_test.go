@@ -15,6 +15,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // claimSetup migrates a fresh schema and returns a client on it, for the tests of the
@@ -287,7 +288,7 @@ func TestClaim_RowsMatchScanJob(t *testing.T) {
 	assert.Equal(t, "2099-01-01T00:00:00.5Z", want[0].Deadline.UTC().Format(time.RFC3339Nano))
 }
 
-// A claim runs its connection's cached generic plan (claim.PlanSettingsSQL): Postgres would
+// A claim runs its connection's cached generic plan (pgutil.PlanSettingsSQL): Postgres would
 // otherwise plan it again at every run, because its LIMIT is a parameter. The plan is made
 // by the first claim, here on an empty table whose statistics say so, and kept while a
 // backlog grows and nothing analyzes the table: it must walk the claim index all the same.
@@ -332,7 +333,7 @@ func TestClaim_RunsOneCachedPlanThatWalksTheIndexAtEverySize(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }() // a failed check must not leave the pool's one connection taken
-	_, err = tx.Exec(ctx, claim.PlanSettingsSQL)
+	_, err = tx.Exec(ctx, pgutil.PlanSettingsSQL)
 	require.NoError(t, err)
 	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`($1, 10, 'w1', '1 minute')`,
 		pgx.QueryExecModeSimpleProtocol, DefaultQueue)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
 )
 
@@ -175,4 +177,81 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 	assert.Equal(t, 100, count("jobs", `queue = 'k' AND status = 'succeeded'`))
 	assert.Zero(t, count("jobs", `queue IN ('a', 'd')`))
 	assert.Zero(t, count("jobs_archive", `queue IN ('d', 'k')`))
+}
+
+// A success batch sent on the pool runs its connection's cached generic plan
+// (pgutil.PlanSettingsSQL): small batches were planned anew at every run. The plan is made
+// by the first batch, here on an empty table whose statistics say so, and kept while the
+// table grows and nothing analyzes it: it must still reach the rows by their key.
+func TestCompleter_RunsOneCachedPlanThatReachesRowsByKeyAtEverySize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // every statement on one connection, whose prepared statements the test reads
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	require.NoError(t, err)
+
+	comp := record.NewCompleter(pool, schema, func(string, string) Completion { return CompletionArchive }, "w",
+		DefaultCompleteBatchSize, DefaultCompleteFlushInterval, nil, record.BatchListeners{}, nil,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, comp.Start(ctx))
+	defer comp.Stop()
+	succeed := func() {
+		t.Helper()
+		_, err := c.Enqueue(ctx, fenceArgs{}, nil)
+		require.NoError(t, err)
+		claimed, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 1, "w")
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		id := claimed[0].Row.ID
+		require.True(t, comp.Add(jobtype.AttemptKey{ID: id, Fence: claimed[0].Fence}, &JobRow{}, nil, false, false))
+		require.Eventually(t, func() bool {
+			var archived bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{schema, "jobs_archive"}.Sanitize()+
+				` WHERE id = $1)`, id).Scan(&archived))
+			return archived
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	for range 3 {
+		succeed()
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, status, locked_by, locked_at, attempts, fence)
+		SELECT 'k', 'running', 'w', now(), 1, 1 FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+	succeed()
+
+	var name string
+	var generic, custom int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement = $1`, pgutil.Render(schema, record.CompleteSQL(CompletionArchive, false, false))).Scan(&name, &generic, &custom))
+	assert.Equal(t, int64(0), custom, "batches planned anew")
+	assert.Equal(t, int64(4), generic, "batches that ran the cached plan")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // a failed check must not leave the pool's one connection taken
+	_, err = tx.Exec(ctx, pgutil.PlanSettingsSQL)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`('{1}', '{1}', 'w')`, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	plan := strings.Join(lines, "\n")
+	assert.NotContains(t, plan, "Seq Scan on jobs", plan)
+	assert.Contains(t, plan, "Index Scan using jobs_pkey on jobs", plan)
+
+	var mode, seqscan string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan))
+	assert.Equal(t, "auto", mode)
+	assert.Equal(t, "on", seqscan)
 }

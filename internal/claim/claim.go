@@ -103,28 +103,6 @@ SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts +
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
 RETURNING ` + jobtype.Columns + `, fence, timeout_ms`
 
-// PlanSettingsSQL runs before the claim, in the claim's pipeline and transaction (no
-// round trip of its own), so that every claim runs one cached plan that walks the claim
-// index, whatever the table held when it was made.
-//
-//   - plan_cache_mode: Postgres plans a prepared statement anew at each run (a custom
-//     plan) while its generic plan's estimated cost is above the custom plans'. The
-//     claim's LIMIT $2 is a parameter, which a generic plan estimates at a tenth of the
-//     due jobs: with 100,000 queued jobs the generic plan cost 7,287 against the custom
-//     plan's 115, for the same plan but its row estimates. So every claim was planned
-//     again: 3,680 plans in 4,141 claims of a 200,000-job drain, 0.45–0.68 ms each, about
-//     12 µs of server CPU per claimed job (pg_stat_statements). Forced, the generic plan
-//     is made once per connection and kept until the table's statistics change.
-//   - enable_seqscan: a generic plan made while the table is small reads it sequentially
-//     (cheaper there, by its estimate) and would keep doing so while a backlog grows.
-//     With sequential scans costed out, the plan is the one a large table gets at every
-//     size: the claim index for the priorities and the due jobs, the rows by ctid.
-//   - Both are set for the transaction only (set_config's is_local): the connection goes
-//     back to the pool with its own settings. In the simple protocol no plan is cached,
-//     and only enable_seqscan matters.
-const PlanSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true)`
-
 // Claimer runs the claim statement, rendered for one schema.
 type Claimer struct {
 	pool       *pgxpool.Pool
@@ -148,9 +126,18 @@ type ClaimedJob struct {
 }
 
 // Claim takes up to limit due jobs of queue for the worker id.
+//
+// The claim runs after pgutil.PlanSettingsSQL, in its pipeline and transaction (no round
+// trip of its own), so every claim runs its connection's cached plan, which walks the
+// claim index whatever the table held when it was made. Without it Postgres planned the
+// claim anew at nearly every run: its LIMIT $2 is a parameter, which a generic plan
+// estimates at a tenth of the due jobs, so with 100,000 queued jobs the generic plan cost
+// 7,287 against the custom plan's 115, for the same plan. In a 200,000-job drain 3,680
+// of 4,141 claims were planned, 0.45–0.68 ms each, about 12 µs of server CPU per claimed
+// job (pg_stat_statements; bench/README.md, "Issue 45 round 6").
 func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID string) ([]ClaimedJob, error) {
 	b := &pgx.Batch{}
-	b.Queue(PlanSettingsSQL)
+	b.Queue(pgutil.PlanSettingsSQL)
 	b.Queue(c.Sql, queue, limit, workerID, c.visibility)
 	began := time.Now()
 	br := c.pool.SendBatch(ctx, b)

@@ -110,8 +110,8 @@ type FailureRecorder struct {
 	pool     *pgxpool.Pool
 	workerID string
 	logger   *slog.Logger
-	sql      string // failureSQL, rendered
-	wake     waiting.Waking
+	sql      string         // failureSQL, rendered
+	wake     waiting.Waking // with the plan settings, as the Completer's
 	batch    *groupcommit.Batcher[*failedAttempt]
 	mu       sync.RWMutex // record holds it to read; stop to close
 	closed   bool
@@ -144,7 +144,7 @@ func NewFailureRecorder(pool *pgxpool.Pool, schema, workerID string, batchSize i
 	if dueAgain == nil {
 		dueAgain = func(string) {}
 	}
-	f := &FailureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, FailureSQL), wake: waiting.NewWaking(schema),
+	f := &FailureRecorder{pool: pool, workerID: workerID, logger: logger, sql: pgutil.Render(schema, FailureSQL), wake: waiting.NewWaking(schema).WithPlanSettings(),
 		gate: gate, done: done, dueAgain: dueAgain, flows: flows}
 	f.batch = &groupcommit.Batcher[*failedAttempt]{Window: flushEvery, MaxRows: batchSize, MaxInFlight: CompleterLoops, Write: f.write}
 	return f

@@ -51,6 +51,17 @@ type batcher interface {
 // Waking sends the wake-ups of a schema's batches: its rendered WakeSQL and channel.
 type Waking struct {
 	sql, channel string
+	// settings runs first in a batch sent on a pool (WithPlanSettings); "" for none.
+	settings string
+}
+
+// WithPlanSettings returns w whose batches, when sent on a pool (each batch then its own
+// transaction), run pgutil.PlanSettingsSQL first: their statements run one cached plan
+// per connection, made with sequential scans costed out. In a transaction (a caller's,
+// or one with the workflow settle statement) they run without it.
+func (w Waking) WithPlanSettings() Waking {
+	w.settings = pgutil.PlanSettingsSQL
+	return w
 }
 
 // NewWaking returns the wake-ups of schema.
@@ -102,15 +113,26 @@ func (w Waking) Query(ctx context.Context, db jobtype.DBTX, q string, args []any
 		return err
 	}
 	b := &pgx.Batch{}
+	_, onPool := db.(*pgxpool.Pool)
+	settings := onPool && w.settings != ""
+	if settings {
+		b.Queue(w.settings)
+	}
 	b.Queue(q, args...)
 	b.Queue(w.sql, ids, w.channel)
 	br := bdb.SendBatch(ctx, b)
-	rows, err := br.Query()
+	var err error
+	if settings {
+		_, err = br.Exec()
+	}
 	if err == nil {
-		err = read(rows)
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = read(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
 		}
 	}
 	if err == nil {

@@ -139,9 +139,25 @@ func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID s
 	b := &pgx.Batch{}
 	b.Queue(pgutil.PlanSettingsSQL)
 	b.Queue(c.Sql, queue, limit, workerID, c.visibility)
+	out, err := sendClaim(ctx, c.pool, b, limit)
+	if err != nil {
+		return nil, c.wrapErr("claim", err)
+	}
+	return out, nil
+}
+
+// sendClaim sends b, one round trip and one implicit transaction, whose last statement is
+// a claim (read by scanClaimed, with limit) and whose others return nothing to read, and
+// returns the claimed jobs.
+func sendClaim(ctx context.Context, pool *pgxpool.Pool, b *pgx.Batch, limit int) ([]ClaimedJob, error) {
 	began := time.Now()
-	br := c.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
+	br := pool.SendBatch(ctx, b)
+	var err error
+	for range b.Len() - 1 {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
 	var out []ClaimedJob
 	if err == nil {
 		var rows pgx.Rows
@@ -152,10 +168,7 @@ func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID s
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return nil, c.wrapErr("claim", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // scanClaimed reads the rows of a claim statement (jobColumns, fence, timeout_ms) whose

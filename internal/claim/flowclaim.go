@@ -515,19 +515,7 @@ func (f *flowClaimer) claimSlots(ctx context.Context, queue string, l jobtype.Qu
 	b := &pgx.Batch{}
 	b.Queue(f.sharedLock, f.schema+"."+queue)
 	b.Queue(f.slots, queue, int32(n), workerID, int32(l.Concurrency), f.visibility)
-	began := time.Now()
-	br := f.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var jobs []ClaimedJob
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			jobs, err = scanClaimed(rows, began, n)
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	jobs, err := sendClaim(ctx, f.pool, b, n)
 	if err != nil {
 		return nil, claimHint{}, f.wrapErr("claim", err)
 	}

@@ -288,67 +288,84 @@ func TestClaim_RowsMatchScanJob(t *testing.T) {
 	assert.Equal(t, "2099-01-01T00:00:00.5Z", want[0].Deadline.UTC().Format(time.RFC3339Nano))
 }
 
-// A claim runs its connection's cached generic plan (pgutil.PlanSettingsSQL): Postgres would
-// otherwise plan it again at every run, because its LIMIT is a parameter. The plan is made
-// by the first claim, here on an empty table whose statistics say so, and kept while a
-// backlog grows and nothing analyzes the table: it must walk the claim index all the same.
-// The settings last only for the claim's transaction.
+// A claim runs its connection's cached generic plan (pgutil.PlanSettingsSQL): Postgres
+// would otherwise plan it again at every run, because its LIMIT is a parameter. The plan
+// is made by the first claim, here on an empty table whose statistics say so, and kept
+// while a backlog grows and nothing analyzes the table: it must walk the claim index all
+// the same. The settings last only for the claim's transaction.
 func TestClaim_RunsOneCachedPlanThatWalksTheIndexAtEverySize(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
+	c, pool, schema := oneConnSetup(t)
+	claimer := claim.NewClaimer(c.db, time.Minute)
+	for range 3 {
+		claimed, err := claimer.Claim(ctx, DefaultQueue, 10, "w1")
+		require.NoError(t, err)
+		require.Empty(t, claimed)
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind) SELECT 'k' FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+	claimed, err := claimer.Claim(ctx, DefaultQueue, 10, "w1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 10)
+
+	generic, custom, plan := cachedPlan(t, pool, claimer.Sql, `'`+DefaultQueue+`', 10, 'w1', '1 minute'`)
+	assert.Equal(t, int64(0), custom, "claims planned anew")
+	assert.Equal(t, int64(4), generic, "claims that ran the cached plan")
+	assert.NotContains(t, plan, "Seq Scan", plan)
+	assert.Contains(t, plan, "jobs_claim_idx", plan)
+	assert.Contains(t, plan, "Tid Scan on jobs", plan)
+	assertOwnPlanSettings(t, pool)
+}
+
+// oneConnSetup is claimSetup on a pool of one connection, whose prepared statements (and
+// their cached plans) cachedPlan reads, with a jobs table vacuumed and analyzed while
+// empty: its statistics say so until the next ANALYZE.
+func oneConnSetup(t *testing.T) (*Client, *pgxpool.Pool, string) {
+	t.Helper()
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
-	cfg.MaxConns = 1 // every statement on one connection, whose prepared statements the test reads
+	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
 	c, err := NewClient(pool, Config{Schema: schema})
 	require.NoError(t, err)
-	claimer := claim.NewClaimer(c.db, time.Minute)
-	jobs := `"` + schema + `".jobs`
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+pgx.Identifier{schema, "jobs"}.Sanitize())
+	require.NoError(t, err)
+	return c, pool, schema
+}
 
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
-	require.NoError(t, err)
-	for range 3 {
-		claimed, err := claimer.Claim(ctx, DefaultQueue, 10, "w1")
-		require.NoError(t, err)
-		require.Empty(t, claimed)
-	}
-	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (kind) SELECT 'k' FROM generate_series(1, 20000)`)
-	require.NoError(t, err)
-	claimed, err := claimer.Claim(ctx, DefaultQueue, 10, "w1")
-	require.NoError(t, err)
-	require.Len(t, claimed, 10)
-
+// cachedPlan returns, for the statement sql prepared on pool's one connection, how many of
+// its runs used its generic plan and how many a custom one, and the plan it keeps, shown
+// for the parameters args (SQL literals) under pgutil.PlanSettingsSQL, as it runs.
+func cachedPlan(t *testing.T, pool *pgxpool.Pool, sql, args string) (generic, custom int64, plan string) {
+	t.Helper()
+	ctx := context.Background()
 	var name string
-	var generic, custom int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-		WHERE statement = $1`, claimer.Sql).Scan(&name, &generic, &custom))
-	assert.Equal(t, int64(0), custom, "claims planned anew")
-	assert.Equal(t, int64(4), generic, "claims that ran the cached plan")
-
-	// The plan the four claims ran, as the connection keeps it.
+		WHERE statement = $1`, sql).Scan(&name, &generic, &custom))
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }() // a failed check must not leave the pool's one connection taken
 	_, err = tx.Exec(ctx, pgutil.PlanSettingsSQL)
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`($1, 10, 'w1', '1 minute')`,
-		pgx.QueryExecModeSimpleProtocol, DefaultQueue)
+	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
-	plan := strings.Join(lines, "\n")
-	assert.NotContains(t, plan, "Seq Scan", plan)
-	assert.Contains(t, plan, "Index Scan using jobs_claim_idx", plan)
-	assert.Contains(t, plan, "Tid Scan on jobs", plan)
+	return generic, custom, strings.Join(lines, "\n")
+}
 
-	// The connection goes back to the pool with its own settings.
+// assertOwnPlanSettings checks that pool's connection is back to its own plan settings:
+// pgutil.PlanSettingsSQL's last only for the transaction they were set in.
+func assertOwnPlanSettings(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
 	var mode, seqscan string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan))
 	assert.Equal(t, "auto", mode)
 	assert.Equal(t, "on", seqscan)
 }

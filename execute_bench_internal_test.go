@@ -107,7 +107,7 @@ func BenchmarkExecutor_PerJob(b *testing.B) {
 		for i := range b.N {
 			d, _ := w.starter.Start(benchClaimed(i, now), false)
 			w.executor.Execute(d, o)
-			d.Cancel.Cancel(nil)
+			d.Job.Cancel(nil)
 			w.starter.HandlerWG.Done()
 		}
 		w.starter.HandlerWG.Wait()

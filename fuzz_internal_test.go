@@ -149,7 +149,9 @@ func FuzzDecodeJobRow(f *testing.F) {
 		}
 
 		handed = nil
-		w.executor.Execute(claim.Dispatched{Ctx: ctx, Cancel: jobtype.CancelFunc(func(error) {}), Key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, Row: row}, nil)
+		jc := jobtype.NewJobCtx(ctx, 0, true)
+		w.executor.Execute(claim.Dispatched{Job: jc, Key: jobtype.AttemptKey{ID: row.ID, Fence: fence}, Row: row}, nil)
+		jc.Cancel(nil)     // ends its watch of ctx
 		w.failures.Flush() // failures are written in the background
 
 		var status, lastErr string

@@ -487,7 +487,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 		return nil, JobResult{}, claim.ErrHeldTwice
 	}
 	res := w.executor.Execute(d, nil)
-	d.Cancel.Cancel(nil)
+	d.Job.Cancel(nil)
 	w.starter.HandlerWG.Done()
 	w.completer.FlushNow()
 	w.failures.Flush() // a failure, too, is written before workOne returns

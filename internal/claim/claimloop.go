@@ -74,9 +74,9 @@ type ClaimLoopConfig struct {
 
 // Dispatched is a claimed job on its way to a runner.
 type Dispatched struct {
-	Ctx     context.Context
-	Cancel  jobtype.Canceler // ends Ctx (a *jobtype.JobCtx, from the starter)
-	State   *jobtype.State   // Ctx's state, which the held attempts share
+	// Job is the attempt's context (from the starter): its cancel, and its state, which
+	// its held entry shares.
+	Job     *jobtype.JobCtx
 	Key     jobtype.AttemptKey
 	Row     *jobtype.JobRow
 	Timeout time.Duration // the job's own timeout; 0: the kind's or the worker's

@@ -101,7 +101,7 @@ func (s *JobStarter) StartIn(base context.Context, cj claim.ClaimedJob, slot boo
 	if slot {
 		s.Slots.Take()
 	}
-	return claim.Dispatched{Ctx: jobCtx, Cancel: jobCtx, State: st, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
+	return claim.Dispatched{Job: jobCtx, Key: key, Row: cj.Row, Timeout: cj.Timeout, Slot: slot}, true
 }
 
 // ExecutorConfig is what the executor is built from.
@@ -262,7 +262,7 @@ func (e *Executor) runner(q *claim.QueueRunner) {
 			return
 		}
 		e.Execute(d, o)
-		d.Cancel.Cancel(nil)
+		d.Job.Cancel(nil)
 		q.Finished()
 		e.starter.HandlerWG.Done()
 	}
@@ -285,7 +285,7 @@ func (e *Executor) timeoutFor(d claim.Dispatched, h Handler) time.Duration {
 // and hands the result to the outcome recorder. It returns the result the hooks were
 // told. o watches the handler past its timeout (nil: a watch of its own).
 func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResult {
-	ctx, row := d.Ctx, d.Row
+	ctx, row := context.Context(d.Job), d.Row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
 	h, ok := e.cfg.Handlers[row.Kind]
 	policy := e.cfg.RetryPolicy
@@ -296,29 +296,21 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	if hasDeadline && left <= 0 {
 		// Past its deadline: no attempt starts; the recorder ends the job, the attempt
 		// given back (internal/record, failure.go).
-		return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.State, Row: row, Policy: policy, Slot: d.Slot,
+		return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.Job.State(), Row: row, Policy: policy, Slot: d.Slot,
 			Err: &jobtype.NotStartedError{Deadline: row.Deadline, ClaimedAt: row.LockedAt}})
 	}
 	timeout := e.timeoutFor(d, h)
 	var began time.Time // when the attempt's timeout began; zero: no timeout
 	if timeout > 0 {
-		// A JobCtx (JobStarter.StartIn) is timed out by the overrun watch's timer, armed
-		// for each attempt: no timer, context or map per attempt. Any other context gets
-		// the standard library's timeout.
+		// The attempt's JobCtx is timed out by the overrun watch's timer, armed for each
+		// attempt: no timer, context or map per attempt.
 		began = time.Now()
-		jc, own := d.Ctx.(*jobtype.JobCtx)
-		if own {
-			jc.SetDeadline(began.Add(timeout))
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, timeout, jobtype.ErrJobTimeout)
-			defer cancel()
-		}
+		d.Job.SetDeadline(began.Add(timeout))
 		if o == nil {
 			o = e.NewOverrunWatch()
 			defer o.Close()
 		}
-		o.watch(d, jc, timeout, began)
+		o.watch(d, timeout, began)
 		defer o.stop()
 	}
 	if hasDeadline {
@@ -354,7 +346,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	} else {
 		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
 	}
-	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.State, Row: row, Err: err, Panicked: panicked,
+	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.Job.State(), Row: row, Err: err, Panicked: panicked,
 		Duration: time.Since(began) - before, Timeout: timeout, Policy: policy, Slot: d.Slot})
 }
 
@@ -375,7 +367,7 @@ type overrunWatch struct {
 	armed   time.Time // when t fires; zero: not armed
 	gen     uint64    // counts the attempts watched: a report is for the attempt it began with
 	d       claim.Dispatched
-	jc      *jobtype.JobCtx // the attempt's context, timed out by fire; nil: its own timer does
+	jc      *jobtype.JobCtx // the attempt's context until fire times it out; nil after
 	timeout time.Duration
 	began   time.Time // when the watch of the attempt began
 	due     time.Time // the next report; zero: no attempt watched
@@ -392,18 +384,14 @@ func (e *Executor) NewOverrunWatch() *overrunWatch {
 // every is the interval between reports, and the grace after the timeout before the first.
 func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.LeaseInterval, time.Millisecond) }
 
-// watch starts watching d's handler, whose timeout is timeout from began. jc, when not
-// nil, is its context, which the watch times out (JobCtx.TimeOut) when the timeout
-// passes, before the first report.
-func (o *overrunWatch) watch(d claim.Dispatched, jc *jobtype.JobCtx, timeout time.Duration, began time.Time) {
+// watch starts watching d's handler, whose timeout is timeout from began: when the
+// timeout passes, it times out the attempt's context (JobCtx.TimeOut), and reports the
+// handler from one interval on.
+func (o *overrunWatch) watch(d claim.Dispatched, timeout time.Duration, began time.Time) {
 	o.mu.Lock()
 	o.gen++
-	o.d, o.jc, o.timeout, o.began, o.counted = d, jc, timeout, began, false
-	wait := timeout + o.every()
-	if jc != nil {
-		wait = timeout
-	}
-	o.due = began.Add(wait)
+	o.d, o.jc, o.timeout, o.began, o.counted = d, d.Job, timeout, began, false
+	o.due = began.Add(timeout)
 	if o.armed.IsZero() || o.armed.After(o.due) {
 		// Not armed, or armed for later than this attempt's due time (a shorter timeout):
 		// armed early enough, it fires early and fire arms it again.
@@ -468,7 +456,7 @@ func (o *overrunWatch) fire() {
 		"over_by", overBy)
 	if first {
 		e.cfg.Marks.Write(d.Key)              // counted in Stats (internal/ownership, overrunmark.go)
-		e.cfg.MW.stuck(d.Ctx, d.Row, timeout) // error handlers (the root's middleware.go)
+		e.cfg.MW.stuck(d.Job, d.Row, timeout) // error handlers (the root's middleware.go)
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {

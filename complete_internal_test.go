@@ -42,7 +42,7 @@ func TestCompleter_PassesOverLockedRowsAndWritesThemLater(t *testing.T) {
 				_, err := c.Enqueue(ctx, fenceArgs{}, nil)
 				require.NoError(t, err)
 			}
-			jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 4, "w")
+			jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 4, "w", nil)
 			require.NoError(t, err)
 			require.Len(t, jobs, 4)
 			slices.SortFunc(jobs, func(a, b claim.ClaimedJob) int { return int(a.Row.ID - b.Row.ID) })
@@ -137,7 +137,7 @@ func TestCompleter_MixedModesCostOneStatementPerMode(t *testing.T) {
 			_, err := c.Enqueue(ctx, fenceArgs{}, &EnqueueOptions{Queue: q})
 			require.NoError(t, err)
 		}
-		jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, q, 100, "w")
+		jobs, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, q, 100, "w", nil)
 		require.NoError(t, err)
 		require.Len(t, jobs, 100)
 		for _, j := range jobs {
@@ -195,7 +195,7 @@ func TestCompleter_RunsOneCachedPlanThatReachesRowsByKeyAtEverySize(t *testing.T
 		t.Helper()
 		_, err := c.Enqueue(ctx, fenceArgs{}, nil)
 		require.NoError(t, err)
-		claimed, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 1, "w")
+		claimed, err := claim.NewClaimer(c.db, time.Minute).Claim(ctx, DefaultQueue, 1, "w", nil)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		id := claimed[0].Row.ID

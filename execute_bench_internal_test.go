@@ -170,7 +170,7 @@ func BenchmarkClaim_PerJob(b *testing.B) {
 	b.ReportAllocs()
 	cpu := startCPU(b)
 	for n := 0; n < b.N; {
-		jobs, err := cl.Claim(ctx, DefaultQueue, 100, "w")
+		jobs, err := cl.Claim(ctx, DefaultQueue, 100, "w", nil)
 		require.NoError(b, err)
 		require.NotEmpty(b, jobs)
 		n += len(jobs)

@@ -123,7 +123,7 @@ func FuzzDecodeJobRow(f *testing.F) {
 			}
 		}()
 
-		jobs, err := claim.NewClaimer(client.db, time.Minute).Claim(ctx, "fuzz", 1, w.id)
+		jobs, err := claim.NewClaimer(client.db, time.Minute).Claim(ctx, "fuzz", 1, w.id, nil)
 		if err != nil {
 			t.Fatalf("%s\nclaiming the job failed, so it stays running with no worker: %v", input, err)
 		}

@@ -31,7 +31,7 @@ func (fenceArgs) Kind() string { return "fence" }
 // claimOne claims the one queued job of the default queue as worker w.
 func claimOne(t *testing.T, cl *claim.Claimer, w string) claim.ClaimedJob {
 	t.Helper()
-	jobs, err := cl.Claim(context.Background(), DefaultQueue, 1, w)
+	jobs, err := cl.Claim(context.Background(), DefaultQueue, 1, w, nil)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	return jobs[0]

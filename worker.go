@@ -477,7 +477,7 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if w.started.Load() {
 		return nil, JobResult{}, errors.New("skiplock: a worker that runs (or ran) Run cannot run jobs synchronously")
 	}
-	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id)
+	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id, nil)
 	if err != nil || len(jobs) == 0 {
 		return nil, JobResult{}, err
 	}

@@ -164,6 +164,50 @@ func TestWorker_HigherPriorityFirst(t *testing.T) {
 	assert.Equal(t, []int{10, 5, 3, 1, -3}, order)
 }
 
+// While a claim loop drains a backlog it resumes each claim where its last one took
+// jobs, so a job queued before that place (here one enqueued with a past RunAt, as one
+// committed by a long transaction or put back by the sweeper would be) is seen only by a
+// claim that walks from the front: those come at least every FullWalkEvery (100 ms), so
+// such a job starts within a fraction of a second, long before the backlog is drained.
+// A job of a higher priority is taken by the next claim, resumed or not.
+func TestWorker_JobQueuedBehindADrainingBacklogStartsWithinAFullWalk(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enqueueAudit(t, b, 2_000)
+	started := make(chan int, 2)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}, SweepInterval: -1, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[auditArgs]) error {
+		time.Sleep(5 * time.Millisecond) // 4 slots: about 800 jobs a second, a drain of 2.5 s
+		return nil
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		started <- job.Args.N
+		return nil
+	}))
+	runWorker(t, w)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) >= 200
+	}, "the drain is under way")
+
+	// One at a time: a claim that takes the higher priority walks the next one from the
+	// front, and would take the other job with it.
+	for _, o := range []skiplock.EnqueueOptions{{RunAt: time.Now().Add(-time.Hour)}, {Priority: 5}} {
+		_, err := b.client.Enqueue(b.ctx, noopArgs{N: o.Priority}, &o)
+		require.NoError(t, err)
+		enqueued := time.Now()
+		select {
+		case n := <-started:
+			assert.Equal(t, o.Priority, n)
+			assert.Less(t, time.Since(enqueued), time.Second, "job %d started late", n)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a job enqueued during the drain did not start")
+		}
+	}
+	assert.Greater(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'audit'`), 500, "the backlog is far from drained")
+}
+
 type panicArgs struct{}
 
 func (panicArgs) Kind() string { return "panics" }

@@ -91,9 +91,56 @@ func dueScan(cols, limit string, lock bool) string {
 //   - lease_until is this worker's lease: now() + its own visibility timeout ($4). The
 //     sweeper takes the job back only once it has passed, whatever its own settings.
 //   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
-var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + `, picked AS (
+var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + claimBody
+
+// claimDueScan is the scan of due jobs of claimSQL and resumedClaimSQL.
+var claimDueScan = dueScan(`ctid`, `$2`, true)
+
+// resumedPrioritiesCTE is prioritiesCTE("$1") for a claim that resumes where the claim
+// loop's last one took jobs (Resume: priority $5, place ($6, $7) in the claim index). Its
+// first seek looks in three places and keeps the first in claim order: the queue's
+// higher priorities from the front of their range, priority $5 from the resume place on,
+// and the lower priorities from the front. The entries of priority $5 before the resume
+// place are not looked at: they belong to the jobs claimed since the last VACUUM, which
+// every claim's walk from the front of the index steps over (about 0.45 ms per claim of
+// 100 with 55,000 of them, 265 buffers; bench/README.md, "Issue 45 round 7"). The steps
+// to the next priorities are prioritiesCTE's, from the front of each: when the first
+// seek finds a higher priority, the walk reaches priority $5 as a claim from the front
+// does.
+//
+// A job queued before the resume place after the last claim (one committed by a
+// transaction that began before it, one enqueued with a past RunAt, one put back by a
+// failed or late claim or by the sweeper) is not seen by a resumed claim: the claim
+// loops walk from the front at least every FullWalkEvery, and after any claim that took
+// fewer jobs than it asked for (resumeState), so such a job waits that long at most.
+const resumedPrioritiesCTE = `prios AS (
+	(SELECT f.priority, f.run_at, f.id FROM (
+		(SELECT priority, run_at, id FROM {s}.jobs
+		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority > $5::smallint
+		 ORDER BY priority DESC, run_at, id LIMIT 1)
+		UNION ALL
+		(SELECT priority, run_at, id FROM {s}.jobs
+		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority = $5::smallint
+			AND (run_at, id) >= ($6::timestamptz, $7::bigint)
+		 ORDER BY priority DESC, run_at, id LIMIT 1)
+		UNION ALL
+		(SELECT priority, run_at, id FROM {s}.jobs
+		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority < $5::smallint
+		 ORDER BY priority DESC, run_at, id LIMIT 1)
+	) f
+	ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
+	UNION ALL
+	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
+		SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
+		WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
+		ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
+)`
+
+// claimBody is claimSQL after its walk of the priorities: the pick of due jobs and the
+// UPDATE that claims them.
+var claimBody = `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
-		` + dueScan(`ctid`, `$2`, true) + `
+		` + claimDueScan + `
 	) c
 	LIMIT $2
 )
@@ -103,16 +150,53 @@ SET status = 'running', locked_at = now(), locked_by = $3, attempts = attempts +
 WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
 RETURNING ` + jobtype.Columns + `, fence, timeout_ms`
 
+// resumedClaimSQL is claimSQL with resumedPrioritiesCTE's walk ($5, $6, $7: the Resume).
+var resumedClaimSQL = `WITH RECURSIVE ` + resumedPrioritiesCTE + claimBody
+
+// FullWalkEvery is how often at least a claim loop's plain claim walks the claim index
+// from the front while it resumes its claims where the last one took jobs (Resume): the
+// longest a job queued behind that place waits beyond a claim that would have taken it.
+const FullWalkEvery = 100 * time.Millisecond
+
+// Resume is a place in a queue's claim index where a claim loop's next claim may start
+// its walk of one priority: the earliest job (run_at, id) of the highest priority the
+// loop's last claim took. The entries before it in that priority are, but for the jobs
+// resumedPrioritiesCTE describes, those of jobs claimed since the last VACUUM.
+type Resume struct {
+	Priority int16
+	RunAt    time.Time
+	ID       int64
+}
+
+// resumeAt returns the Resume of a claim that took jobs: its highest priority, and the
+// earliest job of it in claim order (run_at, id). False when jobs is empty.
+func resumeAt(jobs []ClaimedJob) (Resume, bool) {
+	if len(jobs) == 0 {
+		return Resume{}, false
+	}
+	first := jobs[0].Row
+	for _, j := range jobs[1:] {
+		r := j.Row
+		if r.Priority > first.Priority || r.Priority == first.Priority &&
+			(r.RunAt.Before(first.RunAt) || r.RunAt.Equal(first.RunAt) && r.ID < first.ID) {
+			first = r
+		}
+	}
+	return Resume{Priority: int16(first.Priority), RunAt: first.RunAt, ID: first.ID}, true
+}
+
 // Claimer runs the claim statement, rendered for one schema.
 type Claimer struct {
 	pool       *pgxpool.Pool
-	Sql        string
+	Sql        string        // claimSQL
+	ResumedSql string        // resumedClaimSQL
 	visibility time.Duration // the lease a claim writes
 	wrapErr    func(op string, err error) error
 }
 
 func NewClaimer(db pgutil.DB, visibility time.Duration) *Claimer {
-	return &Claimer{pool: db.Pool, Sql: db.Render(claimSQL), visibility: visibility, wrapErr: db.WrapErr}
+	return &Claimer{pool: db.Pool, Sql: db.Render(claimSQL), ResumedSql: db.Render(resumedClaimSQL),
+		visibility: visibility, wrapErr: db.WrapErr}
 }
 
 // ClaimedJob is one job a claim returned: the row, the fencing token the claim took, the
@@ -135,10 +219,17 @@ type ClaimedJob struct {
 // 7,287 against the custom plan's 115, for the same plan. In a 200,000-job drain 3,680
 // of 4,141 claims were planned, 0.45–0.68 ms each, about 12 µs of server CPU per claimed
 // job (pg_stat_statements; bench/README.md, "Issue 45 round 6").
-func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID string) ([]ClaimedJob, error) {
+//
+// With from, the claim resumes there (resumedClaimSQL); nil: it walks from the front of
+// the claim index (claimSQL).
+func (c *Claimer) Claim(ctx context.Context, queue string, limit int, workerID string, from *Resume) ([]ClaimedJob, error) {
 	b := &pgx.Batch{}
 	b.Queue(pgutil.PlanSettingsSQL)
-	b.Queue(c.Sql, queue, limit, workerID, c.visibility)
+	if from != nil {
+		b.Queue(c.ResumedSql, queue, limit, workerID, c.visibility, from.Priority, from.RunAt, from.ID)
+	} else {
+		b.Queue(c.Sql, queue, limit, workerID, c.visibility)
+	}
 	out, err := sendClaim(ctx, c.pool, b, limit)
 	if err != nil {
 		return nil, c.wrapErr("claim", err)

@@ -202,21 +202,64 @@ func (q *QueueRunner) claimsDrained() {
 
 // claim takes up to n jobs: through the limited path when the queue has limits, else
 // through claimSQL, exactly as if flow control did not exist.
-func (q *QueueRunner) claim(ctx context.Context, n int) ([]ClaimedJob, claimHint, error) {
+// A plain claim resumes where the loop's last one took jobs, when walk allows it.
+func (q *QueueRunner) claim(ctx context.Context, n int, walk *resumeState) ([]ClaimedJob, claimHint, error) {
 	q.pathMu.RLock()
 	defer q.pathMu.RUnlock()
 	q.plainMu.RLock()
 	if f := q.flow.Load(); f != nil {
 		q.plainMu.RUnlock()
+		walk.forget()
 		if err := f.adopt(ctx, q.name, &q.plainMu); err != nil {
 			return nil, claimHint{}, err
 		}
 		return f.claimer.Claim(ctx, q.name, f.limits, n, q.cfg.WorkerID)
 	}
 	defer q.plainMu.RUnlock()
-	jobs, err := q.cfg.Claimer.Claim(ctx, q.name, n, q.cfg.WorkerID)
+	began := time.Now()
+	from := walk.next(began)
+	jobs, err := q.cfg.Claimer.Claim(ctx, q.name, n, q.cfg.WorkerID, from)
+	if err != nil {
+		walk.forget()
+	} else {
+		walk.after(from == nil, began, n, jobs)
+	}
 	return jobs, claimHint{}, err
 }
+
+// resumeState is where one claim loop's next plain claim starts its walk of the claim
+// index (Resume, resumedPrioritiesCTE): from the front, or where its last claim took
+// jobs. It resumes only after a claim that filled its batch (the queue has a backlog
+// beyond what it took), and walks from the front at least every FullWalkEvery, so a job
+// queued behind the resume place waits at most that long. Owned by its loop's goroutine.
+type resumeState struct {
+	from     Resume
+	ok       bool      // from holds a place to resume at
+	fullWalk time.Time // when the loop's last claim from the front started
+}
+
+// next returns where a claim starting at now resumes; nil: from the front.
+func (w *resumeState) next(now time.Time) *Resume {
+	if !w.ok || now.Sub(w.fullWalk) >= FullWalkEvery {
+		return nil
+	}
+	return &w.from
+}
+
+// after records a claim that asked for n jobs, started at began, from the front when
+// full, and took jobs.
+func (w *resumeState) after(full bool, began time.Time, n int, jobs []ClaimedJob) {
+	if full {
+		w.fullWalk = began
+	}
+	w.ok = false
+	if len(jobs) == n {
+		w.from, w.ok = resumeAt(jobs)
+	}
+}
+
+// forget makes the next claim walk from the front.
+func (w *resumeState) forget() { w.ok = false }
 
 // HoldsSlot reports whether the queue's jobs are claimed under a concurrency limit now:
 // their slots are free again only once their outcomes are recorded.
@@ -233,6 +276,7 @@ func (q *QueueRunner) HoldsSlot() bool {
 func (q *QueueRunner) run(ctx context.Context, wake <-chan struct{}) {
 	errDelay := firstClaimRetry
 	var token tokenTimer // fires when a rate-limited queue's next token is due (flowclaim.go)
+	var walk resumeState // where this loop's next plain claim starts
 	defer token.stop()
 	for {
 		woken := false // by a signal, not by the token timer
@@ -247,7 +291,7 @@ func (q *QueueRunner) run(ctx context.Context, wake <-chan struct{}) {
 		if q.leaveWake(wake, woken) {
 			continue
 		}
-		token.arm(q.claimWhileDue(ctx, &errDelay))
+		token.arm(q.claimWhileDue(ctx, &errDelay, &walk))
 	}
 }
 
@@ -269,8 +313,9 @@ func (q *QueueRunner) leaveWake(wake <-chan struct{}, woken bool) bool {
 
 // claimWhileDue claims until the queue has no due job left or no free slot, or ctx
 // ends, and returns when a rate limit's next token is due, if a claim was cut by it
-// (0: none). errDelay is the loop's backoff after a failed claim.
-func (q *QueueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration) (next time.Duration) {
+// (0: none). errDelay is the loop's backoff after a failed claim; walk is where its
+// plain claims start.
+func (q *QueueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration, walk *resumeState) (next time.Duration) {
 	for ctx.Err() == nil && !q.paused.Load() {
 		if !q.awaitRenewal(ctx) || !q.awaitSlots(ctx) {
 			break
@@ -279,7 +324,7 @@ func (q *QueueRunner) claimWhileDue(ctx context.Context, errDelay *time.Duration
 		if !ok {
 			break
 		}
-		jobs, hint, err := q.claimReserved(ctx, free)
+		jobs, hint, err := q.claimReserved(ctx, free, walk)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -356,7 +401,7 @@ func (q *QueueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 
 // claimReserved runs one claim for the free slots reserved by takeTurn, gives the turn
 // back, and gives back the slots the claim did not fill.
-func (q *QueueRunner) claimReserved(ctx context.Context, free int64) ([]ClaimedJob, claimHint, error) {
+func (q *QueueRunner) claimReserved(ctx context.Context, free int64, walk *resumeState) ([]ClaimedJob, claimHint, error) {
 	// The claim must not be cut off by shutdown: cancelling it mid-flight could commit
 	// the claim and lose its result, leaving jobs running for nobody until the sweeper
 	// takes them back. Jobs it returns run; shutdown waits for them.
@@ -368,7 +413,7 @@ func (q *QueueRunner) claimReserved(ctx context.Context, free int64) ([]ClaimedJ
 			break
 		}
 	}
-	jobs, hint, err := q.claim(cctx, int(free))
+	jobs, hint, err := q.claim(cctx, int(free), walk)
 	q.claims.Add(-1)
 	q.cfg.Gate.Release()
 	<-q.cfg.Conns

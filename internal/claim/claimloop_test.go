@@ -7,6 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 )
@@ -327,4 +331,57 @@ func TestQueueRunner_ReservationsBalanceUnderConcurrency(t *testing.T) {
 	if n := q.active.Load(); n != 0 {
 		t.Fatalf("%d slots taken after every one was given back, want 0", n)
 	}
+}
+
+// claimedAt returns n claimed jobs of priority 0, the first of them at id first.
+func claimedAt(first int64, n int) []ClaimedJob {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var jobs []ClaimedJob
+	for i := range int64(n) {
+		jobs = append(jobs, ClaimedJob{Row: &jobtype.JobRow{ID: first + (int64(n) - 1 - i), RunAt: at}})
+	}
+	return jobs
+}
+
+// A claim loop resumes where its last claim took jobs only after a full batch, and walks
+// from the front at least every FullWalkEvery and after any shorter claim or failure.
+func TestResumeState_ResumesOnlyBehindAFullBatchAndNotForLong(t *testing.T) {
+	t.Parallel()
+	var w resumeState
+	t0 := time.Now()
+	require.Nil(t, w.next(t0), "the first claim walks from the front")
+
+	w.after(true, t0, 3, claimedAt(10, 3))
+	from := w.next(t0.Add(FullWalkEvery / 2))
+	require.NotNil(t, from, "a full batch: the next claim resumes")
+	assert.Equal(t, Resume{Priority: 0, RunAt: claimedAt(10, 1)[0].Row.RunAt, ID: 10}, *from, "at the earliest job it took")
+	assert.Nil(t, w.next(t0.Add(FullWalkEvery)), "FullWalkEvery after the last walk from the front")
+
+	w.after(false, t0.Add(FullWalkEvery/2), 3, claimedAt(20, 3))
+	require.NotNil(t, w.next(t0.Add(FullWalkEvery/2)))
+	assert.Nil(t, w.next(t0.Add(FullWalkEvery)), "a resumed claim does not push the next walk from the front back")
+
+	w.after(true, t0.Add(FullWalkEvery), 3, claimedAt(30, 2))
+	assert.Nil(t, w.next(t0.Add(FullWalkEvery)), "a short batch: the queue may be drained, the next claim walks from the front")
+
+	w.after(true, t0.Add(FullWalkEvery), 3, claimedAt(40, 3))
+	require.NotNil(t, w.next(t0.Add(FullWalkEvery)))
+	w.forget()
+	assert.Nil(t, w.next(t0.Add(FullWalkEvery)), "after a failed or limited claim")
+}
+
+// The resume place is the earliest job, in claim order, of the highest priority claimed.
+func TestResumeAt_IsTheFirstJobOfTheHighestPriority(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	job := func(id int64, prio int, runAt time.Time) ClaimedJob {
+		return ClaimedJob{Row: &jobtype.JobRow{ID: id, Priority: prio, RunAt: runAt}}
+	}
+	r, ok := resumeAt([]ClaimedJob{
+		job(1, 0, at), job(9, 3, at.Add(time.Second)), job(7, 3, at.Add(time.Second)), job(8, 3, at.Add(2*time.Second)), job(2, -1, at),
+	})
+	require.True(t, ok)
+	assert.Equal(t, Resume{Priority: 3, RunAt: at.Add(time.Second), ID: 7}, r)
+	_, ok = resumeAt(nil)
+	assert.False(t, ok)
 }

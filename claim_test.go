@@ -397,9 +397,80 @@ func cachedPlan(t *testing.T, pool *pgxpool.Pool, sql, args string) (generic, cu
 func assertOwnPlanSettings(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	var mode, seqscan string
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan))
+	var jitOwn bool
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),
+		current_setting('jit') = (SELECT reset_val FROM pg_settings WHERE name = 'jit')`).Scan(&mode, &seqscan, &jitOwn))
 	assert.Equal(t, "auto", mode)
 	assert.Equal(t, "on", seqscan)
+	assert.True(t, jitOwn, "jit is the connection's own again")
+}
+
+// The claims are never compiled with JIT. A generic plan's cost grows with the table
+// (a claim's LIMIT $2 is taken for a tenth of the due jobs): with 10^7 jobs queued it was
+// 707,326, far past jit_above_cost, and Postgres compiled the claim at every run, 300 ms
+// of a 302 ms claim. Here the connection's jit_above_cost is 0, so every plan it runs
+// would be compiled: the claims' own settings (pgutil.PlanSettingsSQL) must turn JIT off.
+func TestClaim_IsNeverCompiledWithJIT(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["jit_above_cost"] = "0"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
+	c, err := NewClient(pool, Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 10)`)
+	require.NoError(t, err)
+	from := firstQueued(t, pool, schema)
+	claimer := claim.NewClaimer(c.db, time.Minute)
+	_, err = claimer.Claim(ctx, DefaultQueue, 1, "w1", nil)
+	require.NoError(t, err)
+	_, err = claimer.Claim(ctx, DefaultQueue, 1, "w1", &from)
+	require.NoError(t, err)
+	var jitAvailable bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&jitAvailable))
+
+	// analyzed runs the statement sql, prepared as name, under EXPLAIN ANALYZE in a
+	// rolled-back transaction opened with settings, and returns what it printed.
+	analyzed := func(name, args, settings string) string {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, settings)
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE) EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	args := `'` + DefaultQueue + `', 10, 'w1', '1 minute'`
+	for sql, args := range map[string]string{
+		claimer.Sql:        args,
+		claimer.ResumedSql: fmt.Sprintf(`%s, 0, '%s', %d`, args, from.RunAt.Format(time.RFC3339Nano), from.ID),
+	} {
+		// The claims' own statement, planned and run as a worker's claims are.
+		var name string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&name))
+		plan := analyzed(name, args, pgutil.PlanSettingsSQL)
+		assert.NotContains(t, plan, "JIT:", plan)
+		if jitAvailable {
+			// The same statement planned without the claims' settings is compiled: the
+			// check sees JIT where the server has it.
+			_, err := pool.Exec(ctx, `PREPARE jit_check AS `+sql)
+			require.NoError(t, err)
+			plan = analyzed("jit_check", args, `SET LOCAL plan_cache_mode = force_generic_plan`)
+			assert.Contains(t, plan, "JIT:", plan)
+			_, err = pool.Exec(ctx, `DEALLOCATE jit_check`)
+			require.NoError(t, err)
+		}
+	}
+	assertOwnPlanSettings(t, pool)
 }
 
 // firstQueued returns the place of the default queue's first queued job in the claim

@@ -98,7 +98,8 @@ func parseSizes(s string) ([]int, error) {
 
 // claimTracer times, at the client, the statements whose SQL match says is a claim: from
 // the query's start to the end of its rows (pgx calls TraceQueryEnd when the rows close),
-// while on.
+// or, for a claim sent in a batch (skiplock's, after its plan settings), from the batch's
+// start to its end, while on.
 type claimTracer struct {
 	match    func(sql string) bool
 	limitArg int // which argument is the claim's limit (explainClaim sets it to 100)
@@ -133,6 +134,45 @@ func (t *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 		return
 	}
 	el := time.Since(t0)
+	t.mu.Lock()
+	t.lats = append(t.lats, el)
+	t.mu.Unlock()
+}
+
+// claimBatch is a traced batch: when it started (while on), and whether it held a claim.
+type claimBatch struct {
+	t0    time.Time
+	claim bool
+}
+
+type claimBatchKey struct{}
+
+// TraceBatchStart notes the start of a batch: skiplock sends its claim in a pipeline,
+// after its plan settings, which pgx traces as a batch, not as a query.
+func (t *claimTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, claimBatchKey{}, &claimBatch{t0: time.Now()})
+}
+
+// TraceBatchQuery notes a claim among a batch's statements.
+func (t *claimTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	b, ok := ctx.Value(claimBatchKey{}).(*claimBatch)
+	if !ok || !t.match(d.SQL) || strings.HasPrefix(d.SQL, "EXPLAIN") {
+		return
+	}
+	b.claim = true
+	t.mu.Lock()
+	t.sql, t.args = d.SQL, d.Args
+	t.mu.Unlock()
+}
+
+// TraceBatchEnd records the time of a batch that held a claim: from its start to the
+// end of its results (pgx calls it when the batch closes, after the claim's rows).
+func (t *claimTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	b, ok := ctx.Value(claimBatchKey{}).(*claimBatch)
+	if !ok || !b.claim || d.Err != nil || !t.on.Load() {
+		return
+	}
+	el := time.Since(b.t0)
 	t.mu.Lock()
 	t.lats = append(t.lats, el)
 	t.mu.Unlock()

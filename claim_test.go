@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -66,22 +67,10 @@ func TestClaim_PlanUsesPartialIndexWithoutSort(t *testing.T) {
 
 func TestClaim_FutureJobsAreNotWalkedOver(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
-	exec := func(sql string) {
-		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
-		require.NoError(t, err)
-	}
-	// buffers claims in a rolled-back transaction and returns the buffers it touched.
+	exec := schemaExec(t, pool, schema)
 	buffers := func() float64 {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck
-		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute).Scan(&plan))
-		top := plan[0]["Plan"].(map[string]any)
-		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 due jobs")
-		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
+		return claimBuffers(t, pool, 50, claim.NewClaimer(c.db, time.Minute).Sql, "default", 100, "w1", time.Minute)
 	}
 
 	// Jobs scheduled for tomorrow, at higher priorities than the 50 due ones: a claim that
@@ -151,6 +140,31 @@ func planBuffers(n map[string]any) float64 {
 	return n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
 }
 
+// schemaExec returns a function that runs SQL on pool with {s} standing for schema.
+func schemaExec(t *testing.T, pool *pgxpool.Pool, schema string) func(sql string) {
+	return func(sql string) {
+		t.Helper()
+		_, err := pool.Exec(context.Background(), strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize()))
+		require.NoError(t, err)
+	}
+}
+
+// claimBuffers runs the claim statement sql with args under EXPLAIN (ANALYZE, BUFFERS)
+// in a rolled-back transaction, checks that it claimed rows jobs, and returns the
+// buffers it read (hits and reads).
+func claimBuffers(t *testing.T, pool *pgxpool.Pool, rows float64, sql string, args ...any) float64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var plan []map[string]any
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&plan))
+	top := plan[0]["Plan"].(map[string]any)
+	require.Equal(t, rows, top["Actual Rows"], "jobs claimed")
+	return planBuffers(top)
+}
+
 // planNode returns the first node of the plan under top (top included, depth first) for
 // which match reports true; nil if there is none.
 func planNode(top map[string]any, match func(n map[string]any) bool) map[string]any {
@@ -189,10 +203,7 @@ func TestPoll_FindsDueAndPausedQueuesWithoutWalkingFutureJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
-	exec := func(sql string) {
-		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
-		require.NoError(t, err)
-	}
+	exec := schemaExec(t, pool, schema)
 	// q_due: one due job at a low priority, below 200,000 jobs due tomorrow at higher ones.
 	// q_future: only future jobs. q_running: only a running job. q_empty: nothing.
 	// q_paused: a due job, but paused. q_busy: a due job, but not asked about (no free slot).
@@ -311,7 +322,16 @@ func TestClaim_RunsOneCachedPlanThatWalksTheIndexAtEverySize(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 10)
 
-	generic, custom, plan := cachedPlan(t, pool, claimer.Sql, `'`+DefaultQueue+`', 10, 'w1', '1 minute'`)
+	assertOneClaimPlanWalksTheIndex(t, pool, claimer.Sql, `'`+DefaultQueue+`', 10, 'w1', '1 minute'`)
+}
+
+// assertOneClaimPlanWalksTheIndex checks that the claim statement sql, prepared on pool's
+// one connection, ran four times with one cached plan (none planned anew), and that the
+// plan, shown for args, walks the claim index, finds the rows to update by TID, and
+// reads no table sequentially; and that the connection's settings are its own again.
+func assertOneClaimPlanWalksTheIndex(t *testing.T, pool *pgxpool.Pool, sql, args string) {
+	t.Helper()
+	generic, custom, plan := cachedPlan(t, pool, sql, args)
 	assert.Equal(t, int64(0), custom, "claims planned anew")
 	assert.Equal(t, int64(4), generic, "claims that ran the cached plan")
 	assert.NotContains(t, plan, "Seq Scan", plan)
@@ -340,14 +360,8 @@ func TestClaim_ResumedClaimRunsOneCachedPlanThatWalksTheIndexAtEverySize(t *test
 	require.NoError(t, err)
 	require.Len(t, claimed, 10)
 
-	generic, custom, plan := cachedPlan(t, pool, claimer.ResumedSql,
+	assertOneClaimPlanWalksTheIndex(t, pool, claimer.ResumedSql,
 		fmt.Sprintf(`'%s', 10, 'w1', '1 minute', 0, '%s', %d`, DefaultQueue, from.RunAt.Format(time.RFC3339Nano), from.ID))
-	assert.Equal(t, int64(0), custom, "claims planned anew")
-	assert.Equal(t, int64(4), generic, "claims that ran the cached plan")
-	assert.NotContains(t, plan, "Seq Scan", plan)
-	assert.Contains(t, plan, "jobs_claim_idx", plan)
-	assert.Contains(t, plan, "Tid Scan on jobs", plan)
-	assertOwnPlanSettings(t, pool)
 }
 
 // oneConnSetup is claimSetup on a pool of one connection, whose prepared statements (and
@@ -355,11 +369,18 @@ func TestClaim_ResumedClaimRunsOneCachedPlanThatWalksTheIndexAtEverySize(t *test
 // empty: its statistics say so until the next ANALYZE.
 func oneConnSetup(t *testing.T) (*Client, *pgxpool.Pool, string) {
 	t.Helper()
+	return oneConnSetupWith(t, nil)
+}
+
+// oneConnSetupWith is oneConnSetup with the connection's runtime parameters params.
+func oneConnSetupWith(t *testing.T, params map[string]string) (*Client, *pgxpool.Pool, string) {
+	t.Helper()
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
 	cfg.MaxConns = 1
+	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -413,18 +434,8 @@ func assertOwnPlanSettings(t *testing.T, pool *pgxpool.Pool) {
 func TestClaim_IsNeverCompiledWithJIT(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.Schema(t)
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["jit_above_cost"] = "0"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	require.NoError(t, Migrate(ctx, pool, MigrateConfig{Schema: schema}))
-	c, err := NewClient(pool, Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 10)`)
+	c, pool, schema := oneConnSetupWith(t, map[string]string{"jit_above_cost": "0"})
+	_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "jobs"}.Sanitize()+` (kind, run_at) SELECT 'k', now() - interval '1 hour' FROM generate_series(1, 10)`)
 	require.NoError(t, err)
 	from := firstQueued(t, pool, schema)
 	claimer := claim.NewClaimer(c.db, time.Minute)
@@ -488,26 +499,14 @@ func firstQueued(t *testing.T, pool *pgxpool.Pool, schema string) claim.Resume {
 // claimed since the last VACUUM lie.
 func TestClaim_ResumedClaimDoesNotStepOverClaimedEntries(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
 	behindClaimedEntries(t, pool, schema)
 	claimer := claim.NewClaimer(c.db, time.Minute)
 	from := firstQueued(t, pool, schema)
 
-	// buffers claims in a rolled-back transaction and returns the buffers it touched.
-	buffers := func(sql string, args ...any) float64 {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck
-		var plan []map[string]any
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&plan))
-		top := plan[0]["Plan"].(map[string]any)
-		require.Equal(t, 50.0, top["Actual Rows"], "claims the 50 queued jobs")
-		return planBuffers(top)
-	}
-	full := func() float64 { return buffers(claimer.Sql, "default", 100, "w1", time.Minute) }
+	full := func() float64 { return claimBuffers(t, pool, 50, claimer.Sql, "default", 100, "w1", time.Minute) }
 	resumed := func() float64 {
-		return buffers(claimer.ResumedSql, "default", 100, "w1", time.Minute, from.Priority, from.RunAt, from.ID)
+		return claimBuffers(t, pool, 50, claimer.ResumedSql, "default", 100, "w1", time.Minute, from.Priority, from.RunAt, from.ID)
 	}
 	full() // the first walk marks the claimed entries dead, as a worker's claims do
 	fromFront, fromPlace := full(), resumed()
@@ -524,10 +523,7 @@ func TestClaim_ResumedClaimTakesEveryPriorityFromItsPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, pool, schema := claimSetup(t)
-	exec := func(sql string) {
-		_, err := pool.Exec(ctx, strings.ReplaceAll(sql, "{s}", `"`+schema+`"`))
-		require.NoError(t, err)
-	}
+	exec := schemaExec(t, pool, schema)
 	exec(`INSERT INTO {s}.jobs (kind, priority, run_at) SELECT 'before', 0, now() - interval '2 hours' FROM generate_series(1, 3);
 		INSERT INTO {s}.jobs (kind, priority, run_at) SELECT 'from', 0, now() - interval '1 hour' FROM generate_series(1, 4);
 		INSERT INTO {s}.jobs (kind, priority) SELECT 'lower', -2 FROM generate_series(1, 2);

@@ -501,6 +501,7 @@ func TestClaim_ResumedClaimDoesNotStepOverClaimedEntries(t *testing.T) {
 	t.Parallel()
 	c, pool, schema := claimSetup(t)
 	behindClaimedEntries(t, pool, schema)
+	behindClaimedEntries(t, pool, schema) // 80,050 claimed entries, then 50 queued jobs
 	claimer := claim.NewClaimer(c.db, time.Minute)
 	from := firstQueued(t, pool, schema)
 
@@ -510,8 +511,10 @@ func TestClaim_ResumedClaimDoesNotStepOverClaimedEntries(t *testing.T) {
 	}
 	full() // the first walk marks the claimed entries dead, as a worker's claims do
 	fromFront, fromPlace := full(), resumed()
-	// The walk over the 40,000 claimed entries reads about 295 buffers.
-	assert.Greater(t, fromFront, fromPlace+200, "buffers read from the front: %v; resumed: %v", fromFront, fromPlace)
+	// The walk over 40,000 claimed entries reads about 295 buffers, over these about 590.
+	// The margin absorbs what a busy machine adds to either claim (catalog and hint-bit
+	// reads, seen up to ~105 extra buffers when the suite runs in parallel).
+	assert.Greater(t, fromFront, fromPlace+350, "buffers read from the front: %v; resumed: %v", fromFront, fromPlace)
 }
 
 // A resumed claim takes what a claim from the front takes, in the same order, except the

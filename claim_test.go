@@ -515,13 +515,19 @@ func TestClaim_ResumedClaimDoesNotStepOverClaimedEntries(t *testing.T) {
 	// The margin absorbs what a busy machine adds to either claim (catalog and hint-bit
 	// reads, seen up to ~105 extra buffers when the suite runs in parallel).
 	assert.Greater(t, fromFront, fromPlace+350, "buffers read from the front: %v; resumed: %v", fromFront, fromPlace)
+
+	// A job of a higher priority, claimed first: the walk goes on to the place's
+	// priority from the place, not from the front of that priority.
+	schemaExec(t, pool, schema)(`INSERT INTO {s}.jobs (kind, priority) VALUES ('k', 5)`)
+	fromFront = claimBuffers(t, pool, 51, claimer.Sql, "default", 100, "w1", time.Minute)
+	fromPlace = claimBuffers(t, pool, 51, claimer.ResumedSql, "default", 100, "w1", time.Minute, from.Priority, from.RunAt, from.ID)
+	assert.Greater(t, fromFront, fromPlace+350, "with a higher priority, buffers read from the front: %v; resumed: %v", fromFront, fromPlace)
 }
 
 // A resumed claim takes what a claim from the front takes, in the same order, except the
-// jobs of its place's priority queued before its place, while that priority is the
-// highest queued: a higher priority is taken first, and the walk then goes on from the
-// front of the next priorities, as a claim from the front does. A claim from the front
-// takes the jobs left before the place.
+// jobs of its place's priority queued before its place: a higher priority first, its own
+// from the place on, then the lower ones. A claim from the front takes the jobs left
+// before the place.
 func TestClaim_ResumedClaimTakesEveryPriorityFromItsPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -529,6 +535,7 @@ func TestClaim_ResumedClaimTakesEveryPriorityFromItsPlace(t *testing.T) {
 	exec := schemaExec(t, pool, schema)
 	exec(`INSERT INTO {s}.jobs (kind, priority, run_at) SELECT 'before', 0, now() - interval '2 hours' FROM generate_series(1, 3);
 		INSERT INTO {s}.jobs (kind, priority, run_at) SELECT 'from', 0, now() - interval '1 hour' FROM generate_series(1, 4);
+		INSERT INTO {s}.jobs (kind, priority) SELECT 'higher', 5 FROM generate_series(1, 2);
 		INSERT INTO {s}.jobs (kind, priority) SELECT 'lower', -2 FROM generate_series(1, 2);
 		INSERT INTO {s}.jobs (kind, priority, run_at) VALUES ('later', 0, now() + interval '1 hour')`)
 	var from claim.Resume
@@ -549,9 +556,7 @@ func TestClaim_ResumedClaimTakesEveryPriorityFromItsPlace(t *testing.T) {
 		return kinds
 	}
 
-	assert.Equal(t, []string{"from", "from", "from", "from", "lower"}, claimed(5, &from), "from the place on, then the lower priority")
-	exec(`INSERT INTO {s}.jobs (kind, priority) SELECT 'higher', 5 FROM generate_series(1, 2)`)
-	assert.Equal(t, []string{"higher", "higher", "before"}, claimed(3, &from), "a higher priority first, then the front of the next")
-	assert.Equal(t, []string{"lower"}, claimed(100, &from), "nothing of its priority before its place, nothing due later")
-	assert.Equal(t, []string{"before", "before"}, claimed(100, nil), "a claim from the front takes the jobs before the place")
+	assert.Equal(t, []string{"higher", "higher", "from", "from"}, claimed(4, &from), "a higher priority first, then its own from the place")
+	assert.Equal(t, []string{"from", "from", "lower", "lower"}, claimed(100, &from), "then the lower priority; nothing due later")
+	assert.Equal(t, []string{"before", "before", "before"}, claimed(100, nil), "a claim from the front takes the jobs before the place")
 }

@@ -97,44 +97,53 @@ var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + claimBody
 var claimDueScan = dueScan(`ctid`, `$2`, true)
 
 // resumedPrioritiesCTE is prioritiesCTE("$1") for a claim that resumes where the claim
-// loop's last one took jobs (Resume: priority $5, place ($6, $7) in the claim index). Its
-// first seek looks in three places and keeps the first in claim order: the queue's
-// higher priorities from the front of their range, priority $5 from the resume place on,
-// and the lower priorities from the front. The entries of priority $5 before the resume
-// place are not looked at: they belong to the jobs claimed since the last VACUUM, which
-// every claim's walk from the front of the index steps over (about 0.45 ms per claim of
-// 100 with 55,000 of them, 265 buffers; bench/README.md, "Issue 45 round 7"). The steps
-// to the next priorities are prioritiesCTE's, from the front of each: when the first
-// seek finds a higher priority, the walk reaches priority $5 as a claim from the front
-// does.
+// loop's last one took jobs (Resume: priority $5, place ($6, $7) in the claim index).
+// Each seek of the walk (resumedSeek), the first and each step to a lower priority, looks
+// in three places and keeps the first in claim order: the higher priorities from the
+// front of their range, priority $5 from the resume place on, and the lower priorities
+// from the front. The entries of priority $5 before the resume place are not looked at:
+// they belong to the jobs claimed since the last VACUUM, which every claim's walk from
+// the front of the index steps over (about 0.45 ms per claim of 100 with 55,000 of them,
+// 265 buffers; bench/README.md, "Issue 45 round 7").
 //
 // A job queued before the resume place after the last claim (one committed by a
 // transaction that began before it, one enqueued with a past RunAt, one put back by a
 // failed or late claim or by the sweeper) is not seen by a resumed claim: the claim
 // loops walk from the front at least every FullWalkEvery, and after any claim that took
 // fewer jobs than it asked for (resumeState), so such a job waits that long at most.
-const resumedPrioritiesCTE = `prios AS (
-	(SELECT f.priority, f.run_at, f.id FROM (
-		(SELECT priority, run_at, id FROM {s}.jobs
-		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority > $5::smallint
-		 ORDER BY priority DESC, run_at, id LIMIT 1)
-		UNION ALL
-		(SELECT priority, run_at, id FROM {s}.jobs
-		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority = $5::smallint
-			AND (run_at, id) >= ($6::timestamptz, $7::bigint)
-		 ORDER BY priority DESC, run_at, id LIMIT 1)
-		UNION ALL
-		(SELECT priority, run_at, id FROM {s}.jobs
-		 WHERE status = 'queued' AND queue = $1 AND attempts >= 0 AND priority < $5::smallint
-		 ORDER BY priority DESC, run_at, id LIMIT 1)
-	) f
-	ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
+var resumedPrioritiesCTE = `prios AS (
+	(` + resumedSeek("") + `)
 	UNION ALL
 	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
-		SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
-		WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND j.priority < p.priority
-		ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
+		` + resumedSeek("p.priority") + `) n
 )`
+
+// resumedSeek is one seek of resumedPrioritiesCTE: the first queued job of queue $1, in
+// claim order, below priority below (empty: at any priority), never looking at the
+// entries of priority $5 before the resume place ($6, $7). Each of its three parts is
+// one descent of jobs_claim_idx, and the priorities outside the range of a part cost it
+// nothing but that descent.
+func resumedSeek(below string) string {
+	under := func(col string) string {
+		if below == "" {
+			return ""
+		}
+		return ` AND ` + col + ` < ` + below
+	}
+	part := func(cond string) string {
+		return `(SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
+		 WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND ` + cond + `
+		 ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)`
+	}
+	return `SELECT f.priority, f.run_at, f.id FROM (
+		` + part(`j.priority > $5::smallint`+under("j.priority")) + `
+		UNION ALL
+		` + part(`j.priority = $5::smallint`+under("$5::smallint")+` AND (j.run_at, j.id) >= ($6::timestamptz, $7::bigint)`) + `
+		UNION ALL
+		` + part(`j.priority < $5::smallint`+under("j.priority")) + `
+	) f
+	ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1`
+}
 
 // claimBody is claimSQL after its walk of the priorities: the pick of due jobs and the
 // UPDATE that claims them.

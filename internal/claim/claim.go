@@ -20,7 +20,8 @@ import (
 // expression of the statement that holds the walk: $1 in the claims, each queue's name in
 // the fallback poll. Every walk of a queue's priorities is this one: claimSQL here,
 // flowPlainPickSQL and slotClaimSQL in flowclaim.go, dimPlainCandSQL in flowkeys.go, and
-// pollSQL in poll.go. Each priority comes with the place of its first queued job in the
+// pollSQL in poll.go; a claim loop's resumed claim walks resumedPrioritiesCTE, the same
+// walk (priorityWalk) with seeks that skip what its last claim took. Each priority comes with the place of its first queued job in the
 // index (run_at, id): the scan of that priority's due jobs starts there (dueScan),
 // not at the front of its range (the poll needs no scan: that job answers it).
 //
@@ -33,16 +34,39 @@ import (
 //
 // The statement must begin WITH RECURSIVE: prios refers to itself.
 func prioritiesCTE(queue string) string {
+	return priorityWalk(func(below string) string { return firstQueued(queue, under("j.priority", below)) })
+}
+
+// under is the condition, for a seek, that expr is below the priority below: empty when
+// below is (the walk's first seek).
+func under(expr, below string) string {
+	if below == "" {
+		return ""
+	}
+	return ` AND ` + expr + ` < ` + below
+}
+
+// priorityWalk is a walk of the priorities, prios: seek(""), the first queued job of the
+// queue at any priority, then seek("p.priority") for each step, the first one below the
+// priority p the walk last found, until a seek finds none.
+func priorityWalk(seek func(below string) string) string {
 	return `prios AS (
-	(SELECT priority, run_at, id FROM {s}.jobs
-	 WHERE status = 'queued' AND queue = ` + queue + ` AND attempts >= 0
-	 ORDER BY priority DESC, run_at, id LIMIT 1)
+	(` + seek("") + `)
 	UNION ALL
 	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
-		SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
-		WHERE j.status = 'queued' AND j.queue = ` + queue + ` AND j.attempts >= 0 AND j.priority < p.priority
-		ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
+		` + seek("p.priority") + `) n
 )`
+}
+
+// firstQueued is one seek of a walk: the place (priority, run_at, id) of the first
+// queued job of queue, in claim order, among those that cond (SQL on jobs j, starting
+// with AND; empty: none) admits. One descent of jobs_claim_idx, and a walk over the
+// entries it steps over. attempts >= 0 is always true: it reads the heap row, which
+// turns the seek into a plain index scan (claimSQL says why).
+func firstQueued(queue, cond string) string {
+	return `SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
+		 WHERE j.status = 'queued' AND j.queue = ` + queue + ` AND j.attempts >= 0` + cond + `
+		 ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1`
 }
 
 // dueScan is the scan of one priority's due jobs of queue $1, joined with prios p: the
@@ -93,9 +117,6 @@ func dueScan(cols, limit string, lock bool) string {
 //   - timeout_ms is returned beside the row: the job's own limit on this attempt, if any.
 var claimSQL = `WITH RECURSIVE ` + prioritiesCTE("$1") + claimBody
 
-// claimDueScan is the scan of due jobs of claimSQL and resumedClaimSQL.
-var claimDueScan = dueScan(`ctid`, `$2`, true)
-
 // resumedPrioritiesCTE is prioritiesCTE("$1") for a claim that resumes where the claim
 // loop's last one took jobs (Resume: priority $5, place ($6, $7) in the claim index).
 // Each seek of the walk (resumedSeek), the first and each step to a lower priority, looks
@@ -111,36 +132,21 @@ var claimDueScan = dueScan(`ctid`, `$2`, true)
 // failed or late claim or by the sweeper) is not seen by a resumed claim: the claim
 // loops walk from the front at least every FullWalkEvery, and after any claim that took
 // fewer jobs than it asked for (resumeState), so such a job waits that long at most.
-var resumedPrioritiesCTE = `prios AS (
-	(` + resumedSeek("") + `)
-	UNION ALL
-	SELECT n.priority, n.run_at, n.id FROM prios p CROSS JOIN LATERAL (
-		` + resumedSeek("p.priority") + `) n
-)`
+var resumedPrioritiesCTE = priorityWalk(resumedSeek)
 
 // resumedSeek is one seek of resumedPrioritiesCTE: the first queued job of queue $1, in
 // claim order, below priority below (empty: at any priority), never looking at the
 // entries of priority $5 before the resume place ($6, $7). Each of its three parts is
-// one descent of jobs_claim_idx, and the priorities outside the range of a part cost it
-// nothing but that descent.
+// one descent of jobs_claim_idx (firstQueued), and the priorities outside the range of a
+// part cost it nothing but that descent.
 func resumedSeek(below string) string {
-	under := func(col string) string {
-		if below == "" {
-			return ""
-		}
-		return ` AND ` + col + ` < ` + below
-	}
-	part := func(cond string) string {
-		return `(SELECT j.priority, j.run_at, j.id FROM {s}.jobs j
-		 WHERE j.status = 'queued' AND j.queue = $1 AND j.attempts >= 0 AND ` + cond + `
-		 ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)`
-	}
+	part := func(cond string) string { return `(` + firstQueued("$1", ` AND `+cond) + `)` }
 	return `SELECT f.priority, f.run_at, f.id FROM (
-		` + part(`j.priority > $5::smallint`+under("j.priority")) + `
+		` + part(`j.priority > $5::smallint`+under("j.priority", below)) + `
 		UNION ALL
-		` + part(`j.priority = $5::smallint`+under("$5::smallint")+` AND (j.run_at, j.id) >= ($6::timestamptz, $7::bigint)`) + `
+		` + part(`j.priority = $5::smallint`+under("$5::smallint", below)+` AND (j.run_at, j.id) >= ($6::timestamptz, $7::bigint)`) + `
 		UNION ALL
-		` + part(`j.priority < $5::smallint`+under("j.priority")) + `
+		` + part(`j.priority < $5::smallint`+under("j.priority", below)) + `
 	) f
 	ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1`
 }
@@ -149,7 +155,7 @@ func resumedSeek(below string) string {
 // UPDATE that claims them.
 var claimBody = `, picked AS (
 	SELECT c.ctid FROM prios p CROSS JOIN LATERAL (
-		` + claimDueScan + `
+		` + dueScan(`ctid`, `$2`, true) + `
 	) c
 	LIMIT $2
 )

@@ -363,15 +363,15 @@ type overrunWatch struct {
 	e *Executor
 	t *time.Timer // runs fire; armed by watch (or fire) when not armed early enough
 
-	mu      sync.Mutex
-	armed   time.Time // when t fires; zero: not armed
-	gen     uint64    // counts the attempts watched: a report is for the attempt it began with
-	d       claim.Dispatched
-	jc      *jobtype.JobCtx // the attempt's context until fire times it out; nil after
-	timeout time.Duration
-	began   time.Time // when the watch of the attempt began
-	due     time.Time // the next report; zero: no attempt watched
-	counted bool      // counted in executor.overrunning
+	mu       sync.Mutex
+	armed    time.Time // when t fires; zero: not armed
+	gen      uint64    // counts the attempts watched: a report is for the attempt it began with
+	d        claim.Dispatched
+	timedOut bool // fire has timed out the attempt's context (d.Job)
+	timeout  time.Duration
+	began    time.Time // when the watch of the attempt began
+	due      time.Time // the next report; zero: no attempt watched
+	counted  bool      // counted in executor.overrunning
 }
 
 func (e *Executor) NewOverrunWatch() *overrunWatch {
@@ -390,7 +390,7 @@ func (o *overrunWatch) every() time.Duration { return max(o.e.cfg.LeaseInterval,
 func (o *overrunWatch) watch(d claim.Dispatched, timeout time.Duration, began time.Time) {
 	o.mu.Lock()
 	o.gen++
-	o.d, o.jc, o.timeout, o.began, o.counted = d, d.Job, timeout, began, false
+	o.d, o.timedOut, o.timeout, o.began, o.counted = d, false, timeout, began, false
 	o.due = began.Add(timeout)
 	if o.armed.IsZero() || o.armed.After(o.due) {
 		// Not armed, or armed for later than this attempt's due time (a shorter timeout):
@@ -408,7 +408,7 @@ func (o *overrunWatch) stop() {
 	if o.counted {
 		o.e.Overrunning.Add(-1)
 	}
-	o.d, o.jc, o.due, o.counted = claim.Dispatched{}, nil, time.Time{}, false
+	o.d, o.timedOut, o.due, o.counted = claim.Dispatched{}, false, time.Time{}, false
 	o.mu.Unlock()
 }
 
@@ -431,12 +431,12 @@ func (o *overrunWatch) fire() {
 		o.mu.Unlock()
 		return
 	}
-	if o.jc != nil {
+	if !o.timedOut {
 		// The timeout passed: the attempt's context ends (what context.WithTimeoutCause
 		// would do), and the first report is due one interval on. Ending it under mu
 		// keeps it the current attempt's: stop waits.
-		o.jc.TimeOut()
-		o.jc = nil
+		o.d.Job.TimeOut()
+		o.timedOut = true
 		o.due = o.began.Add(o.timeout + o.every())
 		o.rearm(now)
 		o.mu.Unlock()

@@ -16,7 +16,8 @@ import (
 // serves the coalesced enqueues (internal/enqueue, coalesce.go), the urgent successes (internal/record, complete.go) and the
 // failure recorder (internal/record, failure.go). A batch is sent
 //
-//   - at once when no other batch is being written (an idle system adds no latency),
+//   - at once when fewer than SendAtOnce batches are being written (one when it is 0: an
+//     idle system adds no latency),
 //   - when a batch in flight finishes (the items that arrived meanwhile go together),
 //   - when it holds maxRows rows, or
 //   - window after its first item, whatever else is in flight (the bound on added latency),
@@ -34,6 +35,11 @@ type Batcher[T any] struct {
 	MaxRows     int
 	MaxInFlight int
 	Hold        bool
+	// SendAtOnce: a new batch is sent at once while fewer than SendAtOnce batches are
+	// being written (0 counts as 1: only when none is). With 2, busy callers keep a second
+	// statement going while the first one runs and commits, rather than all waiting for
+	// it to end.
+	SendAtOnce int
 	// write writes items with one statement and stores each one's result in it. It must
 	// bound its own time: the callers wait for it.
 	Write func(items []T)
@@ -117,7 +123,7 @@ func (g *Batcher[T]) add(e *commitEntry[T], last bool) {
 	b.rows += rows
 	e.batch = b
 	switch {
-	case b.rows >= g.MaxRows || last || g.inFlight == 0 && !g.Hold:
+	case b.rows >= g.MaxRows || last || g.inFlight < max(1, g.SendAtOnce) && !g.Hold:
 		g.seal(b)
 	case fresh:
 		b.timer = time.AfterFunc(g.Window, func() {

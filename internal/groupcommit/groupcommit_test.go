@@ -127,6 +127,34 @@ func TestBatcher_SendsAtOnceWhenIdle(t *testing.T) {
 	}
 }
 
+// With SendAtOnce 2, a batch goes at once beside one in flight; with two in flight, the
+// items that arrive wait for one of them to finish, and then go together.
+func TestBatcher_SendAtOnceSendsASecondBatchBesideTheFirst(t *testing.T) {
+	t.Parallel()
+	w := newGatedWriter()
+	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 4, SendAtOnce: 2, Write: w.write}
+	g.Post(1, 1)
+	w.next(t)
+	g.Post(2, 1)
+	if b := w.next(t); !slices.Equal(b, []int{2}) {
+		t.Fatalf("batch %v, want [2] sent beside the first", b)
+	}
+	for i := 3; i <= 5; i++ {
+		g.Post(i, 1)
+	}
+	w.none(t)
+	w.release(t)
+	if b := w.next(t); !slices.Equal(b, []int{3, 4, 5}) {
+		t.Fatalf("batch %v, want [3 4 5] once a batch in flight finished", b)
+	}
+	w.release(t)
+	w.release(t)
+	g.Wait()
+	if m := w.maxSeen.Load(); m != 2 {
+		t.Fatalf("%d batches written at once, want 2", m)
+	}
+}
+
 // The items that arrive while a batch is written go together once it finishes.
 func TestBatcher_ItemsArrivingInFlightGoTogetherWhenItFinishes(t *testing.T) {
 	t.Parallel()

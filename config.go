@@ -66,8 +66,8 @@ type Config struct {
 	Logger *slog.Logger
 	// CoalesceWindow is how long [Client.Enqueue], and [Client.EnqueueMany] of at most 100
 	// jobs, may wait for concurrent calls to share its INSERT and its commit. A call that
-	// finds no other batch being written goes at once; otherwise it joins the batch that
-	// is collecting, which is sent when a batch in flight finishes, when it holds 1000
+	// finds fewer than two batches being written goes at once; otherwise it joins the
+	// batch that is collecting, which is sent when a batch in flight finishes, when it holds 1000
 	// jobs, or this long after its first job, whichever comes first. Every call still
 	// returns only once the commit holding its jobs is done, with its own rows or its own
 	// error. Jobs with a UniqueKey never wait: they are written alone. Defaults to

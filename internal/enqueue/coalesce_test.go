@@ -34,3 +34,18 @@ func TestCoalescedInsert_WritesEveryColumnTheSingleInsertWrites(t *testing.T) {
 			single, coalesced)
 	}
 }
+
+// Enqueue's coalescer sends a second statement at once beside one in flight
+// (groupcommit's TestBatcher_SendAtOnceSendsASecondBatchBesideTheFirst shows what that
+// does): with one, every caller that came while a statement ran waited for it to end,
+// and 16 producers enqueued about a fifth less (coalesceSendAtOnce).
+func TestCoalescer_SendsASecondStatementBesideOneInFlight(t *testing.T) {
+	t.Parallel()
+	co := newCoalescer(newWriter(nil, "skiplock", nil), DefaultCoalesceWindow)
+	if co.batch.SendAtOnce != 2 {
+		t.Fatalf("the coalescer's batcher sends at once beside %d statements in flight, want 2", co.batch.SendAtOnce-1)
+	}
+	if co.batch.MaxInFlight < co.batch.SendAtOnce {
+		t.Fatalf("MaxInFlight %d is below SendAtOnce %d", co.batch.MaxInFlight, co.batch.SendAtOnce)
+	}
+}

@@ -1,0 +1,1 @@
+INSERT INTO bare_jobs (payload) VALUES ('{"n":1}');

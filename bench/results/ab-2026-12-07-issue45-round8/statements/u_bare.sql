@@ -1,0 +1,1 @@
+UPDATE u_bare SET status = CASE WHEN status = 'queued' THEN 'running' ELSE 'queued' END, locked_at = now() WHERE id = 1;

@@ -92,6 +92,9 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	b.archiveTimed("reports", "email.send", 50, time.Minute, func(int) time.Duration { return time.Hour }, ms)
 	b.archiveTimed("mailers", "email.send", 7, 25*time.Hour, func(int) time.Duration { return time.Hour }, ms)
 	b.archive(b.insert(job{queue: "mailers"}), time.Minute)
+	// Two minutes ago, a minute the rollup always writes: another job without a start,
+	// which counts as succeeded with no times there too.
+	b.archive(b.insert(job{queue: "mailers"}), 2*time.Minute)
 	b.insert(job{queue: "mailers", status: "dead"})
 	b.insert(job{queue: "mailers", status: "cancelled"})
 	b.rollup() // what the maintenance leader writes once a minute is over
@@ -99,18 +102,18 @@ func TestQueuePage_WaitAndRunPercentilesPerSpanAndKind(t *testing.T) {
 	r := b.get("/queue?name=mailers")
 	require.Equal(t, http.StatusOK, r.code, r.body)
 	s := spans(t, r.body)
-	// The stats count what ended in the hour: 111 archived (100 + 10 + the one without a
+	// The stats count what ended in the hour: 112 archived (100 + 10 + the two without a
 	// start), one dead and one cancelled.
 	assert.Contains(t, r.body, `data-failed="1"`)
 	assert.Contains(t, r.body, `data-cancelled="1"`)
-	assert.Contains(t, r.body, `data-ended="113"`)
+	assert.Contains(t, r.body, `data-ended="114"`)
 	assert.Contains(t, r.body, `data-oldest-due>—<`, "no job is waiting")
 	assert.Equal(t, []string{"100", "502 ms", "1.0 s", "1.0 s", "2.0 s", "2.0 s", "2.0 s"}, s["Last 5 minutes"][:7],
 		"p50 and p95 within 7% of 500 ms and 950 ms, never above the max; the max exact")
 	assert.Equal(t, "110", s["Last hour"][0])
 	assert.Equal(t, "1m 0s", s["Last hour"][3], "the slow kind makes the hour's p95 wait")
 	assert.Equal(t, "1m 30s", s["Last hour"][6])
-	assert.Equal(t, []string{"1", "0.9%"}, s["Last hour"][7:], "one dead among 111 archived and itself")
+	assert.Equal(t, []string{"1", "0.9%"}, s["Last hour"][7:], "one dead among 112 archived and itself")
 	assert.Equal(t, "115", s["Last 24 hours"][0], "three hours ago, from the rollup's quarters")
 	assert.NotContains(t, s, "Last 7 days", "the week's view only")
 	assert.NotContains(t, r.body, "data-rollup-behind")

@@ -43,7 +43,9 @@ const (
 //     in finished_at order); wait (started_at - run_at) and run time (finished_at -
 //     started_at) in milliseconds into the histogram buckets the dashboard reads (1.15
 //     apart, bucket 0 below 1 ms, 199 the last), both from one scan (GROUPING SETS); a
-//     row archived without started_at counts as succeeded with no times;
+//     row archived without started_at counts as succeeded with no times (its wait and
+//     run are NULL, and so are its buckets: greatest and least skip a NULL, so each is
+//     tested first), as the dashboard's own read of the newest minutes counts it;
 //   - the jobs that ended dead or failed in the span through jobs_ended_idx;
 //   - per queue and slot, the $4 kinds with the most jobs by name, the rest as $5;
 //   - ON CONFLICT replaces a slot's row (a leader that wrote it and lost its mark before
@@ -69,16 +71,16 @@ const TimingRollupSQL = `WITH clock AS (
 	SELECT lo, least(hi_max, lo + $1::bigint * $2::bigint) AS hi, hi_max FROM bounds WHERE lo < hi_max
 ), a AS (
 	SELECT queue, kind, div(floor(date_part('epoch', finished_at) / 60)::bigint, $1::bigint) * $1::bigint AS m,
-		greatest(date_part('epoch', started_at - run_at) * 1000, 0) AS w,
-		greatest(date_part('epoch', finished_at - started_at) * 1000, 0) AS r
+		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', started_at - run_at) * 1000, 0) END AS w,
+		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', finished_at - started_at) * 1000, 0) END AS r
 	FROM {s}.jobs_archive, span
 	WHERE finished_at >= to_timestamp(span.lo * 60) AND finished_at < to_timestamp(span.hi * 60)
 ), cells AS (
 	SELECT queue, kind, m, GROUPING(rb) = 1 AS wait, coalesce(wb, rb) AS b, count(*) AS n,
 		CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END AS mx
 	FROM a, LATERAL (SELECT
-		CASE WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
-		CASE WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) hb
+		CASE WHEN w IS NULL THEN NULL WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
+		CASE WHEN r IS NULL THEN NULL WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) hb
 	GROUP BY GROUPING SETS ((queue, kind, m, wb), (queue, kind, m, rb))
 ), fails AS (
 	SELECT queue, kind, div(floor(date_part('epoch', finished_at) / 60)::bigint, $1::bigint) * $1::bigint AS m, count(*) AS n

@@ -24,21 +24,22 @@ import (
 // each group's largest value. One scan feeds both histograms (GROUPING SETS: the
 // wait rows are those not grouped by the run bucket). The archive's BRIN index on
 // finished_at narrows the scan to the pages written since minute $2 (rows arrive in
-// finished_at order); rows archived before migration 18 have no started_at and are not
-// counted. The page reads at most the last hour this way (the minutes the rollup has not
+// finished_at order); a row archived without started_at (before migration 18) counts as
+// succeeded with no times, as in the rollup (internal/maintenance): its wait and run are
+// NULL, and so are its buckets (greatest and least skip a NULL, so each is tested
+// first). The page reads at most the last hour this way (the minutes the rollup has not
 // written yet: usually the last one or two). The rollup writes the same buckets.
 const timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
 	CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END
 FROM (
 	SELECT floor(date_part('epoch', finished_at) / 60)::bigint AS m, kind,
-		greatest(date_part('epoch', started_at - run_at) * 1000, 0) AS w,
-		greatest(date_part('epoch', finished_at - started_at) * 1000, 0) AS r
+		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', started_at - run_at) * 1000, 0) END AS w,
+		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', finished_at - started_at) * 1000, 0) END AS r
 	FROM {s}.jobs_archive
 	WHERE queue = $1 AND finished_at >= to_timestamp($2::bigint * 60) AND finished_at < to_timestamp($3::bigint * 60)
-		AND started_at IS NOT NULL
 ) a, LATERAL (SELECT
-	CASE WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
-	CASE WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
+	CASE WHEN w IS NULL THEN NULL WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
+	CASE WHEN r IS NULL THEN NULL WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
 GROUP BY GROUPING SETS ((m, kind, wb), (m, kind, rb))`
 
 // liveFailedSQL counts queue $1's jobs that ended dead or failed from minute $2 to before
@@ -265,14 +266,19 @@ func (t *Timing) readLive(ctx context.Context, queue string, qt *QueueTimes, fro
 		minute int64
 		c      timingCell
 		wait   bool
+		bucket *int // NULL: jobs archived without a start, which have no times
+		mx     *float64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &wait, &c.bucket, &c.n, &c.max}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&minute, &c.kind, &wait, &bucket, &c.n, &mx}, func() error {
 		c.what = measureRun
 		if wait {
 			c.what = measureWait
 			qt.slots[minute] = append(qt.slots[minute], timingCell{kind: c.kind, what: measureSucceeded, n: c.n})
 		}
-		qt.slots[minute] = append(qt.slots[minute], c)
+		if bucket != nil {
+			c.bucket, c.max = *bucket, *mx
+			qt.slots[minute] = append(qt.slots[minute], c)
+		}
 		return nil
 	})
 	if err != nil {

@@ -84,6 +84,21 @@ func (w *gatedWriter) next(t *testing.T) []int {
 	}
 }
 
+// post gives g each item, of one row.
+func post(g *Batcher[int], items ...int) {
+	for _, i := range items {
+		g.Post(i, 1)
+	}
+}
+
+// expect waits for the next batch written and checks it holds want.
+func (w *gatedWriter) expect(t *testing.T, want ...int) {
+	t.Helper()
+	if b := w.next(t); !slices.Equal(b, want) {
+		t.Fatalf("batch %v, want %v", b, want)
+	}
+}
+
 // release lets the oldest batch being written finish.
 func (w *gatedWriter) release(t *testing.T) {
 	t.Helper()
@@ -111,9 +126,7 @@ func TestBatcher_SendsAtOnceWhenIdle(t *testing.T) {
 	w := newGatedWriter()
 	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 2, Write: w.write}
 	g.Post(1, 1)
-	if b := w.next(t); !slices.Equal(b, []int{1}) {
-		t.Fatalf("batch %v, want [1]", b)
-	}
+	w.expect(t, 1)
 	w.release(t)
 	g.Wait()
 	// Wait returns once the batch's items are written; its goroutine then takes the lock
@@ -136,17 +149,11 @@ func TestBatcher_SendAtOnceSendsASecondBatchBesideTheFirst(t *testing.T) {
 	g.Post(1, 1)
 	w.next(t)
 	g.Post(2, 1)
-	if b := w.next(t); !slices.Equal(b, []int{2}) {
-		t.Fatalf("batch %v, want [2] sent beside the first", b)
-	}
-	for i := 3; i <= 5; i++ {
-		g.Post(i, 1)
-	}
+	w.expect(t, 2) // beside the first, still in flight
+	post(g, 3, 4, 5)
 	w.none(t)
 	w.release(t)
-	if b := w.next(t); !slices.Equal(b, []int{3, 4, 5}) {
-		t.Fatalf("batch %v, want [3 4 5] once a batch in flight finished", b)
-	}
+	w.expect(t, 3, 4, 5)
 	w.release(t)
 	w.release(t)
 	g.Wait()
@@ -162,14 +169,10 @@ func TestBatcher_ItemsArrivingInFlightGoTogetherWhenItFinishes(t *testing.T) {
 	g := &Batcher[int]{Window: time.Hour, MaxRows: 100, MaxInFlight: 1, Write: w.write}
 	g.Post(1, 1)
 	w.next(t)
-	for i := 2; i <= 4; i++ {
-		g.Post(i, 1)
-	}
+	post(g, 2, 3, 4)
 	w.none(t)
 	w.release(t)
-	if b := w.next(t); !slices.Equal(b, []int{2, 3, 4}) {
-		t.Fatalf("batch %v, want [2 3 4]", b)
-	}
+	w.expect(t, 2, 3, 4)
 	w.release(t)
 	g.Wait()
 }
@@ -184,9 +187,7 @@ func TestBatcher_SendsAFullBatchAtOnceUpToMaxInFlight(t *testing.T) {
 	w.next(t)
 	g.Post(2, 1)
 	g.Post(3, 2) // 3 rows: full
-	if b := w.next(t); !slices.Equal(b, []int{2, 3}) {
-		t.Fatalf("batch %v, want [2 3]", b)
-	}
+	w.expect(t, 2, 3)
 	g.Post(4, 3) // full, but both slots are taken
 	g.mu.Lock()
 	inFlight, ready := g.inFlight, len(g.ready)
@@ -196,9 +197,7 @@ func TestBatcher_SendsAFullBatchAtOnceUpToMaxInFlight(t *testing.T) {
 	}
 	w.none(t)
 	w.release(t)
-	if b := w.next(t); !slices.Equal(b, []int{4}) {
-		t.Fatalf("batch %v, want [4]", b)
-	}
+	w.expect(t, 4)
 	w.release(t)
 	w.release(t)
 	g.Wait()
@@ -217,9 +216,7 @@ func TestBatcher_SendsAWaitingBatchWhenItsWindowEnds(t *testing.T) {
 	w.next(t)
 	began := time.Now()
 	g.Post(2, 1)
-	if b := w.next(t); !slices.Equal(b, []int{2}) {
-		t.Fatalf("batch %v, want [2]", b)
-	}
+	w.expect(t, 2)
 	if waited := time.Since(began); waited < g.Window {
 		t.Fatalf("the batch was sent after %s, before its window of %s", waited, g.Window)
 	}
@@ -243,9 +240,7 @@ func TestBatcher_SubmitWithdrawsAnItemNotYetSent(t *testing.T) {
 	}
 	g.Post(3, 1)
 	w.release(t)
-	if b := w.next(t); !slices.Equal(b, []int{3}) {
-		t.Fatalf("batch %v, want [3]: the withdrawn item must not be written", b)
-	}
+	w.expect(t, 3) // not 2: the withdrawn item is never written
 	w.release(t)
 	g.Wait()
 }

@@ -8,6 +8,7 @@ package maintenance
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,35 @@ const (
 	RollupOtherKinds = "(other kinds)"
 )
 
+// The histograms' shape, which the dashboard's reader (ui/internal/query) shares:
+// TimingGrowth is the ratio of a bucket's bounds (a percentile read from a histogram is
+// within about 7 % of the exact one), TimingBuckets their number (bucket 0 below 1 ms,
+// the last from about 12 years on).
+const (
+	TimingGrowth  = 1.15
+	TimingBuckets = 200
+)
+
+// TimingTimesSQL is the select list of a jobs_archive row's times in milliseconds, at
+// least 0: its wait w (started_at - run_at) and its run time r (finished_at -
+// started_at). Both are NULL for a row archived without started_at (before migration
+// 18): it counts as succeeded with no times. greatest skips a NULL, hence the CASE.
+const TimingTimesSQL = `CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', started_at - run_at) * 1000, 0) END AS w,
+		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', finished_at - started_at) * 1000, 0) END AS r`
+
+// TimingBucketsSQL is a LATERAL subquery over w and r (TimingTimesSQL): their histogram
+// buckets wb and rb, 0 below 1 ms, b for [g^(b-1), g^b) ms with g = TimingGrowth, the
+// last (TimingBuckets - 1) holding everything longer; NULL for a NULL time (least skips
+// a NULL, hence the first test).
+var TimingBucketsSQL = `(SELECT
+		CASE WHEN w IS NULL THEN NULL WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(` + timingGrowthSQL + `))::int + 1, ` + timingLastSQL + `) END AS wb,
+		CASE WHEN r IS NULL THEN NULL WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(` + timingGrowthSQL + `))::int + 1, ` + timingLastSQL + `) END AS rb)`
+
+var (
+	timingGrowthSQL = strconv.FormatFloat(TimingGrowth, 'f', -1, 64)
+	timingLastSQL   = strconv.Itoa(TimingBuckets - 1)
+)
+
 // TimingRollupSQL writes the slots of width $1 minutes from the first not written yet
 // (ui_timing_rollup_mark; without a mark, the slot of the first job that ended in the last
 // $3 minutes, found with one read of each table, so that a new schema's leader does not
@@ -40,18 +70,16 @@ const (
 // of that width older than $3 minutes; moves the mark; and returns the new mark and the
 // last slot end it could have reached (less: call again). One statement:
 //   - the archive's rows of the span through its BRIN index on finished_at (rows arrive
-//     in finished_at order); wait (started_at - run_at) and run time (finished_at -
-//     started_at) in milliseconds into the histogram buckets the dashboard reads (1.15
-//     apart, bucket 0 below 1 ms, 199 the last), both from one scan (GROUPING SETS); a
-//     row archived without started_at counts as succeeded with no times (its wait and
-//     run are NULL, and so are its buckets: greatest and least skip a NULL, so each is
-//     tested first), as the dashboard's own read of the newest minutes counts it;
+//     in finished_at order); wait and run time (TimingTimesSQL) into the histogram
+//     buckets the dashboard reads (TimingBucketsSQL), both from one scan (GROUPING
+//     SETS); a row archived without started_at counts as succeeded with no times, as in
+//     the dashboard's own read of the newest minutes;
 //   - the jobs that ended dead or failed in the span through jobs_ended_idx;
 //   - per queue and slot, the $4 kinds with the most jobs by name, the rest as $5;
 //   - ON CONFLICT replaces a slot's row (a leader that wrote it and lost its mark before
 //     committing, or two leaders overlapping for an instant, write the same figures);
 //     the mark never moves back (greatest).
-const TimingRollupSQL = `WITH clock AS (
+var TimingRollupSQL = `WITH clock AS (
 	SELECT floor(date_part('epoch', now()) / 60)::bigint AS now_m
 ), bounds AS (
 	SELECT greatest(coalesce((SELECT floor(date_part('epoch', through) / 60)::bigint
@@ -71,16 +99,13 @@ const TimingRollupSQL = `WITH clock AS (
 	SELECT lo, least(hi_max, lo + $1::bigint * $2::bigint) AS hi, hi_max FROM bounds WHERE lo < hi_max
 ), a AS (
 	SELECT queue, kind, div(floor(date_part('epoch', finished_at) / 60)::bigint, $1::bigint) * $1::bigint AS m,
-		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', started_at - run_at) * 1000, 0) END AS w,
-		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', finished_at - started_at) * 1000, 0) END AS r
+		` + TimingTimesSQL + `
 	FROM {s}.jobs_archive, span
 	WHERE finished_at >= to_timestamp(span.lo * 60) AND finished_at < to_timestamp(span.hi * 60)
 ), cells AS (
 	SELECT queue, kind, m, GROUPING(rb) = 1 AS wait, coalesce(wb, rb) AS b, count(*) AS n,
 		CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END AS mx
-	FROM a, LATERAL (SELECT
-		CASE WHEN w IS NULL THEN NULL WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
-		CASE WHEN r IS NULL THEN NULL WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) hb
+	FROM a, LATERAL ` + TimingBucketsSQL + ` hb
 	GROUP BY GROUPING SETS ((queue, kind, m, wb), (queue, kind, m, rb))
 ), fails AS (
 	SELECT queue, kind, div(floor(date_part('epoch', finished_at) / 60)::bigint, $1::bigint) * $1::bigint AS m, count(*) AS n

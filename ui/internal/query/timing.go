@@ -15,31 +15,27 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/maintenance"
 )
 
 // timingSQL counts the archived jobs of queue $1 finished from minute $2 (from the Unix
-// epoch) to before minute $3, by minute, kind, measure (wait: started_at - run_at; run: finished_at -
-// started_at, both in milliseconds, at least 0) and histogram bucket (0 below 1 ms, b for
-// [g^(b-1), g^b) ms with g = timingGrowth, the last holding everything longer), with
-// each group's largest value. One scan feeds both histograms (GROUPING SETS: the
-// wait rows are those not grouped by the run bucket). The archive's BRIN index on
-// finished_at narrows the scan to the pages written since minute $2 (rows arrive in
-// finished_at order); a row archived without started_at (before migration 18) counts as
-// succeeded with no times, as in the rollup (internal/maintenance): its wait and run are
-// NULL, and so are its buckets (greatest and least skip a NULL, so each is tested
-// first). The page reads at most the last hour this way (the minutes the rollup has not
+// epoch) to before minute $3, by minute, kind, measure (wait or run time) and histogram
+// bucket, with each group's largest value: the times and buckets the rollup writes
+// (internal/maintenance's TimingTimesSQL and TimingBucketsSQL). One scan feeds both
+// histograms (GROUPING SETS: the wait rows are those not grouped by the run bucket). The
+// archive's BRIN index on finished_at narrows the scan to the pages written since minute
+// $2 (rows arrive in finished_at order); a row archived without started_at (before
+// migration 18) counts as succeeded with no times (a NULL bucket). The page reads at most the last hour this way (the minutes the rollup has not
 // written yet: usually the last one or two). The rollup writes the same buckets.
-const timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
+var timingSQL = `SELECT m, kind, GROUPING(rb) = 1, coalesce(wb, rb), count(*),
 	CASE WHEN GROUPING(rb) = 1 THEN max(w) ELSE max(r) END
 FROM (
 	SELECT floor(date_part('epoch', finished_at) / 60)::bigint AS m, kind,
-		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', started_at - run_at) * 1000, 0) END AS w,
-		CASE WHEN started_at IS NOT NULL THEN greatest(date_part('epoch', finished_at - started_at) * 1000, 0) END AS r
+		` + maintenance.TimingTimesSQL + `
 	FROM {s}.jobs_archive
 	WHERE queue = $1 AND finished_at >= to_timestamp($2::bigint * 60) AND finished_at < to_timestamp($3::bigint * 60)
-) a, LATERAL (SELECT
-	CASE WHEN w IS NULL THEN NULL WHEN w < 1 THEN 0 ELSE least(floor(ln(w) / ln(1.15))::int + 1, 199) END AS wb,
-	CASE WHEN r IS NULL THEN NULL WHEN r < 1 THEN 0 ELSE least(floor(ln(r) / ln(1.15))::int + 1, 199) END AS rb) b
+) a, LATERAL ` + maintenance.TimingBucketsSQL + ` b
 GROUP BY GROUPING SETS ((m, kind, wb), (m, kind, rb))`
 
 // liveFailedSQL counts queue $1's jobs that ended dead or failed from minute $2 to before
@@ -71,12 +67,10 @@ FROM k LEFT JOIN {s}.ui_timing_rollup r ON r.queue = $1 AND (
 	OR (r.width = 1 AND r.start_at >= to_timestamp(greatest(k.b, k.now_m - $2::bigint + 1) * 60)
 		AND r.start_at < to_timestamp(coalesce(k.m1, 0) * 60)))`
 
-// Histogram shape: timingGrowth is the ratio of a bucket's bounds (a percentile read from
-// the histogram is within about 7% of the exact one), timingBuckets their number (the
-// last starts at about 12 years). The rollup (internal/maintenance) writes the same.
+// Histogram shape: the rollup's (internal/maintenance), which writes the buckets.
 const (
-	timingGrowth  = 1.15
-	timingBuckets = 200
+	timingGrowth  = maintenance.TimingGrowth
+	timingBuckets = maintenance.TimingBuckets
 )
 
 // Timing spans and bounds.
@@ -91,9 +85,8 @@ const (
 	// MaxTimingKinds bounds the kinds a summary lists (the busiest first); the totals
 	// count every kind.
 	MaxTimingKinds = 50
-	// OtherKinds is the kind the rollup writes for a slot's kinds past the busiest 50
-	// (internal/maintenance's RollupOtherKinds).
-	OtherKinds = "(other kinds)"
+	// OtherKinds is the kind the rollup writes for a slot's kinds past the busiest 50.
+	OtherKinds = maintenance.RollupOtherKinds
 )
 
 // Hist is a histogram of durations in log-spaced buckets, with the largest value.

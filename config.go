@@ -67,12 +67,12 @@ type Config struct {
 	// CoalesceWindow is how long [Client.Enqueue], and [Client.EnqueueMany] of at most 100
 	// jobs, may wait for concurrent calls to share its INSERT and its commit. A call that
 	// finds fewer than two batches being written goes at once; otherwise it joins the
-	// batch that is collecting, which is sent when a batch in flight finishes, when it holds 1000
-	// jobs, or this long after its first job, whichever comes first. Every call still
-	// returns only once the commit holding its jobs is done, with its own rows or its own
-	// error. Jobs with a UniqueKey never wait: they are written alone. Defaults to
-	// [DefaultCoalesceWindow] (1ms); zero means the default; negative turns coalescing
-	// off (every call writes in a transaction of its own); at most 100ms.
+	// batch that is collecting, which is sent when a batch in flight finishes, when it
+	// holds 1000 jobs, or this long after its first job, whichever comes first. Every
+	// call still returns only once the commit holding its jobs is done, with its own rows
+	// or its own error. Jobs with a UniqueKey never wait: they are written alone.
+	// Defaults to [DefaultCoalesceWindow] (1ms); zero means the default; negative turns
+	// coalescing off (every call writes in a transaction of its own); at most 100ms.
 	CoalesceWindow time.Duration
 	// Hooks observe this client's jobs: every [Worker] made from the client runs them
 	// around each job (before its own [WorkerConfig].Hooks), and those that implement

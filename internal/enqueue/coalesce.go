@@ -34,9 +34,10 @@ const (
 	CoalesceMaxInFlight = 4
 	// coalesceSendAtOnce is the Batcher's SendAtOnce: a second coalesced statement goes
 	// at once beside a first one in flight. With one, the callers that arrive while a
-	// statement runs and commits all wait for it to end; on two cores 16 producers then
-	// enqueued 12–16k jobs/s, and with two 19–21k (the bench's single workload, 2026-12-07;
-	// with four, more smaller statements, 13k).
+	// statement runs and commits all wait for it to end: on two cores 16 producers
+	// enqueued 15.1k jobs/s (median of 8 rounds) with one and 18.7k with two, in
+	// statements of 8 and 4.9 jobs; three made smaller statements and did worse
+	// (bench/README.md, "Issue 45 round 8").
 	coalesceSendAtOnce = 2
 	// coalesceManyMax is the largest EnqueueMany that joins a coalesced batch; larger ones
 	// write with COPY in a transaction of their own, which is cheaper per row.

@@ -21,9 +21,10 @@ import (
 // the fallback poll. Every walk of a queue's priorities is this one: claimSQL here,
 // flowPlainPickSQL and slotClaimSQL in flowclaim.go, dimPlainCandSQL in flowkeys.go, and
 // pollSQL in poll.go; a claim loop's resumed claim walks resumedPrioritiesCTE, the same
-// walk (priorityWalk) with seeks that skip what its last claim took. Each priority comes with the place of its first queued job in the
-// index (run_at, id): the scan of that priority's due jobs starts there (dueScan),
-// not at the front of its range (the poll needs no scan: that job answers it).
+// walk (priorityWalk) with seeks that skip what its last claim took. Each priority comes
+// with the place of its first queued job in the index (run_at, id): the scan of that
+// priority's due jobs starts there (dueScan), not at the front of its range (the poll
+// needs no scan: that job answers it).
 //
 // The front of a priority's range holds the index entries of the jobs claimed since the
 // table was last vacuumed: a claim moves a job out of the index's predicate, but its entry

@@ -46,7 +46,9 @@ type Config struct {
 	Schema string
 	// MaxPayloadBytes limits the JSON size of a job's args. Defaults to
 	// [DefaultMaxPayloadBytes] (1 MiB); zero means the default, negative
-	// means no limit.
+	// means no limit of its own: args larger than Postgres's jsonb holds (a string, or
+	// one array's or object's elements, past 2^28 - 1 bytes there) are refused with
+	// [ErrPayloadTooLarge] whatever the limit.
 	MaxPayloadBytes int
 	// NotifyInterval throttles the wake-up notifications that [Client.Enqueue] sends: at
 	// most one per queue per interval is sent with an insert, and enqueues inside the

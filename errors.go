@@ -37,7 +37,8 @@ var (
 	// of half a surrogate pair, a number beyond numeric's range (more than 131072 digits
 	// before the point or 16383 after), or more than 512 levels of nesting.
 	ErrInvalidPayload = enqueue.ErrInvalidPayload
-	// ErrPayloadTooLarge is returned when the marshalled args exceed Config.MaxPayloadBytes.
+	// ErrPayloadTooLarge is returned when the marshalled args exceed Config.MaxPayloadBytes,
+	// or hold a string, array or object larger than Postgres's jsonb stores.
 	ErrPayloadTooLarge = enqueue.ErrPayloadTooLarge
 	// ErrInvalidOptions is returned for out-of-range [EnqueueOptions] (max attempts < 1,
 	// priority outside [MinPriority, MaxPriority], an over-long unique key).
@@ -134,3 +135,7 @@ func truncate(s string, n int) string { return enqueue.Truncate(s, n) }
 
 // checkJSONB rejects JSON that Postgres's jsonb would refuse (see [pgutil.CheckJSONB]).
 func checkJSONB(b []byte) error { return pgutil.CheckJSONB(b) }
+
+// payloadErr is the sentinel for a refusal of checkJSONB: [ErrPayloadTooLarge] for a
+// document larger than jsonb holds, [ErrInvalidPayload] for the others.
+func payloadErr(err error) error { return enqueue.PayloadErr(err) }

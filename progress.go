@@ -71,7 +71,7 @@ func SetOutput(ctx context.Context, v any) error {
 		return fmt.Errorf("%w: output: %v", ErrInvalidPayload, err)
 	}
 	if err := checkJSONB(b); err != nil {
-		return fmt.Errorf("%w: output: %v", ErrInvalidPayload, err)
+		return fmt.Errorf("%w: output: %v", payloadErr(err), err)
 	}
 	if st.MaxBytes > 0 && len(b) > st.MaxBytes {
 		return fmt.Errorf("%w: output is %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(b), st.MaxBytes)

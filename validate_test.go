@@ -1,6 +1,7 @@
 package skiplock_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -103,6 +104,37 @@ func TestEnqueueTx_BadPayloadRefusedAndTxUsable(t *testing.T) {
 	}
 	assert.Equal(t, 4*len(jsonbRefused), b.count(t, `SELECT count(*) FROM {s}.orders`), "every caller's write committed")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`), "no refused job was written")
+}
+
+// TestEnqueueTx_PayloadBeyondJSONBRefusedAndTxUsable enqueues, with no payload limit
+// (MaxPayloadBytes -1), a payload holding a string one byte longer than jsonb stores
+// (2^28 - 1 bytes), inside a transaction that has already written a row: the server
+// would refuse it and abort the transaction ("string too long to represent as jsonb
+// string"), so the enqueue must fail first, with ErrPayloadTooLarge, and the transaction
+// must still write and commit.
+func TestEnqueueTx_PayloadBeyondJSONBRefusedAndTxUsable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.orders (id serial PRIMARY KEY, note text)`))
+	require.NoError(t, err)
+	client, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema, MaxPayloadBytes: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	big := make([]byte, 0, 1<<28+2)
+	big = append(big, '"')
+	big = append(big, bytes.Repeat([]byte("x"), 1<<28)...)
+	big = append(big, '"')
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(b.ctx, b.q(`INSERT INTO {s}.orders (note) VALUES ('before')`))
+	require.NoError(t, err)
+	_, err = client.EnqueueTx(b.ctx, tx, rawArgs{Raw: json.RawMessage(big)}, nil)
+	require.ErrorIs(t, err, skiplock.ErrPayloadTooLarge)
+	_, err = tx.Exec(b.ctx, b.q(`INSERT INTO {s}.orders (note) VALUES ('after')`))
+	require.NoError(t, err, "the caller's next statement in the transaction")
+	require.NoError(t, tx.Commit(b.ctx))
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.orders`))
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`))
 }
 
 // TestEnqueueTx_PayloadsAtTheLimitsAreStored enqueues the payloads just inside jsonb's

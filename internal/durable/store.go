@@ -117,11 +117,11 @@ func (s Store) Signal(ctx context.Context, job int64, name string, payload any) 
 // encode marshals a signal's payload, checked as a job's args are.
 func (s Store) encode(payload any) ([]byte, error) {
 	b, err := json.Marshal(payload)
-	if err == nil {
-		err = pgutil.CheckJSONB(b)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: signal payload: %v", enqueue.ErrInvalidPayload, err)
+	}
+	if err := pgutil.CheckJSONB(b); err != nil {
+		return nil, fmt.Errorf("%w: signal payload: %v", enqueue.PayloadErr(err), err)
 	}
 	if s.MaxBytes > 0 && len(b) > s.MaxBytes {
 		return nil, fmt.Errorf("%w: signal payload is %d bytes, the limit is %d (Config.MaxPayloadBytes)", enqueue.ErrPayloadTooLarge, len(b), s.MaxBytes)

@@ -6,6 +6,7 @@ package enqueue
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -245,12 +246,21 @@ func checkPayload(kind string, payload []byte, maxBytes int) error {
 // checkJSONB checks that jsonb takes payload, valid JSON, and that it fits maxBytes.
 func checkJSONB(kind string, payload []byte, maxBytes int) error {
 	if err := pgutil.CheckJSONB(payload); err != nil {
-		return fmt.Errorf("%w: kind %q: %v", ErrInvalidPayload, kind, err)
+		return fmt.Errorf("%w: kind %q: %v", PayloadErr(err), kind, err)
 	}
 	if maxBytes > 0 && len(payload) > maxBytes {
 		return fmt.Errorf("%w: kind %q: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, kind, len(payload), maxBytes)
 	}
 	return nil
+}
+
+// PayloadErr is the sentinel for err, a refusal of pgutil.CheckJSONB: ErrPayloadTooLarge
+// for a document larger than jsonb holds, ErrInvalidPayload for the others.
+func PayloadErr(err error) error {
+	if errors.Is(err, pgutil.ErrJSONBTooLarge) {
+		return ErrPayloadTooLarge
+	}
+	return ErrInvalidPayload
 }
 
 // MergeOptions returns base (an args type's default options) with the fields over (the

@@ -28,18 +28,39 @@ const (
 	// numericMaxExponent is the largest exponent numeric_in reads: one below
 	// PG_INT32_MAX/2 (found by asking the server).
 	numericMaxExponent = 1<<30 - 2
+	// jsonbMaxLen is the most bytes jsonb holds in one string, and in the elements of one
+	// array or object (JENTRY_OFFLENMASK): past it the server refuses the document
+	// ("string too long to represent as jsonb string", "total size of jsonb array
+	// elements exceeds the maximum of 268435455 bytes").
+	jsonbMaxLen = 1<<28 - 1
+	// jsonbSizeSafe is the largest JSON document that cannot reach jsonbMaxLen: jsonb
+	// stores no element in more than six times its JSON text (a one-digit number and its
+	// comma, 2 bytes, take a 4-byte entry and an 8-byte numeric), so CheckJSONB sizes only
+	// larger documents (checkJSONBSize).
+	jsonbSizeSafe = jsonbMaxLen / 6
 )
+
+// ErrJSONBTooLarge is wrapped by CheckJSONB's error for a document that holds a string,
+// array or object larger than Postgres's jsonb stores (jsonbMaxLen).
+var ErrJSONBTooLarge = errors.New("larger than Postgres's jsonb holds")
 
 // CheckJSONB rejects valid JSON that Postgres's jsonb would still refuse, so that the
 // error comes before anything is sent (a refused statement would abort the caller's
 // transaction): invalid UTF-8; the escape \u0000; a \u escape of half a surrogate pair
 // without its other half (encoding/json escapes invalid UTF-8 as U+FFFD, so only custom
 // marshalers and json.RawMessage produce these); numbers beyond numeric's range; nesting
-// deeper than maxPayloadDepth. b is the output of json.Marshal, so it is valid, compact
-// JSON. One pass, no allocation.
+// deeper than maxPayloadDepth; a string, array or object larger than jsonb holds (an
+// error wrapping ErrJSONBTooLarge; see checkJSONBSize). b is the output of json.Marshal,
+// so it is valid, compact JSON. One pass, no allocation, and a second one for a document
+// of more than jsonbSizeSafe bytes.
 func CheckJSONB(b []byte) error {
 	if !utf8.Valid(b) {
 		return errors.New("not valid UTF-8")
+	}
+	if len(b) > jsonbSizeSafe {
+		if err := checkJSONBSize(b, jsonbMaxLen); err != nil {
+			return err
+		}
 	}
 	depth := 0
 	for i := 0; i < len(b); {
@@ -189,4 +210,64 @@ func checkNumeric(b []byte) (int, error) {
 		return 0, fmt.Errorf("a number has %d digits before the decimal point; Postgres's numeric keeps at most %d", weight+exp+1, numericMaxDweight)
 	}
 	return i, nil
+}
+
+// checkJSONBSize checks that no string, array or object of the valid, compact JSON b
+// takes more than limit bytes as jsonb, by an upper bound of what each one takes there
+// (Postgres's convertToJsonb): a string its bytes in the JSON (escapes only shrink);
+// an element of an array or object a 4-byte entry, plus, for a key or a string, its
+// bytes, for a number up to 3 bytes of alignment and a numeric of 8 bytes and 2 per 4
+// digits (a bound: 12 + digits/2), for an array or object up to 3 bytes of alignment
+// and its own size; an array or object 4 bytes of header and its elements. It may refuse
+// a document whose largest part is within a few percent of the limit that the server
+// would still take; it never takes one the server refuses for its size. One pass; it
+// allocates a stack as deep as the nesting.
+func checkJSONBSize(b []byte, limit int) error {
+	var open []int // the running size of each array or object not closed yet
+	add := func(n int) {
+		if len(open) > 0 {
+			open[len(open)-1] += n
+		}
+	}
+	for i := 0; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			n, _ := checkJSONBString(b[i:]) // CheckJSONB refuses what it refuses
+			if n-2 > limit {
+				return fmt.Errorf("%w: a string of %d bytes; jsonb holds %d at most", ErrJSONBTooLarge, n-2, limit)
+			}
+			add(4 + n - 2)
+			i += n
+		case c == '-' || c >= '0' && c <= '9':
+			j := i + 1
+			digits := 1
+			for ; j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-'); j++ {
+				if b[j] >= '0' && b[j] <= '9' {
+					digits++
+				}
+			}
+			add(4 + 3 + 12 + digits/2)
+			i = j
+		case c == '[' || c == '{':
+			open = append(open, 4) // the header
+			i++
+		case c == ']' || c == '}':
+			size := open[len(open)-1]
+			if size > limit {
+				return fmt.Errorf("%w: an array or object of about %d bytes; jsonb holds %d at most", ErrJSONBTooLarge, size, limit)
+			}
+			open = open[:len(open)-1]
+			add(4 + 3 + size)
+			i++
+		case c == 't' || c == 'n':
+			add(4)
+			i += 4
+		case c == 'f':
+			add(4)
+			i += 5
+		default: // ',' and ':'
+			i++
+		}
+	}
+	return nil
 }

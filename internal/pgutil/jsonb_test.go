@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -57,4 +60,68 @@ func TestCheckJSONB_AgreesWithPostgres(t *testing.T) {
 			t.Errorf("%s: Postgres says %v, CheckJSONB says %v", doc[:min(len(doc), 60)], serverErr, clientErr)
 		}
 	}
+}
+
+// TestCheckJSONBSize_BoundsWhatPostgresStores asks the server how large jsonb makes
+// documents of every shape (the densest: arrays of one-digit numbers; empty arrays and
+// objects nested and side by side; short keys; escaped strings; long numbers) and checks
+// checkJSONBSize's bound: never below what jsonb stores (it refuses each document with a
+// limit one byte below the document's jsonb size), at most twice it (it takes each with
+// twice that limit), and no document larger in jsonb than six times its JSON text (what
+// lets CheckJSONB skip documents of at most jsonbSizeSafe bytes).
+func TestCheckJSONBSize_BoundsWhatPostgresStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	rep := func(s string, n int) string { return strings.TrimSuffix(strings.Repeat(s+",", n), ",") }
+	docs := []string{
+		"[" + rep("1", 5000) + "]",
+		"[" + rep("0", 5000) + "]",
+		"[" + rep("-1", 5000) + "]",
+		"[" + rep("12345678", 3000) + "]",
+		"[" + rep("1.5e-300", 3000) + "]",
+		"[" + rep("[]", 5000) + "]",
+		"[" + rep("{}", 5000) + "]",
+		"[" + rep("[[[]]]", 2000) + "]",
+		"[" + rep("true", 5000) + "]",
+		"[" + rep("null", 5000) + "]",
+		"[" + rep(`""`, 5000) + "]",
+		"[" + rep(`"\n\u00e9\\"`, 3000) + "]",
+		`{` + func() string {
+			var b strings.Builder
+			for i := range 5000 {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `"%d":%d`, i, i%10)
+			}
+			return b.String()
+		}() + `}`,
+		`{"a":[` + rep(`{"b":[1,2,{"c":"d"}]}`, 2000) + `],"e":"` + strings.Repeat("x", 100000) + `"}`,
+		"[" + strings.Repeat("9", 131071) + "]",
+		`["` + strings.Repeat("y", 300000) + `"]`,
+	}
+	for _, doc := range docs {
+		var size int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_column_size($1::jsonb) - 4`, doc).Scan(&size))
+		name := doc[:min(len(doc), 40)]
+		require.ErrorIs(t, checkJSONBSize([]byte(doc), size-1), ErrJSONBTooLarge, "%s: jsonb stores %d bytes; the bound must not be below", name, size)
+		assert.NoError(t, checkJSONBSize([]byte(doc), 2*size), "%s: jsonb stores %d bytes; the bound is more than twice that", name, size)
+		assert.LessOrEqual(t, size, 6*len(doc), "%s: jsonb stores more than six times the JSON text", name)
+	}
+}
+
+// TestCheckJSONB_RefusesWhatJSONBCannotHold checks CheckJSONB's size refusals (the
+// server's own are those of TestEnqueueTx_PayloadBeyondJSONBRefusedAndTxUsable, in the
+// root package): a string, or an array, of more than jsonbMaxLen bytes in jsonb, and
+// nothing of a document below jsonbSizeSafe bytes, which is not sized at all.
+func TestCheckJSONB_RefusesWhatJSONBCannotHold(t *testing.T) {
+	t.Parallel()
+	require.ErrorIs(t, checkJSONBSize([]byte(`{"a":"`+strings.Repeat("x", 101)+`"}`), 100), ErrJSONBTooLarge, "a string over the limit")
+	require.ErrorIs(t, checkJSONBSize([]byte(`[[`+strings.Repeat("1,", 20)+`1]]`), 100), ErrJSONBTooLarge, "an inner array over the limit")
+	require.NoError(t, checkJSONBSize([]byte(`[[1,2],[3,4],"`+strings.Repeat("x", 60)+`"]`), 200))
+	// The densest document jsonb refuses: one-digit numbers, 12 bytes each there.
+	dense := []byte("[" + strings.TrimSuffix(strings.Repeat("1,", jsonbMaxLen/12+1), ",") + "]")
+	require.ErrorIs(t, CheckJSONB(dense), ErrJSONBTooLarge)
+	require.NoError(t, CheckJSONB(dense[:jsonbSizeSafe-1]), "not sized below jsonbSizeSafe (cut mid-array: CheckJSONB does not parse)")
 }

@@ -104,6 +104,35 @@ func TestSQLEnqueue_AGoWorkerRunsTheJob(t *testing.T) {
 	waitStatus(t, b, id, skiplock.StatusSucceeded, 10*time.Second, "job %d succeeded", id)
 }
 
+// TestSQLEnqueue_TimeoutsPastADurationMeanNoLimit enqueues from SQL jobs whose timeout
+// is longer than a time.Duration holds (about 292 years; the function takes any
+// interval), for a worker whose own JobTimeout is 100 ms, with handlers that run 300 ms:
+// each job's own limit holds and the job succeeds. A product of milliseconds that wrapped
+// around once gave "1000 years" the worker's 100 ms, and 2^64 ms a few hundred
+// microseconds.
+func TestSQLEnqueue_TimeoutsPastADurationMeanNoLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []int64
+	for _, timeout := range []string{"1 hour", "1000 years", "18446744073.71 seconds", "178000000 years"} {
+		id, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "send_email", `{"order_id": 1}`, map[string]any{"timeout": timeout})
+		ids = append(ids, id)
+	}
+	w := newWorker(t, b, skiplock.WorkerConfig{JobTimeout: 100 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, _ *skiplock.Job[emailArgs]) error {
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}))
+	runWorker(t, w)
+	for _, id := range ids {
+		waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d, its own timeout past the worker's 100 ms, succeeded", id)
+	}
+}
+
 // TestSQLEnqueue_InTheCallersTransactionWakesAnIdleWorkerAtCommit enqueues inside a
 // transaction of the caller's: a rollback leaves no job and wakes nothing; a commit leaves
 // the job, and an idle worker whose poll is a minute away starts it at once, so it was

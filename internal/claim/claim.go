@@ -6,6 +6,7 @@ package claim
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -300,11 +301,22 @@ func scanClaimed(rows pgx.Rows, began time.Time, limit int) ([]ClaimedJob, error
 		}
 		cj := ClaimedJob{Row: j, Fence: fence, Leased: began}
 		if timeoutMs.Valid {
-			cj.Timeout = time.Duration(timeoutMs.Int64) * time.Millisecond
+			cj.Timeout = TimeoutOf(timeoutMs.Int64)
 		}
 		out = append(out, cj)
 	}
 	return out, rows.Err()
+}
+
+// TimeoutOf is the limit of an attempt whose job's timeout_ms is ms (positive: the
+// table's check). A limit past what a time.Duration holds (about 292 years; the SQL
+// enqueue function takes any interval) is the longest one it holds, not a product that
+// wrapped around to a few microseconds or a negative value.
+func TimeoutOf(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ClaimTimeout bounds one claim statement.

@@ -139,8 +139,10 @@ func FuzzDecodeJobRow(f *testing.F) {
 		var want any
 		var decodeErr error
 		if ptr {
+			// Into the value a points to: a JSON null leaves it zero (Handle keeps the
+			// handler's *T non-nil), as it leaves the value of a T that is not a pointer.
 			a := new(fuzzDecodePtrArgs)
-			decodeErr = json.Unmarshal(row.Payload, &a)
+			decodeErr = json.Unmarshal(row.Payload, a)
 			want = a
 		} else {
 			var a fuzzDecodeArgs

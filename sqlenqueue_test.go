@@ -104,6 +104,39 @@ func TestSQLEnqueue_AGoWorkerRunsTheJob(t *testing.T) {
 	waitStatus(t, b, id, skiplock.StatusSucceeded, 10*time.Second, "job %d succeeded", id)
 }
 
+// ptrEmailArgs is emailArgs for a handler that takes its args by pointer.
+type ptrEmailArgs emailArgs
+
+func (*ptrEmailArgs) Kind() string { return "send_email_ptr" }
+
+// TestSQLEnqueue_NullArgsReachAPointerHandlerAsAZeroValue enqueues from SQL, for a handler
+// of Job[*T], args of JSON null (the function takes any JSON value) and args of an
+// object: the handler gets a non-nil *T each time, zero for null, and both jobs succeed.
+// Before, null set job.Args to nil: a handler that read a field panicked, and the panic
+// was retried on every attempt.
+func TestSQLEnqueue_NullArgsReachAPointerHandlerAsAZeroValue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nullID, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "send_email_ptr", `null`, nil)
+	objID, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "send_email_ptr", `{"order_id": 7, "to": "a@example.com"}`, nil)
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	var mu sync.Mutex
+	got := map[int64]ptrEmailArgs{}
+	require.NoError(t, skiplock.Handle(w, func(_ context.Context, j *skiplock.Job[*ptrEmailArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[j.ID] = *j.Args // a nil pointer panics here
+		return nil
+	}))
+	runWorker(t, w)
+	waitStatus(t, b, nullID, skiplock.StatusSucceeded, 30*time.Second, "the job with null args succeeded")
+	waitStatus(t, b, objID, skiplock.StatusSucceeded, 30*time.Second, "the job with object args succeeded")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, ptrEmailArgs{}, got[nullID])
+	assert.Equal(t, ptrEmailArgs{OrderID: 7, To: "a@example.com"}, got[objID])
+}
+
 // TestSQLEnqueue_TimeoutsPastADurationMeanNoLimit enqueues from SQL jobs whose timeout
 // is longer than a time.Duration holds (about 292 years; the function takes any
 // interval), for a worker whose own JobTimeout is 100 ms, with handlers that run 300 ms:

@@ -253,10 +253,17 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	if kind == "" || len(kind) > MaxKindLength {
 		return fmt.Errorf("%w: %q (%T)", ErrInvalidKind, truncate(kind, 40), zero)
 	}
+	isPointer := reflect.TypeFor[T]().Kind() == reflect.Pointer
 	h := execute.Handler{Run: func(ctx context.Context, row *JobRow) error {
 		job := &Job[T]{JobRow: row, ctx: ctx} // the args are decoded in place: one allocation
-		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-			job.Args = reflect.New(t.Elem()).Interface().(T)
+		into := any(&job.Args)
+		if isPointer {
+			// Decoded into the value it points to: a JSON null (the SQL enqueue function
+			// takes any JSON value) then leaves that value zero, as it leaves a T that is
+			// not a pointer, instead of setting job.Args to nil for the handler to
+			// dereference.
+			job.Args = reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
+			into = any(job.Args)
 		}
 		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
 		if err != nil {
@@ -264,7 +271,7 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		}
 		row.Payload = payload
 		// As json.Unmarshal, through a reused decoder (internal/jobtype, args.go).
-		if err := jobtype.DecodeArgs(payload, &job.Args); err != nil {
+		if err := jobtype.DecodeArgs(payload, into); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, job.Args, err))
 		}
 		return fn(ctx, job)

@@ -156,3 +156,29 @@ func TestDeadline_ReservedMetadataKey(t *testing.T) {
 	_, err := b.client.Enqueue(b.ctx, deadlineArgs{}, &skiplock.EnqueueOptions{Metadata: map[string]string{"skiplock_deadline": "x"}})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 }
+
+// A deadline outside the years 1 to 9999 is refused, by every enqueue path, with
+// ErrInvalidOptions and nothing written: its RFC 3339 form could not be read back, and
+// the job ran as if it had none (a deadline in year -1, long past, did not stop it). The
+// years 1 and 9999 themselves are kept, and JobRow.Deadline shows them.
+func TestDeadline_OutsideTheYears1To9999IsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, d := range []time.Time{time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(0, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		opts := &skiplock.EnqueueOptions{Deadline: d}
+		_, err := b.client.Enqueue(b.ctx, deadlineArgs{}, opts)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, "Enqueue, deadline %v", d)
+		_, err = b.client.EnqueueMany(b.ctx, []skiplock.EnqueueParams{{Args: deadlineArgs{}, Options: opts}})
+		assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueMany, deadline %v", d)
+		_, err = b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Deadline: d, Tasks: []skiplock.WorkflowTask{{Name: "a", Args: deadlineArgs{}}}})
+		assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, "EnqueueWorkflow, deadline %v", d)
+	}
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing was written")
+	for _, d := range []time.Time{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)} {
+		row, err := b.client.Enqueue(b.ctx, deadlineArgs{}, &skiplock.EnqueueOptions{Deadline: d})
+		require.NoError(t, err)
+		got, err := b.client.Get(b.ctx, row.ID)
+		require.NoError(t, err)
+		assert.True(t, got.Deadline.Equal(d), "deadline %v read back as %v", d, got.Deadline)
+	}
+}

@@ -105,7 +105,8 @@ type EnqueueOptions struct {
 	// without retry; a retry or snooze due after it ends the job as failed instead. It
 	// is kept in the job's metadata (the reserved key "skiplock_deadline"), so it holds
 	// across retries, restarts and workers, and [JobRow].Deadline shows it. Zero means
-	// none. See docs/enqueueing.md, "Deadlines".
+	// none; outside the years 1 to 9999 (UTC) it is refused with [ErrInvalidOptions]. See
+	// docs/enqueueing.md, "Deadlines".
 	Deadline time.Time
 	// OnDependencyFailure is what a parent in DependsOn that does not succeed does to
 	// the job: [CancelDependents] (the zero value) cancels it, [RunDependents] counts
@@ -389,7 +390,7 @@ func (c *Client) prepare(args JobArgs, opts *EnqueueOptions) (enqueue.Job, error
 	}
 	j, err := enqueue.Prepare(kind, args, o, c.maxBytes)
 	if err == nil {
-		setDeadline(&j, deadlineOf(args, opts))
+		err = setDeadline(&j, deadlineOf(args, opts))
 	}
 	if err != nil || !o.Encrypt {
 		return j, err
@@ -414,14 +415,21 @@ func deadlineOf(args JobArgs, opts *EnqueueOptions) time.Time {
 
 // setDeadline keeps d (unless zero) in j's metadata, under the reserved key
 // [jobtype.MetaDeadline], which every insert path carries with the job. The map is copied.
-func setDeadline(j *enqueue.Job, d time.Time) {
+// A deadline outside the years 1 to 9999 (UTC) is refused with [ErrInvalidOptions]: its
+// RFC 3339 form, which the metadata holds, cannot be read back, and a worker would see no
+// deadline at all.
+func setDeadline(j *enqueue.Job, d time.Time) error {
 	if d.IsZero() {
-		return
+		return nil
+	}
+	if y := d.UTC().Year(); y < 1 || y > 9999 {
+		return fmt.Errorf("%w: Deadline %s: the year must be in [1, 9999]", ErrInvalidOptions, d.UTC().Format(time.RFC3339))
 	}
 	meta := make(map[string]string, len(j.Meta)+1)
 	maps.Copy(meta, j.Meta)
 	meta[jobtype.MetaDeadline] = jobtype.FormatDeadline(d)
 	j.Meta = meta
+	return nil
 }
 
 // jobOptions merges the args type's default options with opts, for the engine, which

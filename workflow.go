@@ -166,7 +166,7 @@ func (c *Client) planWorkflow(wf Workflow, callback string) (*enqueue.WorkflowPl
 	return enqueue.PlanWorkflow(spec, func(i int) (enqueue.Job, error) {
 		j, err := c.prepare(wf.Tasks[i].Args, wf.Tasks[i].Options)
 		if _, own := j.Meta[jobtype.MetaDeadline]; err == nil && !own {
-			setDeadline(&j, wf.Deadline)
+			err = setDeadline(&j, wf.Deadline)
 		}
 		if err == nil {
 			err = j.Seal(c.maxBytes)

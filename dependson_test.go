@@ -249,6 +249,38 @@ func TestDependsOn_UnknownIDAndRollbackWriteNothing(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 }
 
+// An enqueue hook hears of a job with DependsOn once its edges are written: a refused
+// dependency (an unknown parent) is an error to the hook, with no row, since the insert
+// is rolled back; an accepted one is the row. Both with Enqueue and with EnqueueTx.
+// Before, the hook heard of the insert before the edges were written, and was told of a
+// job that was never there.
+func TestDependsOn_HooksHearTheOutcomeWithTheEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hook := &outcomeHook{outcomes: map[string][]skiplock.Outcome{}, statuses: map[string][]skiplock.JobStatus{}, seen: map[string]map[string]string{}}
+	client, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema, Logger: testLogger(), Hooks: []skiplock.Hook{hook}})
+	require.NoError(t, err)
+	parent, err := client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{Metadata: map[string]string{"case": "parent"}})
+	require.NoError(t, err)
+	_, err = client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{987654321}, Metadata: map[string]string{"case": "refused"}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = client.EnqueueTx(b.ctx, tx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{987654321}, Metadata: map[string]string{"case": "refused-tx"}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	_, err = client.EnqueueTx(b.ctx, tx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}, Metadata: map[string]string{"case": "accepted-tx"}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	_, err = client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}, Metadata: map[string]string{"case": "accepted"}})
+	require.NoError(t, err)
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	assert.Equal(t, []string{"parent", "accepted-tx", "accepted"}, hook.enqueued, "the enqueues the hook heard of as done")
+	assert.Equal(t, 3, hook.rows, "the enqueues the hook got a row for")
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.jobs`))
+}
+
 // Dependents attach at random moments while 200 parents run on two workers and finish
 // (a third of them wait for two or three parents): every dependent runs exactly once,
 // and only after each of its parents' success. The enqueue

@@ -501,8 +501,13 @@ func (c *Client) enqueueDependent(ctx context.Context, tx DBTX, args JobArgs, op
 	if err != nil {
 		return nil, err
 	}
+	// The enqueue hooks hear once the job's fate is known: after its edges are written
+	// (and, without tx, committed), not after the insert alone, which a refused edge rolls
+	// back.
+	var told func(*JobRow, error)
 	attach := func(db DBTX) (*JobRow, error) {
-		row, err := c.enq.EnqueueTx(ctx, db, j)
+		row, done, err := c.enq.EnqueueTxUntold(ctx, db, j)
+		told = done
 		if err != nil {
 			return nil, err
 		}
@@ -511,6 +516,19 @@ func (c *Client) enqueueDependent(ctx context.Context, tx DBTX, args JobArgs, op
 		}
 		return row, nil
 	}
+	row, err := c.writeDependent(ctx, tx, attach)
+	if err != nil {
+		row = nil
+	}
+	if told != nil {
+		told(row, err)
+	}
+	return row, err
+}
+
+// writeDependent runs attach in tx inside a savepoint (a refusal leaves tx as it was),
+// or, without tx, in a transaction of its own.
+func (c *Client) writeDependent(ctx context.Context, tx DBTX, attach func(DBTX) (*JobRow, error)) (*JobRow, error) {
 	if tx == nil {
 		var row *JobRow
 		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {

@@ -117,6 +117,20 @@ func (e *Inserter) EnqueueTx(ctx context.Context, tx jobtype.DBTX, j Job) (*jobt
 	return row, err
 }
 
+// EnqueueTxUntold is EnqueueTx for a caller that writes more with the job (DependsOn's
+// edges) and may yet roll it back: it runs the hooks' JobEnqueuing and the insert, and
+// returns the function that tells the hooks the outcome (never nil once the hooks ran,
+// whatever err), which the caller calls once it knows whether the job is there. An err
+// of the hooks or of the middleware returns a nil told: nothing was attempted.
+func (e *Inserter) EnqueueTxUntold(ctx context.Context, tx jobtype.DBTX, j Job) (row *jobtype.JobRow, told func(*jobtype.JobRow, error), err error) {
+	done, err := e.Enqueuing(ctx, &j)
+	if err != nil {
+		return nil, nil, err
+	}
+	row, err = e.w.insertOne(ctx, tx, &j, j.dueNow(), true)
+	return row, done, err
+}
+
 // InsertOne writes one prepared job, whose hooks have run, through db, with its wake-up
 // when notify is set. callerTx says db is the caller's transaction, whose isolation level
 // this cannot know: a unique insert then guards against a serialization failure.

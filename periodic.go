@@ -21,8 +21,10 @@ import (
 // the periodic table; a changed description makes the schedule start over from now.
 type Schedule = periodic.Schedule
 
-// Every returns a Schedule with an occurrence every d, aligned to the Unix epoch (Every
-// of a minute runs on the minute), so every worker computes the same occurrences. d must
+// Every returns a Schedule with an occurrence every d, on whole multiples of d since
+// 0001-01-01 UTC as time.Truncate counts them (for a d that divides a day the same as
+// from the Unix epoch: Every of a minute runs on the minute; of 168 hours, on Mondays at
+// 00:00 UTC), so every worker computes the same occurrences. d must
 // be positive; [NewWorker] refuses a PeriodicJob with a non-positive interval.
 func Every(d time.Duration) Schedule { return periodic.Every(d) }
 

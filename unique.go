@@ -33,7 +33,9 @@ type UniqueOpts struct {
 	// queue. Defaults to false.
 	ByQueue bool
 	// ByPeriod makes the time bucket part of the key: at most one job per bucket of this
-	// length (buckets are aligned to the Unix epoch, so 1h buckets start on the hour UTC).
+	// length (buckets are whole multiples of it since 0001-01-01 UTC, as time.Truncate
+	// counts: for a length that divides a day the same as from the Unix epoch, so 1h
+	// buckets start on the hour UTC; 168h buckets start on Mondays).
 	// The bucket is that of RunAt when set, else of the enqueuing host's clock. Zero means
 	// no bucket; negative is an error.
 	ByPeriod time.Duration

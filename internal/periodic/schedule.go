@@ -18,8 +18,9 @@ type Schedule interface {
 	Next(t time.Time) time.Time
 }
 
-// Every returns a Schedule with an occurrence every d, aligned to the Unix epoch, so
-// every worker computes the same occurrences. Validate refuses a non-positive d.
+// Every returns a Schedule with an occurrence every d, on whole multiples of d since
+// 0001-01-01 UTC (time.Truncate's count; for a d that divides a day the same as from the
+// Unix epoch), so every worker computes the same occurrences. Validate refuses a non-positive d.
 func Every(d time.Duration) Schedule { return every{d} }
 
 type every struct{ d time.Duration }

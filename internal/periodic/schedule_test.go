@@ -149,3 +149,33 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("entry = %+v, want the defaults filled and the descriptions", e)
 	}
 }
+
+// TestEvery_OnMultiplesOfItsIntervalSinceYear1 pins the alignment the docs state:
+// occurrences on whole multiples of the interval since 0001-01-01 UTC, which for an
+// interval that divides a day are multiples from the Unix epoch too (the minute, the
+// hour), and for 168 hours fall on Mondays at 00:00 UTC, not on the epoch's Thursdays.
+func TestEvery_OnMultiplesOfItsIntervalSinceYear1(t *testing.T) {
+	at := time.Date(2026, 12, 9, 13, 37, 12, 0, time.UTC) // a Wednesday
+	cases := []struct {
+		d    time.Duration
+		want time.Time
+	}{
+		{time.Minute, time.Date(2026, 12, 9, 13, 38, 0, 0, time.UTC)},
+		{time.Hour, time.Date(2026, 12, 9, 14, 0, 0, 0, time.UTC)},
+		{6 * time.Hour, time.Date(2026, 12, 9, 18, 0, 0, 0, time.UTC)},
+		{24 * time.Hour, time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC)},
+		{7 * 24 * time.Hour, time.Date(2026, 12, 14, 0, 0, 0, 0, time.UTC)}, // a Monday
+	}
+	for _, c := range cases {
+		got := Every(c.d).Next(at)
+		if !got.Equal(c.want) {
+			t.Errorf("Every(%s).Next(%s) = %s, want %s", c.d, at, got, c.want)
+		}
+		if c.d <= 24*time.Hour && got.Unix()%int64(c.d/time.Second) != 0 {
+			t.Errorf("Every(%s): %s is not a multiple of it from the Unix epoch", c.d, got)
+		}
+	}
+	if got := Every(7 * 24 * time.Hour).Next(at); got.Weekday() != time.Monday {
+		t.Errorf("Every(168h) falls on a %s", got.Weekday())
+	}
+}

@@ -45,7 +45,11 @@ func parseFilter(q url.Values, allowed []skiplock.JobStatus) (f query.Filter, ms
 		}
 		f.Status = skiplock.JobStatus(s)
 	}
-	f.Queue, f.Kind = strings.TrimSpace(q.Get("queue")), strings.TrimSpace(q.Get("kind"))
+	// A queue or kind is matched exactly as given: names may be any text, spaces and
+	// no-break spaces included, so trimming "payment.charge\u00a0" would point its links
+	// and bulk actions at the jobs of "payment.charge". Only the search text, a piece
+	// looked for inside args, metadata or errors (never a bulk action's filter), is trimmed.
+	f.Queue, f.Kind = q.Get("queue"), q.Get("kind")
 	f.Search = strings.TrimSpace(q.Get("q"))
 	if !validFilter(f.Queue) || !validFilter(f.Kind) || !validFilter(f.Search) {
 		return f, "A queue, kind or search filter is at most 255 bytes of text."

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,4 +226,33 @@ func (b *bundle) count(query string, args ...any) int {
 // q puts the test schema, quoted, where a query says {s}.
 func (b *bundle) q(query string) string {
 	return strings.ReplaceAll(query, "{s}", pgx.Identifier{b.schema}.Sanitize())
+}
+
+// rowCounter is a pgx tracer that counts the statements a pool runs and the rows they
+// return or change.
+type rowCounter struct{ statements, rows atomic.Int64 }
+
+func (c *rowCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *rowCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	c.statements.Add(1)
+	c.rows.Add(d.CommandTag.RowsAffected())
+}
+
+// countRows puts the bundle's client on a pool of its own whose statements and rows are
+// counted; serve after it, so the handler uses that client.
+func (b *bundle) countRows() *rowCounter {
+	b.t.Helper()
+	rc := &rowCounter{}
+	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	require.NoError(b.t, err)
+	cfg.ConnConfig.Tracer = rc
+	traced, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(b.t, err)
+	b.t.Cleanup(traced.Close)
+	b.client, err = skiplock.NewClient(traced, skiplock.Config{Schema: b.schema, Logger: quietLogger()})
+	require.NoError(b.t, err)
+	return rc
 }

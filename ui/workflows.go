@@ -6,20 +6,23 @@ package ui
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
-	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
 const (
 	// maxWorkflowsListed bounds the workflows page: the newest ones.
 	maxWorkflowsListed = 50
-	// maxTasksShown bounds the tasks one workflow page lays out (a batch may hold
-	// 100,000); the counts above the table cover them all.
+	// maxTasksShown bounds the tasks one workflow page reads and lays out (a batch may
+	// hold 100,000): the first ones in name order. The counts above the table cover them all.
 	maxTasksShown = 2000
+	// maxDepsShown bounds the dependencies listed (and laid out by) per task, the first
+	// ones in name order (a task may depend on thousands); the page says how many more.
+	maxDepsShown = 20
 )
 
 func (h *Handler) workflowsPage(w http.ResponseWriter, r *http.Request) {
@@ -41,11 +44,12 @@ var taskStates = map[string]string{
 
 // workflowView is the data of the workflow page.
 type workflowView struct {
-	WF        *skiplock.WorkflowInfo
+	WF        query.WorkflowHead
 	OnFailure string
 	Layers    []layer
 	Counts    []field // state: count, in taskStates order
-	Cut       int     // tasks left out of the layout past maxTasksShown
+	Cut       int64   // tasks left out of the layout past maxTasksShown
+	MaxShown  int     // maxTasksShown
 	CanCancel bool
 	CanRetry  bool
 }
@@ -63,6 +67,7 @@ type taskView struct {
 	Class     string
 	JobID     int64
 	DependsOn []depView
+	MoreDeps  int64 // dependencies past maxDepsShown, not listed
 }
 
 // depView is a dependency, with the anchor of its task (-1 when not laid out).
@@ -71,6 +76,10 @@ type depView struct {
 	Anchor int
 }
 
+// workflowPage shows a workflow: its tasks counted by state (one aggregate over all of
+// them), and the first maxTasksShown in name order laid out by depth, each with its first
+// maxDepsShown dependencies. Nothing it does grows faster than the tasks and edges of
+// the workflow, and what it reads and renders is bounded by those two constants.
 func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.workflowID(w, r)
 	if !ok {
@@ -78,42 +87,44 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	info, err := h.client.GetWorkflow(ctx, id)
-	if errors.Is(err, skiplock.ErrWorkflowNotFound) {
+	head, found, err := h.db.Workflows.Head(ctx, id)
+	if err == nil && !found {
 		h.refuse(w, r, http.StatusNotFound, "No workflow "+strconv.FormatInt(id, 10)+": it never existed, or was deleted after its tasks finished.")
 		return
+	}
+	var tasks []query.WorkflowTask
+	if err == nil {
+		tasks, err = h.db.Workflows.Tasks(ctx, id, maxTasksShown, maxDepsShown)
+	}
+	var depth []int
+	if err == nil {
+		depth, err = taskDepths(ctx, tasks)
 	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	v := &workflowView{WF: info, OnFailure: "cancel dependents"}
-	if info.OnFailure == skiplock.RunDependents {
+	v := &workflowView{WF: head, OnFailure: "cancel dependents", MaxShown: maxTasksShown, Cut: max(head.Tasks-int64(len(tasks)), 0)}
+	if head.OnFailure == "run" {
 		v.OnFailure = "run dependents"
 	}
-	counts := map[string]int{}
-	for _, t := range info.Tasks {
-		counts[t.State]++
-	}
-	for _, s := range []string{"waiting", "released", "succeeded", "failed", "dead", "cancelled"} {
-		if counts[s] > 0 {
-			v.Counts = append(v.Counts, field{s, strconv.Itoa(counts[s])})
+	for _, c := range []struct {
+		state string
+		n     int64
+	}{{"waiting", head.Waiting}, {"released", head.Released}, {"succeeded", head.Succeeded},
+		{"failed", head.Failed}, {"dead", head.Dead}, {"cancelled", head.Cancelled}} {
+		if c.n > 0 {
+			v.Counts = append(v.Counts, field{c.state, strconv.FormatInt(c.n, 10)})
 		}
-	}
-	depth := taskDepths(info.Tasks)
-	shown := info.Tasks
-	if len(shown) > maxTasksShown {
-		v.Cut = len(shown) - maxTasksShown
-		shown = shown[:maxTasksShown]
 	}
 	// Links between tasks go to numbered anchors, so no task name is ever part of an
 	// element id or a URL fragment.
-	anchor := make(map[string]int, len(shown))
-	for i, t := range shown {
+	anchor := make(map[string]int, len(tasks))
+	for i, t := range tasks {
 		anchor[t.Name] = i
 	}
-	for i, t := range shown {
-		d := depth[t.Name]
+	for i, t := range tasks {
+		d := depth[i]
 		for len(v.Layers) <= d {
 			v.Layers = append(v.Layers, layer{Depth: len(v.Layers)})
 		}
@@ -121,7 +132,8 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			class = "st-cancelled"
 		}
-		tv := taskView{Name: t.Name, Anchor: i, State: t.State, Class: class, JobID: t.JobID}
+		tv := taskView{Name: t.Name, Anchor: i, State: t.State, Class: class, JobID: t.JobID,
+			MoreDeps: max(t.Deps-int64(len(t.DependsOn)), 0)}
 		for _, p := range t.DependsOn {
 			a, ok := anchor[p]
 			if !ok {
@@ -131,36 +143,74 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Layers[d].Tasks = append(v.Layers[d].Tasks, tv)
 	}
+	// A band no laid-out task sits in (depth 0, when every laid-out task has a
+	// dependency that is not) is left out.
+	v.Layers = slices.DeleteFunc(v.Layers, func(l layer) bool { return len(l.Tasks) == 0 })
 	if !h.cfg.ReadOnly {
-		v.CanCancel = counts["waiting"]+counts["released"] > 0
-		v.CanRetry = counts["failed"]+counts["dead"]+counts["cancelled"] > 0
+		v.CanCancel = head.Waiting+head.Released > 0
+		v.CanRetry = head.Failed+head.Dead+head.Cancelled > 0
 	}
 	h.render(w, r, "workflow", "Workflow "+strconv.FormatInt(id, 10), "workflows", v)
 }
 
-// taskDepths returns each task's depth: 0 for a task without dependencies, else one
-// more than its deepest dependency. The enqueue refuses cycles; a dependency missing
-// from tasks counts as depth 0, and the walk stops after len(tasks) rounds whatever
-// the graph, so a bad row cannot loop the page.
-func taskDepths(tasks []skiplock.WorkflowTaskInfo) map[string]int {
-	depth := make(map[string]int, len(tasks))
-	for range len(tasks) {
-		changed := false
-		for _, t := range tasks {
-			d := 0
-			for _, p := range t.DependsOn {
-				d = max(d, depth[p]+1)
-			}
-			if d > depth[t.Name] && d <= len(tasks) {
-				depth[t.Name] = d
-				changed = true
-			}
+// taskDepths returns the depth of each of tasks, by index: 0 for a task without
+// dependencies, else one more than its deepest dependency; a dependency not among tasks
+// (not laid out) counts as depth 0. It is a depth-first walk with each task's depth
+// memoized and its own stack (no recursion): linear in the tasks and their listed
+// dependencies, whatever their order. The enqueue refuses cycles; an edge that closes one
+// (a row written by hand) is not followed, so a bad row cannot loop the page. It stops
+// with ctx's error when ctx ends.
+func taskDepths(ctx context.Context, tasks []query.WorkflowTask) ([]int, error) {
+	index := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		index[t.Name] = i
+	}
+	const (
+		unseen = iota
+		open   // on the walk's stack
+		done   // its depth is final
+	)
+	state := make([]uint8, len(tasks))
+	depth := make([]int, len(tasks))
+	type frame struct{ task, next int } // next: the index in DependsOn to look at next
+	var stack []frame
+	steps := 0
+	for root := range tasks {
+		if state[root] != unseen {
+			continue
 		}
-		if !changed {
-			break
+		state[root] = open
+		stack = append(stack[:0], frame{task: root})
+		for len(stack) > 0 {
+			if steps++; steps%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
+			f := &stack[len(stack)-1]
+			if deps := tasks[f.task].DependsOn; f.next < len(deps) {
+				p, ok := index[deps[f.next]]
+				f.next++
+				switch {
+				case !ok:
+					depth[f.task] = max(depth[f.task], 1)
+				case state[p] == done:
+					depth[f.task] = max(depth[f.task], depth[p]+1)
+				case state[p] == unseen:
+					state[p] = open
+					stack = append(stack, frame{task: p})
+				} // open: the edge closes a cycle, and is not followed
+				continue
+			}
+			state[f.task] = done
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 {
+				child := stack[len(stack)-1].task
+				depth[child] = max(depth[child], depth[f.task]+1)
+			}
 		}
 	}
-	return depth
+	return depth, nil
 }
 
 // cancelWorkflow cancels the workflow's tasks that have not started.
@@ -181,11 +231,11 @@ func (h *Handler) workflowAction(w http.ResponseWriter, r *http.Request, done st
 	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
-	if _, err := h.client.GetWorkflow(ctx, id); errors.Is(err, skiplock.ErrWorkflowNotFound) {
-		h.refuse(w, r, http.StatusNotFound, "No workflow "+strconv.FormatInt(id, 10)+".")
-		return
-	} else if err != nil {
+	if _, found, err := h.db.Workflows.Head(ctx, id); err != nil {
 		h.fail(w, r, err)
+		return
+	} else if !found {
+		h.refuse(w, r, http.StatusNotFound, "No workflow "+strconv.FormatInt(id, 10)+".")
 		return
 	}
 	n, err := act(ctx, id)

@@ -1,11 +1,13 @@
 package ui_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -154,4 +156,69 @@ func TestWorkflowPage_ReadOnlyHidesAndRefusesActions(t *testing.T) {
 	}
 	assert.Equal(t, "queued", b.status(info.Task("root").JobID))
 	assert.Equal(t, 3, b.count(`SELECT count(*) FROM {s}.workflow_tasks WHERE workflow_id = $1 AND state = 'waiting'`, info.ID))
+}
+
+// A workflow of 12,000 tasks in one chain, named so that name order is the reverse of
+// the chain's (the root sorts last), is counted whole and laid out at most 2,000 deep,
+// reading the page's tasks only and computing their depths in one walk: well inside a
+// second, where reading every task and relaxing depths a round per link took seconds.
+func TestWorkflowPage_ALongChainIsCountedWholeAndLaidOutBounded(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	const n = 12000
+	var id int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`WITH w AS (INSERT INTO {s}.workflows (name) VALUES ('chain') RETURNING id),
+		t AS (INSERT INTO {s}.workflow_tasks (workflow_id, name, state, waiting, queue, kind, payload, priority, max_attempts, metadata)
+			SELECT w.id, lpad(($1 - 1 - g)::text, 6, '0'),
+				CASE WHEN g < 10 THEN 'succeeded' WHEN g = 10 THEN 'released' ELSE 'waiting' END,
+				CASE WHEN g <= 10 THEN 0 ELSE 1 END, 'default', 'step', '{}', 0, 3, '{}'
+			FROM w, generate_series(0, $1 - 1) g),
+		e AS (INSERT INTO {s}.workflow_edges (workflow_id, parent, child)
+			SELECT w.id, lpad(($1 - g)::text, 6, '0'), lpad(($1 - 1 - g)::text, 6, '0')
+			FROM w, generate_series(1, $1 - 1) g)
+		SELECT id FROM w`), n).Scan(&id))
+	rc := b.countRows()
+	b.serve(ui.Config{})
+
+	start := time.Now()
+	r := b.get("/workflows/" + strconv.FormatInt(id, 10))
+	took := time.Since(start)
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Less(t, took, 3*time.Second, "the page is bounded: the old one took over 5 s here")
+	assert.Contains(t, r.body, `<dt>Tasks</dt><dd>12000 · `, "the count covers every task")
+	assert.Contains(t, r.body, `st-waiting">waiting</span> 11989`)
+	assert.Contains(t, r.body, `st-released">released</span> 1`)
+	assert.Contains(t, r.body, `st-succeeded">succeeded</span> 10`)
+	assert.Contains(t, r.body, `data-cut="10000"`, "the page says how many it left out")
+	assert.Equal(t, 2000, strings.Count(r.body, `<div class="task" `), "at most 2,000 laid out")
+	// The laid-out tasks are the first 2,000 by name, the chain's last links: 001999,
+	// whose dependency is not laid out, sits at depth 1 and 000000 at depth 2000.
+	assert.False(t, strings.Contains(r.body, `data-depth="0"`), "no empty band")
+	assert.Contains(t, r.body, `<div class="layer" data-depth="1">`+"\n"+`    <span class="depth">depth 1</span>`+"\n"+`    <div class="task" id="task-1999" data-task="001999">`)
+	assert.Contains(t, r.body, `<div class="layer" data-depth="2000">`+"\n"+`    <span class="depth">depth 2000</span>`+"\n"+`    <div class="task" id="task-0" data-task="000000">`)
+	assert.LessOrEqual(t, rc.rows.Load(), int64(2001), "the page reads the tasks it lays out and one row of counts")
+	assert.LessOrEqual(t, rc.statements.Load(), int64(3))
+}
+
+// A task's dependencies past the first 20 are counted, not listed.
+func TestWorkflowPage_ManyDependenciesAreCountedNotListed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	tasks := []skiplock.WorkflowTask{}
+	var deps []string
+	for i := range 30 {
+		name := fmt.Sprintf("p%02d", i)
+		tasks = append(tasks, skiplock.WorkflowTask{Name: name, Args: stepArgs{}})
+		deps = append(deps, name)
+	}
+	tasks = append(tasks, skiplock.WorkflowTask{Name: "sink", Args: stepArgs{}, DependsOn: deps})
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "fan-in", Tasks: tasks})
+	require.NoError(t, err)
+	r := b.get("/workflows/" + strconv.FormatInt(info.ID, 10))
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Contains(t, r.body, `data-more-deps="10"`)
+	assert.Contains(t, r.body, `<code>p19</code>`)
+	assert.Contains(t, r.body, `href="#task-19"`)
+	assert.False(t, strings.Contains(r.body, `href="#task-20"`), "past the first 20 by name")
+	assert.Contains(t, r.body, `<div class="layer" data-depth="1">`+"\n"+`    <span class="depth">depth 1</span>`+"\n"+`    <div class="task" id="task-30" data-task="sink">`)
 }

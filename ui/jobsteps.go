@@ -10,17 +10,31 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/ui/internal/query"
 )
 
-// maxShownStepResult bounds the result of a step shown on the page.
-const maxShownStepResult = 4 << 10
+const (
+	// maxShownStepResult bounds the result of a step, and the payload of a signal, shown
+	// on the page (and read: the text is cut by the query).
+	maxShownStepResult = 4 << 10
+	// maxShownStepEnds bounds the steps the page reads and shows: the first ones and
+	// the newest ones, this many of each; the page says how many are between them.
+	maxShownStepEnds = 100
+	// maxShownSignals bounds the signals the page reads and shows: the newest ones (a
+	// job may be sent any number); the page says how many older ones it left out.
+	maxShownSignals = 200
+)
 
 // durableView is the job page's steps and signals; nil when the job has none.
 type durableView struct {
-	Steps   []stepRow
-	Signals []signalRow
-	Err     string // the steps could not be read: said on the page, which shows the rest
+	Steps        []stepRow
+	StepsTotal   int64
+	StepsCut     int64 // steps between the first and the newest shown, not shown
+	CutAt        int   // the index in Steps of the first step after them
+	Signals      []signalRow
+	SignalsTotal int64
+	SignalsCut   int64  // older signals not shown
+	Err          string // the steps could not be read: said on the page, which shows the rest
 }
 
 // stepRow is one recorded step, as shown.
@@ -45,13 +59,17 @@ type signalRow struct {
 	Payload  string
 }
 
-// jobSteps reads job id's steps and signals for its page. It returns nil when the job
-// has neither, and a view saying why when they cannot be read (the page shows the rest).
+// jobSteps reads job id's steps and signals for its page: the first and the newest
+// maxShownStepEnds steps, the newest maxShownSignals signals, each result and payload cut
+// at maxShownStepResult, and how many there are. It returns nil when the job has
+// neither, and a view saying why when they cannot be read (the page shows the rest).
 func (h *Handler) jobSteps(ctx context.Context, id int64) *durableView {
-	steps, err := h.client.Steps(ctx, id)
-	var sigs []skiplock.SignalInfo
+	v := &durableView{}
+	steps, total, err := h.db.Durable.Steps(ctx, id, maxShownStepEnds, maxShownStepResult)
+	var sigs []query.Signal
 	if err == nil {
-		sigs, err = h.client.Signals(ctx, id)
+		v.StepsTotal = total
+		sigs, v.SignalsTotal, err = h.db.Durable.Signals(ctx, id, maxShownSignals, maxShownStepResult)
 	}
 	if err != nil {
 		return &durableView{Err: "The job's steps could not be read: " + err.Error()}
@@ -59,18 +77,24 @@ func (h *Handler) jobSteps(ctx context.Context, id int64) *durableView {
 	if len(steps) == 0 && len(sigs) == 0 {
 		return nil
 	}
-	v := &durableView{}
+	if v.StepsCut = v.StepsTotal - int64(len(steps)); v.StepsCut > 0 {
+		v.CutAt = maxShownStepEnds
+	}
+	v.SignalsCut = max(v.SignalsTotal-int64(len(sigs)), 0)
 	for _, s := range steps {
-		r := stepRow{Seq: s.Seq, Name: s.Name, Kind: string(s.Kind), Status: s.Status, Size: byteSize(s.ResultBytes),
-			Duration: s.Duration, Attempt: strconv.Itoa(s.Attempt)}
+		r := stepRow{Seq: s.Seq, Name: s.Name, Kind: s.Kind, Status: s.Status, Size: byteSize(s.ResultBytes),
+			Attempt: strconv.Itoa(s.Attempt)}
+		if s.FinishedAt != nil {
+			r.Duration = s.FinishedAt.Sub(s.StartedAt)
+		}
 		if s.Attempt == 0 {
 			r.Attempt = "copied"
 		}
 		if s.WakeAt != nil && s.WakeAt.Year() < 9999 {
 			r.WakeAt = *s.WakeAt
 		}
-		if len(s.Result) > 0 {
-			r.Result, _ = prettyJSON(s.Result, maxShownStepResult)
+		if s.Result != "" {
+			r.Result = shownText(s.Result, s.ResultBytes)
 		}
 		v.Steps = append(v.Steps, r)
 	}
@@ -79,10 +103,21 @@ func (h *Handler) jobSteps(ctx context.Context, id int64) *durableView {
 		if s.ConsumedSeq != nil {
 			r.Consumed = "step " + strconv.Itoa(*s.ConsumedSeq)
 		}
-		r.Payload, _ = prettyJSON(s.Payload, maxShownStepResult)
+		r.Payload = shownText(s.Payload, s.PayloadBytes)
 		v.Signals = append(v.Signals, r)
 	}
 	return v
+}
+
+// shownText is the JSON text of a result or payload as the page shows it: indented, and
+// cut at maxShownStepResult with a mark when that or the query (size is the whole
+// text's, in bytes) cut it.
+func shownText(text string, size int) string {
+	s, cut := prettyJSON([]byte(text), maxShownStepResult) // once cut by the query, not JSON: as read
+	if cut || size > len(text) {
+		s += " …"
+	}
+	return s
 }
 
 // byteSize says n bytes shortly: "812 B", "1.2 KiB", "3.4 MiB".

@@ -82,3 +82,39 @@ func TestJobPage_ShowsStepsAndSignals(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.code, r.body)
 	assert.NotContains(t, r.body, "data-durable", "a job without steps has no steps section")
 }
+
+// A job sent 3,000 signals of 4 KB, with 1,000 recorded steps, has a page that reads and
+// shows the newest 200 signals and the first and newest 100 steps, and says how many it
+// left out: not the 12 MB of every signal.
+func TestJobPage_ManySignalsAndStepsAreCutAndCounted(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	rc := b.countRows()
+	b.serve(ui.Config{})
+	id := b.insert(job{kind: "stepper", status: "running"})
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_signals (job_id, name, payload)
+		SELECT $1, 'tick', jsonb_build_object('n', g, 'pad', repeat('x', 4096)) FROM generate_series(1, 3000) g`), id)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_steps (job_id, seq, name, kind, result, attempt, started_at, finished_at)
+		SELECT $1, g, 'step-' || g, 'step', jsonb_build_object('pad', repeat('y', 10000)), 1, now(), now() FROM generate_series(0, 999) g`), id)
+	require.NoError(t, err)
+	var newest, oldest int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT max(id), min(id) FROM {s}.job_signals WHERE job_id = $1`), id).Scan(&newest, &oldest))
+
+	before := rc.rows.Load()
+	r := b.get("/jobs/" + strconv.FormatInt(id, 10))
+	require.Equal(t, http.StatusOK, r.code)
+	read := rc.rows.Load() - before
+	assert.Less(t, len(r.body), 4<<20, "the page stays small")
+	assert.Equal(t, 200, strings.Count(r.body, `<tr data-signal="`), "the newest 200 signals")
+	assert.True(t, strings.Contains(r.body, `<tr data-signal="`+strconv.FormatInt(newest, 10)+`">`), "the newest signal is shown")
+	assert.False(t, strings.Contains(r.body, `<tr data-signal="`+strconv.FormatInt(oldest, 10)+`">`), "the oldest is not")
+	assert.True(t, strings.Contains(r.body, `data-signals-cut="2800"`), "the page says how many signals it left out")
+	assert.Equal(t, 200, strings.Count(r.body, `<tr data-step="`), "the first and the newest 100 steps")
+	assert.True(t, strings.Contains(r.body, `<tr data-step="99">`))
+	assert.True(t, strings.Contains(r.body, `<tr data-steps-cut="800">`), "the page says how many steps it left out, where")
+	assert.True(t, strings.Contains(r.body, `<tr data-step="900">`))
+	assert.False(t, strings.Contains(r.body, `<tr data-step="100">`))
+	assert.True(t, strings.Contains(r.body, `<summary>9.8 KiB</summary>`), "a step's size is its whole result's")
+	assert.Less(t, read, int64(1000), "the page reads the signals and steps it shows, not all of them")
+}

@@ -1,6 +1,6 @@
 // Package query holds the dashboard's own SQL and the reads and writes that run it: the
 // windowed and index-served job lists, a job's extra columns, deletes, the running jobs,
-// the workflows list, the bulk actions' batches, the throughput of the last hour, the wait
+// the workflows list, the bulk actions' batches, a job's steps and signals, the throughput of the last hour, the wait
 // and run times of the last day and the audit log.
 // Reads the public [skiplock.Client] methods cover (Stats, Get, Cancel, Requeue) go
 // through them instead. Every statement is rendered once, with the schema quoted in, when
@@ -28,6 +28,7 @@ type DB struct {
 	Errors    *ErrorGroups // the dead page's jobs by error
 	Search    *Search      // the search page's whole-table search and kind picker
 	RunOrder  *RunOrder    // a queue's queued jobs in claim order
+	Durable   *Durable     // a job's steps and signals, bounded
 }
 
 // New returns the DB of client's schema. statsMaxAge is how old the queue counts may be
@@ -48,5 +49,6 @@ func New(client *skiplock.Client, statsMaxAge time.Duration) *DB {
 		Errors:    newErrorGroups(pool, x),
 		Search:    newSearch(pool, client.Schema(), x),
 		RunOrder:  newRunOrder(pool, x),
+		Durable:   newDurable(pool, x),
 	}
 }

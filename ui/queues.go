@@ -248,7 +248,7 @@ func (h *Handler) queuesLive(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.renderTemplate(w, r, "queues", "live", "", "", v)
+	h.renderTemplate(w, r, http.StatusOK, "queues", "live", "", "", v)
 }
 
 func (h *Handler) pauseQueue(w http.ResponseWriter, r *http.Request)  { h.queueAction(w, r, true) }

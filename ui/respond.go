@@ -19,10 +19,13 @@ import (
 // render executes page into a buffer first, so a template error becomes a clean 500
 // instead of half a page.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, page, title, active string, data any) {
-	h.renderTemplate(w, r, page, "layout", title, active, data)
+	h.renderTemplate(w, r, http.StatusOK, page, "layout", title, active, data)
 }
 
-func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, page, tmpl, title, active string, data any) {
+// renderTemplate answers status with template tmpl of page. Every header (the CSRF
+// cookie, Content-Type, Cache-Control) is set before the status is written: headers set
+// after it are not sent.
+func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, status int, page, tmpl, title, active string, data any) {
 	pd := pageData{
 		Title: title, Active: active, Prefix: h.prefix, CSRF: h.csrfToken(w, r),
 		ReadOnly: h.cfg.ReadOnly, HasPeriodic: h.cfg.Periodic != nil, SignedIn: h.cfg.Token != "" || h.cfg.BasicAuth != nil,
@@ -40,13 +43,13 @@ func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, page, t
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
 	_, _ = buf.WriteTo(w)
 }
 
-// refuse answers with status and a message page.
+// refuse answers with status and a message page, with the headers of every page.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	w.WriteHeader(status)
-	h.render(w, r, "message", http.StatusText(status), "", map[string]any{"Status": status, "Message": msg})
+	h.renderTemplate(w, r, status, "message", "layout", http.StatusText(status), "", map[string]any{"Status": status, "Message": msg})
 }
 
 // fail answers a database error: what happened and what to do, without internals.

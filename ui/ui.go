@@ -246,9 +246,12 @@ func (h *Handler) readForm(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// setSecurityHeaders allows only the handler's own script, stylesheet and images, and
-// forbids framing and content sniffing.
+// setSecurityHeaders allows only the handler's own script, stylesheet and images,
+// forbids framing and content sniffing, and keeps every answer out of caches unless it
+// says otherwise (only the embedded static files do): a refusal written by net/http
+// (421, a path no route has, a recovered panic) is no-store as every page is.
 func setSecurityHeaders(hd http.Header) {
+	hd.Set("Cache-Control", "no-store")
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")

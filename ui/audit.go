@@ -114,35 +114,38 @@ func (h *Handler) refuseForgery(w http.ResponseWriter, r *http.Request, why, msg
 // describeAction names the action of a POST and what it acted on. Every value the client
 // chose that is not a number or a known word is quoted (strconv.Quote, cut to
 // maxQuoted), so a queue name or form value cannot make a misleading audit line.
+// It reads the path as the router does, segment by segment, each unescaped on its own:
+// an escaped slash (/queues%2Fpause) stays inside its segment, names no action (the
+// router finds no route either), and is described as the path it was, escaped.
 func describeAction(r *http.Request) (action, target string) {
-	p := r.URL.Path
-	parts := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
+	parts := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	for i, s := range parts {
 		if u, err := url.PathUnescape(s); err == nil {
 			parts[i] = u
 		}
 	}
+	is := func(segments ...string) bool { return slices.Equal(parts, segments) }
 	switch {
-	case p == "/login":
+	case is("login"):
 		return "sign in", ""
-	case p == "/logout":
+	case is("logout"):
 		return "sign out", ""
-	case p == "/queues/pause" || p == "/queues/resume":
+	case is("queues", "pause") || is("queues", "resume"):
 		return parts[1], "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "queues" && (parts[2] == "pause" || parts[2] == "resume"):
 		return parts[2], "queue " + quoted(parts[1])
 	case len(parts) == 3 && parts[0] == "jobs" && slices.Contains([]string{"retry", "cancel", "delete"}, parts[2]):
 		return parts[2], "job " + number(parts[1])
-	case p == "/limits":
+	case is("limits"):
 		return "set limits", "queue " + quoted(r.PostFormValue("queue")) + " concurrency=" + quoted(r.PostFormValue("concurrency")) +
 			" key_concurrency=" + quoted(r.PostFormValue("key_concurrency")) + " rate=" + quoted(r.PostFormValue("rate")) +
 			" rate_period=" + quoted(r.PostFormValue("rate_period")) + " key_rate=" + quoted(r.PostFormValue("key_rate")) +
 			" key_rate_period=" + quoted(r.PostFormValue("key_rate_period")) + " fair=" + quoted(r.PostFormValue("fair")) +
 			" concurrency_keys=" + quoted(r.PostFormValue("concurrency_keys"))
-	case p == "/periodic/run" || p == "/periodic/enable" || p == "/periodic/disable":
+	case is("periodic", "run") || is("periodic", "enable") || is("periodic", "disable"):
 		return map[string]string{"run": "run periodic now", "enable": "enable periodic", "disable": "disable periodic"}[parts[1]],
 			"schedule " + quoted(r.PostFormValue("name"))
-	case p == "/limits/reset":
+	case is("limits", "reset"):
 		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "retry-args":
 		return "retry with edited args", "job " + number(parts[1]) + " args=" + quoted(r.PostFormValue("args"))
@@ -150,7 +153,7 @@ func describeAction(r *http.Request) (action, target string) {
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):
 		return parts[2] + " workflow", "workflow " + number(parts[1])
-	case p == "/dead" || p == "/jobs/selected":
+	case is("dead") || is("jobs", "selected"):
 		ids := r.PostForm["id"]
 		shown := make([]string, 0, 10)
 		for _, id := range ids[:min(len(ids), 10)] {
@@ -164,10 +167,10 @@ func describeAction(r *http.Request) (action, target string) {
 			t += " (listed as " + quoted(st) + ")"
 		}
 		return word(r.PostFormValue("action")) + " selected", "jobs " + t
-	case p == "/dead/bulk" || p == "/jobs/bulk":
+	case is("dead", "bulk") || is("jobs", "bulk"):
 		return word(r.PostFormValue("action")) + " all matching", auditFilter(r) + " (confirmed " + number(r.PostFormValue("count")) + ")"
 	}
-	return "POST", quoted(p)
+	return "POST", quoted(r.URL.EscapedPath())
 }
 
 // auditFilter describes the filter of a bulk action, its values quoted.

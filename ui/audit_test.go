@@ -164,3 +164,31 @@ func TestAudit_NamesTheClientATrustedProxyForwardsFor(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, action("198.51.100.66, 203.0.113.9, 10.1.2.3"))
 	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE client = '203.0.113.9 via 127.0.0.1:40000'`))
 }
+
+// An escaped slash in an action's path (/queues%2Fpause, /periodic%2Frun) names no route:
+// a forgery of it is refused and audited as every refused forgery is, and with a valid
+// token it gets 404 and is audited as the path it was. Nothing acts.
+func TestAudit_AnEscapedSlashIsRefusedAndAudited(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	qs := &queues{paused: map[string]bool{}}
+	b.serve(ui.Config{Queues: qs, Periodic: ui.NewClientControl(b.client)})
+	for _, path := range []string{"/queues%2Fpause", "/periodic%2Frun", "/queues%2Femails%2Fpause", "/dead%2Fbulk"} {
+		t.Run(path, func(t *testing.T) {
+			form := url.Values{"queue": {"emails"}, "name": {"nightly"}, "action": {"delete"}, "count": {"1"}}
+			r := b.post(path, form)
+			assert.Equal(t, http.StatusForbidden, r.code, "a forgery is refused, not a panic")
+			assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE refused AND action = 'POST'
+				AND target = $1 AND result = 'refused: CSRF token missing or out of date'`, strconv.Quote(path)),
+				"the refused forgery is audited, with the path as it was sent")
+
+			r = b.act("/queues", path, form)
+			assert.Equal(t, http.StatusNotFound, r.code, "no route has an escaped slash")
+			assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE NOT refused AND action = 'POST'
+				AND target = $1 AND result = 'Not Found'`, strconv.Quote(path)))
+		})
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	assert.Empty(t, qs.paused, "nothing was paused")
+}

@@ -5,7 +5,6 @@ package query
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -40,24 +39,45 @@ type RunCursor struct {
 	ID       int64
 }
 
-// String encodes the cursor for a link: priority.unixnano.id.
+// A run_at is written in a cursor as Postgres stores a timestamptz: microseconds since
+// 2000-01-01 UTC, an int64 that holds every finite value it takes, 4714 BC to 294276 AD
+// (UnixNano holds 1678 to 2262 only: a job due in the year 3000 made a cursor that
+// restarted the list).
+const (
+	pgEpochUnix   = 946684800           // 2000-01-01 00:00:00 UTC in Unix seconds
+	minPGMicros   = -211813488000000000 // 4714-11-24 00:00:00 UTC BC, Postgres's MIN_TIMESTAMP
+	endPGMicros   = 9223371331200000000 // 294277-01-01 00:00:00 UTC, Postgres's END_TIMESTAMP (excluded)
+	cursorSep     = "_"                 // not the "." of earlier releases' cursors, which are refused
+	microsPerSec  = 1_000_000
+	nanosPerMicro = 1_000
+)
+
+// String encodes the cursor for a link: priority_microseconds_id, the microseconds since
+// 2000-01-01 UTC.
 func (c RunCursor) String() string {
-	return fmt.Sprintf("%d.%d.%d", c.Priority, c.RunAt.UnixNano(), c.ID)
+	us := (c.RunAt.Unix()-pgEpochUnix)*microsPerSec + int64(c.RunAt.Nanosecond()/nanosPerMicro)
+	return strconv.Itoa(c.Priority) + cursorSep + strconv.FormatInt(us, 10) + cursorSep + strconv.FormatInt(c.ID, 10)
 }
 
-// ParseRunCursor reads a cursor String wrote.
+// ParseRunCursor reads a cursor String wrote: a smallint priority, a run_at in
+// Postgres's range, a positive id.
 func ParseRunCursor(s string) (RunCursor, bool) {
-	parts := strings.Split(s, ".")
+	parts := strings.Split(s, cursorSep)
 	if len(parts) != 3 {
 		return RunCursor{}, false
 	}
 	p, err1 := strconv.Atoi(parts[0])
-	ns, err2 := strconv.ParseInt(parts[1], 10, 64)
+	us, err2 := strconv.ParseInt(parts[1], 10, 64)
 	id, err3 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || p < -32768 || p > 32767 || id <= 0 {
+	if err1 != nil || err2 != nil || err3 != nil || p < -32768 || p > 32767 || id <= 0 ||
+		us < minPGMicros || us >= endPGMicros {
 		return RunCursor{}, false
 	}
-	return RunCursor{Priority: p, RunAt: time.Unix(0, ns), ID: id}, true
+	sec, frac := us/microsPerSec, us%microsPerSec
+	if frac < 0 {
+		sec, frac = sec-1, frac+microsPerSec
+	}
+	return RunCursor{Priority: p, RunAt: time.Unix(sec+pgEpochUnix, frac*nanosPerMicro).UTC(), ID: id}, true
 }
 
 // RunOrder reads the queued jobs of a queue in claim order.

@@ -493,10 +493,14 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if !ok {
 		return nil, JobResult{}, claim.ErrHeldTwice
 	}
+	// Deferred, so that a handler that calls runtime.Goexit (t.FailNow in a test) and so
+	// ends this goroutine has its recorded failure written too.
+	defer func() {
+		d.Job.Cancel(nil)
+		w.starter.HandlerWG.Done()
+		w.completer.FlushNow()
+		w.failures.Flush() // a failure, too, is written before workOne returns
+	}()
 	res := w.executor.Execute(d, nil)
-	d.Job.Cancel(nil)
-	w.starter.HandlerWG.Done()
-	w.completer.FlushNow()
-	w.failures.Flush() // a failure, too, is written before workOne returns
 	return d.Row, res, nil
 }

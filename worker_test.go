@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,6 +262,53 @@ func TestWorker_PanicAndUnknownKindAreRecordedAndWorkerGoesOn(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `no handler registered for kind "nobody_handles_this"`, oj.LastError)
 	assert.True(t, oj.RunAt.After(time.Now()), "retried later, not dropped")
+}
+
+type goexitArgs struct{}
+
+func (goexitArgs) Kind() string { return "goexit" }
+
+// TestWorker_HandlerCallingGoexitFailsItsAttemptAndWorkerGoesOn: a handler that ends its
+// goroutine with runtime.Goexit (what t.FailNow and require do) neither returns nor
+// panics. Its attempt is recorded as a failure and retried, the queue's only runner is
+// replaced, so the retry runs, and Run returns at once on cancel with no goroutine left.
+// Not parallel: the goroutine check needs the process to itself.
+func TestWorker_HandlerCallingGoexitFailsItsAttemptAndWorkerGoesOn(t *testing.T) {
+	b := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), ignorePgxReader)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues:     map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}}, // the runner that exits is the only one
+		Completion: skiplock.CompletionKeep, RetryPolicy: fixedDelay(0), PollInterval: 50 * time.Millisecond,
+		SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[goexitArgs]) error {
+		if job.Attempts == 1 {
+			runtime.Goexit()
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, goexitArgs{}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 10*time.Second, "the job succeeds on its second attempt")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, j.Attempts)
+	require.Len(t, j.Errors, 1)
+	assert.Equal(t, 1, j.Errors[0].Attempt)
+	assert.Contains(t, j.Errors[0].Error, "handler exited without returning (runtime.Goexit")
+	assert.Contains(t, j.Errors[0].Error, "worker_test.go", "the stack says where")
+	assert.Contains(t, j.LastError, "runtime.Goexit")
 }
 
 type badPayloadArgs struct {

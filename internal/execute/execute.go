@@ -1,7 +1,8 @@
 // This file holds the execution of claimed jobs: the start of each one (its context, its
 // place among the held attempts), the runners that take the jobs a queue's claim loops
 // hand over, one attempt's timeout (WorkerConfig.JobTimeout, a per-kind Timeout method,
-// EnqueueOptions.Timeout), the call of the handler with panic recovery, and the drain of
+// EnqueueOptions.Timeout), the call of the handler with panic recovery (and the record
+// of a handler that ends its goroutine with runtime.Goexit), and the drain of
 // the runners at shutdown. Each finished attempt goes to the outcome recorder
 // (internal/record, outcome.go), in one call.
 
@@ -9,6 +10,7 @@ package execute
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -253,19 +255,46 @@ func (e *Executor) Abandon() { e.giveUpOnce.Do(func() { close(e.giveUp) }) }
 // its jobs.
 func (e *Executor) runner(q *claim.QueueRunner) {
 	q.Jobs.Arrived()
+	e.runJobs(q)
+}
+
+// runJobs runs q's jobs, one at a time, until its hand-off is closed. A handler that
+// ends its goroutine (runtime.Goexit: t.FailNow, say) ends this one too, which no
+// deferred call can stop: its attempt is recorded as a failure as it ends (Execute), its
+// job finished (runJob), and a new goroutine takes its place among q's runners, so the
+// queue keeps as many as its hand-off started.
+func (e *Executor) runJobs(q *claim.QueueRunner) {
 	o := e.NewOverrunWatch()
 	defer o.Close()
 	s := claim.NewSleeper()
+	closed := false
+	defer func() {
+		if !closed {
+			// Added while this runner is still counted in q.Ran and e.runners: a Stop
+			// waiting on them waits for the new one too.
+			q.Ran.Add(1)
+			e.runners.Go(func() { defer q.Ran.Done(); e.runJobs(q) })
+		}
+	}()
 	for {
 		d, ok := q.Jobs.Next(s)
 		if !ok {
+			closed = true
 			return
 		}
-		e.Execute(d, o)
+		e.runJob(q, d, o)
+	}
+}
+
+// runJob runs d and gives back what it held: its context, its slot in q, its place
+// among the running handlers. Deferred, so that a handler's runtime.Goexit does it too.
+func (e *Executor) runJob(q *claim.QueueRunner, d claim.Dispatched, o *overrunWatch) {
+	defer func() {
 		d.Job.Cancel(nil)
 		q.Finished()
 		e.starter.HandlerWG.Done()
-	}
+	}()
+	e.Execute(d, o)
 }
 
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the
@@ -283,7 +312,10 @@ func (e *Executor) timeoutFor(d claim.Dispatched, h Handler) time.Duration {
 
 // Execute runs one claimed job's handler, under its timeout and the hooks' JobStarted,
 // and hands the result to the outcome recorder. It returns the result the hooks were
-// told. o watches the handler past its timeout (nil: a watch of its own).
+// told. o watches the handler past its timeout (nil: a watch of its own). A handler that
+// calls runtime.Goexit ends the calling goroutine: Execute records the attempt as a
+// failure (ErrHandlerExited) as it ends, and does not return; the caller's deferred
+// calls must give back what the job held.
 func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResult {
 	ctx, row := context.Context(d.Job), d.Row
 	// No lock: Handle refuses new kinds once Run has started, so the map is read-only here.
@@ -339,16 +371,33 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 	case hasDeadline || len(e.startHooks) > 0:
 		before = time.Since(began)
 	}
-	var err error
-	panicked := false
+	a := record.AttemptResult{Ctx: ctx, State: d.Job.State(), Row: row, Timeout: timeout, Policy: policy, Slot: d.Slot}
 	if !ok {
-		err = fmt.Errorf("no handler registered for kind %q", row.Kind)
+		a.Err = fmt.Errorf("no handler registered for kind %q", row.Kind)
 	} else {
-		err, panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
+		returned := false
+		defer func() {
+			if !returned {
+				// Neither a return nor a panic (callHandler recovers those): the handler
+				// called runtime.Goexit, which ends this goroutine once the deferred calls
+				// have run. Its stack, still whole here, says where.
+				a.Err = fmt.Errorf("%w\n\n%s", ErrHandlerExited, debug.Stack())
+				a.Duration = time.Since(began) - before
+				e.outcomes.Record(d.Key, a)
+			}
+		}()
+		a.Err, a.Panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
+		returned = true
 	}
-	return e.outcomes.Record(d.Key, record.AttemptResult{Ctx: ctx, State: d.Job.State(), Row: row, Err: err, Panicked: panicked,
-		Duration: time.Since(began) - before, Timeout: timeout, Policy: policy, Slot: d.Slot})
+	a.Duration = time.Since(began) - before
+	return e.outcomes.Record(d.Key, a)
 }
+
+// ErrHandlerExited is the error of an attempt whose handler (or middleware) ended its
+// goroutine with runtime.Goexit instead of returning — what t.FailNow, t.Fatal and
+// testify's require call: a failed attempt, retried like any error. The recorded
+// message is this error's, followed by the stack where the handler exited.
+var ErrHandlerExited = errors.New("skiplock: handler exited without returning (runtime.Goexit: t.FailNow or require.* called in a handler?)")
 
 // overrunWatch watches the handler of one attempt at a time past its timeout. Its job is
 // not taken from it: the lease is renewed until the handler returns, and the attempt is

@@ -200,3 +200,49 @@ func TestHooks_DurationIsTheHandlersOwn(t *testing.T) {
 		assert.Less(t, d, 150*time.Millisecond, "timeout %v: JobStarted's sleep is not the handler's", timeout)
 	}
 }
+
+// panickyHook panics in JobFinished.
+type panickyHook struct{}
+
+func (panickyHook) JobStarted(ctx context.Context, _ *skiplock.JobRow) context.Context { return ctx }
+
+func (panickyHook) JobFinished(context.Context, *skiplock.JobRow, skiplock.JobResult) {
+	panic("the metrics hook blew up")
+}
+
+// TestHooks_APanickingJobFinishedIsLoggedAndIgnored: a hook whose JobFinished panics
+// changes no outcome: a success and a failure are both recorded, the hooks after it are
+// still told, and the worker goes on.
+func TestHooks_APanickingJobFinishedIsLoggedAndIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	after := &statusHook{status: map[int64]skiplock.JobStatus{}}
+	w := newWorker(t, b, skiplock.WorkerConfig{Hooks: []skiplock.Hook{panickyHook{}, after}, Completion: skiplock.CompletionKeep,
+		SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		if job.Args.N == 1 {
+			return skiplock.Permanent(errors.New("bad input"))
+		}
+		return nil
+	}))
+	stop := runWorker(t, w)
+	defer stop()
+	var ids []int64
+	for n := range 3 {
+		j, err := b.client.Enqueue(b.ctx, noopArgs{N: n}, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	waitStatus(t, b, ids[0], skiplock.StatusSucceeded, 15*time.Second, "the success is recorded")
+	waitStatus(t, b, ids[1], skiplock.StatusFailed, 15*time.Second, "the failure is recorded")
+	waitStatus(t, b, ids[2], skiplock.StatusSucceeded, 15*time.Second, "the worker goes on")
+	stop()
+
+	j, err := b.client.Get(b.ctx, ids[1])
+	require.NoError(t, err)
+	assert.Equal(t, "permanent: bad input", j.LastError)
+	after.mu.Lock()
+	defer after.mu.Unlock()
+	assert.Equal(t, map[int64]skiplock.JobStatus{ids[0]: skiplock.StatusSucceeded, ids[1]: skiplock.StatusFailed,
+		ids[2]: skiplock.StatusSucceeded}, after.status, "the next hook is told of every outcome")
+}

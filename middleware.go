@@ -20,8 +20,9 @@ type JobHandler = jobtype.JobHandler
 // Middleware wraps the handler of a job with code of its own: a transaction per job, a
 // tenant put in the context, a recover-and-report. It returns a JobHandler that calls
 // next (or does not: its return is then the attempt's result). It runs in the job's
-// goroutine, under the job's timeout and after the hooks' JobStarted; a panic in it is
-// recovered like one in the handler.
+// goroutine, under the job's timeout and after the hooks' JobStarted; a panic in it, or
+// in the Middleware itself as it builds the JobHandler, is recovered like one in the
+// handler.
 type Middleware = jobtype.Middleware
 
 // Use adds middleware that wraps the handler of every job w runs, in order: the first

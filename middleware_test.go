@@ -266,3 +266,110 @@ func TestUse_PanicInMiddlewareIsAFailedAttempt(t *testing.T) {
 		return got.Status == skiplock.StatusDead && strings.HasPrefix(got.LastError, "panic: middleware bug")
 	}, "dead with the middleware's panic")
 }
+
+type ctorPanicArgs struct{}
+
+func (ctorPanicArgs) Kind() string { return "ctor_panic" }
+
+// TestUse_PanicInMiddlewareConstructorIsAFailedAttempt: a middleware that panics while
+// it builds its handler (before the handler's own call) is the attempt's panic, recorded
+// like a handler's; the worker goes on with other kinds.
+func TestUse_PanicInMiddlewareConstructorIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &errRecorder{errs: map[int64][]string{}, panics: map[int64]*skiplock.PanicError{}}
+	w := newWorker(t, b, skiplock.WorkerConfig{Completion: skiplock.CompletionKeep, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[noopArgs]) error { return nil }))
+	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[ctorPanicArgs]) error {
+		t.Error("the handler must not run: its middleware never built it")
+		return nil
+	}))
+	require.NoError(t, skiplock.UseKind(w, ctorPanicArgs{}.Kind(), func(next skiplock.JobHandler) skiplock.JobHandler {
+		panic("constructor bug")
+	}))
+	require.NoError(t, skiplock.HandleErrors(w, rec))
+	bad, err := b.client.Enqueue(b.ctx, ctorPanicArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 1})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	defer stop()
+	waitStatus(t, b, bad.ID, skiplock.StatusDead, 15*time.Second, "the attempt failed, its only one")
+	good, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	waitStatus(t, b, good.ID, skiplock.StatusSucceeded, 15*time.Second, "the worker goes on")
+	stop()
+
+	j, err := b.client.Get(b.ctx, bad.ID)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(j.LastError, "panic: constructor bug"), "last_error: %s", j.LastError)
+	assert.Contains(t, j.LastError, "middleware_test.go", "the stack is recorded")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Contains(t, rec.panics, bad.ID, "error handlers see a *PanicError")
+	assert.Equal(t, "constructor bug", rec.panics[bad.ID].Value)
+}
+
+type panickyErrorHandler struct{}
+
+func (panickyErrorHandler) HandleError(context.Context, *skiplock.JobRow, skiplock.JobStatus, error) {
+	panic("the error tracker blew up")
+}
+
+func (panickyErrorHandler) HandleStuck(context.Context, *skiplock.JobRow, time.Duration) {
+	panic("the pager blew up")
+}
+
+// TestHandleErrors_APanickingErrorHandlerIsLoggedAndIgnored: an error handler whose
+// HandleError or HandleStuck panics changes nothing: the failure is recorded as the
+// handler's verdict says, a stuck handler's job stays held until it returns, the error
+// handlers after it are still told, and the worker goes on.
+func TestHandleErrors_APanickingErrorHandlerIsLoggedAndIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &errRecorder{errs: map[int64][]string{}, panics: map[int64]*skiplock.PanicError{}, stuck: make(chan int64, 1)}
+	w := newWorker(t, b, skiplock.WorkerConfig{JobTimeout: 100 * time.Millisecond, VisibilityTimeout: 300 * time.Millisecond,
+		RetryPolicy: fixedDelay(time.Hour), Completion: skiplock.CompletionKeep, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[mwVerdictArgs]) error {
+		return skiplock.Permanent(errors.New("bad input"))
+	}))
+	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[noopArgs]) error { return nil }))
+	release := make(chan struct{})
+	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[slowArgs]) error {
+		<-release // ignores its context past its timeout: HandleStuck
+		return nil
+	}))
+	require.NoError(t, skiplock.HandleErrors(w, panickyErrorHandler{}, rec))
+	bad, err := b.client.Enqueue(b.ctx, mwVerdictArgs{}, nil)
+	require.NoError(t, err)
+	stuck, err := b.client.Enqueue(b.ctx, slowArgs{}, nil)
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	defer stop()
+	waitStatus(t, b, bad.ID, skiplock.StatusFailed, 15*time.Second, "the permanent failure is recorded")
+	select {
+	case id := <-rec.stuck:
+		assert.Equal(t, stuck.ID, id, "the next error handler is told of the stuck handler")
+	case <-time.After(30 * time.Second):
+		t.Fatal("HandleStuck was not called")
+	}
+	close(release)
+	eventually(t, 15*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, stuck.ID)
+		require.NoError(t, err)
+		return j.Status == skiplock.StatusQueued && j.Attempts == 1
+	}, "the stuck handler's attempt is recorded as a timed-out failure once it returns")
+	good, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	waitStatus(t, b, good.ID, skiplock.StatusSucceeded, 15*time.Second, "the worker goes on")
+	stop()
+
+	j, err := b.client.Get(b.ctx, bad.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts)
+	assert.Equal(t, "permanent: bad input", j.LastError)
+	s, err := b.client.Get(b.ctx, stuck.ID)
+	require.NoError(t, err)
+	assert.Contains(t, s.LastError, "job timeout")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Equal(t, []string{"failed: permanent: bad input"}, rec.errs[bad.ID], "the next error handler is still told")
+}

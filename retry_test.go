@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -537,4 +538,53 @@ func TestRetry_AnImmediateRetryIsClaimedWithoutWaitingForThePoll(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the retry due at once waited for the hourly poll")
 	}
+}
+
+type panickyPolicyArgs struct{}
+
+func (panickyPolicyArgs) Kind() string                      { return "panicky_policy" }
+func (panickyPolicyArgs) RetryPolicy() skiplock.RetryPolicy { return panickyPolicy{} }
+
+type panickyPolicy struct{}
+
+func (panickyPolicy) NextRetry(*skiplock.JobRow) time.Duration { panic("the policy blew up") }
+
+// TestRetry_APanickingPolicyFallsBackToTheDefaultBackoff: a retry policy that panics
+// neither ends the process nor loses the failure: the attempt is recorded, retried after
+// the default backoff (1-2 s after a first attempt), and the retry runs.
+func TestRetry_APanickingPolicyFallsBackToTheDefaultBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var logs lockedBuffer
+	w := newWorker(t, b, skiplock.WorkerConfig{Completion: skiplock.CompletionKeep, PollInterval: 50 * time.Millisecond,
+		SweepInterval: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[panickyPolicyArgs]) error {
+		if job.Attempts == 1 {
+			return errors.New("try later")
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, panickyPolicyArgs{}, nil)
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	defer stop()
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 15*time.Second, "the retry runs and succeeds")
+	stop()
+
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, j.Attempts)
+	require.Len(t, j.Errors, 1)
+	assert.Equal(t, "try later", j.Errors[0].Error)
+	// The failure's statement set run_at to now() + delay, and wrote the error at now();
+	// the success kept run_at.
+	delay := j.RunAt.Sub(j.Errors[0].At)
+	assert.True(t, delay >= time.Second && delay < 2*time.Second, "the default backoff's first delay is 1-2 s, got %s", delay)
+	// The panic is logged, with the job and its kind.
+	var logged bool
+	for l := range strings.Lines(logs.String()) {
+		logged = logged || strings.Contains(l, "NextRetry panicked") && strings.Contains(l, fmt.Sprintf("job=%d ", job.ID)) &&
+			strings.Contains(l, "kind=panicky_policy") && strings.Contains(l, "the policy blew up")
+	}
+	assert.True(t, logged, "the policy's panic is logged with the job and its kind:\n%s", logs.String())
 }

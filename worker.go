@@ -179,7 +179,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	}
 	w.failures = record.NewFailureRecorder(c.pool, c.schema, cfg.ID, cfg.CompleteBatchSize, cfg.CompleteFlushInterval, w.gate, done, dueAgain, flows, w.logger)
 	// The client's hooks, then the worker's, then the one that calls HandleErrors' handlers.
-	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw})
+	hooks := append(append(c.hooks[:len(c.hooks):len(c.hooks)], cfg.Hooks...), execute.ErrorHook{M: w.mw, Logger: w.logger})
 	w.outcomes = record.NewOutcomeRecorder(held, w.completer, w.failures, w.lease.ReleaseJobs, w.starter.Slots, hooks, w.logger)
 	w.outcomes.Logs = record.NewLogWriter(c.pool, c.schema, w.logger)
 	w.outcomes.LostReturned = w.lease.EndCancelled

@@ -386,7 +386,7 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 				e.outcomes.Record(d.Key, a)
 			}
 		}()
-		a.Err, a.Panicked = callHandler(ctx, e.cfg.MW.wrap(h.Run, row.Kind), row) // middleware (the root's middleware.go)
+		a.Err, a.Panicked = callHandler(ctx, e.cfg.MW, h.Run, row)
 		returned = true
 	}
 	a.Duration = time.Since(began) - before
@@ -504,8 +504,8 @@ func (o *overrunWatch) fire() {
 		"job", d.Row.ID, "kind", d.Row.Kind, "attempt", d.Row.Attempts, "timeout", timeout,
 		"over_by", overBy)
 	if first {
-		e.cfg.Marks.Write(d.Key)              // counted in Stats (internal/ownership, overrunmark.go)
-		e.cfg.MW.stuck(d.Job, d.Row, timeout) // error handlers (the root's middleware.go)
+		e.cfg.Marks.Write(d.Key)                            // counted in Stats (internal/ownership, overrunmark.go)
+		e.cfg.MW.stuck(d.Job, e.cfg.Logger, d.Row, timeout) // error handlers (the root's middleware.go)
 	}
 	o.mu.Lock()
 	if o.gen == gen && !o.due.IsZero() {
@@ -523,13 +523,15 @@ func (o *overrunWatch) rearm(now time.Time) {
 	o.t.Reset(o.due.Sub(now))
 }
 
-// callHandler runs the handler, turning a panic into an error with its stack.
-func callHandler(ctx context.Context, run func(context.Context, *jobtype.JobRow) error, row *jobtype.JobRow) (err error, panicked bool) {
+// callHandler runs the handler wrapped by mw's middleware for its kind (the root's
+// middleware.go), turning a panic into an error with its stack: one in the handler, in
+// a middleware, or in a middleware's constructor, which runs here for each job.
+func callHandler(ctx context.Context, mw *Middlewares, run func(context.Context, *jobtype.JobRow) error, row *jobtype.JobRow) (err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &jobtype.PanicError{Value: r, Stack: debug.Stack()} // "panic: <value>\n\n<stack>"
 			panicked = true
 		}
 	}()
-	return run(ctx, row), false
+	return mw.wrap(run, row.Kind)(ctx, row), false
 }

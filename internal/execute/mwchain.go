@@ -4,6 +4,9 @@ package execute
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -37,22 +40,54 @@ func (m *Middlewares) wrap(run func(context.Context, *jobtype.JobRow) error, kin
 
 // ErrorHook turns the outcomes hooks see into ErrorHandler calls. Every worker has one,
 // after the other hooks (NewWorker); it does nothing without error handlers.
-type ErrorHook struct{ M *Middlewares }
+type ErrorHook struct {
+	M      *Middlewares
+	Logger *slog.Logger // logs an error handler's panic
+}
 
+// JobStarted returns ctx: the error handlers see only outcomes.
 func (ErrorHook) JobStarted(ctx context.Context, _ *jobtype.JobRow) context.Context { return ctx }
 
+// JobFinished tells each error handler of a failed attempt. A handler that panics is
+// logged and skipped: the failure is recorded already, and the others are still told.
 func (h ErrorHook) JobFinished(ctx context.Context, job *jobtype.JobRow, res jobtype.JobResult) {
 	switch res.Outcome {
 	case jobtype.OutcomeRetry, jobtype.OutcomeDead, jobtype.OutcomeFailed, jobtype.OutcomeTimedOut:
 		for _, eh := range h.M.Errs {
-			eh.HandleError(ctx, job, res.Status, res.Err)
+			handleError(ctx, h.Logger, eh, job, res)
 		}
 	}
 }
 
-// stuck tells the error handlers of a handler running past its timeout (execute.go).
-func (m *Middlewares) stuck(ctx context.Context, job *jobtype.JobRow, timeout time.Duration) {
+// handleError calls eh's HandleError, recovering a panic in it, which it logs.
+func handleError(ctx context.Context, logger *slog.Logger, eh jobtype.ErrorHandler, job *jobtype.JobRow, res jobtype.JobResult) {
+	defer func() {
+		if r := recover(); r != nil {
+			logger.Error("skiplock: an error handler's HandleError panicked; the panic is ignored",
+				"job", job.ID, "kind", job.Kind, "attempt", job.Attempts, "handler", fmt.Sprintf("%T", eh),
+				"panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	eh.HandleError(ctx, job, res.Status, res.Err)
+}
+
+// stuck tells the error handlers of a handler running past its timeout (execute.go). It
+// runs on the overrun watch's timer goroutine: a handler that panics is logged and
+// skipped, not left to end the process.
+func (m *Middlewares) stuck(ctx context.Context, logger *slog.Logger, job *jobtype.JobRow, timeout time.Duration) {
 	for _, eh := range m.Errs {
-		eh.HandleStuck(context.WithoutCancel(ctx), job, timeout)
+		handleStuck(ctx, logger, eh, job, timeout)
 	}
+}
+
+// handleStuck calls eh's HandleStuck, recovering a panic in it, which it logs.
+func handleStuck(ctx context.Context, logger *slog.Logger, eh jobtype.ErrorHandler, job *jobtype.JobRow, timeout time.Duration) {
+	defer func() {
+		if r := recover(); r != nil {
+			logger.Error("skiplock: an error handler's HandleStuck panicked; the panic is ignored",
+				"job", job.ID, "kind", job.Kind, "attempt", job.Attempts, "handler", fmt.Sprintf("%T", eh),
+				"panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	eh.HandleStuck(context.WithoutCancel(ctx), job, timeout)
 }

@@ -14,8 +14,9 @@ type JobHandler func(ctx context.Context, job *JobRow) error
 // tenant put in the context, a recover-and-report. It returns a JobHandler that calls
 // next (or does not: its return is then the attempt's result). It runs in the job's
 // goroutine, under the job's timeout and after the hooks' JobStarted, so ctx carries
-// what they added; a panic in it is recovered like one in the handler. It is called once
-// per job, so it should not block beyond the job's own work.
+// what they added; a panic in it, or in the Middleware itself as it builds the
+// JobHandler, is recovered like one in the handler. It is called once per job, so it
+// should not block beyond the job's own work.
 type Middleware func(next JobHandler) JobHandler
 
 // PanicError is the error of an attempt whose handler (or middleware) panicked: the
@@ -32,7 +33,8 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Va
 
 // ErrorHandler is told of a worker's failures, for an error tracker or a pager: one
 // place that sees them all. Its methods are called from the worker's goroutines and must
-// be safe for concurrent use and return quickly.
+// be safe for concurrent use and return quickly. A panic in them is recovered and
+// logged, and changes nothing else.
 type ErrorHandler interface {
 	// HandleError is called after every failed attempt, in the job's goroutine, once the
 	// failure is handed to be recorded: the handler returned an error (a Permanent one

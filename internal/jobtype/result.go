@@ -13,7 +13,9 @@ type Hook interface {
 	// JobStarted is called before the handler; the context it returns is the handler's
 	// (return ctx unchanged if there is nothing to add, e.g. a tracing span).
 	JobStarted(ctx context.Context, job *JobRow) context.Context
-	// JobFinished is called once after every JobStarted, with the outcome.
+	// JobFinished is called once after every JobStarted, with the outcome. A panic in it
+	// is recovered and logged: the outcome is recorded already, and the other hooks are
+	// still told.
 	JobFinished(ctx context.Context, job *JobRow, res JobResult)
 }
 

@@ -66,7 +66,9 @@ func (e *verdictError) Unwrap() error { return e.err }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
 // (job.Attempts is the attempt that just failed, starting at 1) and returns the delay from
-// now, by the database clock. It is not asked when the job has no attempts left.
+// now, by the database clock. It is not asked when the job has no attempts left. A
+// policy that panics is recovered and logged (with the job's id and kind), and the
+// default backoff ([BackoffPolicy]) decides the delay instead.
 //
 // A kind can have its own policy: give its args type a method RetryPolicy() RetryPolicy.
 type RetryPolicy interface {

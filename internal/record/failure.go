@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,7 +169,7 @@ func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr
 	}
 	if a.verdict == verdictRetry {
 		if row.Attempts < row.MaxAttempts {
-			a.delay = policy.NextRetry(row)
+			a.delay = f.nextRetry(policy, row)
 		} else {
 			status = jobtype.StatusDead
 		}
@@ -183,6 +184,21 @@ func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr
 	}
 	f.batch.Post(a, 1)
 	return status
+}
+
+// nextRetry returns policy's delay before row's retry. A policy that panics falls back
+// to the default backoff (jobtype.BackoffPolicy), and the panic is logged: the
+// failure is still recorded and retried, and the runner goes on.
+func (f *FailureRecorder) nextRetry(policy jobtype.RetryPolicy, row *jobtype.JobRow) (d time.Duration) {
+	defer func() {
+		if r := recover(); r != nil {
+			f.logger.Error("skiplock: the retry policy's NextRetry panicked; the job is retried after the default backoff",
+				"job", row.ID, "kind", row.Kind, "attempt", row.Attempts, "policy", fmt.Sprintf("%T", policy),
+				"panic", r, "stack", string(debug.Stack()))
+			d = jobtype.BackoffPolicy{}.NextRetry(row)
+		}
+	}()
+	return policy.NextRetry(row)
 }
 
 // deadline applies the job's deadline to the verdict and returns the status: a job

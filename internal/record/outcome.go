@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,9 +234,22 @@ func (r *OutcomeRecorder) Stop() { r.stopped.Store(true) }
 // report tells every hook how a job's run ended, and returns res.
 func (r *OutcomeRecorder) report(ctx context.Context, row *jobtype.JobRow, res jobtype.JobResult) jobtype.JobResult {
 	for _, hk := range r.hooks {
-		hk.JobFinished(ctx, row, res)
+		r.tell(ctx, hk, row, res)
 	}
 	return res
+}
+
+// tell calls hk's JobFinished. A panic in it is logged and changes nothing else: the
+// outcome is decided already, and the other hooks are still told.
+func (r *OutcomeRecorder) tell(ctx context.Context, hk jobtype.Hook, row *jobtype.JobRow, res jobtype.JobResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.logger.Error("skiplock: a hook's JobFinished panicked; the panic is ignored",
+				"job", row.ID, "kind", row.Kind, "attempt", row.Attempts, "hook", fmt.Sprintf("%T", hk),
+				"panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	hk.JobFinished(ctx, row, res)
 }
 
 // outcomeOf names how an attempt that failed with herr ended, given the status its

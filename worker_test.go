@@ -395,6 +395,73 @@ func TestWorker_ShutdownPutsUnfinishedJobsBack(t *testing.T) {
 	assert.Equal(t, skiplock.StatusSucceeded, q.Status)
 }
 
+type shutdownVerdictArgs struct {
+	Do string `json:"do"`
+}
+
+func (shutdownVerdictArgs) Kind() string { return "shutdown_verdict" }
+
+// TestWorker_ShutdownKeepsAHandlersFinalVerdict: handlers cut off by a graceful shutdown
+// return once their contexts end. A job whose handler returns Permanent or CancelJob
+// ends as it says (failed, cancelled), as it would without the shutdown; one whose
+// handler returns a plain error, or a Snooze, is put back, its attempt given back.
+func TestWorker_ShutdownKeepsAHandlersFinalVerdict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{ShutdownTimeout: 200 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	started := make(chan struct{}, 4)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[shutdownVerdictArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done() // the shutdown's cancel, after ShutdownTimeout
+		switch job.Args.Do {
+		case "permanent":
+			return fmt.Errorf("wrapped: %w", skiplock.Permanent(errors.New("never again")))
+		case "cancel":
+			return skiplock.CancelJob(errors.New("not wanted"))
+		case "snooze":
+			return skiplock.Snooze(time.Hour)
+		default:
+			return errors.New("cut off")
+		}
+	}))
+	ids := map[string]int64{}
+	for _, do := range []string{"permanent", "cancel", "plain", "snooze"} {
+		j, err := b.client.Enqueue(b.ctx, shutdownVerdictArgs{Do: do}, nil)
+		require.NoError(t, err)
+		ids[do] = j.ID
+	}
+	stop := runWorker(t, w)
+	for range ids {
+		<-started
+	}
+	stop()
+
+	tests := []struct {
+		do       string
+		status   skiplock.JobStatus
+		attempts int
+		lastErr  string
+	}{
+		{"permanent", skiplock.StatusFailed, 1, "never again"},
+		{"cancel", skiplock.StatusCancelled, 1, "not wanted"},
+		{"plain", skiplock.StatusQueued, 0, ""},
+		{"snooze", skiplock.StatusQueued, 0, ""},
+	}
+	for _, tt := range tests {
+		j, err := b.client.Get(b.ctx, ids[tt.do])
+		require.NoError(t, err)
+		assert.Equal(t, tt.status, j.Status, tt.do)
+		assert.Equal(t, tt.attempts, j.Attempts, tt.do)
+		if tt.lastErr != "" {
+			assert.Contains(t, j.LastError, tt.lastErr, tt.do)
+		} else {
+			assert.Empty(t, j.LastError, "%s: put back, no failure recorded", tt.do)
+			assert.Empty(t, j.LockedBy, tt.do)
+			assert.False(t, j.RunAt.After(time.Now().Add(time.Second)), "%s: due now, not snoozed", tt.do)
+		}
+	}
+}
+
 func TestWorker_RunTwiceAndNotMigrated(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

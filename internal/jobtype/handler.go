@@ -42,7 +42,7 @@ type ErrorHandler interface {
 	// ran past its timeout (errors.Is(err, ErrJobTimeout)). job.Attempts is the attempt
 	// that failed and status the job's new state (queued for a retry, failed or dead).
 	// Successes, snoozes, cancellations, and results the worker no longer holds or cut
-	// off by shutdown are not failures and are not reported.
+	// off by shutdown and put back are not failures and are not reported.
 	HandleError(ctx context.Context, job *JobRow, status JobStatus, err error)
 	// HandleStuck is called, from a timer goroutine, when a handler is still running a
 	// grace period (the worker's heartbeat interval) after its job's timeout cancelled

@@ -88,7 +88,8 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 }
 
 // Record takes the result a of the attempt k and hands it on: a success to the completer,
-// a failure to the failure recorder, a job cut off by shutdown to the release. The result
+// a failure to the failure recorder, a job cut off by shutdown to the release (unless its
+// handler returned Permanent or CancelJob: a failure, as it would be otherwise). The result
 // of a job the worker no longer holds is dropped, and so is one that comes after Run
 // returned; both are logged. An error from a handler whose CompleteTx committed is its
 // job's success, written already (committedInTx); an attempt a durable wait suspended
@@ -134,7 +135,9 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 		// nothing is left to write or to put back.
 		r.held.Remove(k)
 		res = jobtype.JobResult{Status: jobtype.StatusSucceeded, Outcome: jobtype.OutcomeSucceeded, Duration: a.Duration}
-	case err != nil && errors.Is(cause, ErrShutdown):
+	case err != nil && errors.Is(cause, ErrShutdown) && !final(err):
+		// Cut off by shutdown: put back, the attempt given back. A handler that said
+		// its job is over (Permanent, CancelJob) is recorded as it said, below.
 		r.cutOff(k, row)
 		res.Status, res.Outcome = jobtype.StatusQueued, jobtype.OutcomeReleased
 	case errors.Is(cause, ownership.ErrJobLost):
@@ -149,6 +152,13 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 		res = r.failure(k, a, cause)
 	}
 	return r.report(a.Ctx, row, res)
+}
+
+// final reports whether err carries a verdict that ends its job (Permanent, CancelJob),
+// which a shutdown does not overrule.
+func final(err error) bool {
+	v, _ := jobtype.VerdictOf(err)
+	return v == jobtype.VerdictPermanent || v == jobtype.VerdictCancel
 }
 
 // committedInTx reports whether row's handler wrote the attempt's success with

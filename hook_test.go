@@ -246,3 +246,57 @@ func TestHooks_APanickingJobFinishedIsLoggedAndIgnored(t *testing.T) {
 	assert.Equal(t, map[int64]skiplock.JobStatus{ids[0]: skiplock.StatusSucceeded, ids[1]: skiplock.StatusFailed,
 		ids[2]: skiplock.StatusSucceeded}, after.status, "the next hook is told of every outcome")
 }
+
+// startPanickyHook's JobStarted panics for the jobs whose metadata says case=boom.
+type startPanickyHook struct{}
+
+func (startPanickyHook) JobStarted(ctx context.Context, job *skiplock.JobRow) context.Context {
+	if job.Metadata["case"] == "boom" {
+		panic("the tracing hook blew up")
+	}
+	return ctx
+}
+
+func (startPanickyHook) JobFinished(context.Context, *skiplock.JobRow, skiplock.JobResult) {}
+
+// TestHooks_APanickingJobStartedFailsTheAttempt: a hook whose JobStarted panics makes
+// that attempt a panic, recorded as a handler's is (the job, of one attempt, ends dead
+// with the panic and its stack), without running the handler; the hooks are still told
+// of the outcome, other jobs run, and the worker (the process) goes on. Before, the panic
+// ended the process.
+func TestHooks_APanickingJobStartedFailsTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	after := &statusHook{status: map[int64]skiplock.JobStatus{}}
+	w := newWorker(t, b, skiplock.WorkerConfig{Hooks: []skiplock.Hook{startPanickyHook{}, after}, Completion: skiplock.CompletionKeep,
+		SweepInterval: -1, Logger: testLogger()})
+	var ran sync.Map
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		ran.Store(job.Args.N, true)
+		return nil
+	}))
+	stop := runWorker(t, w)
+	defer stop()
+	var ids []int64
+	for n := range 3 {
+		opts := &skiplock.EnqueueOptions{MaxAttempts: 1}
+		if n == 1 {
+			opts.Metadata = map[string]string{"case": "boom"}
+		}
+		j, err := b.client.Enqueue(b.ctx, noopArgs{N: n}, opts)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	waitStatus(t, b, ids[0], skiplock.StatusSucceeded, 15*time.Second, "job 0 succeeded")
+	waitStatus(t, b, ids[1], skiplock.StatusDead, 15*time.Second, "job 1, whose JobStarted panicked, is dead")
+	waitStatus(t, b, ids[2], skiplock.StatusSucceeded, 15*time.Second, "the worker goes on")
+	stop()
+	j, err := b.client.Get(b.ctx, ids[1])
+	require.NoError(t, err)
+	assert.Contains(t, j.LastError, "panic: the tracing hook blew up")
+	_, handled := ran.Load(1)
+	assert.False(t, handled, "the handler did not run")
+	after.mu.Lock()
+	defer after.mu.Unlock()
+	assert.Equal(t, skiplock.StatusDead, after.status[ids[1]], "the hooks are told of the outcome")
+}

@@ -353,8 +353,9 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 		ctx, cancel = context.WithTimeoutCause(ctx, left, jobtype.ErrDeadlineExceeded)
 		defer cancel()
 	}
-	for _, hk := range e.startHooks {
-		ctx = hk.JobStarted(ctx, row)
+	var startErr error // a panic in a hook's JobStarted: the attempt's, the handler not run
+	if len(e.startHooks) > 0 {
+		ctx, startErr = startHooks(ctx, e.startHooks, row)
 	}
 	// The handler's duration counts from here. With a timeout, it is measured from the
 	// timeout's start (began), less the time until here when a deadline or hooks took
@@ -372,9 +373,12 @@ func (e *Executor) Execute(d claim.Dispatched, o *overrunWatch) jobtype.JobResul
 		before = time.Since(began)
 	}
 	a := record.AttemptResult{Ctx: ctx, State: d.Job.State(), Row: row, Timeout: timeout, Policy: policy, Slot: d.Slot}
-	if !ok {
+	switch {
+	case !ok:
 		a.Err = fmt.Errorf("no handler registered for kind %q", row.Kind)
-	} else {
+	case startErr != nil:
+		a.Err, a.Panicked = startErr, true
+	default:
 		returned := false
 		defer func() {
 			if !returned {
@@ -521,6 +525,23 @@ func (o *overrunWatch) fire() {
 func (o *overrunWatch) rearm(now time.Time) {
 	o.armed = o.due
 	o.t.Reset(o.due.Sub(now))
+}
+
+// startHooks calls each hook's JobStarted in turn and returns the context the last one
+// gave. A panic in one is recovered and returned as a *jobtype.PanicError: the attempt's
+// panic, recorded as a handler's is, without running the handler (the hooks after it are
+// not called; every hook is still told the outcome by JobFinished).
+func startHooks(ctx context.Context, hooks []jobtype.Hook, row *jobtype.JobRow) (out context.Context, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The context the hooks before the panicking one gave.
+			out, err = ctx, &jobtype.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	for _, hk := range hooks {
+		ctx = hk.JobStarted(ctx, row)
+	}
+	return ctx, nil
 }
 
 // callHandler runs the handler wrapped by mw's middleware for its kind (the root's

@@ -166,6 +166,50 @@ func TestSQLEnqueue_TimeoutsPastADurationMeanNoLimit(t *testing.T) {
 	}
 }
 
+// TestSQLEnqueue_SchemaRenamedAsTheDocsSay renames a migrated schema and runs the one
+// statement docs/sql-enqueue.md gives for it: afterwards a worker on the new name
+// completes a parent job whose success settles a dependent (a trigger function), the
+// dependent runs, and the enqueue overloads with concurrency_keys and depends_on work.
+// With only enqueue and enqueue_json_size reset (the docs' earlier advice), the
+// parent's success failed with "relation "job_waits" does not exist".
+func TestSQLEnqueue_SchemaRenamedAsTheDocsSay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parent, err := b.client.Enqueue(b.ctx, emailArgs{OrderID: 1}, nil)
+	require.NoError(t, err)
+	child, err := b.client.Enqueue(b.ctx, emailArgs{OrderID: 2}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	require.NoError(t, err)
+
+	renamed := b.schema + "_r"
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{renamed}.Sanitize()+` CASCADE`)
+	})
+	_, err = b.pool.Exec(b.ctx, `ALTER SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` RENAME TO `+pgx.Identifier{renamed}.Sanitize())
+	require.NoError(t, err)
+	// The docs' statement, for newname = renamed.
+	_, err = b.pool.Exec(b.ctx, strings.ReplaceAll(`DO $$
+  DECLARE f regprocedure;
+  BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'newname'::regnamespace AND p.proconfig IS NOT NULL LOOP
+      EXECUTE format('ALTER FUNCTION %s SET search_path = newname, pg_temp', f);
+    END LOOP;
+  END $$;`, "newname", renamed))
+	require.NoError(t, err)
+
+	rb := &bundle{ctx: b.ctx, pool: b.pool, schema: renamed}
+	rb.client, err = skiplock.NewClient(b.pool, skiplock.Config{Schema: renamed, Logger: testLogger()})
+	require.NoError(t, err)
+	keyed, _ := mustSQLEnqueue(t, b.ctx, b.pool, renamed, "send_email", `{"order_id": 3}`, map[string]any{"concurrency_keys": `{"tenant": "a"}`})
+	dependent, _ := mustSQLEnqueue(t, b.ctx, b.pool, renamed, "send_email", `{"order_id": 4}`, map[string]any{"depends_on": []int64{parent.ID}})
+	w := newWorker(t, rb, skiplock.WorkerConfig{SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[emailArgs]) error { return nil }))
+	runWorker(t, w)
+	for _, id := range []int64{parent.ID, child.ID, keyed, dependent} {
+		waitStatus(t, rb, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded in the renamed schema", id)
+	}
+}
+
 // TestSQLEnqueue_InTheCallersTransactionWakesAnIdleWorkerAtCommit enqueues inside a
 // transaction of the caller's: a rollback leaves no job and wakes nothing; a commit leaves
 // the job, and an idle worker whose poll is a minute away starts it at once, so it was
@@ -561,7 +605,10 @@ func TestSQLEnqueue_AppRoleWithTheREADMEGrantsAndAnEnqueueOnlyRole(t *testing.T)
 	assert.True(t, dup)
 	assert.Equal(t, id, again)
 
-	// A role that may only enqueue from SQL: USAGE, EXECUTE, SELECT and INSERT on jobs.
+	// A role that may only enqueue from SQL, with docs/sql-enqueue.md's grants, where
+	// PUBLIC may execute none of the schema's functions.
+	_, err = ownerPool.Exec(ctx, `REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA `+pgx.Identifier{r.schema}.Sanitize()+` FROM PUBLIC`)
+	require.NoError(t, err)
 	admin := newPool(t, 2)
 	narrow := r.app + "_sql"
 	t.Cleanup(func() {
@@ -576,20 +623,30 @@ func TestSQLEnqueue_AppRoleWithTheREADMEGrantsAndAnEnqueueOnlyRole(t *testing.T)
 	narrowPool := rolePool(t, narrow, r.password)
 	_, _, err = sqlEnqueue(ctx, narrowPool, r.schema, "priv_ok", `{}`, nil)
 	requirePermissionDenied(t, err, "a role without USAGE")
+	s, role := pgx.Identifier{r.schema}.Sanitize(), pgx.Identifier{narrow}.Sanitize()
 	for _, q := range []string{
-		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{r.schema}.Sanitize() + ` TO ` + pgx.Identifier{narrow}.Sanitize(),
-		`GRANT EXECUTE ON FUNCTION ` + sig + ` TO ` + pgx.Identifier{narrow}.Sanitize(),
+		`GRANT USAGE ON SCHEMA ` + s + ` TO ` + role,
+		`GRANT EXECUTE ON FUNCTION ` + sig + `, ` + s + `.enqueue_json_size(jsonb, bigint), ` + s + `.enqueue_version() TO ` + role,
 	} {
 		_, err = ownerPool.Exec(ctx, q)
 		require.NoError(t, err)
 	}
 	_, _, err = sqlEnqueue(ctx, narrowPool, r.schema, "priv_ok", `{}`, nil)
 	requirePermissionDenied(t, err, "a role without INSERT on jobs: the function runs with the caller's rights")
-	_, err = ownerPool.Exec(ctx, `GRANT SELECT, INSERT ON `+pgx.Identifier{r.schema, "jobs"}.Sanitize()+` TO `+pgx.Identifier{narrow}.Sanitize())
+	_, err = ownerPool.Exec(ctx, `GRANT SELECT (id, unique_key, status),
+		INSERT (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key)
+		ON `+s+`.jobs TO `+role)
 	require.NoError(t, err)
-	mustSQLEnqueue(t, ctx, narrowPool, r.schema, "priv_ok", `{}`, nil)
+	var version int
+	require.NoError(t, narrowPool.QueryRow(ctx, `SELECT `+s+`.enqueue_version()`).Scan(&version), "the start-up check")
+	assert.Equal(t, 2, version)
+	mustSQLEnqueue(t, ctx, narrowPool, r.schema, "priv_ok", `{"card": "4111"}`, map[string]any{"queue": "billing", "timeout": "1 minute", "partition_key": "p"})
 	_, dup = mustSQLEnqueue(t, ctx, narrowPool, r.schema, "priv_ok", `{}`, map[string]any{"unique_key": "k"})
 	assert.True(t, dup, "the enqueue-only role sees the held key")
+	_, err = narrowPool.Exec(ctx, `SELECT payload FROM `+s+`.jobs`)
+	requirePermissionDenied(t, err, "the enqueue-only role reads no job's args")
+	_, err = narrowPool.Exec(ctx, `INSERT INTO `+s+`.jobs (queue, kind, status, locked_by, lease_until) VALUES ('q', 'k', 'running', 'w', now() + interval '100 years')`)
+	requirePermissionDenied(t, err, "the enqueue-only role writes no lease")
 }
 
 // storedJob is what an enqueue writes into a job's row.

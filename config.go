@@ -360,8 +360,8 @@ func checkInterval(field string, d time.Duration, zeroMeans string) error {
 
 // validate checks the fields of a Client's configuration that have invalid values.
 func (cfg *Config) validate() error {
-	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
-		return &configError{field: "Config.Schema", value: strconv.Quote(cfg.Schema), fix: "use [a-z_][a-z0-9_], 1-48 characters",
+	if cfg.Schema != "" && !schemaNameOK(cfg.Schema) {
+		return &configError{field: "Config.Schema", value: strconv.Quote(cfg.Schema), fix: schemaRule,
 			also: ErrInvalidSchema, prefix: "skiplock: invalid schema name in "}
 	}
 	if cfg.CoalesceWindow > maxCoalesceWindow {

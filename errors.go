@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/skiplock/skiplock/internal/enqueue"
 	"github.com/skiplock/skiplock/internal/jobtype"
@@ -25,7 +26,8 @@ var (
 	ErrInvalidKind = enqueue.ErrInvalidKind
 	// ErrInvalidQueue is returned for a queue name outside [a-z0-9_-], 1-64 characters.
 	ErrInvalidQueue = enqueue.ErrInvalidQueue
-	// ErrInvalidSchema is returned for a schema name outside [a-z_][a-z0-9_], 1-48 characters.
+	// ErrInvalidSchema is returned for a schema name outside [a-z_][a-z0-9_], 1-48 characters,
+	// or starting with "pg_" (Postgres keeps those names for its own schemas).
 	ErrInvalidSchema = errors.New("skiplock: invalid schema name")
 	// ErrNoKey is the error of an attempt whose job is encrypted with a key the worker's
 	// [Keyring] does not hold (or whose client has none), and of Keyring.Open for such a
@@ -116,10 +118,17 @@ func (e *configError) Unwrap() []error {
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
+// schemaRule says which schema names skiplock takes, for error messages.
+const schemaRule = `use [a-z_][a-z0-9_], 1-48 characters, not starting with "pg_"`
+
+// schemaNameOK reports whether s is a schema name skiplock takes: schemaRE, and not a
+// name Postgres keeps for its own schemas (CREATE SCHEMA refuses "pg_" names).
+func schemaNameOK(s string) bool { return schemaRE.MatchString(s) && !strings.HasPrefix(s, "pg_") }
+
 // validSchema checks a schema name; names are also quoted wherever they are used.
 func validSchema(s string) error {
-	if !schemaRE.MatchString(s) {
-		return fmt.Errorf("%w: %q: use [a-z_][a-z0-9_], 1-48 characters", ErrInvalidSchema, s)
+	if !schemaNameOK(s) {
+		return fmt.Errorf("%w: %q: %s", ErrInvalidSchema, s, schemaRule)
 	}
 	return nil
 }

@@ -275,7 +275,7 @@ func TestClient_PayloadLimitIsConfigurable(t *testing.T) {
 func TestNewClient_RejectsInvalidSchema(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	for _, s := range []string{"Bad", "a-b", "1abc", `x"; drop schema public; --`, strings.Repeat("s", 49)} {
+	for _, s := range []string{"Bad", "a-b", "1abc", `x"; drop schema public; --`, strings.Repeat("s", 49), "pg_jobs", "pg_"} {
 		_, err := skiplock.NewClient(pool, skiplock.Config{Schema: s})
 		assert.ErrorIs(t, err, skiplock.ErrInvalidSchema, s)
 		err = skiplock.Migrate(context.Background(), pool, skiplock.MigrateConfig{Schema: s})

@@ -36,6 +36,11 @@ func (a *app) connect(ctx context.Context, cmdName string) (*skiplock.Client, *p
 		// pgx leaves the password out of its parse errors.
 		return nil, nil, usagef(cmdName, "the database URL from --database-url / DATABASE_URL is invalid: %v", err)
 	}
+	if hostHoldsAt(cfg) {
+		// An "@" left unencoded in the password: the URL's host then begins with the
+		// rest of the password, which every message naming the server would print.
+		return nil, nil, usagef(cmdName, "the database URL from --database-url / DATABASE_URL has an \"@\" in its host: write an \"@\" in the user name or password as %%40")
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
@@ -63,6 +68,20 @@ func (a *app) connect(ctx context.Context, cmdName string) (*skiplock.Client, *p
 		return nil, nil, newReachError(cfg, limit, err)
 	}
 	return client, pool, nil
+}
+
+// hostHoldsAt reports whether a host of cfg (the first or a fallback) contains "@",
+// which no host name or address does.
+func hostHoldsAt(cfg *pgxpool.Config) bool {
+	if strings.Contains(cfg.ConnConfig.Host, "@") {
+		return true
+	}
+	for _, f := range cfg.ConnConfig.Fallbacks {
+		if strings.Contains(f.Host, "@") {
+			return true
+		}
+	}
+	return false
 }
 
 // reachError is a failed first connection. Its message names the server but never the

@@ -32,6 +32,9 @@ func logsCommand() *command {
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 		},
 		check: func(o *options) error {
+			if o.id != 0 && len(o.args) == 1 {
+				return usagef("logs", "logs: give the job's id once: --id %d or %q, not both", o.id, o.args[0])
+			}
 			if o.id == 0 && len(o.args) == 1 {
 				id, err := strconv.ParseInt(o.args[0], 10, 64)
 				if err != nil {

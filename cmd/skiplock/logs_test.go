@@ -49,6 +49,9 @@ func TestLogs(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("skiplock: logs: job 987654321 not found in schema %q\n", f.schema), r.stderr)
 	r = f.run("logs", "x")
 	require.Equal(t, 2, r.code, r)
+	r = f.run("logs", "--id", strconv.FormatInt(id, 10), "987654321")
+	require.Equal(t, 2, r.code, "an id given twice: %v", r)
+	assert.Contains(t, r.stderr, "give the job's id once")
 }
 
 func indexOf(s, sub string) int {

@@ -288,6 +288,15 @@ func TestDatabaseURL(t *testing.T) {
 		assert.Contains(t, r.stderr, "the database URL from --database-url / DATABASE_URL is invalid")
 		assert.NotContains(t, r.stderr, "hunter2")
 	})
+	t.Run("an unencoded @ in the password is a usage error without the password", func(t *testing.T) {
+		t.Parallel()
+		for _, cmd := range [][]string{{"stats"}, {"migrate", "status"}, {"ui", "--trust-loopback"}} {
+			r := cli(t, nil, append([]string{"--database-url", "postgres://u:p@s3cret@127.0.0.1:5432/postgres"}, cmd...)...)
+			require.Equal(t, 2, r.code, "%v: %v", cmd, r)
+			assert.Contains(t, r.stderr, `write an "@" in the user name or password as %40`, cmd)
+			assert.NotContains(t, r.stderr, "s3cret", cmd)
+		}
+	})
 	t.Run("global flags after the command", func(t *testing.T) {
 		t.Parallel()
 		schema := pgtest.Schema(t)
@@ -300,6 +309,11 @@ func TestDatabaseURL(t *testing.T) {
 		r := cli(t, nil, "--database-url", url, "--schema", "Robert'); DROP TABLE jobs;--", "stats")
 		require.Equal(t, 2, r.code, r)
 		assert.Contains(t, r.stderr, "--schema: invalid schema name")
+		for _, args := range [][]string{{"--database-url", url, "--schema", "pg_jobs", "migrate", "up"}, {"--schema", "pg_jobs", "migrate", "sql"}} {
+			r = cli(t, nil, args...)
+			require.Equal(t, 2, r.code, "a schema name Postgres keeps for itself: %v", r)
+			assert.Contains(t, r.stderr, `not starting with "pg_"`)
+		}
 	})
 }
 

@@ -200,8 +200,8 @@ func qualifyStatements(sql, ident, file string) (string, error) {
 // the versions applied: Migrate then finds nothing to do, and workers and CheckSchema
 // accept the schema.
 func renderMigrations(schema string) ([]sqlMigration, error) {
-	if !schemaNameRE.MatchString(schema) {
-		return nil, fmt.Errorf("schema name %q is invalid: use [a-z_][a-z0-9_], 1-48 characters", schema)
+	if !schemaNameRE.MatchString(schema) || strings.HasPrefix(schema, "pg_") {
+		return nil, fmt.Errorf("schema name %q is invalid: use [a-z_][a-z0-9_], 1-48 characters, not starting with \"pg_\"", schema)
 	}
 	ident := pgx.Identifier{schema}.Sanitize()
 	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()

@@ -496,3 +496,19 @@ func TestSQLEnqueue_DependsOn(t *testing.T) {
 	require.NoError(t, err)
 	eventually(t, 10*time.Second, func() bool { return runs(t, b, waiting) == 1 }, "the dependent did not run once its parent succeeded")
 }
+
+// A job cannot depend on itself: DependsOn holding the id the new job gets (the next
+// value of the identity, which a caller can guess) is ErrDependencyNotFound and writes
+// nothing, instead of a job waiting for itself for ever.
+func TestDependsOn_TheNewJobsOwnIDIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, err := b.client.Enqueue(b.ctx, depArgs{}, nil)
+	require.NoError(t, err)
+	// Ids are drawn without gaps here (one client, one statement at a time): the next
+	// insert takes first.ID+1.
+	_, err = b.client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{first.ID + 1}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing was written")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+}

@@ -89,8 +89,13 @@ func CheckDependsOn(ids []int64) ([]int64, error) {
 // without repeats: CheckDependsOn). Parents that succeeded (in jobs or the archive) are
 // satisfied; one that ended otherwise cancels row at once under CancelDependents (row's
 // status and finish are updated) or is satisfied under RunDependents; row waits for the
-// others. An id found nowhere returns [ErrDependencyNotFound]: the caller rolls back.
+// others. An id found nowhere returns [ErrDependencyNotFound]: the caller rolls back; so
+// does row's own id (a job that did not exist before this enqueue, which would wait for
+// itself for ever).
 func (d *Dependencies) Attach(ctx context.Context, db jobtype.DBTX, row *jobtype.JobRow, parents []int64, policy OnFailure) error {
+	if slices.Contains(parents, row.ID) {
+		return fmt.Errorf("%w: job %d would depend on itself (DependsOn names jobs that existed before the enqueue)", ErrDependencyNotFound, row.ID)
+	}
 	status, err := d.statuses(ctx, db, parents)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ package skiplock_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -65,4 +66,17 @@ func TestWorkflow_DependencyOutputsOfAPurgedDependencyIsAnError(t *testing.T) {
 	assert.Contains(t, err.Error(), `"a"`)
 	assert.NotContains(t, outs, "a", "a purged dependency's output")
 	assert.JSONEq(t, `{"name":"b"}`, string(outs["b"]), "the other dependency's output")
+}
+
+// DependencyOutputs of a nil row returns an error, as every other bad input does.
+// Before, it panicked on a nil pointer.
+func TestWorkflow_DependencyOutputsOfANilRowIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var outs map[string]json.RawMessage
+	var err error
+	require.NotPanics(t, func() { outs, err = b.client.DependencyOutputs(b.ctx, nil) })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "row is nil")
+	assert.Nil(t, outs)
 }

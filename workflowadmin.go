@@ -341,8 +341,11 @@ ORDER BY p.name`
 // any more: DependencyOutputs then returns an error matching [ErrDependencyOutputGone]
 // that names it, with the map of the other dependencies' outputs. Keep finished jobs
 // ([WorkerConfig].ArchiveRetention, a completion mode that keeps them) for as long as a
-// task may run after its dependencies.
+// task may run after its dependencies. A nil row is an error (and no map).
 func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
+	if row == nil {
+		return nil, errors.New("skiplock: DependencyOutputs: row is nil: pass the task's job.JobRow")
+	}
 	out := map[string]json.RawMessage{}
 	wf, err := strconv.ParseInt(row.Metadata[settle.MetaWorkflow], 10, 64)
 	if err != nil {

@@ -29,6 +29,13 @@ var ErrInvalidWorkflow = enqueue.ErrInvalidWorkflow
 // ErrWorkflowNotFound is returned for a workflow id that does not exist.
 var ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
 
+// ErrTaskJobGone is matched by the error of [Client.RetryWorkflow] when some of the
+// workflow's failed, dead or cancelled tasks cannot run again because their jobs are
+// gone from the jobs table (deleted, or purged by retention). RetryWorkflow returns it
+// with the count of the tasks it did put back; the message names the tasks it left,
+// and those that stay cancelled because they depend on them.
+var ErrTaskJobGone = errors.New("skiplock: a workflow task's job is gone: the task cannot run again")
+
 // maxWorkflowTasks bounds the tasks of one workflow or batch (one statement writes them).
 const maxWorkflowTasks = enqueue.MaxWorkflowTasks
 

@@ -187,17 +187,25 @@ FOR UPDATE OF j`
 // retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
 //   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
 //     their attempts reset, and their tasks to released;
+//   - gone: such tasks whose job is not put back — gone from the jobs table (deleted,
+//     or purged by DeadRetention or the retention of cancelled jobs) — cannot run again:
+//     they stay as they are, and no settle will ever come from them. In an on_failure =
+//     'cancel' workflow their descendants (stuck, recursive over workflow_edges) would
+//     wait for them for ever, so those are not reopened either; in an 'run' one they
+//     count as settled, as below;
 //   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
-//     while waiting) wait again for their dependencies that will settle again; those
-//     with none left are inserted as jobs (ins). A dependency settles again if it is
-//     requeued here (rel), reopened here (cand) or still waiting or released; one that
-//     stays as it was (succeeded; or ended and its job is gone) is settled already, and
-//     is counted into the task's outcome counts, which a batch's callback reads. In an
-//     on_failure = 'cancel' workflow only successes satisfy a dependency: every other
-//     one is waited for.
+//     while waiting), but those in stuck, wait again for their dependencies that will
+//     settle again; those with none left are inserted as jobs (ins). A dependency settles
+//     again if it is requeued here (rel), reopened here (cand) or still waiting or
+//     released; one that stays as it was (succeeded; or ended and its job is gone) is
+//     settled already, and is counted into the task's outcome counts, which a batch's
+//     callback reads. In an on_failure = 'cancel' workflow only successes satisfy a
+//     dependency: every other one is waited for (none is gone: stuck left those out).
 //
+// It returns the count of tasks put back, the queues to wake, the jobs inserted, and
+// the names of the tasks gone and of those left cancelled because of them.
 // It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
-const retryWorkflowSQL = `WITH req AS (
+const retryWorkflowSQL = `WITH RECURSIVE req AS (
 	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
 		locked_by = NULL, locked_at = NULL, lease_until = NULL
 	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks
@@ -210,15 +218,31 @@ rel AS (
 	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
 	RETURNING name
 ),
+gone AS (
+	SELECT name FROM {s}.workflow_tasks
+	WHERE workflow_id = $1 AND state IN ('failed', 'dead', 'cancelled') AND job_id IS NOT NULL
+		AND job_id NOT IN (SELECT id FROM req)
+),
+stuck (name) AS (
+	SELECT e.child FROM {s}.workflow_edges e
+	JOIN gone g ON g.name = e.parent
+	JOIN {s}.workflows w ON w.id = e.workflow_id AND w.on_failure = 'cancel'
+	WHERE e.workflow_id = $1
+	UNION
+	SELECT e.child FROM {s}.workflow_edges e
+	JOIN stuck s ON s.name = e.parent
+	WHERE e.workflow_id = $1
+),
 par AS (
 	SELECT t.name, w.on_failure, p.state,
 		p.name IN (SELECT name FROM rel) OR p.state IN ('waiting', 'released')
-			OR (p.state = 'cancelled' AND p.job_id IS NULL) AS again
+			OR (p.state = 'cancelled' AND p.job_id IS NULL AND p.name NOT IN (SELECT name FROM stuck)) AS again
 	FROM {s}.workflow_tasks t
 	JOIN {s}.workflows w ON w.id = t.workflow_id
 	LEFT JOIN {s}.workflow_edges e ON e.workflow_id = t.workflow_id AND e.child = t.name
 	LEFT JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
+		AND t.name NOT IN (SELECT name FROM stuck)
 ),
 cand AS (
 	SELECT name,
@@ -250,7 +274,11 @@ ins AS (
 SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 	ARRAY(SELECT queue FROM req),
 	coalesce((SELECT array_agg(id) FROM ins), '{}'), coalesce((SELECT array_agg(workflow_id) FROM ins), '{}'),
-	coalesce((SELECT array_agg(name) FROM ins), '{}'), coalesce((SELECT array_agg(DISTINCT queue) FROM ins), '{}')`
+	coalesce((SELECT array_agg(name) FROM ins), '{}'), coalesce((SELECT array_agg(DISTINCT queue) FROM ins), '{}'),
+	ARRAY(SELECT name FROM gone ORDER BY name),
+	ARRAY(SELECT t.name FROM {s}.workflow_tasks t
+		WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
+			AND t.name IN (SELECT name FROM stuck) ORDER BY t.name)`
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
@@ -258,13 +286,23 @@ SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
 // batch: those that stay succeeded, and the retried ones as they end. It returns how
 // many tasks it put back (0 for a workflow that does not exist).
 //
+// A task whose job is gone from the jobs table — deleted ([Client.Delete]), or purged
+// by DeadRetention or the retention of cancelled jobs — cannot run again: it stays as it
+// is, and so, under [CancelDependents], do the tasks that depend on it, directly or not
+// (they would wait for it for ever). RetryWorkflow puts the others back and returns
+// their count with an error matching [ErrTaskJobGone] that names the tasks it left; the
+// workflow is final once the tasks it put back are ([Client.WaitWorkflow] returns).
+//
 // A task whose job was cancelled while it ran ([Client.Cancel]) is put back only once
 // its handler has returned: until then RetryWorkflow changes nothing and returns an
 // error that matches [ErrJobRunning] (call it again once the handler has returned, or
 // once its worker is gone and the job's lease has ended). Outcomes recorded while it
 // runs wait for it, or are seen by it whole.
 func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
-	var n int
+	var (
+		n           int
+		gone, stuck []string
+	)
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
 			return err
@@ -275,7 +313,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 		var queues []string
 		var ins settle.Inserted
 		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
-			&ins.IDs, &ins.Workflows, &ins.Names, &ins.Queues); err != nil {
+			&ins.IDs, &ins.Workflows, &ins.Names, &ins.Queues, &gone, &stuck); err != nil {
 			return err
 		}
 		if err := c.flows.Mapper.Run(ctx, tx, &ins, true); err != nil {
@@ -291,6 +329,14 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	}
 	if err != nil {
 		return 0, c.wrapErr("retry workflow", err)
+	}
+	if len(gone) > 0 {
+		also := ""
+		if len(stuck) > 0 {
+			also = fmt.Sprintf("; tasks %q, which depend on them, stay cancelled", stuck)
+		}
+		return n, fmt.Errorf("%w: retry workflow %d: tasks %q stay as they are (their jobs were deleted or purged)%s; %d tasks put back",
+			ErrTaskJobGone, id, gone, also, n)
 	}
 	return n, nil
 }

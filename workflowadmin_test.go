@@ -389,3 +389,95 @@ func TestCancelWorkflow_BesideCancelOfItsJobsNeverDeadlocks(t *testing.T) {
 		}
 	}
 }
+
+// goneStep is a workflow task that fails permanently while Fail is set and the test has
+// not healed it; every run is counted in gone_runs.
+type goneStep struct {
+	Fail bool `json:"fail,omitempty"`
+}
+
+func (goneStep) Kind() string { return "gone_step" }
+
+// A task whose job is gone from the jobs table cannot run again, and RetryWorkflow says
+// so: it leaves that task, and the task that depends on it (CancelDependents), as they
+// are, puts the rest back, and returns their count with ErrTaskJobGone; the workflow
+// then ends (WaitWorkflow returns). Before, it reopened the dependent to wait for the
+// gone task, which nothing would ever settle, and returned 2, nil: WaitWorkflow never
+// returned, and the retention sweep never deleted the workflow.
+func TestRetryWorkflow_ATaskWhoseJobIsGoneIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// a and c are enqueued with these options and args.
+		opts *skiplock.EnqueueOptions
+		fail bool
+		// end waits for the workflow's first outcome and removes a's job.
+		end   func(t *testing.T, b *bundle, wf int64)
+		wantA string
+	}{
+		{name: "a failed job purged by DeadRetention", fail: true, wantA: "failed",
+			end: func(t *testing.T, b *bundle, wf int64) {
+				info := waitSettled(t, b, wf)
+				require.Equal(t, map[string]string{"a": "failed", "b": "cancelled", "c": "failed"}, states(info))
+				_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET finished_at = now() - interval '2 hours' WHERE id = $1`),
+					info.Task("a").JobID)
+				require.NoError(t, err)
+				s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{DeadRetention: time.Hour,
+					ArchiveRetention: 365 * 24 * time.Hour, Logger: testLogger()})
+				require.NoError(t, err)
+				res, err := s.Sweep(b.ctx)
+				require.NoError(t, err)
+				require.Equal(t, int64(1), res.Purged, "a's job purged")
+			}},
+		{name: "a cancelled job deleted after CancelWorkflow", wantA: "cancelled",
+			opts: &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)},
+			end: func(t *testing.T, b *bundle, wf int64) {
+				n, err := b.client.CancelWorkflow(b.ctx, wf)
+				require.NoError(t, err)
+				require.Equal(t, 3, n)
+				info := waitSettled(t, b, wf)
+				_, err = b.client.Delete(b.ctx, info.Task("a").JobID)
+				require.NoError(t, err)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.gone_runs (task text)`))
+			require.NoError(t, err)
+			var healed atomic.Bool
+			w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[goneStep]) error {
+				if _, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.gone_runs VALUES ($1)`), job.Metadata["skiplock_task"]); err != nil {
+					return err
+				}
+				if job.Args.Fail && !healed.Load() {
+					return skiplock.Permanent(errors.New("failing until healed"))
+				}
+				return nil
+			}))
+			runWorker(t, w)
+			wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "gone", Tasks: []skiplock.WorkflowTask{
+				{Name: "a", Args: goneStep{Fail: tc.fail}, Options: tc.opts},
+				{Name: "b", Args: goneStep{}, DependsOn: []string{"a"}},
+				{Name: "c", Args: goneStep{Fail: tc.fail}, Options: tc.opts},
+			}})
+			require.NoError(t, err)
+			tc.end(t, b, wf.ID)
+
+			healed.Store(true)
+			n, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+			require.ErrorIs(t, err, skiplock.ErrTaskJobGone)
+			assert.Contains(t, err.Error(), `tasks ["a"] stay as they are`)
+			assert.Contains(t, err.Error(), `tasks ["b"], which depend on them, stay cancelled`)
+			assert.Equal(t, 1, n, "c put back")
+
+			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+			defer cancel()
+			info, err := b.client.WaitWorkflow(ctx, wf.ID)
+			require.NoError(t, err, "the workflow never ended")
+			assert.Equal(t, map[string]string{"a": tc.wantA, "b": "cancelled", "c": "succeeded"}, states(info))
+			assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.gone_runs WHERE task = 'b'`), "b ran")
+		})
+	}
+}

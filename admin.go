@@ -178,6 +178,13 @@ type RequeueFilter struct {
 //   - A job made active with the same key after this statement's snapshot still makes the
 //     UPDATE fail with unique_violation; Requeue then runs the statement again, and the
 //     new snapshot sees it.
+//   - t puts the task of a requeued workflow task's job back to released (through
+//     workflow_tasks_job_idx; nothing for plain jobs), as RetryWorkflow does: the task
+//     settles again when its job ends (settleSQL settles released tasks only), and
+//     WaitWorkflow waits for it. Without it the task kept its old outcome while its job
+//     ran, and its new one was never recorded. The task's row is locked after its job's,
+//     as a settle does; RetryWorkflow locks the jobs it puts back before any task row,
+//     so the two wait for each other's job locks, never in a cycle.
 const requeueSQL = `WITH cand AS (
 	SELECT id, unique_key FROM {s}.jobs
 	WHERE status IN ('dead', 'failed')
@@ -195,7 +202,10 @@ const requeueSQL = `WITH cand AS (
 	UPDATE {s}.jobs j SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
 		locked_at = NULL, locked_by = NULL
 	WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
-	RETURNING j.queue
+	RETURNING j.id, j.queue
+), t AS (
+	UPDATE {s}.workflow_tasks SET state = 'released'
+	WHERE job_id = ANY (ARRAY(SELECT id FROM r)) AND state IN ('failed', 'dead')
 )
 SELECT (SELECT count(*) FROM cand), (SELECT count(*) FROM r),
 	coalesce((SELECT array_agg(DISTINCT queue) FROM r), '{}')`
@@ -214,6 +224,12 @@ type RequeueResult struct {
 // active job holds is skipped, as are all but the newest of matching jobs that share a
 // key; finished jobs do not block a requeue, whatever the key's [UniqueOpts].States.
 // Cancelled and succeeded jobs are not touched. It runs as one statement.
+//
+// A requeued workflow task (or batch or sequence job) is running again for its
+// workflow: its task goes back to released, [Client.WaitWorkflow] waits for it, and its
+// job's new outcome settles it. Dependents it cancelled when it failed stay cancelled:
+// [Client.RetryWorkflow] reopens them (once the task has succeeded, they run at once;
+// before, they wait for it).
 func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, error) {
 	if len(f.IDs) == 0 && f.Kind == "" && f.Queue == "" {
 		return RequeueResult{}, fmt.Errorf("%w: Requeue needs IDs, Kind or Queue", ErrInvalidOptions)

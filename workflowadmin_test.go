@@ -481,3 +481,98 @@ func TestRetryWorkflow_ATaskWhoseJobIsGoneIsNotWaitedFor(t *testing.T) {
 		})
 	}
 }
+
+// gatedStep is a workflow task that fails permanently when Fail is set, and, when Gate
+// is set, waits for the test's gate before it returns.
+type gatedStep struct {
+	Fail bool `json:"fail,omitempty"`
+	Gate bool `json:"gate,omitempty"`
+}
+
+func (gatedStep) Kind() string { return "gated_step" }
+
+// Requeue of a workflow task's job puts its task back to released: WaitWorkflow waits
+// for the job's new outcome, which settles the task, and RetryWorkflow then runs the
+// dependent the first failure cancelled. Before, the task kept its failed state while
+// its job ran (WaitWorkflow returned at once with a failed, and GetWorkflow still said
+// failed after its success), and RetryWorkflow reopened b to wait for a settle of a
+// that never came: b never ran.
+func TestRequeue_OfAWorkflowTaskReopensItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.gated_runs (task text)`))
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	started := make(chan string, 10)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[gatedStep]) error {
+		started <- job.Metadata["skiplock_task"]
+		if job.Args.Fail {
+			return skiplock.Permanent(errors.New("bad args"))
+		}
+		if job.Args.Gate {
+			<-gate
+		}
+		_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.gated_runs VALUES ($1)`), job.Metadata["skiplock_task"])
+		return err
+	}))
+	runWorker(t, w)
+	t.Cleanup(openGate) // before the worker stops (cleanups run last first)
+	wf, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "requeued", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: gatedStep{Fail: true}},
+		{Name: "b", Args: gatedStep{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	info := waitSettled(t, b, wf.ID)
+	require.Equal(t, map[string]string{"a": "failed", "b": "cancelled"}, states(info))
+	require.Equal(t, "a", <-started)
+
+	// Fix a's args (its second run waits for the gate) and requeue it.
+	a := wf.Task("a").JobID
+	_, err = b.client.Update(b.ctx, a, skiplock.JobUpdate{Args: gatedStep{Gate: true}})
+	require.NoError(t, err)
+	res, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{IDs: []int64{a}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Requeued)
+	got, err := b.client.GetWorkflow(b.ctx, wf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "released", got.Task("a").State, "a runs again for its workflow")
+	select {
+	case name := <-started:
+		require.Equal(t, "a", name)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's requeued job did not start")
+	}
+
+	// a runs, held by the gate: WaitWorkflow waits for its outcome.
+	short, cancelShort := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancelShort()
+	_, err = b.client.WaitWorkflow(short, wf.ID)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "WaitWorkflow returned while a's requeued job ran")
+	waited := make(chan *skiplock.WorkflowInfo, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		info, err := b.client.WaitWorkflow(ctx, wf.ID)
+		assert.NoError(t, err)
+		waited <- info
+	}()
+	openGate()
+	info = <-waited
+	require.NotNil(t, info)
+	assert.Equal(t, map[string]string{"a": "succeeded", "b": "cancelled"}, states(info),
+		"WaitWorkflow returned before a's requeued job ended, or b was not left cancelled")
+
+	// b, cancelled by a's failure, runs once RetryWorkflow reopens it.
+	n, err := b.client.RetryWorkflow(b.ctx, wf.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "b reopened")
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	info, err = b.client.WaitWorkflow(ctx, wf.ID)
+	require.NoError(t, err, "the workflow never ended")
+	assert.Equal(t, map[string]string{"a": "succeeded", "b": "succeeded"}, states(info))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.gated_runs WHERE task = 'b'`), "b ran once")
+}

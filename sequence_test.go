@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,4 +212,90 @@ func TestSequence_PolicyIsRefusedWhereItDoesNotApply(t *testing.T) {
 	_, err = b.client.EnqueueSequence(b.ctx, "k", seqArgs{N: 1}, &skiplock.EnqueueOptions{SequenceOnFailure: 7})
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`))
+}
+
+// seqGateArgs is a sequence job; job 1 waits for the test's gate.
+type seqGateArgs struct {
+	N int `json:"n"`
+}
+
+func (seqGateArgs) Kind() string { return "seq_gate" }
+
+// CancelWorkflow on a sequence's workflow cancels the jobs still waiting and leaves the
+// running one running; a job enqueued afterwards waits for that running one (past the
+// cancelled ones, however many cancels in a row), so the key's jobs still run one at a
+// time, in order. Before, the next job saw the cancelled tail as finished and ran at
+// once, beside the running job.
+func TestSequence_CancelWorkflowKeepsOneJobOfTheKeyAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.seq_audit (n int,
+		started timestamptz NOT NULL, finished timestamptz NOT NULL)`))
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	first := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[seqGateArgs]) error {
+		var started time.Time
+		if err := b.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&started); err != nil {
+			return err
+		}
+		if job.Args.N == 1 {
+			close(first)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		_, err := b.pool.Exec(ctx, b.q(`INSERT INTO {s}.seq_audit VALUES ($1, $2, clock_timestamp())`), job.Args.N, started)
+		return err
+	}))
+	runWorker(t, w)
+	t.Cleanup(openGate) // before the worker stops (cleanups run last first)
+
+	enqueue := func(n int) *skiplock.WorkflowTaskInfo {
+		info, err := b.client.EnqueueSequence(b.ctx, "k", seqGateArgs{N: n}, nil)
+		require.NoError(t, err)
+		return info
+	}
+	one := enqueue(1)
+	<-first
+	assert.Equal(t, "waiting", enqueue(2).State)
+	row, err := b.client.Get(b.ctx, one.JobID)
+	require.NoError(t, err)
+	wf, err := strconv.ParseInt(row.Metadata["skiplock_workflow"], 10, 64)
+	require.NoError(t, err)
+	cancelled, err := b.client.CancelWorkflow(b.ctx, wf)
+	require.NoError(t, err)
+	require.Equal(t, 1, cancelled, "job 2, waiting")
+
+	three := enqueue(3)
+	assert.Equal(t, "waiting", three.State, "job 3 does not run while job 1 runs")
+	assert.Equal(t, []string{"1"}, three.DependsOn)
+	cancelled, err = b.client.CancelWorkflow(b.ctx, wf)
+	require.NoError(t, err)
+	require.Equal(t, 1, cancelled, "job 3, waiting")
+	four := enqueue(4)
+	assert.Equal(t, "waiting", four.State, "job 4 does not run while job 1 runs")
+	assert.Equal(t, []string{"1"}, four.DependsOn, "past the cancelled jobs 3 and 2")
+
+	openGate()
+	eventually(t, 30*time.Second, func() bool {
+		info, err := b.client.GetWorkflow(b.ctx, wf)
+		require.NoError(t, err)
+		return info.Task("4").State == "succeeded"
+	}, "job 4 did not run after job 1")
+	assert.Equal(t, "released", enqueue(5).State, "job 5 runs at once: job 4 has finished")
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 5`) == 1
+	}, "job 5 did not run")
+	assert.Equal(t, 3, b.count(t, `SELECT count(*) FROM {s}.seq_audit`), "jobs 1, 4 and 5 ran; 2 and 3 were cancelled")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.seq_audit a JOIN {s}.seq_audit o
+		ON o.n <> a.n AND o.started < a.finished AND a.started < o.finished`), "two jobs of the key ran at once")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.seq_audit a JOIN {s}.seq_audit o
+		ON o.n > a.n AND o.started < a.started`), "the key's jobs ran out of order")
 }

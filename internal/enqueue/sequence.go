@@ -28,18 +28,32 @@ RETURNING workflow_id, tail`
 	INSERT INTO {s}.workflows (name, on_failure) VALUES ('sequence ' || $1::text, 'run') RETURNING id
 )
 UPDATE {s}.sequences SET workflow_id = (SELECT id FROM w) WHERE key = $1::text RETURNING workflow_id`
-	// seqTailSQL reads the state of the key's last job, under the key's lock, and whether
-	// it has moved the sequence on already: a "move on" task whose job has a failed
-	// attempt recorded (its error history) released its successor when that failure was
-	// recorded, so a job enqueued after it does not wait for it either.
-	seqTailSQL = `SELECT t.state, coalesce(t.metadata ->> '` + settle.MetaSequence + `' = 'move_on'
+	// seqTailSQL reads, under the key's lock, the task the key's next job must follow:
+	// the tail ($2), or, when the tail was cancelled before it ran (job_id NULL:
+	// CancelWorkflow on the key's workflow), the nearest task before it that was not
+	// (back, walking names down by one along the primary key; the cancelled ones in
+	// between were all cancelled before they ran too). A cancelled task never settles
+	// again, but the job before it may still run: following it (its name, its state) is
+	// what keeps one job of the key at a time. It says too whether that task has moved
+	// the sequence on already: a "move on" task whose job has a failed attempt recorded
+	// (its error history) released its successor when that failure was recorded, so a
+	// job enqueued after it does not wait for it either. No row: nothing to wait for.
+	seqTailSQL = `WITH RECURSIVE back AS (
+	SELECT t.name, t.state, t.job_id, t.metadata FROM {s}.workflow_tasks t
+	WHERE t.workflow_id = $1 AND t.name = $2
+	UNION ALL
+	SELECT p.name, p.state, p.job_id, p.metadata FROM back b
+	JOIN {s}.workflow_tasks p ON p.workflow_id = $1 AND p.name = (b.name::bigint - 1)::text
+	WHERE b.state = 'cancelled' AND b.job_id IS NULL
+)
+SELECT b.name, b.state, coalesce(b.metadata ->> '` + settle.MetaSequence + `' = 'move_on'
 		AND jsonb_array_length(coalesce(j.errors, '[]'::jsonb)) > 0, false)
-FROM {s}.workflow_tasks t LEFT JOIN {s}.jobs j ON j.id = t.job_id
-WHERE t.workflow_id = $1 AND t.name = $2`
+FROM back b LEFT JOIN {s}.jobs j ON j.id = b.job_id
+WHERE NOT (b.state = 'cancelled' AND b.job_id IS NULL)`
 	// seqInsertSQL adds the job as the chain's new tail: a task named by its place in the
-	// sequence (1, 2, …: the old tail's number plus one, under the key's lock), waiting
-	// behind $2 (the old tail) when $3 is 1, else inserted as a job at once. $13 is its
-	// policy, written into its metadata over any the caller gave under that key.
+	// sequence (1, 2, …: the old tail $2's number plus one, under the key's lock), waiting
+	// behind $14 (the task seqTailSQL found) when $3 is 1, else inserted as a job at once.
+	// $13 is its policy, written into its metadata over any the caller gave under that key.
 	seqInsertSQL = `WITH t AS (
 	INSERT INTO {s}.workflow_tasks (workflow_id, name, state, waiting, queue, kind, payload,
 		priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
@@ -52,7 +66,7 @@ WHERE t.workflow_id = $1 AND t.name = $2`
 ),
 e AS (
 	INSERT INTO {s}.workflow_edges (workflow_id, parent, child)
-	SELECT $1::bigint, $2::text, t.name FROM t WHERE $3::int = 1
+	SELECT $1::bigint, $14::text, t.name FROM t WHERE $3::int = 1
 ),
 j AS (
 	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
@@ -84,7 +98,8 @@ func newSequences(schema string, mapper settle.JobMapper) *Sequences {
 // InsertSequence writes j, inside tx, as the next job of the sequence key, with the
 // failure policy policy ("hold" or "move_on"): a task of the key's workflow, released at
 // once when the key's previous job has finished (or moved the sequence on), else waiting
-// for it. The key is locked until tx ends. The statements run inside a savepoint, so no
+// for it; jobs cancelled before they ran (CancelWorkflow) are passed over, to the job
+// before them. The key is locked until tx ends. The statements run inside a savepoint, so no
 // error aborts tx.
 func (s *Sequences) InsertSequence(ctx context.Context, tx jobtype.DBTX, key string, j *Job, policy string) (*TaskInfo, error) {
 	if err := j.encodeMetadata(); err != nil {
@@ -125,10 +140,11 @@ func (s *Sequences) insertSequenced(ctx context.Context, tx jobtype.DBTX, key st
 		}
 	}
 	waiting := 0
+	var after string // the task the job waits for, when waiting
 	if tail != nil {
 		var state string
 		var movedOn bool
-		err := tx.QueryRow(ctx, s.seqTail, *wf, *tail).Scan(&state, &movedOn)
+		err := tx.QueryRow(ctx, s.seqTail, *wf, *tail).Scan(&after, &state, &movedOn)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
@@ -138,12 +154,12 @@ func (s *Sequences) insertSequenced(ctx context.Context, tx jobtype.DBTX, key st
 	}
 	info := &TaskInfo{}
 	err := tx.QueryRow(ctx, s.seqInsert, *wf, tail, waiting, j.Queue, j.Kind, string(j.Payload), j.Priority,
-		j.RunAt, j.MaxAttempts, j.TimeoutMs, j.metadataText(), j.PartitionKey, policy).Scan(&info.Name, &info.JobID, &info.State)
+		j.RunAt, j.MaxAttempts, j.TimeoutMs, j.metadataText(), j.PartitionKey, policy, after).Scan(&info.Name, &info.JobID, &info.State)
 	if err != nil {
 		return nil, err
 	}
 	if waiting == 1 {
-		info.DependsOn = []string{*tail}
+		info.DependsOn = []string{after}
 	}
 	if info.JobID != 0 {
 		ins := settle.Inserted{IDs: []int64{info.JobID}, Workflows: []int64{*wf}, Names: []string{info.Name}, Queues: []string{j.Queue}}

@@ -157,7 +157,8 @@ SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
 // retries with them); their dependents are cancelled with the rest. It returns how many
 // tasks it cancelled (0 for a workflow that does not exist). A task whose last
 // dependency's outcome is being recorded at that moment is cancelled too: the call waits
-// for that transaction (see docs/workflows.md).
+// for that transaction (see docs/workflows.md). On a sequence's workflow the key's
+// running job goes on, and the next job enqueued for the key waits for it.
 func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

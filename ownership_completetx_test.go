@@ -9,6 +9,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -78,6 +79,41 @@ func TestCompleteTx_BusinessRowAndSuccessCommitTogether(t *testing.T) {
 	// The token a handler was given is the one its attempt's row held.
 	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.payments p JOIN {s}.jobs j ON j.id = p.job_id
 		WHERE p.token = j.fence`))
+}
+
+// A handler that commits its success with CompleteTx and returns nil (the docs' sample)
+// leaves nothing more for the worker to write: no success statement that matches no
+// row, and so no "stale successes ignored" warning, which told operators their jobs were
+// being taken away. Each job succeeds once, with its payment.
+func TestCompleteTx_ANilReturnAfterTheCommitWritesNothingMore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	businessSetup(t, b)
+	var logs lockedBuffer
+	w := newWorker(t, b, skiplock.WorkerConfig{SweepInterval: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[orderArgs]) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, b.q(`INSERT INTO {s}.payments VALUES ($1, $2, $3, $4)`),
+				job.Args.Order, job.ID, job.Attempts, job.Fence); err != nil {
+				return err
+			}
+			return skiplock.CompleteTx(ctx, tx, job)
+		})
+	}))
+	var ids []int64
+	for n := range 5 {
+		j, err := b.client.Enqueue(b.ctx, orderArgs{Order: n}, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	stop := runWorker(t, w)
+	for _, id := range ids {
+		waitStatus(t, b, id, skiplock.StatusSucceeded, 30*time.Second, "job %d succeeded", id)
+	}
+	stop()
+	assert.Equal(t, 5, b.count(t, `SELECT count(*) FROM {s}.payments`))
+	assert.Equal(t, 5, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded' AND attempts = 1`))
+	assert.NotContains(t, logs.String(), "stale successes", "the worker wrote a success CompleteTx had committed")
 }
 
 // An attempt taken away while its handler runs cannot commit its business write:

@@ -315,7 +315,8 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 //
 // While running, database errors (lost connections, a restarting server) are logged and
 // retried; they do not stop Run, and at start each start-up statement is retried for up to
-// 30 seconds. The parts start in the order of Worker.services and stop in the reverse
+// 30 seconds, or until ctx is cancelled (or StopAndCancel is called): Run then returns nil
+// at once, having run nothing. The parts start in the order of Worker.services and stop in the reverse
 // order; a part that cannot start stops those already started.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
@@ -328,10 +329,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancel()
 	w.cancelRun = cancel
 	w.mu.Unlock()
+	// Stopped while starting (ctx cancelled, StopAndCancel): nothing ran, nothing is
+	// left to shut down, so Run returns nil at once, even while the database is out of
+	// reach and the start-up statements are being retried.
 	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) error {
 		_, err := w.client.pool.Exec(ctx, w.checkSQL)
 		return err
 	}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return w.client.wrapErr("worker start", err)
 	}
 	var taken int64
@@ -339,6 +346,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		taken, err = w.elector.Reclaim.Predecessors(ctx, w.id)
 		return err
 	}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return w.client.wrapErr("worker start", err)
 	}
 	if taken > 0 {
@@ -350,6 +360,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := parts.Start(ctx, w.services()...); err != nil {
 		w.qstate = queuesStopped
 		w.qmu.Unlock()
+		if ctx.Err() != nil {
+			return nil // stopped while starting, as above
+		}
 		return err
 	}
 	w.qstate = queuesRunning

@@ -824,3 +824,42 @@ func TestWorker_StopAndCancelGivesUpAndFreesTheJobs(t *testing.T) {
 	assert.Equal(t, before, after)
 	assert.Equal(t, "next", after.LockedBy)
 }
+
+// A worker stopped while its database is out of reach at start (a SIGTERM during an
+// outage) returns at once, with nil: nothing ran. Before, Run kept retrying its start-up
+// statements for their 30 s, and StopAndCancel, giving up on it, reported handlers still
+// running, which tells the caller the process must exit for fear of a twin.
+func TestWorker_StoppedWhileTheDatabaseIsOutOfReachAtStart(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	client, err := skiplock.NewClient(pool, skiplock.Config{Logger: testLogger()})
+	require.NoError(t, err)
+	for _, viaStop := range []bool{false, true} {
+		w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Logger: testLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		began := time.Now()
+		go func() { ran <- w.Run(ctx) }()
+		time.Sleep(300 * time.Millisecond) // Run is retrying its first statement
+		if viaStop {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			assert.NoError(t, w.StopAndCancel(sctx), "StopAndCancel: no handler ever ran")
+			scancel()
+		} else {
+			cancel()
+		}
+		select {
+		case err := <-ran:
+			assert.NoError(t, err, "viaStop=%v", viaStop)
+			assert.Less(t, time.Since(began), 10*time.Second, "viaStop=%v", viaStop)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("viaStop=%v: Run did not return 20 s after it was stopped", viaStop)
+		}
+		cancel()
+	}
+}

@@ -68,9 +68,11 @@ const StartTimeout = 30 * time.Second
 
 // RetryAtStart runs fn, a start-up statement, retrying what may pass (a pooled connection
 // the server closed, a server restarting; see transient) for up to StartTimeout, and
-// failing at once on the rest (a schema not migrated). ctx's cancellation does not cut it.
+// failing at once on the rest (a schema not migrated). It gives up when ctx ends: a
+// worker stopped while its database is out of reach at start returns at once, not when
+// StartTimeout has passed (its caller tells that from a failure by ctx.Err()).
 func RetryAtStart(ctx context.Context, fn func(ctx context.Context) error) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
+	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	return Retry(sctx, func() error { return fn(sctx) })
 }

@@ -29,7 +29,15 @@ import (
 // at run time with [Client.SetQueueLimits].
 type QueueLimits = jobtype.QueueLimits
 
-// checkLimits validates l and fills the default RatePeriod.
+// maxConcurrency is the largest QueueLimits.Concurrency: a queue with only a global
+// limit keeps one slot row per unit of it, written by every worker that works the queue
+// whenever it reads the limits (a limit of 2^31 would be two billion rows, and the
+// statement would time out at every read). It is the bound QueueConfig.MaxWorkers has;
+// KeyConcurrency and ConcurrencyKeys materialize nothing per unit and keep 2^31-1.
+const maxConcurrency = 100_000
+
+// checkLimits validates l and fills the default RatePeriod. [NewWorker] (declared limits)
+// and [Client.SetQueueLimits] both call it, so both refuse the same limits.
 func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 	switch {
 	case l.Concurrency < 0:
@@ -44,12 +52,17 @@ func checkLimits(l QueueLimits, queue string) (QueueLimits, error) {
 		return l, fmt.Errorf("%w: queue %q: KeyRate %d is negative", ErrInvalidLimits, queue, l.KeyRate)
 	case l.KeyRatePeriod < 0:
 		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is negative", ErrInvalidLimits, queue, l.KeyRatePeriod)
-	case l.Concurrency > math.MaxInt32 || l.KeyConcurrency > math.MaxInt32 || l.Rate > math.MaxInt32 || l.KeyRate > math.MaxInt32:
+	case l.Concurrency > maxConcurrency:
+		return l, fmt.Errorf("%w: queue %q: Concurrency %d is above %d: the queue keeps a slot row per unit of it; use at most %d",
+			ErrInvalidLimits, queue, l.Concurrency, maxConcurrency, maxConcurrency)
+	case l.KeyConcurrency > math.MaxInt32 || l.Rate > math.MaxInt32 || l.KeyRate > math.MaxInt32:
 		return l, fmt.Errorf("%w: queue %q: a limit is above %d", ErrInvalidLimits, queue, math.MaxInt32)
-	case l.RatePeriod > 0 && l.RatePeriod < time.Millisecond:
-		return l, fmt.Errorf("%w: queue %q: RatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.RatePeriod)
-	case l.KeyRatePeriod > 0 && l.KeyRatePeriod < time.Millisecond:
-		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is under 1ms", ErrInvalidLimits, queue, l.KeyRatePeriod)
+	case l.RatePeriod > 0 && (l.RatePeriod < time.Millisecond || l.RatePeriod%time.Millisecond != 0):
+		return l, fmt.Errorf("%w: queue %q: RatePeriod %s is not a whole number of milliseconds: use 1ms or more, in whole milliseconds",
+			ErrInvalidLimits, queue, l.RatePeriod)
+	case l.KeyRatePeriod > 0 && (l.KeyRatePeriod < time.Millisecond || l.KeyRatePeriod%time.Millisecond != 0):
+		return l, fmt.Errorf("%w: queue %q: KeyRatePeriod %s is not a whole number of milliseconds: use 1ms or more, in whole milliseconds",
+			ErrInvalidLimits, queue, l.KeyRatePeriod)
 	}
 	if err := enqueue.CheckDimensionLimits(l.ConcurrencyKeys); err != nil {
 		return l, fmt.Errorf("%w: queue %q: %v", ErrInvalidLimits, queue, err)
@@ -116,6 +129,7 @@ func (c *Client) SetQueueLimits(ctx context.Context, queue string, l QueueLimits
 	if err != nil {
 		return err
 	}
+	// checkLimits let only whole milliseconds through: the table stores them exactly.
 	periodMs, keyPeriodMs := int64(1000), int64(1000)
 	if l.RatePeriod > 0 {
 		periodMs = l.RatePeriod.Milliseconds()

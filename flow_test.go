@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -371,9 +372,47 @@ func TestFlow_InvalidLimitsAreRefused(t *testing.T) {
 		assert.ErrorIs(t, b.client.SetQueueLimits(b.ctx, "q", l), skiplock.ErrInvalidLimits, "%+v", l)
 	}
 	assert.ErrorIs(t, b.client.SetQueueLimits(b.ctx, "no such queue!", skiplock.QueueLimits{}), skiplock.ErrInvalidQueue)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.queue_limits`), "no limits stored")
 	_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{PartitionKey: strings.Repeat("k", 256)})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing written")
+}
+
+// A Concurrency above 100000 (the queue would keep a slot row per unit) and a rate
+// period with a fraction of a millisecond (the table keeps whole milliseconds) are
+// refused the same way whether declared or set at run time, naming the field; the
+// bounds themselves pass, and a period set at run time reads back exactly.
+func TestFlow_LimitsOutOfRangeAreRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		l     skiplock.QueueLimits
+		field string
+	}{
+		{skiplock.QueueLimits{Concurrency: 100_001}, "Concurrency 100001 is above 100000"},
+		{skiplock.QueueLimits{Concurrency: math.MaxInt32}, "Concurrency 2147483647 is above 100000"},
+		{skiplock.QueueLimits{Rate: 10, RatePeriod: 1999 * time.Microsecond}, "RatePeriod 1.999ms is not a whole number of milliseconds"},
+		{skiplock.QueueLimits{Rate: 10, RatePeriod: time.Second + time.Nanosecond}, "RatePeriod 1.000000001s"},
+		{skiplock.QueueLimits{KeyRate: 10, KeyRatePeriod: 2500 * time.Microsecond}, "KeyRatePeriod 2.5ms is not a whole number of milliseconds"},
+	} {
+		_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {Limits: c.l}}})
+		assert.ErrorIs(t, err, skiplock.ErrInvalidLimits, "%+v", c.l)
+		assert.ErrorContains(t, err, c.field)
+		err = b.client.SetQueueLimits(b.ctx, "q", c.l)
+		assert.ErrorIs(t, err, skiplock.ErrInvalidLimits, "%+v", c.l)
+		assert.ErrorContains(t, err, c.field)
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.queue_limits`), "no limits stored")
+
+	ok := skiplock.QueueLimits{Concurrency: 100_000}
+	_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {Limits: ok}}})
+	require.NoError(t, err)
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "q", ok))
+	rate := skiplock.QueueLimits{Rate: 10, RatePeriod: 1999 * time.Millisecond, KeyRate: 3, KeyRatePeriod: 2 * time.Millisecond}
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "r", rate))
+	set, err := b.client.QueueLimitsSet(b.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]skiplock.QueueLimits{"q": ok, "r": rate}, set, "stored exactly")
 }
 
 // flowHelperEnv, when set, makes TestFlow_HelperProcess a worker process for

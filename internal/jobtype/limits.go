@@ -16,8 +16,8 @@ import "time"
 // docs/flow-control.md for both and their costs).
 type QueueLimits struct {
 	// Concurrency is the most jobs of the queue running at once, across all workers.
-	// Zero means no global limit; negative is an error. [QueueConfig].MaxWorkers still
-	// bounds each worker.
+	// Zero means no global limit; negative, or above 100000 (the queue keeps a slot row
+	// per unit of it), is an error. [QueueConfig].MaxWorkers still bounds each worker.
 	Concurrency int
 	// KeyConcurrency is the most jobs running at once per partition key
 	// (EnqueueOptions.PartitionKey), across all workers. Jobs without a key share one
@@ -28,8 +28,9 @@ type QueueLimits struct {
 	// every start takes one token. Starts are counted, not completions: a retry is a new
 	// start. Zero means no rate limit; negative is an error.
 	Rate int
-	// RatePeriod is the window of Rate. Defaults to one second when Rate is set; zero
-	// means the default, negative is an error.
+	// RatePeriod is the window of Rate, in whole milliseconds (at least 1ms). Defaults to
+	// one second when Rate is set; zero means the default; negative, or with a fraction
+	// of a millisecond, is an error.
 	RatePeriod time.Duration
 	// KeyRate is the most job starts per KeyRatePeriod per partition key
 	// (EnqueueOptions.PartitionKey), across all workers: a token bucket per key in the
@@ -39,8 +40,9 @@ type QueueLimits struct {
 	// Jobs without a key share one bucket of their own. Starts are counted, not
 	// completions. Zero means no per-key rate limit; negative is an error.
 	KeyRate int
-	// KeyRatePeriod is the window of KeyRate. Defaults to one second when KeyRate is set;
-	// zero means the default, negative is an error.
+	// KeyRatePeriod is the window of KeyRate, in whole milliseconds (at least 1ms).
+	// Defaults to one second when KeyRate is set; zero means the default; negative, or
+	// with a fraction of a millisecond, is an error.
 	KeyRatePeriod time.Duration
 	// ConcurrencyKeys are per-dimension concurrency limits, by dimension: the most jobs
 	// running at once per key of the dimension, across all workers. {"region": 50,

@@ -415,6 +415,69 @@ func TestFlow_LimitsOutOfRangeAreRefusedNamingTheField(t *testing.T) {
 	assert.Equal(t, map[string]skiplock.QueueLimits{"q": ok, "r": rate}, set, "stored exactly")
 }
 
+type gateArgs struct{}
+
+func (gateArgs) Kind() string { return "gate" }
+
+// A queue whose limits fail to apply (here its slot rows cannot be written: a trigger
+// refuses them) keeps its current path, and is logged; the worker's other queues get
+// their limits all the same. The refresh used to stop at the first failing queue, in
+// name order, so "aaa" kept "bbb" unlimited.
+func TestFlow_AQueueWhoseLimitsFailDoesNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE FUNCTION {s}.refuse_aaa() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NEW.queue = 'aaa' THEN RAISE EXCEPTION 'no slots for aaa'; END IF;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER refuse_aaa BEFORE INSERT ON {s}.queue_slots FOR EACH ROW EXECUTE FUNCTION {s}.refuse_aaa()`))
+	require.NoError(t, err)
+	var logs logCapture
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues:        map[string]skiplock.QueueConfig{"aaa": {MaxWorkers: 5}, "bbb": {MaxWorkers: 5}},
+		SweepInterval: -1, Logger: slog.New(&logs), ShutdownTimeout: time.Second,
+	})
+	release := make(chan struct{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[gateArgs]) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}))
+	stop := runWorker(t, w)
+	defer stop()
+	defer close(release)
+	// A job of aaa running says the worker has started: its limits are read from now on.
+	_, err = b.client.Enqueue(b.ctx, gateArgs{}, &skiplock.EnqueueOptions{Queue: "aaa"})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'aaa' AND status = 'running'`) == 1
+	}, "the worker started")
+
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "aaa", skiplock.QueueLimits{Concurrency: 1}))
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "bbb", skiplock.QueueLimits{Concurrency: 1}))
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.queue_slots WHERE queue = 'bbb'`) == 1
+	}, "bbb's slot written")
+	eventually(t, 30*time.Second, func() bool {
+		return logs.find("applying queue limits failed", "queue=aaa", "no slots for aaa") != ""
+	}, "aaa's failure logged with its queue")
+
+	for range 3 {
+		_, err := b.client.Enqueue(b.ctx, gateArgs{}, &skiplock.EnqueueOptions{Queue: "bbb"})
+		require.NoError(t, err)
+	}
+	running := func() int {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'bbb' AND status = 'running'`)
+	}
+	eventually(t, 30*time.Second, func() bool { return running() == 1 }, "one bbb job running")
+	holdsFor(t, time.Second, 50*time.Millisecond, func() {
+		assert.LessOrEqual(t, running(), 1, "bbb is held to its limit of 1")
+	})
+}
+
 // flowHelperEnv, when set, makes TestFlow_HelperProcess a worker process for
 // TestFlow_LimitHoldsWhileWorkersAreKilled: "url|schema|id", or "url|schema|id|keyrate",
 // or "url|schema|id|keys".

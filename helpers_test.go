@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,3 +168,41 @@ func work(ctx context.Context, d time.Duration) { pgutil.Sleep(ctx, d) }
 // The connection belongs to the test's pool, which is still open when the check runs;
 // the goroutine is not one of skiplock's.
 var ignorePgxReader = goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead")
+
+// logCapture is a slog.Handler that keeps every record at Warn and above, as its message
+// followed by its attributes (key=value), for tests that check what a worker warned of.
+type logCapture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *logCapture) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	c.mu.Lock()
+	c.lines = append(c.lines, line)
+	c.mu.Unlock()
+	return nil
+}
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *logCapture) WithGroup(string) slog.Handler      { return c }
+
+// find returns the first kept line that contains every one of parts, or "".
+func (c *logCapture) find(parts ...string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+next:
+	for _, l := range c.lines {
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				continue next
+			}
+		}
+		return l
+	}
+	return ""
+}

@@ -8,6 +8,8 @@ package claim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -111,22 +113,39 @@ func (fw *FlowWatch) apply(name string, q *QueueRunner, l jobtype.QueueLimits) {
 	q.Signal()
 }
 
-// refresh reads the limits set at run time and applies them.
+// refreshTimeout bounds the read of the limits set at run time, and each queue's
+// application of its limits.
+const refreshTimeout = 10 * time.Second
+
+// refresh reads the limits set at run time and applies them to every queue. A queue
+// whose limits fail to apply (its slot rows cannot be written) keeps its current path
+// and is logged; the others are applied all the same, each under a timeout of its own,
+// so that one queue cannot hold back the limits of the rest. The error joins the
+// queues' failures: the worker's start, which must not claim a queue without its
+// limits, retries and fails on it; the watch loop only logs it.
 func (fw *FlowWatch) refresh(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	set, err := fw.limitsSet(ctx)
+	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	set, err := fw.limitsSet(rctx)
+	cancel()
 	if err != nil {
-		return err
+		return fmt.Errorf("reading queue limits: %w", err)
 	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	var errs []error
 	for _, q := range fw.queues.All() {
-		if err := fw.applyQueue(ctx, q, set, fw.declared[q.name]); err != nil {
-			return err
+		qctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		err := fw.applyQueue(qctx, q, set, fw.declared[q.name])
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			fw.logger.Warn("skiplock: applying queue limits failed; the queue keeps its current ones", "queue", q.name, "err", err)
+			errs = append(errs, fmt.Errorf("queue %q: %w", q.name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // applyQueue puts q on the path of its limits set at run time (set), else declared.
@@ -192,7 +211,7 @@ func (fw *FlowWatch) run(ctx context.Context) {
 		case <-fw.wake:
 		}
 		if err := fw.refresh(ctx); err != nil && ctx.Err() == nil {
-			fw.logger.Warn("skiplock: reading queue limits failed; keeping the current ones", "err", err)
+			fw.logger.Warn("skiplock: refreshing queue limits failed; the queues concerned keep their current ones", "err", err)
 		}
 	}
 }
@@ -201,7 +220,7 @@ func (fw *FlowWatch) run(ctx context.Context) {
 // watches them until Stop.
 func (fw *FlowWatch) Start(ctx context.Context) error {
 	if err := pgutil.RetryAtStart(ctx, fw.refresh); err != nil {
-		return fw.db.WrapErr("worker start: reading queue limits", err)
+		return fw.db.WrapErr("worker start: queue limits", err)
 	}
 	fw.loop = lifecycle.NewLoop(fw.run, lifecycle.UntilStop)
 	return fw.loop.Start(ctx)

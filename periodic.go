@@ -75,7 +75,9 @@ type PeriodicJob struct {
 	// [DefaultBackfillLimit] (10); zero means the default, negative is an error.
 	BackfillLimit int
 	// MisfireAfter is how late an occurrence may be enqueued and still be on time.
-	// Defaults to [DefaultMisfireAfter] (1m); zero means the default, negative is an error.
+	// Defaults to [DefaultMisfireAfter] (1m); zero means the default; negative, or under
+	// one second (the runner looks for due occurrences every second, so a shorter one
+	// would count most occurrences missed), is an error.
 	MisfireAfter time.Duration
 }
 

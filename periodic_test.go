@@ -165,6 +165,12 @@ func misfireCase(t *testing.T, job skiplock.PeriodicJob) (b *bundle, runAts []ti
 	job.Name, job.Schedule, job.Args = "hourly", skiplock.Every(time.Hour), tickArgs{}
 	var now time.Time
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT now()`).Scan(&now))
+	if into := now.Sub(now.Truncate(time.Hour)); into < 2*time.Second {
+		// The cases count the current hour's occurrence missed under a MisfireAfter of
+		// 1s: it must be more than that late when the worker looks.
+		time.Sleep(2*time.Second - into)
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT now()`).Scan(&now))
+	}
 	due := now.Truncate(time.Hour).Add(-3 * time.Hour) // four occurrences due: -3h, -2h, -1h, 0h
 	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.periodic (name, kind, queue, schedule, misfire, next_run_at, declared_at)
 		VALUES ('hourly', 'tick', 'default', 'every 1h0m0s', 'run_once', $1, now() - interval '3 hours')`), due)
@@ -195,7 +201,8 @@ func misfireCase(t *testing.T, job skiplock.PeriodicJob) (b *bundle, runAts []ti
 func TestPeriodic_MisfirePolicies(t *testing.T) {
 	t.Parallel()
 	// Four occurrences are due: three, two and one hours before the current hour, and the
-	// current hour. A MisfireAfter of two hours makes the last two on time; of 1ns, none.
+	// current hour. A MisfireAfter of two hours makes the last two on time; of 1s (the
+	// least), none.
 	hour := func(next time.Time, h int) time.Time { return next.Add(time.Duration(h-1) * time.Hour) }
 	t.Run("skip", func(t *testing.T) {
 		t.Parallel()
@@ -205,19 +212,19 @@ func TestPeriodic_MisfirePolicies(t *testing.T) {
 	})
 	t.Run("run once", func(t *testing.T) {
 		t.Parallel()
-		_, got, next := misfireCase(t, skiplock.PeriodicJob{MisfireAfter: 1})
+		_, got, next := misfireCase(t, skiplock.PeriodicJob{MisfireAfter: time.Second})
 		require.Len(t, got, 1, "one job for the four missed occurrences")
 		assert.True(t, got[0].Equal(hour(next, 0)), "the latest: %v", got)
 	})
 	t.Run("backfill", func(t *testing.T) {
 		t.Parallel()
-		_, got, next := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireBackfill, BackfillLimit: 3, MisfireAfter: 1})
+		_, got, next := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireBackfill, BackfillLimit: 3, MisfireAfter: time.Second})
 		require.Len(t, got, 3, "the latest three of four")
 		assert.True(t, got[0].Equal(hour(next, -2)) && got[2].Equal(hour(next, 0)), "%v", got)
 	})
 	t.Run("skip everything missed", func(t *testing.T) {
 		t.Parallel()
-		_, got, _ := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireSkip, MisfireAfter: 1})
+		_, got, _ := misfireCase(t, skiplock.PeriodicJob{Misfire: skiplock.MisfireSkip, MisfireAfter: time.Second})
 		assert.Empty(t, got)
 	})
 }
@@ -265,6 +272,8 @@ func TestPeriodic_InvalidJobsAreRefused(t *testing.T) {
 		"run at":         func(p *skiplock.PeriodicJob) { p.Options = &skiplock.EnqueueOptions{RunAt: time.Now()} },
 		"bad queue":      func(p *skiplock.PeriodicJob) { p.Options = &skiplock.EnqueueOptions{Queue: "A B"} },
 		"negative limit": func(p *skiplock.PeriodicJob) { p.BackfillLimit = -1 },
+		"tiny misfire":   func(p *skiplock.PeriodicJob) { p.MisfireAfter = time.Millisecond },
+		"misfire 999ms":  func(p *skiplock.PeriodicJob) { p.MisfireAfter = 999 * time.Millisecond },
 	} {
 		p := ok
 		mod(&p)
@@ -274,6 +283,14 @@ func TestPeriodic_InvalidJobsAreRefused(t *testing.T) {
 	}
 	_, err := skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{ok, ok}})
 	assert.ErrorContains(t, err, "declared twice")
+	tiny := ok
+	tiny.MisfireAfter = time.Millisecond
+	_, err = skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{tiny}})
+	assert.ErrorContains(t, err, "WorkerConfig.PeriodicJobs[0].MisfireAfter is 1ms: use 0 for the default or at least 1s")
+	second := ok
+	second.MisfireAfter = time.Second
+	_, err = skiplock.NewWorker(b.client, skiplock.WorkerConfig{PeriodicJobs: []skiplock.PeriodicJob{second}})
+	assert.NoError(t, err, "one second is the least MisfireAfter")
 }
 
 type hourlyArgs struct{}

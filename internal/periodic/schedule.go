@@ -160,6 +160,11 @@ func check(p Spec, twice bool) *InvalidError {
 		return bad("BackfillLimit", strconv.Itoa(p.BackfillLimit), "use 0 for the default or a positive count")
 	case p.MisfireAfter < 0:
 		return bad("MisfireAfter", p.MisfireAfter.String(), "use 0 for the default or a positive duration")
+	case p.MisfireAfter > 0 && p.MisfireAfter < tick:
+		// The runner looks for due occurrences every tick and enqueues them some
+		// milliseconds late: a shorter MisfireAfter would call most of them missed.
+		return bad("MisfireAfter", p.MisfireAfter.String(), "use 0 for the default or at least "+tick.String()+
+			" (the runner looks for due occurrences every "+tick.String()+"; a shorter one would skip most of them)")
 	case !p.RunAt.IsZero():
 		return bad("Options.RunAt", p.RunAt.Format(time.RFC3339), "leave it zero: each job runs at its occurrence")
 	}

@@ -55,7 +55,9 @@ var (
 	// ErrJobNotFound is returned when no job has the given id.
 	ErrJobNotFound = jobtype.ErrJobNotFound
 	// ErrPeriodicNotFound is returned by SetPeriodicEnabled and RunPeriodicNow for a
-	// schedule no worker declared (or, for RunPeriodicNow, one that is disabled).
+	// schedule no worker declared (or, for RunPeriodicNow, one that is disabled, or
+	// inactive: declared by no running worker, so none would enqueue it). The message
+	// says which.
 	ErrPeriodicNotFound = periodic.ErrNotFound
 	// ErrInvalidLimits is returned for negative or out-of-range [QueueLimits].
 	ErrInvalidLimits = errors.New("skiplock: invalid queue limits")

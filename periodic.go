@@ -139,7 +139,9 @@ func (c *Client) SetPeriodicEnabled(ctx context.Context, name string, enabled bo
 // worker declaring it enqueues its job within about a second, and the schedule keeps
 // its times: the occurrence after is the one it had (cron and Every schedules are
 // aligned to the clock). It returns [ErrPeriodicNotFound] when no enabled schedule has that
-// name (enable a disabled one first).
+// name (enable a disabled one first), and when the schedule is inactive (no running
+// worker has declared it for a minute, so none would enqueue it; [PeriodicInfo].Active
+// is false): the error's message says which.
 func (c *Client) RunPeriodicNow(ctx context.Context, name string) error {
 	return periodic.RunNow(ctx, c.db, name)
 }

@@ -347,3 +347,28 @@ func TestPeriodic_DisabledEnqueuesNothingAndRunNowRunsOnce(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return jobs("hourly_off") == 1 }, "enabled again, its missed occurrence is enqueued once")
 	assert.Equal(t, 1, jobs("hourly"))
 }
+
+// RunPeriodicNow on an inactive schedule (marked so, or declared by no running worker for
+// over a minute) says so with ErrPeriodicNotFound and changes nothing: no worker would
+// enqueue the occurrence. It used to return nil and move next_run_at for nothing.
+func TestPeriodic_RunNowRefusesAnInactiveSchedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.periodic (name, kind, queue, schedule, misfire, next_run_at, active, declared_at) VALUES
+		('retired', 'tick', 'default', 'every 1h0m0s', 'run_once', now() + interval '1 hour', false, now() - interval '2 minutes'),
+		('stale', 'tick', 'default', 'every 1h0m0s', 'run_once', now() + interval '1 hour', true, now() - interval '2 minutes'),
+		('live', 'tick', 'default', 'every 1h0m0s', 'run_once', now() + interval '1 hour', true, now())`))
+	require.NoError(t, err)
+	for _, name := range []string{"retired", "stale"} {
+		err := b.client.RunPeriodicNow(b.ctx, name)
+		require.ErrorIs(t, err, skiplock.ErrPeriodicNotFound, name)
+		assert.ErrorContains(t, err, "inactive", name)
+	}
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE next_run_at > now() + interval '50 minutes'
+		AND name IN ('retired', 'stale')`), "their next occurrence did not move")
+	require.NoError(t, b.client.RunPeriodicNow(b.ctx, "live"))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE next_run_at <= now() AND name = 'live'`), "an active one is due now")
+	err = b.client.RunPeriodicNow(b.ctx, "nope")
+	require.ErrorIs(t, err, skiplock.ErrPeriodicNotFound)
+	assert.ErrorContains(t, err, "unknown")
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // ErrNotFound is the root's ErrPeriodicNotFound: no worker declared a schedule of that
-// name (or, for RunNow, it is disabled).
+// name (or, for RunNow, it is disabled, or inactive: no running worker declares it).
 var ErrNotFound = errors.New("skiplock: periodic schedule not found")
 
 // listSQL lists every schedule. A schedule whose declarations stopped is shown inactive
@@ -27,9 +27,21 @@ FROM {s}.periodic ORDER BY name`
 // enableSQL turns schedule $1 on or off ($2: disabled).
 const enableSQL = `UPDATE {s}.periodic SET disabled = $2, updated_at = now() WHERE name = $1 RETURNING name`
 
-// runNowSQL makes schedule $1's next occurrence due now, unless it is disabled.
-const runNowSQL = `UPDATE {s}.periodic SET next_run_at = least(next_run_at, now()), updated_at = now()
-WHERE name = $1 AND NOT disabled RETURNING name`
+// runNowSQL makes schedule $1's next occurrence due now, unless it is disabled or
+// inactive (no running worker declared it for $2 seconds: none would enqueue it; the
+// same test as listSQL's). It returns the row's state, whether or not it moved it: no
+// row is an unknown name.
+// The update tests the row itself, not s, so that a concurrent disable (on the row's
+// latest version) is seen; s only says why nothing moved.
+const runNowSQL = `WITH s AS (
+	SELECT disabled, active AND declared_at >= now() - make_interval(secs => $2) AS live
+	FROM {s}.periodic WHERE name = $1
+), moved AS (
+	UPDATE {s}.periodic SET next_run_at = least(next_run_at, now()), updated_at = now()
+	WHERE name = $1 AND NOT disabled AND active AND declared_at >= now() - make_interval(secs => $2)
+	RETURNING name
+)
+SELECT disabled, live, EXISTS (SELECT 1 FROM moved) FROM s`
 
 // Info is a periodic schedule as stored (the root's PeriodicInfo is an alias of it).
 type Info struct {
@@ -95,15 +107,22 @@ func SetEnabled(ctx context.Context, db pgutil.DB, name string, enabled bool) er
 }
 
 // RunNow makes the next occurrence of the schedule name due now; ErrNotFound when no
-// enabled schedule has that name.
+// enabled schedule that a running worker declares has that name.
 func RunNow(ctx context.Context, db pgutil.DB, name string) error {
-	var got string
-	err := db.Pool.QueryRow(ctx, db.Render(runNowSQL), name).Scan(&got)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q is unknown or disabled (see ListPeriodic)", ErrNotFound, name)
-	}
-	if err != nil {
+	var disabled, live, moved bool
+	err := db.Pool.QueryRow(ctx, db.Render(runNowSQL), name, staleAfter.Seconds()).Scan(&disabled, &live, &moved)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q is unknown (see ListPeriodic)", ErrNotFound, name)
+	case err != nil:
 		return db.WrapErr("run periodic now", err)
+	case moved:
+		return nil
+	case disabled:
+		return fmt.Errorf("%w: %q is disabled: enable it first", ErrNotFound, name)
+	case !live:
+		return fmt.Errorf("%w: %q is inactive: no running worker declares it, so none would enqueue it (see ListPeriodic)", ErrNotFound, name)
+	default: // changed meanwhile by another call
+		return fmt.Errorf("%w: %q was disabled or became inactive meanwhile (see ListPeriodic)", ErrNotFound, name)
 	}
-	return nil
 }

@@ -18,7 +18,10 @@ import (
 // Schedule says when a periodic job runs: Next returns the first occurrence after t.
 // [Every] gives a fixed interval; the package github.com/skiplock/skiplock/cron parses
 // cron expressions. A Schedule that is also a fmt.Stringer is described by its String in
-// the periodic table; a changed description makes the schedule start over from now.
+// the periodic table; a changed description makes the schedule start over from its next
+// occurrence after now (or from the old schedule's coming occurrence, if sooner), and
+// the worker logs a warning: workers that declare one name with different schedules (a
+// rolling deploy) take turns replacing it (docs/periodic.md).
 type Schedule = periodic.Schedule
 
 // Every returns a Schedule with an occurrence every d, on whole multiples of d since

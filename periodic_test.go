@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -371,4 +372,42 @@ func TestPeriodic_RunNowRefusesAnInactiveSchedule(t *testing.T) {
 	err = b.client.RunPeriodicNow(b.ctx, "nope")
 	require.ErrorIs(t, err, skiplock.ErrPeriodicNotFound)
 	assert.ErrorContains(t, err, "unknown")
+}
+
+// A declaration that replaces a different schedule of the same name (a rolling deploy
+// that changes it: old and new workers re-declare the name in turn) is logged with the
+// name and both schedules, and never puts off an occurrence already planned: next_run_at
+// becomes the earlier of the stored one, if still to come, and the new schedule's next.
+func TestPeriodic_ChangedScheduleIsLoggedAndKeepsTheComingOccurrence(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// "sooner": the stored occurrence (in 2 minutes) comes before the new schedule's
+	// next (next Monday 00:00 UTC), and is kept. "later": the stored one (in 30 days)
+	// comes after the new schedule's next (the coming hour), which replaces it.
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.periodic (name, kind, queue, schedule, misfire, next_run_at, declared_at) VALUES
+		('sooner', 'tick', 'default', 'every 10m0s', 'run_once', now() + interval '2 minutes', now()),
+		('later', 'tick', 'default', 'every 720h0m0s', 'run_once', now() + interval '30 days', now())`))
+	require.NoError(t, err)
+	var before time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at FROM {s}.periodic WHERE name = 'sooner'`)).Scan(&before))
+	var logs logCapture
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"elsewhere": {}},
+		SweepInterval: -1, Logger: slog.New(&logs), PeriodicJobs: []skiplock.PeriodicJob{
+			{Name: "sooner", Schedule: skiplock.Every(7 * 24 * time.Hour), Args: tickArgs{}},
+			{Name: "later", Schedule: skiplock.Every(time.Hour), Args: tickArgs{}},
+		}})
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return logs.find("replaced a different schedule", "name=later", "old=every 720h0m0s", "new=every 1h0m0s") != "" &&
+			logs.find("replaced a different schedule", "name=sooner", "old=every 10m0s", "new=every 168h0m0s") != ""
+	}, "each replacement is logged with the name and both schedules")
+
+	var sooner, later time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at FROM {s}.periodic WHERE name = 'sooner'`)).Scan(&sooner))
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT next_run_at FROM {s}.periodic WHERE name = 'later'`)).Scan(&later))
+	assert.True(t, sooner.Equal(before), "sooner keeps its coming occurrence %s: %s", before, sooner)
+	assert.True(t, later.Equal(later.Truncate(time.Hour)) && time.Until(later) <= time.Hour+time.Minute,
+		"later starts from the coming hour: %s", later)
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE schedule IN ('every 168h0m0s', 'every 1h0m0s')`),
+		"the new schedules are stored")
 }

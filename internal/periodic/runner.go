@@ -36,16 +36,32 @@ const (
 	statementTimeout = 30 * time.Second
 )
 
+// declaredSQL locks the stored rows of the schedules about to be declared, in name
+// order (the order declareSQL then takes them in, so concurrent declarations do not
+// deadlock), and reads their schedules: a declaration that replaces a different one is
+// logged once it commits.
+const declaredSQL = `SELECT name, schedule FROM {s}.periodic WHERE name = ANY ($1) ORDER BY name FOR UPDATE`
+
 // declareSQL records the declared schedules, or refreshes them. An unchanged schedule
 // keeps its next_run_at (the durable state: a restart neither loses nor repeats an
-// occurrence); a new or changed one starts from the next occurrence after now. Rows come
-// sorted by name, so concurrent declarations lock them in one order.
+// occurrence). A new one starts from its next occurrence after now ($6). A changed one
+// starts from the earlier of that and the stored next_run_at if it is still to come: a
+// declaration never puts off an occurrence already planned. During a rolling deploy
+// that changes a schedule, the old and new workers re-declare the name in turn; when
+// each reset next_run_at, a declaration of the slower schedule pushed the faster one's
+// next occurrence out until the next re-declaration, and occurrences were lost (see
+// docs/periodic.md). An occurrence already due is not kept: after the schedule changed
+// while none ran, it starts over from now, as before. Rows come sorted by name, so
+// concurrent declarations lock them in one order.
 const declareSQL = `INSERT INTO {s}.periodic AS p (name, kind, queue, schedule, misfire, next_run_at, active, declared_at, updated_at)
 SELECT n, k, q, sc, m, nr, true, now(), now()
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]) AS t(n, k, q, sc, m, nr)
 ON CONFLICT (name) DO UPDATE SET
 	kind = EXCLUDED.kind, queue = EXCLUDED.queue, misfire = EXCLUDED.misfire,
-	next_run_at = CASE WHEN p.schedule = EXCLUDED.schedule THEN p.next_run_at ELSE EXCLUDED.next_run_at END,
+	next_run_at = CASE
+		WHEN p.schedule = EXCLUDED.schedule THEN p.next_run_at
+		WHEN p.next_run_at > now() AND p.next_run_at < EXCLUDED.next_run_at THEN p.next_run_at
+		ELSE EXCLUDED.next_run_at END,
 	schedule = EXCLUDED.schedule, active = true, declared_at = now(),
 	updated_at = CASE WHEN p.schedule = EXCLUDED.schedule AND p.active THEN p.updated_at ELSE now() END`
 
@@ -75,7 +91,7 @@ FROM {s}.periodic WHERE name = ANY ($1) AND active AND NOT disabled`
 
 // runnerSQL holds the runner's statements, rendered for the client's schema.
 type runnerSQL struct {
-	declare, retire, due, advance, next string
+	declared, declare, retire, due, advance, next string
 }
 
 // Runner enqueues the occurrences of one worker's periodic jobs. It is a
@@ -101,7 +117,7 @@ func NewRunner(db pgutil.DB, ins *enqueue.Inserter, entries map[string]*Entry, l
 	}
 	slices.Sort(names)
 	return &Runner{db: db, ins: ins, entries: entries, names: names, logger: logger, sql: runnerSQL{
-		declare: db.Render(declareSQL), retire: db.Render(retireSQL), due: db.Render(dueSQL),
+		declared: db.Render(declaredSQL), declare: db.Render(declareSQL), retire: db.Render(retireSQL), due: db.Render(dueSQL),
 		advance: db.Render(advanceSQL), next: db.Render(nextSQL),
 	}}
 }
@@ -121,8 +137,14 @@ func (p *Runner) declare(ctx context.Context) error {
 		kinds[i], queues[i], descs[i], misfires[i] = e.kind, e.queue, e.desc, e.misfire
 		next[i] = nextAfter(e.Schedule, now)
 	}
-	if _, err := p.db.Pool.Exec(ctx, p.sql.declare, p.names, kinds, queues, descs, misfires, next); err != nil {
+	replaced, err := p.upsert(ctx, kinds, queues, descs, misfires, next)
+	if err != nil {
 		return p.db.WrapErr("declare periodic jobs", err)
+	}
+	for _, r := range replaced {
+		p.logger.Warn("skiplock: periodic declaration replaced a different schedule of the same name; "+
+			"workers that declare it differently (a rolling deploy) take turns replacing it",
+			"name", r.name, "old", r.old, "new", r.new)
 	}
 	tag, err := p.db.Pool.Exec(ctx, p.sql.retire, staleAfter.Seconds())
 	if err != nil {
@@ -132,6 +154,44 @@ func (p *Runner) declare(ctx context.Context) error {
 		p.logger.Info("skiplock: marked periodic schedules no running worker declares inactive", "count", tag.RowsAffected())
 	}
 	return nil
+}
+
+// replacement is a stored schedule a declaration replaced with a different one.
+type replacement struct{ name, old, new string }
+
+// upsert runs declareSQL in a transaction that first locks and reads the stored rows
+// (declaredSQL), and returns the schedules it replaced with different ones.
+func (p *Runner) upsert(ctx context.Context, kinds, queues, descs, misfires []string, next []time.Time) ([]replacement, error) {
+	tx, err := p.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, p.sql.declared, p.names)
+	if err != nil {
+		return nil, err
+	}
+	stored := map[string]string{}
+	var name, schedule string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &schedule}, func() error {
+		stored[name] = schedule
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, p.sql.declare, p.names, kinds, queues, descs, misfires, next); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	var out []replacement
+	for i, n := range p.names {
+		if old, ok := stored[n]; ok && old != descs[i] {
+			out = append(out, replacement{name: n, old: old, new: descs[i]})
+		}
+	}
+	return out, nil
 }
 
 // run enqueues due occurrences until ctx ends, looking at least every tick, and

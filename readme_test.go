@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,11 +133,19 @@ func TestReadme_QuickstartRunsWithoutWarning(t *testing.T) {
 		}
 		return false
 	}, "the quickstart's job did not run:\n%s", &logs)
-	require.NoError(t, run.Process.Kill())
-	<-exited
-	stopped = true
+	// SIGTERM, as a deploy sends: a graceful stop, exit status 0.
+	require.NoError(t, run.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		stopped = true
+		require.NoError(t, err, "the quickstart's exit on SIGTERM:\n%s", logs.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("the quickstart did not exit within a minute of SIGTERM:\n%s", logs.String())
+	}
 
 	assert.Contains(t, logs.String(), "confirmation for order 42 sent")
+	assert.Contains(t, logs.String(), "skiplock: worker stopped")
+	assert.Contains(t, logs.String(), " stopped\n", "Run returned nil and main went on")
 	for l := range strings.Lines(logs.String()) {
 		// slog's default handler writes "date time LEVEL message".
 		f := strings.Fields(l)

@@ -1,0 +1,1 @@
+INSERT INTO ck0 (queue, kind, payload) VALUES ('default','noop','{}');

@@ -1,0 +1,1 @@
+INSERT INTO ck8 (queue, kind, payload) VALUES ('default','noop','{}');

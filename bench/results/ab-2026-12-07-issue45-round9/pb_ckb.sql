@@ -1,0 +1,1 @@
+INSERT INTO ckb (queue, kind, payload) VALUES ('default','noop','{}');

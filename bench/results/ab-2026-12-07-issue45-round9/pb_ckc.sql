@@ -1,0 +1,1 @@
+INSERT INTO ckc (queue, kind, payload) VALUES ('default','noop','{}');

@@ -1,0 +1,1 @@
+INSERT INTO ckd (queue, kind, payload) VALUES ('default','noop','{}');

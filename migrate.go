@@ -329,11 +329,11 @@ func (c *Client) CheckSchema(ctx context.Context) error {
 		return c.wrapErr("check schema", err)
 	}
 	if st.Current == 0 {
-		return fmt.Errorf("skiplock: %w: schema %q has no skiplock tables (or the role cannot see them): run skiplock.Migrate with MigrateConfig{Schema: %q}, or `skiplock migrate up --schema %s`, and give every process the same schema name",
+		return fmt.Errorf("%w: schema %q has no skiplock tables (or the role cannot see them): run skiplock.Migrate with MigrateConfig{Schema: %q}, or `skiplock migrate up --schema %s`, and give every process the same schema name",
 			ErrNotMigrated, c.schema, c.schema, c.schema)
 	}
 	if st.Current < st.Latest {
-		return fmt.Errorf("skiplock: %w: schema %q is at migration %d of %d: run skiplock.Migrate (or `skiplock migrate up --schema %s`) before this version's workers and clients",
+		return fmt.Errorf("%w: schema %q is at migration %d of %d: run skiplock.Migrate (or `skiplock migrate up --schema %s`) before this version's workers and clients",
 			ErrNotMigrated, c.schema, st.Current, st.Latest, c.schema)
 	}
 	return nil

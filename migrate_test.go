@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,9 +120,13 @@ func TestCheckSchema_FailsEarlyOnAnUnmigratedSchema(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrNotMigrated)
 	assert.Contains(t, err.Error(), "has no skiplock tables")
 	assert.Contains(t, err.Error(), schema)
-	// What a user saw before: the first enqueue failing. It still says the same.
+	// One "skiplock: " prefix, not the sentinel's again.
+	assert.True(t, strings.HasPrefix(err.Error(), "skiplock: schema is not migrated: schema "), err.Error())
+	// What a user saw before: the first enqueue failing. It still says the same, with
+	// the operation after the one prefix.
 	_, err = client.Enqueue(t.Context(), noopArgs{}, nil)
 	require.ErrorIs(t, err, skiplock.ErrNotMigrated)
+	assert.True(t, strings.HasPrefix(err.Error(), "skiplock: enqueue: schema is not migrated: run skiplock.Migrate for schema "), err.Error())
 	// A worker refuses to start too.
 	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Logger: testLogger()})
 	require.NoError(t, err)
@@ -130,7 +135,9 @@ func TestCheckSchema_FailsEarlyOnAnUnmigratedSchema(t *testing.T) {
 	// A schema that does not exist at all.
 	missing, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema + "_nope", Logger: testLogger()})
 	require.NoError(t, err)
-	require.ErrorIs(t, missing.CheckSchema(t.Context()), skiplock.ErrNotMigrated)
+	err = missing.CheckSchema(t.Context())
+	require.ErrorIs(t, err, skiplock.ErrNotMigrated)
+	assert.Equal(t, 1, strings.Count(err.Error(), "skiplock: "), err.Error())
 
 	// Part way: the message says where it stands.
 	require.NoError(t, skiplock.Migrate(t.Context(), pool, skiplock.MigrateConfig{Schema: schema, TargetVersion: 3}))

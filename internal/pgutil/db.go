@@ -3,6 +3,7 @@ package pgutil
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,11 +25,25 @@ func (d DB) Render(template string) string { return Render(d.Schema, template) }
 var ErrNotMigrated = errors.New("skiplock: schema is not migrated")
 
 // WrapErr wraps err from the operation op: "skiplock: op: err", saying to run Migrate
-// when the schema or its tables do not exist.
+// when the schema or its tables do not exist. The message has one "skiplock: " prefix:
+// err's own (a sentinel's, as ErrNotMigrated's) is left out after op.
 func (d DB) WrapErr(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return fmt.Errorf("skiplock: %s: %w: run skiplock.Migrate for schema %q (%v)", op, ErrNotMigrated, d.Schema, err)
+		err = fmt.Errorf("%w: run skiplock.Migrate for schema %q (%v)", ErrNotMigrated, d.Schema, err)
 	}
-	return fmt.Errorf("skiplock: %s: %w", op, err)
+	return &opError{op: op, err: err}
 }
+
+// opError is an error of the operation op: it reads "skiplock: op: " and err's message
+// without its own "skiplock: ", and errors.Is and errors.As see err.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string {
+	return "skiplock: " + e.op + ": " + strings.TrimPrefix(e.err.Error(), "skiplock: ")
+}
+
+func (e *opError) Unwrap() error { return e.err }

@@ -102,15 +102,14 @@ func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, er
 	case cur.Status == StatusSucceeded || cur.Status == StatusCancelled:
 		return cur, fmt.Errorf("%w: job %d is %s", ErrJobFinished, id, cur.Status)
 	case u.Args != nil && u.Args.Kind() != cur.Kind:
-		return cur, fmt.Errorf("%w: Args of kind %q for job %d of kind %q", ErrInvalidOptions, u.Args.Kind(), id, cur.Kind)
+		return cur, invalidUpdate("job %d is of kind %q: Args of kind %q cannot replace its args", id, cur.Kind, u.Args.Kind())
 	case u.RunNow || !u.RunAt.IsZero():
 		var waits bool
 		if err := c.pool.QueryRow(ctx, c.db.Render(`SELECT EXISTS (SELECT 1 FROM {s}.job_waits WHERE job_id = $1)`), id).Scan(&waits); err != nil {
 			return cur, c.wrapErr("update", err)
 		}
 		if waits {
-			return cur, fmt.Errorf("%w: job %d waits for the jobs it depends on (DependsOn): it runs once they succeeded, not before",
-				ErrInvalidOptions, id)
+			return cur, invalidUpdate("job %d waits for the jobs it depends on (DependsOn): it runs once they succeeded, not before", id)
 		}
 	}
 	return cur, fmt.Errorf("skiplock: update: job %d changed while it was edited; try again", id)
@@ -120,7 +119,7 @@ func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, er
 // arguments from $2 (the channel last).
 func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
 	if u.RunNow && !u.RunAt.IsZero() {
-		return nil, fmt.Errorf("%w: JobUpdate: set RunNow or RunAt, not both", ErrInvalidOptions)
+		return nil, invalidUpdate("JobUpdate sets both RunNow and RunAt: set one")
 	}
 	var jargs JobArgs = editArgs{}
 	if u.Args != nil {
@@ -156,6 +155,19 @@ func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
 	}
 	return []any{u.RunNow, runAt, priority, queue, payload, kind, metadata, c.db.Channel}, nil
 }
+
+// updateError is a JobUpdate that [Client.Update] refuses by itself (not as an enqueue
+// of its fields would): its message speaks of the update, and it matches
+// [ErrInvalidOptions].
+type updateError struct{ msg string }
+
+func invalidUpdate(format string, args ...any) error {
+	return &updateError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *updateError) Error() string { return "skiplock: invalid update: " + e.msg }
+
+func (e *updateError) Unwrap() error { return ErrInvalidOptions }
 
 // editArgs stands for the args of a JobUpdate that leaves them as they are, so that
 // prepare checks the other fields.

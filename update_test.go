@@ -3,6 +3,8 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,18 +85,24 @@ func TestUpdate_RefusesBadEditsAndJobsThatStarted(t *testing.T) {
 		id   int64
 		u    skiplock.JobUpdate
 		want error
+		msg  string // the message's start, when set
 	}{
-		{"invalid queue", queued, skiplock.JobUpdate{Queue: "Bad Queue!"}, skiplock.ErrInvalidQueue},
-		{"priority out of range", queued, skiplock.JobUpdate{Priority: &big}, skiplock.ErrInvalidOptions},
-		{"RunNow and RunAt", queued, skiplock.JobUpdate{RunNow: true, RunAt: time.Now()}, skiplock.ErrInvalidOptions},
-		{"reserved metadata key", queued, skiplock.JobUpdate{Metadata: map[string]string{"skiplock_workflow": "1"}}, skiplock.ErrInvalidOptions},
-		{"args of another kind", queued, skiplock.JobUpdate{Args: noopArgs{N: 1}}, skiplock.ErrInvalidOptions},
-		{"running", running, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobRunning},
-		{"succeeded", succeeded, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobFinished},
-		{"no such job", 1 << 40, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobNotFound},
+		{"invalid queue", queued, skiplock.JobUpdate{Queue: "Bad Queue!"}, skiplock.ErrInvalidQueue, ""},
+		{"priority out of range", queued, skiplock.JobUpdate{Priority: &big}, skiplock.ErrInvalidOptions, ""},
+		{"RunNow and RunAt", queued, skiplock.JobUpdate{RunNow: true, RunAt: time.Now()}, skiplock.ErrInvalidOptions,
+			"skiplock: invalid update: JobUpdate sets both RunNow and RunAt"},
+		{"reserved metadata key", queued, skiplock.JobUpdate{Metadata: map[string]string{"skiplock_workflow": "1"}}, skiplock.ErrInvalidOptions, ""},
+		{"args of another kind", queued, skiplock.JobUpdate{Args: noopArgs{N: 1}}, skiplock.ErrInvalidOptions,
+			fmt.Sprintf(`skiplock: invalid update: job %d is of kind "edit": Args of kind "noop" cannot replace its args`, queued)},
+		{"running", running, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobRunning, ""},
+		{"succeeded", succeeded, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobFinished, ""},
+		{"no such job", 1 << 40, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobNotFound, ""},
 	} {
 		_, err := b.client.Update(b.ctx, c.id, c.u)
 		assert.ErrorIs(t, err, c.want, c.name)
+		if c.msg != "" && assert.Error(t, err, c.name) {
+			assert.True(t, strings.HasPrefix(err.Error(), c.msg), "%s: %s", c.name, err)
+		}
 	}
 	assert.Equal(t, before, snapshot(), "a refused edit changed a job")
 
@@ -218,7 +226,7 @@ func TestUpdate_AWaitingDependentIsNotMadeDue(t *testing.T) {
 	before := b.count(t, `SELECT extract(year FROM run_at)::int FROM {s}.jobs WHERE id = $1`, child.ID)
 	_, err = b.client.Update(b.ctx, child.ID, skiplock.JobUpdate{RunNow: true})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
-	assert.ErrorContains(t, err, "waits for the jobs it depends on")
+	assert.ErrorContains(t, err, fmt.Sprintf("skiplock: invalid update: job %d waits for the jobs it depends on", child.ID))
 	_, err = b.client.Update(b.ctx, child.ID, skiplock.JobUpdate{RunAt: time.Now()})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 	assert.Equal(t, before, b.count(t, `SELECT extract(year FROM run_at)::int FROM {s}.jobs WHERE id = $1`, child.ID), "the wait's run_at changed")

@@ -54,7 +54,7 @@ func (w *Worker) addMiddleware(kind string, mw []Middleware) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started.Load() {
-		return errors.New("skiplock: Use: the worker is already running")
+		return w.startedErr("Use")
 	}
 	if kind == "" {
 		w.mw.All = append(w.mw.All, mw...)
@@ -90,7 +90,7 @@ func HandleErrors(w *Worker, eh ...ErrorHandler) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started.Load() {
-		return errors.New("skiplock: HandleErrors: the worker is already running")
+		return w.startedErr("HandleErrors")
 	}
 	w.mw.Errs = append(w.mw.Errs, eh...)
 	return nil

@@ -285,13 +285,24 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started.Load() {
-		return fmt.Errorf("skiplock: Handle(%q): the worker is already running", kind)
+		return w.startedErr(fmt.Sprintf("Handle(%q)", kind))
 	}
 	if _, dup := w.handlers[kind]; dup {
 		return fmt.Errorf("skiplock: Handle: kind %q already has a handler", kind)
 	}
 	w.handlers[kind] = h
 	return nil
+}
+
+// startedErr is the error of a registration (op: Handle, Use, HandleErrors) on a worker
+// whose Run was called: it is running, or it ran and returned, and a Worker runs once.
+func (w *Worker) startedErr(op string) error {
+	select {
+	case <-w.runDone:
+		return fmt.Errorf("skiplock: %s: the worker has already run (a Worker runs once): register on a new Worker before its Run", op)
+	default:
+		return fmt.Errorf("skiplock: %s: the worker is already running: register before Run", op)
+	}
 }
 
 // Run claims and runs jobs until ctx is cancelled, then shuts down gracefully:

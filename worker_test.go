@@ -530,6 +530,38 @@ func TestHandle_RejectsDuplicateKind(t *testing.T) {
 	require.Error(t, skiplock.Handle(w, h))
 }
 
+// A registration after Run was called is refused, and the message says which case it is:
+// the worker runs, or it ran and returned (a Worker runs once).
+func TestHandle_AfterRunSaysWhetherTheWorkerRunsOrRan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{Logger: testLogger()})
+	ran := make(chan struct{}, 1)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error {
+		ran <- struct{}{}
+		return nil
+	}))
+	_, err := b.client.Enqueue(b.ctx, noopArgs{}, nil)
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	<-ran // Run has started
+	err = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[editArgs]) error { return nil })
+	require.EqualError(t, err, `skiplock: Handle("edit"): the worker is already running: register before Run`)
+
+	stop() // Run has returned
+	ranMsg := "the worker has already run (a Worker runs once): register on a new Worker before its Run"
+	err = skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[editArgs]) error { return nil })
+	require.EqualError(t, err, `skiplock: Handle("edit"): `+ranMsg)
+	require.EqualError(t, skiplock.Use(w, func(next skiplock.JobHandler) skiplock.JobHandler { return next }), "skiplock: Use: "+ranMsg)
+	require.EqualError(t, skiplock.HandleErrors(w, nopErrorHandler{}), "skiplock: HandleErrors: "+ranMsg)
+}
+
+// nopErrorHandler is an ErrorHandler that does nothing.
+type nopErrorHandler struct{}
+
+func (nopErrorHandler) HandleError(context.Context, *skiplock.JobRow, skiplock.JobStatus, error) {}
+func (nopErrorHandler) HandleStuck(context.Context, *skiplock.JobRow, time.Duration)             {}
+
 // hookRecorder counts hook calls.
 type hookRecorder struct {
 	started, finished atomic.Int32

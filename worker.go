@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -493,8 +495,9 @@ var _ = testbridge.Provide(func(ctx context.Context, w *Worker, queue string) (*
 	return w.workOne(ctx, queue)
 })
 
-// workOne claims one due job of queue (any valid queue name, configured or not) and runs
-// it to its recorded end: its success or failure is written before it returns. It
+// workOne claims one due job of queue (one of the worker's queues: another name, a typo
+// above all, is an error naming the worker's queues rather than an empty queue) and
+// runs it to its recorded end: its success or failure is written before it returns. It
 // returns a nil row when no job is due. The handler's context is derived from ctx; if ctx
 // ends while the handler runs, the handler's error is recorded as a failed attempt like
 // any other. It refuses a worker that runs or ran (Run and workOne would share the
@@ -508,12 +511,20 @@ func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult,
 	if w.started.Load() {
 		return nil, JobResult{}, errors.New("skiplock: a worker that runs (or ran) Run cannot run jobs synchronously")
 	}
+	q := w.queues.Get(queue)
+	if q == nil {
+		names := w.queues.Names()
+		for i, n := range names {
+			names[i] = strconv.Quote(n)
+		}
+		return nil, JobResult{}, fmt.Errorf("skiplock: queue %q is not one this worker serves (its queues: %s): name one of them, or add it to WorkerConfig.Queues",
+			queue, strings.Join(names, ", "))
+	}
 	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id, nil)
 	if err != nil || len(jobs) == 0 {
 		return nil, JobResult{}, err
 	}
-	q := w.queues.Get(queue)
-	d, ok := w.starter.StartIn(ctx, jobs[0], q != nil && q.HoldsSlot())
+	d, ok := w.starter.StartIn(ctx, jobs[0], q.HoldsSlot())
 	if !ok {
 		return nil, JobResult{}, claim.ErrHeldTwice
 	}

@@ -254,9 +254,18 @@ type Ran struct {
 // RunOne claims one due job of queue with the worker's claim statement, runs it in the
 // calling goroutine with the handlers (and hooks) registered on w, records the outcome
 // exactly as a running worker would, and returns it; nil when no job of queue is due.
-// w must not be running: create it with [skiplock.NewWorker], register handlers with
-// [skiplock.Handle], and never call Run. Jobs claimed this way are locked by w.ID().
+// queue must be one of w's queues ([skiplock.WorkerConfig].Queues, "default" when it is
+// empty): another name fails tb with a message that names w's queues, so that a typo is
+// not taken for an empty queue. w must not be running: create it with
+// [skiplock.NewWorker], register handlers with [skiplock.Handle], and never call Run.
+// Jobs claimed this way are locked by w.ID().
 func RunOne(tb testing.TB, w *skiplock.Worker, queue string) *Ran {
+	tb.Helper()
+	return runOne(tb, w, queue, "RunOne")
+}
+
+// runOne is RunOne, its failures named after the helper the test called (op).
+func runOne(tb testing.TB, w *skiplock.Worker, queue, op string) *Ran {
 	tb.Helper()
 	workOne, ok := testbridge.Sync[*skiplock.Worker, *skiplock.JobRow, skiplock.JobResult]()
 	if !ok {
@@ -264,7 +273,7 @@ func RunOne(tb testing.TB, w *skiplock.Worker, queue string) *Ran {
 	}
 	row, res, err := workOne(tb.Context(), w, queue)
 	if err != nil {
-		tb.Fatalf("skiplocktest: running a job of queue %q: %v", queue, err)
+		tb.Fatalf("skiplocktest: %s(%q): %v", op, queue, err)
 	}
 	if row == nil {
 		return nil
@@ -280,12 +289,13 @@ const DrainLimit = 10_000
 // Drain runs due jobs of queue one at a time, as [RunOne] does, until none is due, and
 // returns them in the order they ran. A failed job that is retried later (or snoozed) is
 // not due, so Drain does not wait for it: [Advance] the clock and drain again. It fails
-// the test after [DrainLimit] jobs.
+// the test after [DrainLimit] jobs, and, as RunOne does, when queue is not one of w's
+// queues.
 func Drain(tb testing.TB, w *skiplock.Worker, queue string) []Ran {
 	tb.Helper()
 	var out []Ran
 	for {
-		r := RunOne(tb, w, queue)
+		r := runOne(tb, w, queue, "Drain")
 		if r == nil {
 			return out
 		}

@@ -144,6 +144,32 @@ func TestRunOneAndDrain_RunRealHandlersSynchronously(t *testing.T) {
 	skiplocktest.RequireNotEnqueued(t, pool, client, sendEmail{To: "a@example.com"}, nil)
 }
 
+// A queue the worker does not serve (a typo above all) fails the test, naming the
+// worker's queues, instead of passing for an empty queue; its jobs are left alone.
+func TestDrainAndRunOne_FailOnAQueueTheWorkerDoesNotServe(t *testing.T) {
+	t.Parallel()
+	pool, client := setup(t)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"email": {}, "default": {}}})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sendEmail]) error { return nil }))
+	_, err = client.Enqueue(t.Context(), sendEmail{To: "ada@example.com"}, &skiplock.EnqueueOptions{Queue: "reports"})
+	require.NoError(t, err)
+
+	for _, c := range []struct{ queue, op string }{{"emial", "Drain"}, {"reports", "Drain"}, {"emial", "RunOne"}} {
+		msg := fails(t, func(tb testing.TB) {
+			if c.op == "Drain" {
+				skiplocktest.Drain(tb, w, c.queue)
+			} else {
+				skiplocktest.RunOne(tb, w, c.queue)
+			}
+		})
+		assert.Equal(t, fmt.Sprintf(`skiplocktest: %s(%q): skiplock: queue %q is not one this worker serves (its queues: "default", "email"): name one of them, or add it to WorkerConfig.Queues`,
+			c.op, c.queue, c.queue), msg)
+	}
+	skiplocktest.RequireEnqueued(t, pool, client, sendEmail{To: "ada@example.com"}, &skiplocktest.RequireOpts{Queue: "reports", Status: skiplock.StatusQueued})
+	assert.Empty(t, skiplocktest.Drain(t, w, "email"), "a queue it serves, empty")
+}
+
 func TestAdvance_MakesScheduledRetriedAndSnoozedJobsComeDue(t *testing.T) {
 	t.Parallel()
 	pool, client := setup(t)

@@ -172,7 +172,9 @@ type WorkerConfig struct {
 	// worker's queues have due jobs, and wakes their claim loops, even when no
 	// notification arrives (notifications are lost while nobody listens, and scheduled,
 	// retried and reclaimed jobs send none). It is one statement per interval however
-	// many queues the worker has. Defaults to [DefaultPollInterval] (1s); zero or negative
+	// many queues the worker has. It bounds how soon a delayed retry or snooze runs: one
+	// due sooner than the next poll waits for that poll, so a retry policy with sub-second
+	// delays needs a PollInterval as short (see [RetryPolicy]). Defaults to [DefaultPollInterval] (1s); zero or negative
 	// means the default; a positive value under 1ms is an error.
 	PollInterval time.Duration
 	// FetchCooldown is how long the claim loop may wait for more free slots when only a few

@@ -18,7 +18,10 @@ func Permanent(err error) error { return jobtype.Permanent(err) }
 func CancelJob(err error) error { return jobtype.CancelJob(err) }
 
 // Snooze returned by a handler puts the job back in the queue to run again after d,
-// without using up an attempt. d <= 0 means run again as soon as possible.
+// without using up an attempt. d <= 0 means run again as soon as possible: the worker
+// wakes its own claim loops. A positive d, like a retry's delay, is when the job is due
+// again; it runs at its queue's first claim after that, which on an idle queue is the
+// worker's first poll after it is due (see [RetryPolicy]).
 func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
@@ -27,12 +30,23 @@ func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 // policy that panics is recovered and logged (with the job's id and kind), and the
 // default backoff ([BackoffPolicy]) decides the delay instead.
 //
+// The delay is when the job is due again, not when it runs: a worker claims it at its
+// queue's first claim after that. Nothing notifies a retry, so on an otherwise idle queue
+// that is the worker's next poll ([WorkerConfig].PollInterval, 1s by default): a delay
+// shorter than the poll interval is in effect rounded up to the next poll, and a retry
+// (given a free slot) runs between its delay and its delay plus PollInterval after the
+// failure. Only a delay of zero or less is claimed at once: the worker that writes the
+// failure wakes its own claim loops. For shorter retries, set a shorter PollInterval.
+//
 // A kind can have its own policy: give its args type a method RetryPolicy() RetryPolicy.
 type RetryPolicy = jobtype.RetryPolicy
 
 // BackoffPolicy is the default [RetryPolicy]: jittered exponential backoff,
 // min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The zero value is the
-// default policy (Base 1s, Max 1h). It is safe for concurrent use.
+// default policy (Base 1s, Max 1h). It is safe for concurrent use. The delays are when
+// the job is due again: a retry due before the worker's next poll
+// ([WorkerConfig].PollInterval) waits for it (see [RetryPolicy]), so a Base under the
+// poll interval needs a shorter PollInterval to retry sooner.
 type BackoffPolicy = jobtype.BackoffPolicy
 
 // retryPolicyArgs is implemented by args types with a kind-specific policy.

@@ -70,6 +70,15 @@ func (e *verdictError) Unwrap() error { return e.err }
 // policy that panics is recovered and logged (with the job's id and kind), and the
 // default backoff ([BackoffPolicy]) decides the delay instead.
 //
+// The delay is when the job is due again, not when it runs: a worker claims it at its
+// queue's first claim after that. Nothing notifies a retry, so on an otherwise idle queue
+// that is the worker's next poll (WorkerConfig.PollInterval in package skiplock, 1s by
+// default): a delay shorter than the poll interval is in effect rounded up to the next
+// poll, and a retry (given a free slot) runs between its delay and its delay plus
+// PollInterval after the failure. Only a delay of zero or less is claimed at once: the
+// worker that writes the failure wakes its own claim loops. For shorter retries, set a
+// shorter PollInterval.
+//
 // A kind can have its own policy: give its args type a method RetryPolicy() RetryPolicy.
 type RetryPolicy interface {
 	NextRetry(job *JobRow) time.Duration
@@ -80,8 +89,10 @@ type RetryPolicy interface {
 // failed together (a database blip, a downstream outage) so they do not retry together.
 // The zero value is the default policy. It is safe for concurrent use.
 type BackoffPolicy struct {
-	// Base is the delay unit. Defaults to 1s: the first retry waits 1-2 s, the tenth
-	// 8.5-17 min. Zero or negative means the default.
+	// Base is the delay unit. Defaults to 1s: the first retry is due 1-2 s after the
+	// failure, the tenth 8.5-17 min. Zero or negative means the default. A retry due
+	// sooner than the worker's next poll waits for that poll (see [RetryPolicy]), so a
+	// Base under the worker's PollInterval retries at the poll's pace, not the Base's.
 	Base time.Duration
 	// Max caps the delay before jitter. Defaults to 1h; zero or negative means the default.
 	Max time.Duration

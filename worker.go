@@ -48,7 +48,7 @@ type Worker struct {
 	started   atomic.Bool
 	cancelRun context.CancelFunc // ends Run's context: set by Run (under mu), used by StopAndCancel
 	runDone   chan struct{}      // closed when Run returns
-	runErr    error              // ErrHandlersStillRunning, or nil: set before runDone is closed
+	runErr    error              // ErrHandlersStillRunning, ErrOutcomesNotRecorded, both, or nil: set before runDone is closed
 
 	queues  *claim.QueueSet
 	loops   claim.ClaimLoopConfig // what a queue's claim loops need, for queues added later
@@ -321,7 +321,10 @@ func (w *Worker) startedErr(op string) error {
 //     each returns, its job is put back (an error) or its success recorded.
 //
 // Run returns nil once every handler has returned and its outcome is recorded, or an
-// error if it cannot start (schema not migrated, already run). A caller that cannot wait
+// error if it cannot start (schema not migrated, already run). When the database does not
+// answer during the shutdown, each outcome batch gives up after its 30 s write limit and
+// the put-back of its jobs after 10 s more; Run then returns [ErrOutcomesNotRecorded]
+// (their jobs run again elsewhere once the worker's lease lapses). A caller that cannot wait
 // that long (a deploy with a kill deadline) calls [Worker.StopAndCancel]: Run then
 // returns [ErrHandlersStillRunning] if it gave up on handlers still running, and the
 // process must exit. When Run returns nil, none of its goroutines is left.
@@ -382,6 +385,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.qmu.Unlock()
 	w.logger.Info("skiplock: worker started", "queues", w.queues.Len(), "version", moduleVersion())
 	<-ctx.Done()
+	stranded := w.lease.Stranded()
 	w.qmu.Lock() // a queue change in progress ends first; later ones are refused
 	w.qstate = queuesStopped
 	w.qmu.Unlock()
@@ -390,11 +394,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	if n := w.held().Count(); n > 0 {
 		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
 		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
+	}
+	// The jobs whose outcome the shutdown could not write, nor put them back.
+	if n := w.lease.Stranded() - stranded; n > 0 {
+		w.logger.Error("skiplock: worker stopped without recording the outcomes of some jobs; they run again elsewhere once its lease lapses", "jobs", n)
+		w.runErr = errors.Join(w.runErr, fmt.Errorf("%w: %d job(s) left running under worker %q, neither recorded nor put back: they will run again elsewhere once its lease lapses",
+			ErrOutcomesNotRecorded, n, w.id))
+	}
+	if w.runErr != nil {
 		return w.runErr
 	}
 	w.logger.Info("skiplock: worker stopped")
 	return nil
 }
+
+// ErrOutcomesNotRecorded is returned by [Worker.Run] (and [Worker.StopAndCancel]) when
+// the shutdown could neither write the outcomes of some jobs (their handlers returned)
+// nor put them back in the queue: the database did not answer within the write limits
+// (30 s for an outcome batch, then 10 s to put its jobs back). Its message says how many.
+// Those jobs stay running under this worker, whatever their handlers returned, and run
+// again elsewhere once the worker's lease (its row in the workers table, 10 s) lapses, as
+// a dead worker's jobs do: they run at least once, none is lost. Test for it with
+// [errors.Is].
+var ErrOutcomesNotRecorded = errors.New("skiplock: the worker stopped without recording every outcome")
 
 // ErrHandlersStillRunning is returned by [Worker.StopAndCancel] and [Worker.Run] when the
 // worker stopped without waiting for handlers that ignore their cancelled context. Their
@@ -406,8 +428,9 @@ var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with hand
 // StopAndCancel is the harder stop, for a caller that cannot wait for Run's graceful
 // shutdown (a deploy with a kill deadline): it stops claiming, cancels every handler's
 // context at once (cause: shutdown) and waits for the handlers until ctx ends, then for
-// Run to return. If every handler returned, it returns nil: their jobs were put back or
-// their results recorded, as in a graceful shutdown. If ctx ends first, it gives up:
+// Run to return. If every handler returned, it returns what Run returns: nil when their
+// jobs were put back or their results recorded, as in a graceful shutdown, and
+// [ErrOutcomesNotRecorded] when the database did not answer. If ctx ends first, it gives up:
 // Run stops renewing the worker's leases and ends its worker lease (its row in the
 // workers table), so other workers take its jobs back at once, and both Run and
 // StopAndCancel return an error matching [ErrHandlersStillRunning]. StopAndCancel waits

@@ -895,3 +895,53 @@ func TestWorker_StoppedWhileTheDatabaseIsOutOfReachAtStart(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestWorker_ShutdownOnASilentNetworkReportsUnrecordedOutcomes: a graceful shutdown whose
+// path to the database went silent cannot write the success of a handler that returns
+// during it, nor put the job back. Run says so, with ErrOutcomesNotRecorded naming the
+// one job, instead of nil; the job stays running under the worker (another worker takes
+// it back once the worker's lease lapses). Run returns once the success batch's write
+// limit (30 s, not configurable) and the put-back's have passed: the test takes ~35 s.
+func TestWorker_ShutdownOnASilentNetworkReportsUnrecordedOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, pool := proxiedPool(t, 8)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{ID: "silent", ShutdownTimeout: time.Second,
+		PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[holdArgs]) error {
+		close(started)
+		<-release
+		return nil // a success, within ShutdownTimeout
+	}))
+	job, err := b.client.Enqueue(b.ctx, holdArgs{}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-started
+
+	proxy.Blackhole()
+	cancel()
+	close(release)
+	began := time.Now()
+	select {
+	case err = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	t.Logf("Run returned %v after %s", err, time.Since(began).Round(100*time.Millisecond))
+	require.ErrorIs(t, err, skiplock.ErrOutcomesNotRecorded)
+	assert.Contains(t, err.Error(), "1 job")
+	assert.NotErrorIs(t, err, skiplock.ErrHandlersStillRunning)
+
+	row, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusRunning, row.Status, "neither recorded nor put back")
+	assert.Equal(t, "silent", row.LockedBy)
+	proxy.Restore() // the pool's cleanup then closes its connections at once
+}

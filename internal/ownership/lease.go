@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -143,6 +144,8 @@ type Lease struct {
 	unrecorded  string           // unrecordedSQL, rendered (orphan.go)
 	cancelled   *cancelledLeases // leases of jobs cancelled while they ran (cancelled.go)
 	loop        *lifecycle.Loop
+	// stranded counts the jobs putBack could not put back (Stranded).
+	stranded atomic.Int64
 }
 
 func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {
@@ -293,6 +296,14 @@ const releaseTimeout = 10 * time.Second
 // by shutdown whose handlers have returned.
 func (l *Lease) ReleaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, keys) }
 
+// Stranded returns how many jobs, since the worker started, putBack could not put back
+// (its statement failed within releaseTimeout): jobs whose outcome was not written, or
+// that a shutdown cut off, left running under this worker. While the worker runs, the
+// take-back of its orphans puts them back at a later heartbeat (orphan.go); once it has
+// stopped, other workers take them back when its lease ends (reclaim.go). Run compares
+// it before and after its shutdown.
+func (l *Lease) Stranded() int64 { return l.stranded.Load() }
+
 // putBack runs the put-back statement q (releaseSQL, unrecordedSQL) for keys.
 func (l *Lease) putBack(q string, keys []jobtype.AttemptKey) {
 	if len(keys) == 0 {
@@ -310,6 +321,7 @@ func (l *Lease) putBack(q string, keys []jobtype.AttemptKey) {
 		return err
 	})
 	if err != nil {
+		l.stranded.Add(int64(len(ids)))
 		l.logger.Error("skiplock: putting unfinished jobs back failed; they are taken back once this worker's lease ends (when it stops or dies)",
 			"jobs", len(ids), "err", err)
 		return

@@ -22,6 +22,11 @@ import (
 	"github.com/skiplock/skiplock/internal/waiting"
 )
 
+// WriteTimeout bounds the write of one outcome batch, success or failure, retries
+// included. Past it (the database out of reach), the batch's jobs are put back in the
+// queue (BatchListeners.Unrecorded); at a worker's shutdown, Run waits for it.
+const WriteTimeout = 30 * time.Second
+
 // CompleterLoops is how many success batches may be in flight at once.
 const CompleterLoops = 2
 
@@ -420,7 +425,7 @@ func (c *Completer) SkipFor() { c.skipUntil.Store(time.Now().Add(skipModeFor).Un
 // the successes it passed over.
 func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 	q, args := c.Args(batch, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
 	defer cancel()
 	// recorded[i]: batch[i]'s row was recorded. batch is sorted by id (flushMode): a
 	// returned id is found by a binary search.
@@ -475,7 +480,7 @@ func (c *Completer) writeSkipping(batch []Success) (passed []Success) {
 // write writes batch with the statement that waits for locked rows.
 func (c *Completer) write(batch []Success) {
 	q, args := c.Args(batch, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
 	defer cancel()
 	var n int64
 	var began time.Time

@@ -337,7 +337,7 @@ func (f *FailureRecorder) exec(batch []*failedAttempt) error {
 		ids[i], fences[i] = a.key.ID, a.key.Fence
 	}
 	perJob := perJobValues(batch)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
 	defer cancel()
 	type recorded struct {
 		status string

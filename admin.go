@@ -61,8 +61,12 @@ LIMIT 1`
 // [Client.CancelWorkflow]) it reads the job again every second. It holds one connection
 // of the client's pool while it waits.
 //
-// It returns ctx.Err() when ctx ends first, and [ErrJobNotFound] when there is no such
-// job, or when the job is deleted while Wait waits (by [Client.Delete], or by its success
+// It returns ctx.Err() when ctx ends first, within about half a second, even when the
+// database has stopped answering: it removes its job_waiters row on the way out, and
+// gives up on that after half a second, leaving the row behind (harmless: nothing prunes
+// it, and it costs one notification nobody receives when the job's outcome is recorded).
+// It returns [ErrJobNotFound] when there is no such job, or when the job is deleted while
+// Wait waits (by [Client.Delete], or by its success
 // in the [CompletionDelete] mode, which keeps no result: wait for jobs recorded in the
 // archive or keep modes).
 func (c *Client) Wait(ctx context.Context, id int64) (*JobRow, error) {

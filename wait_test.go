@@ -413,3 +413,57 @@ func TestWaitWorkflow_WokenBySettleAfterALateRegistration(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "succeeded", got.Tasks[0].State)
 }
+
+// Wait returns within half a second of its deadline even when its path to the database
+// went silent while it waited: its cleanup (removing its job_waiters row) gets half a
+// second once ctx has ended, no more. It took the full five seconds of the cleanup's
+// limit before (a 1 s deadline returned after 6 s). With the path healthy the same
+// cleanup removes the row; with the path silent the row stays behind (nothing prunes
+// job_waiters: a row without its waiter costs a notification when its job's outcome is
+// recorded).
+func TestWait_ReturnsSoonAfterItsDeadlineWhenThePathGoesSilent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		silent bool
+		rows   int // the waiter's rows left after it returned
+	}{
+		{"healthy", false, 0},
+		{"silent", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			proxy, pool := proxiedPool(t, 2)
+			waiter, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+			require.NoError(t, err)
+			skiplock.SetWaitPoll(waiter, time.Hour)                // it sits in its wait for a notification
+			row, err := b.client.Enqueue(b.ctx, waitedArgs{}, nil) // no worker: it never runs
+			require.NoError(t, err)
+
+			deadline := time.Now().Add(1500 * time.Millisecond)
+			ctx, cancel := context.WithDeadline(b.ctx, deadline)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := waiter.Wait(ctx, row.ID); done <- err }()
+			eventually(t, 10*time.Second, func() bool {
+				return b.count(t, `SELECT count(*) FROM {s}.job_waiters WHERE job_id = $1`, row.ID) == 1
+			}, "the wait registered")
+			require.True(t, time.Now().Before(deadline), "registered before the deadline")
+			if tc.silent {
+				proxy.Blackhole()
+				defer proxy.Restore() // the pool's cleanup then closes its connections at once
+			}
+			select {
+			case err := <-done:
+				late := time.Since(deadline)
+				t.Logf("Wait returned %s after its deadline", late.Round(10*time.Millisecond))
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.Less(t, late, time.Second, "Wait returned long after its deadline")
+			case <-time.After(20 * time.Second):
+				t.Fatal("Wait did not return")
+			}
+			assert.Equal(t, tc.rows, b.count(t, `SELECT count(*) FROM {s}.job_waiters`))
+		})
+	}
+}

@@ -69,7 +69,8 @@ func (c *Client) readWorkflow(ctx context.Context, db interface {
 // failed, dead or cancelled, or the task settled without a job — and returns the
 // workflow (as [Client.GetWorkflow] does). It waits like [Client.Wait]: woken by the
 // notification of each task's outcome, from any process, reading again every second
-// without one. It returns ctx.Err() when ctx ends first, and an error matching
+// without one. It returns ctx.Err() when ctx ends first (within about half a second,
+// as Wait does, even when the database has stopped answering), and an error matching
 // [ErrWorkflowNotFound] when there is no such workflow (or it is purged meanwhile).
 func (c *Client) WaitWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
 	var out *WorkflowInfo

@@ -257,17 +257,43 @@ func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) 
 	}
 }
 
+// The limits of a waiter's cleanup.
+const (
+	// cleanupTimeout bounds the cleanup of a wait that ended on its own (done, or an
+	// error), while its caller's ctx still runs.
+	cleanupTimeout = 5 * time.Second
+	// lateCleanupTimeout bounds the cleanup of a wait whose ctx has ended: Wait owes its
+	// caller a prompt return, and a reachable database removes the rows in about a
+	// millisecond. On a silent path (a black hole, a dead NAT entry) the statement would
+	// wait out cleanupTimeout: the rows stay behind instead (see cleanup).
+	lateCleanupTimeout = 500 * time.Millisecond
+)
+
 // cleanup removes waiter me's rows and the LISTEN, drops the notifications left on conn,
 // and gives conn back to the pool; a connection that fails any of it is closed instead.
+// It runs in Wait's goroutine, within cleanupTimeout, or lateCleanupTimeout when ctx
+// has ended, so Wait returns at most that long after ctx ends. The bound is set on the
+// connection itself too: it holds whatever the pool's context watcher does with a
+// cancelled context. Rows it could not remove in time stay in job_waiters; nothing
+// prunes them. They are harmless: a row without its waiter only makes the batch that
+// records its job's outcome send one notification nobody waits for.
 func (w *Waiter) cleanup(ctx context.Context, conn *pgxpool.Conn, me int64) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	limit := cleanupTimeout
+	if ctx.Err() != nil {
+		limit = lateCleanupTimeout
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	c := conn.Conn()
 	ok := !c.IsClosed()
 	var db interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	} = c
-	if !ok {
+	if ok {
+		// Cleared below before the connection goes back; a statement it ends closes
+		// the connection (pgconn does, on a failed read).
+		_ = c.PgConn().Conn().SetDeadline(time.Now().Add(limit))
+	} else {
 		db = w.Pool // the rows must go all the same
 	}
 	if _, err := db.Exec(cctx, pgutil.Render(w.Schema, unregisterSQL), me); err != nil {
@@ -287,6 +313,7 @@ func (w *Waiter) cleanup(ctx context.Context, conn *pgxpool.Conn, me int64) {
 				break
 			}
 		}
+		ok = c.PgConn().Conn().SetDeadline(time.Time{}) == nil
 	}
 	if !ok && !c.IsClosed() {
 		_ = c.Close(cctx)

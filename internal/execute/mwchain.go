@@ -61,14 +61,7 @@ func (h ErrorHook) JobFinished(ctx context.Context, job *jobtype.JobRow, res job
 
 // handleError calls eh's HandleError, recovering a panic in it, which it logs.
 func handleError(ctx context.Context, logger *slog.Logger, eh jobtype.ErrorHandler, job *jobtype.JobRow, res jobtype.JobResult) {
-	defer func() {
-		if r := recover(); r != nil {
-			logger.Error("skiplock: an error handler's HandleError panicked; the panic is ignored",
-				"job", job.ID, "kind", job.Kind, "attempt", job.Attempts, "handler", fmt.Sprintf("%T", eh),
-				"panic", r, "stack", string(debug.Stack()))
-		}
-	}()
-	eh.HandleError(ctx, job, res.Status, res.Err)
+	callErrorHandler(logger, "HandleError", eh, job, func() { eh.HandleError(ctx, job, res.Status, res.Err) })
 }
 
 // stuck tells the error handlers of a handler running past its timeout (execute.go). It
@@ -76,18 +69,19 @@ func handleError(ctx context.Context, logger *slog.Logger, eh jobtype.ErrorHandl
 // skipped, not left to end the process.
 func (m *Middlewares) stuck(ctx context.Context, logger *slog.Logger, job *jobtype.JobRow, timeout time.Duration) {
 	for _, eh := range m.Errs {
-		handleStuck(ctx, logger, eh, job, timeout)
+		callErrorHandler(logger, "HandleStuck", eh, job, func() { eh.HandleStuck(context.WithoutCancel(ctx), job, timeout) })
 	}
 }
 
-// handleStuck calls eh's HandleStuck, recovering a panic in it, which it logs.
-func handleStuck(ctx context.Context, logger *slog.Logger, eh jobtype.ErrorHandler, job *jobtype.JobRow, timeout time.Duration) {
+// callErrorHandler runs call, eh's method method about job, recovering a panic in it,
+// which it logs: the outcome is decided already, and the other handlers are still told.
+func callErrorHandler(logger *slog.Logger, method string, eh jobtype.ErrorHandler, job *jobtype.JobRow, call func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			logger.Error("skiplock: an error handler's HandleStuck panicked; the panic is ignored",
+			logger.Error("skiplock: an error handler's "+method+" panicked; the panic is ignored",
 				"job", job.ID, "kind", job.Kind, "attempt", job.Attempts, "handler", fmt.Sprintf("%T", eh),
 				"panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	eh.HandleStuck(context.WithoutCancel(ctx), job, timeout)
+	call()
 }

@@ -191,3 +191,37 @@ func TestEncrypt_RefusedWithNothingWritten(t *testing.T) {
 		assert.Error(t, err, name)
 	}
 }
+
+// Client.Update's new Args for an encrypted job are sealed as an enqueue seals them: a
+// job sealed at enqueue stays sealed, and so does every job of a kind that always
+// encrypts. A client without a keyring is refused instead of writing plaintext.
+func TestEncrypt_UpdateSealsTheNewArgsOfAnEncryptedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ring := keyring(t, "k1")
+	c := clientWith(t, b, skiplock.Config{Keyring: ring})
+	sealedJob, err := c.Enqueue(b.ctx, secretArgs{Card: "4111-old"}, &skiplock.EnqueueOptions{Encrypt: true})
+	require.NoError(t, err)
+	kindJob, err := c.Enqueue(b.ctx, alwaysSealed{Token: "4111-tok-old"}, nil)
+	require.NoError(t, err)
+
+	_, err = c.Update(b.ctx, sealedJob.ID, skiplock.JobUpdate{Args: secretArgs{Card: "4111-new"}})
+	require.NoError(t, err)
+	_, err = c.Update(b.ctx, kindJob.ID, skiplock.JobUpdate{Args: alwaysSealed{Token: "4111-tok-new"}})
+	require.NoError(t, err)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload::text LIKE '%4111%'`), "plaintext args in the jobs table")
+	for id, want := range map[int64]string{sealedJob.ID: `{"card": "4111-new"}`, kindJob.ID: `{"token": "4111-tok-new"}`} {
+		got, err := c.Get(b.ctx, id)
+		require.NoError(t, err)
+		key, ok := skiplock.SealedKey(got.Payload)
+		assert.True(t, ok && key == "k1", "job %d is sealed with the current key", id)
+		plain, err := ring.Open(got.Kind, got.Payload)
+		require.NoError(t, err)
+		assert.JSONEq(t, want, string(plain), "job %d has the new args", id)
+	}
+
+	// A client that cannot seal does not write the new args in plaintext.
+	_, err = b.client.Update(b.ctx, sealedJob.ID, skiplock.JobUpdate{Args: secretArgs{Card: "4111-leak"}})
+	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload::text LIKE '%4111%'`), "plaintext args in the jobs table")
+}

@@ -32,7 +32,10 @@ type JobUpdate struct {
 	Priority *int
 	// Queue, when not empty, moves the job to that queue.
 	Queue string
-	// Args, when not nil, replaces the job's args. Its Kind must be the job's kind.
+	// Args, when not nil, replaces the job's args. Its Kind must be the job's kind. The
+	// new args are sealed with the client's [Keyring] when the job's args are encrypted
+	// or its kind always encrypts ([EnqueueOptions].Encrypt); without a keyring such an
+	// edit is refused.
 	Args JobArgs
 	// Metadata, when not nil, replaces the job's metadata (skiplock's own marks of a
 	// workflow task, a batch or a sequence are kept); an empty map clears it.
@@ -40,7 +43,8 @@ type JobUpdate struct {
 }
 
 // updateSQL edits job $1 unless it is running or final: run_at ($2: now(); else $3 when
-// not NULL), priority $4, queue $5, payload $6 (only for kind $7) and metadata $8 (the
+// not NULL), priority $4, queue $5, payload $6 (only for kind $7, and only while the
+// payload is still $10, the one read to decide whether to seal $6) and metadata $8 (the
 // caller's keys, over skiplock's own marks, which stay), each when not NULL. The run_at
 // of a job that waits for its dependencies (EnqueueOptions.DependsOn: a job_waits row)
 // is not changed: its wait holds it, and its last parent's success sets it. A claim that
@@ -59,7 +63,7 @@ const updateSQL = `WITH u AS (
 			ELSE $8::jsonb || coalesce((SELECT jsonb_object_agg(k, v) FROM jsonb_each(metadata) AS m(k, v)
 				WHERE starts_with(k, '` + reservedMetadataPrefix + `')), '{}') END
 			|| jsonb_build_object('` + metaEdited + `', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-	WHERE id = $1 AND status IN ('queued', 'dead', 'failed') AND ($6::jsonb IS NULL OR kind = $7)
+	WHERE id = $1 AND status IN ('queued', 'dead', 'failed') AND ($6::jsonb IS NULL OR kind = $7 AND payload = $10::jsonb)
 		AND (NOT $2 AND $3::timestamptz IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.job_waits w WHERE w.job_id = $1))
 	RETURNING ` + jobColumns + `
 )
@@ -81,7 +85,7 @@ const metaEdited = "skiplock_edited_at"
 // (which then runs the edited job) or the claim comes first and Update returns
 // [ErrJobRunning]. Editing a unique job's args does not change its unique key.
 func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, error) {
-	args, err := c.updateArgs(u)
+	args, err := c.updateArgs(ctx, id, u)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +120,10 @@ func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, er
 }
 
 // updateArgs checks u as an enqueue checks its options and args, and returns updateSQL's
-// arguments from $2 (the channel last).
-func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
+// arguments from $2 (the channel, then the payload read). New args are sealed when the
+// job's stored args are (read here; updateSQL changes them only while they are still
+// what was read) or when their kind always encrypts.
+func (c *Client) updateArgs(ctx context.Context, id int64, u JobUpdate) ([]any, error) {
 	if u.RunNow && !u.RunAt.IsZero() {
 		return nil, invalidUpdate("JobUpdate sets both RunNow and RunAt: set one")
 	}
@@ -133,7 +139,7 @@ func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var runAt, priority, queue, payload, kind, metadata any
+	var runAt, priority, queue, payload, kind, metadata, stored any
 	if !u.RunAt.IsZero() {
 		runAt = u.RunAt
 	}
@@ -144,7 +150,24 @@ func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
 		queue = u.Queue
 	}
 	if u.Args != nil {
+		var was []byte
+		err := c.pool.QueryRow(ctx, c.db.Render(`SELECT payload FROM {s}.jobs WHERE id = $1`), id).Scan(&was)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, c.wrapErr("update", err)
+		}
+		if key, sealed := SealedKey(was); sealed {
+			if c.keyring == nil {
+				return nil, invalidUpdate("job %d's args are encrypted (key %q): new Args need a client with Config.Keyring, which seals them", id, key)
+			}
+			j.Sealer = c.keyring.Seal
+		}
+		if err := j.Seal(c.maxBytes); err != nil {
+			return nil, err
+		}
 		payload, kind = string(j.Payload), j.Kind
+		if was != nil { // else no such job: the UPDATE changes nothing, and Update says why
+			stored = string(was)
+		}
 	}
 	if u.Metadata != nil {
 		b, err := enqueue.EncodeMetadata(u.Metadata)
@@ -153,7 +176,7 @@ func (c *Client) updateArgs(u JobUpdate) ([]any, error) {
 		}
 		metadata = string(b)
 	}
-	return []any{u.RunNow, runAt, priority, queue, payload, kind, metadata, c.db.Channel}, nil
+	return []any{u.RunNow, runAt, priority, queue, payload, kind, metadata, c.db.Channel, stored}, nil
 }
 
 // updateError is a JobUpdate that [Client.Update] refuses by itself (not as an enqueue

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -71,6 +72,50 @@ func TestUnique_ConcurrentEnqueuesLeaveOneRow(t *testing.T) {
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "exactly one row")
 	assert.Len(t, ids, 1, "every call returns the same job")
 	assert.Equal(t, 1, inserted, "one call inserted, the others were told Duplicate")
+}
+
+// A server (or role) whose default isolation is REPEATABLE READ runs Enqueue's unique
+// insert at that level: a holder committed after the statement began is still a
+// duplicate, not a serialization failure. Not parallel, as the test above.
+func TestUnique_ConcurrentEnqueuesUnderARepeatableReadDefaultAreDuplicates(t *testing.T) {
+	b := setup(t)
+	pool := newPoolWith(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 17
+		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	})
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ByArgs: true}}
+
+	const rounds, n = 20, 16
+	for round := range rounds {
+		var (
+			start    = make(chan struct{})
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			inserted int
+		)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				job, err := client.Enqueue(b.ctx, emailArgs{OrderID: int64(round), To: "a@example.com"}, opts)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !job.Duplicate {
+					inserted++
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		assert.Equal(t, 1, inserted, "round %d: one call inserted, the others were told Duplicate", round)
+	}
+	assert.Equal(t, rounds, b.count(t, `SELECT count(*) FROM {s}.jobs`), "one row per key")
 }
 
 func TestUnique_ByArgsIsCanonicalAndByFields(t *testing.T) {

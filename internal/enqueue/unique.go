@@ -22,7 +22,10 @@ import (
 // serialization failure, which would abort the caller's transaction. So inside the
 // caller's transaction the insert runs only when the transaction is READ COMMITTED (the
 // statement checks; no round trip is added); otherwise, once the lookup has found no
-// visible holder, it runs again inside a savepoint that absorbs such a failure.
+// visible holder, it runs again inside a savepoint that absorbs such a failure. Outside
+// the caller's transaction the statement is a transaction of its own, at the server's
+// (or the role's) default isolation: there such a failure is only a holder that
+// committed after the statement began, which the lookup that follows finds.
 func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, notify, callerTx bool) (*jobtype.JobRow, error) {
 	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, *j.UniqueKey, j.UniqueStates, j.TimeoutMs, j.metadataText(), j.PartitionKey, j.ConcurrencyKeys}
 	if notify {
@@ -36,7 +39,7 @@ func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, noti
 		if err == nil {
 			return row, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if !errors.Is(err, pgx.ErrNoRows) && (callerTx || !isSerializationFailure(err)) {
 			return nil, wrapErr(w.schema, "enqueue", err)
 		}
 		existing, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.findUnique, *j.UniqueKey, j.UniqueStates))
@@ -92,6 +95,12 @@ func (w *writer) insertUniqueSavepoint(ctx context.Context, db jobtype.DBTX, j *
 		return nil, wrapErr(w.schema, "enqueue", err)
 	}
 	return row, nil
+}
+
+// isSerializationFailure reports whether err is Postgres's serialization_failure (40001).
+func isSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40001"
 }
 
 // duplicate returns the job that holds a key as the answer to a duplicate enqueue. A

@@ -18,7 +18,9 @@ import (
 //
 // Active jobs (queued, running) are arbitrated by a unique index, so concurrent enqueues
 // from any number of transactions leave one row. Finished states that count are looked
-// up by the same statement among the finished jobs of the jobs table and the archive.
+// up by the same statement among the finished jobs of the jobs table and the archive,
+// and once more after the insert, in its transaction, for a holder that finished while
+// the insert waited on it (a round trip more; see docs/enqueueing.md).
 //
 // The zero value means: unique by kind alone, among queued and running jobs.
 type UniqueOpts struct {

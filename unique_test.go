@@ -1,6 +1,7 @@
 package skiplock_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -300,5 +301,63 @@ func TestRequeue_SkipsHeldUniqueKeys(t *testing.T) {
 		j, err := b.client.Get(b.ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, want, j.Status, "job %d", id)
+	}
+}
+
+// A holder that is running when a unique enqueue whose States count succeeded begins, and
+// succeeds while that enqueue waits on it, still blocks it: the enqueue answers with the
+// archived holder and writes no second job.
+func TestUnique_AHolderThatSucceedsDuringTheEnqueueStillCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, inTx := range []bool{false, true} {
+		opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ByArgs: true,
+			States: []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusSucceeded}}}
+		args := emailArgs{OrderID: 99, To: fmt.Sprintf("in-tx-%t", inTx)}
+		holder, err := b.client.Enqueue(b.ctx, args, opts)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w', attempts = 1 WHERE id = $1`), holder.ID)
+		require.NoError(t, err)
+
+		// The completer's move to the archive, held open while the enqueue starts.
+		done, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = done.Exec(b.ctx, b.q(`WITH done AS (DELETE FROM {s}.jobs WHERE id = $1 RETURNING *)
+INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	locked_by, last_error, errors, unique_key, created_at, finished_at)
+SELECT id, queue, kind, payload, 'succeeded', priority, run_at, 1, max_attempts,
+	locked_by, last_error, errors, unique_key, created_at, now() FROM done`), holder.ID)
+		require.NoError(t, err)
+
+		type result struct {
+			job *skiplock.JobRow
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			var r result
+			if inTx {
+				r.err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+					r.job, r.err = b.client.EnqueueTx(b.ctx, tx, args, opts)
+					return r.err
+				})
+			} else {
+				r.job, r.err = b.client.Enqueue(b.ctx, args, opts)
+			}
+			res <- r
+		}()
+		eventually(t, 10*time.Second, func() bool {
+			var waiting int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "' || $1 || '".jobs%'`, b.schema).Scan(&waiting))
+			return waiting == 1
+		}, "the enqueue waits on the holder's row")
+		require.NoError(t, done.Commit(b.ctx))
+
+		r := <-res
+		require.NoError(t, r.err, "in tx: %t", inTx)
+		assert.True(t, r.job.Duplicate, "in tx %t: the succeeded holder blocks the key", inTx)
+		assert.Equal(t, holder.ID, r.job.ID, "in tx %t", inTx)
+		assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->>'to' = $1`, args.To), "in tx %t: no second job", inTx)
 	}
 }

@@ -6,6 +6,7 @@ package enqueue
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/notify"
@@ -37,6 +38,23 @@ func (w *writer) enqueueAlone(ctx context.Context, j *Job) (*jobtype.JobRow, err
 // insertOne writes one prepared job through db. callerTx says db is the caller's
 // transaction, whose isolation level this cannot know (see insertUnique).
 func (w *writer) insertOne(ctx context.Context, db jobtype.DBTX, j *Job, notify, callerTx bool) (*jobtype.JobRow, error) {
+	if j.UniqueKey != nil && !callerTx && j.UniqueStates != nil {
+		// Finished states count: the insert and the look-up after it (insertUnique) share
+		// a transaction, so a job the look-up finds a holder for is never seen.
+		var row *jobtype.JobRow
+		var insErr error // insertUnique's, wrapped already
+		err := pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			row, insErr = w.insertUnique(ctx, tx, j, notify, false)
+			return insErr
+		})
+		switch {
+		case insErr != nil:
+			return nil, insErr
+		case err != nil: // begin or commit
+			return nil, wrapErr(w.schema, "enqueue", err)
+		}
+		return row, nil
+	}
 	if j.UniqueKey != nil {
 		return w.insertUnique(ctx, db, j, notify, callerTx)
 	}
@@ -63,6 +81,9 @@ type statements struct {
 	// insertUnnest[gated]: the bulk insert with unique keys.
 	insertUnnest [2]string
 	findUnique   string
+	// findFinished and deleteInserted undo an insert whose key a finished job holds
+	// (recheckFinished).
+	findFinished, deleteInserted string
 }
 
 func newStatements(schema string) statements {
@@ -74,8 +95,10 @@ func newStatements(schema string) statements {
 			{r(insertUniqueSQL(false, false)), r(insertUniqueSQL(false, true))},
 			{r(insertUniqueSQL(true, false)), r(insertUniqueSQL(true, true))},
 		},
-		insertUnnest: [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
-		findUnique:   r(findUniqueSQL),
+		insertUnnest:   [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
+		findUnique:     r(findUniqueSQL),
+		findFinished:   r(findFinishedSQL),
+		deleteInserted: r(deleteInsertedSQL),
 	}
 }
 

@@ -37,7 +37,7 @@ func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, noti
 	for range 3 {
 		row, err := jobtype.ScanJob(db.QueryRow(ctx, q, args...))
 		if err == nil {
-			return row, nil
+			return w.recheckFinished(ctx, db, j, row)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) && (callerTx || !isSerializationFailure(err)) {
 			return nil, wrapErr(w.schema, "enqueue", err)
@@ -63,6 +63,31 @@ func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, noti
 		}
 	}
 	return nil, fmt.Errorf("%w: key %q: the job holding it keeps changing state; try again", ErrDuplicateJob, *j.UniqueKey)
+}
+
+// recheckFinished looks, once row is inserted, for a finished holder of j's key in a state
+// that counts, and when there is one deletes row and answers with the holder. The insert's
+// own look-up ran on the statement's snapshot, taken before the insert waited on an active
+// holder whose transaction then finished it (the completer's move to the archive): the
+// ON CONFLICT then found no active holder and the look-up had not seen the finished one.
+// Under READ COMMITTED this statement's snapshot sees it. db is a transaction (the
+// caller's, or enqueueAlone's own: insertOne), so the row was never visible to anyone
+// else. It costs a round trip, only when finished states count.
+func (w *writer) recheckFinished(ctx context.Context, db jobtype.DBTX, j *Job, row *jobtype.JobRow) (*jobtype.JobRow, error) {
+	if j.UniqueStates == nil {
+		return row, nil
+	}
+	existing, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.findFinished, *j.UniqueKey, j.UniqueStates))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, nil
+	}
+	if err != nil {
+		return nil, wrapErr(w.schema, "enqueue", err)
+	}
+	if _, err := db.Exec(ctx, w.sql.deleteInserted, row.ID); err != nil {
+		return nil, wrapErr(w.schema, "enqueue", err)
+	}
+	return w.duplicate(j, existing)
 }
 
 // insertUniqueSavepoint is the unique insert in a transaction that is not READ COMMITTED:
@@ -170,3 +195,16 @@ UNION ALL
 (SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive
 	WHERE unique_key = $1 AND status = ANY ($2::text[]) ORDER BY id DESC LIMIT 1)
 LIMIT 1`
+
+// findFinishedSQL returns a finished job holding key $1 in a state of $2 that counts,
+// from the hot table or the archive (recheckFinished).
+const findFinishedSQL = `(SELECT ` + jobColumns + ` FROM {s}.jobs
+	WHERE unique_key = $1 AND status NOT IN ('queued', 'running') AND status = ANY ($2::text[])
+	ORDER BY id DESC LIMIT 1)
+UNION ALL
+(SELECT ` + archiveJobColumns + ` FROM {s}.jobs_archive
+	WHERE unique_key = $1 AND status = ANY ($2::text[]) ORDER BY id DESC LIMIT 1)
+LIMIT 1`
+
+// deleteInsertedSQL removes a job this transaction has just inserted (recheckFinished).
+const deleteInsertedSQL = `DELETE FROM {s}.jobs WHERE id = $1`

@@ -337,6 +337,12 @@ func (j *Job) Seal(maxBytes int) error {
 	if maxBytes > 0 && len(sealed) > maxBytes {
 		return fmt.Errorf("%w: kind %q: %d bytes once encrypted, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, j.Kind, len(sealed), maxBytes)
 	}
+	// With no limit of the caller's, the sealed form (a third larger) may pass what
+	// jsonb holds though the args did not: refused here, not by the server, which would
+	// abort the caller's transaction.
+	if err := pgutil.CheckJSONBSize(sealed); err != nil {
+		return fmt.Errorf("%w: kind %q: once encrypted: %v", ErrPayloadTooLarge, j.Kind, err)
+	}
 	j.Payload, j.Sealer = sealed, nil
 	return nil
 }

@@ -212,6 +212,16 @@ func checkNumeric(b []byte) (int, error) {
 	return i, nil
 }
 
+// CheckJSONBSize is CheckJSONB's size check alone, for JSON skiplock wrote itself (a
+// sealed payload): a document of more than jsonbSizeSafe bytes holding a string, array
+// or object larger than jsonb stores is refused with an error wrapping ErrJSONBTooLarge.
+func CheckJSONBSize(b []byte) error {
+	if len(b) > jsonbSizeSafe {
+		return checkJSONBSize(b, jsonbMaxLen)
+	}
+	return nil
+}
+
 // checkJSONBSize checks that no string, array or object of the valid, compact JSON b
 // takes more than limit bytes as jsonb, by an upper bound of what each one takes there
 // (Postgres's convertToJsonb): a string its bytes in the JSON (escapes only shrink);

@@ -716,3 +716,56 @@ func TestStepTx_StaleAttemptCommitsNothing(t *testing.T) {
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps`), "the stale step was recorded")
 	waitStatus(t, b, job.ID, skiplock.StatusCancelled, 30*time.Second, "the job stays cancelled")
 }
+
+type failedCommitArgs struct{}
+
+func (failedCommitArgs) Kind() string { return "failed_commit" }
+
+// A StepTx whose commit fails (here a deferred constraint, checked at commit) records
+// nothing and gives its place back: the same run's next try of the step runs its function
+// again and is recorded at that place, not handed the result that never committed.
+func TestStepTx_FailedCommitIsNotReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.once (v int UNIQUE DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO {s}.once VALUES (1)`))
+	require.NoError(t, err)
+	w := durableWorker(t, b, skiplock.WorkerConfig{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[failedCommitArgs]) error {
+		var err error
+		for try := 0; try < 2; try++ {
+			_, err = skiplock.StepTx(ctx, "charge", func(ctx context.Context, tx pgx.Tx) (int, error) {
+				if try == 0 { // a duplicate, refused only at commit
+					if _, err := tx.Exec(ctx, b.q(`INSERT INTO {s}.once VALUES (1)`)); err != nil {
+						return 0, err
+					}
+				}
+				return 40 + try, audit(ctx, b, tx, job.JobRow, "charge")
+			})
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return skiplock.Permanent(err)
+		}
+		_, err = skiplock.StepTx(ctx, "ship", func(ctx context.Context, tx pgx.Tx) (bool, error) {
+			return true, audit(ctx, b, tx, job.JobRow, "ship")
+		})
+		return err
+	}))
+	job, err := b.client.Enqueue(b.ctx, failedCommitArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the job succeeded")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE step = 'charge'`), "the second try of charge did not run")
+	steps, err := b.client.Steps(b.ctx, job.ID)
+	require.NoError(t, err)
+	require.Len(t, steps, 2, "charge was not recorded")
+	assert.Equal(t, "charge", steps[0].Name)
+	assert.Equal(t, 0, steps[0].Seq)
+	assert.Equal(t, json.RawMessage(`41`), steps[0].Result)
+	assert.Equal(t, "ship", steps[1].Name)
+	assert.Equal(t, 1, steps[1].Seq)
+}

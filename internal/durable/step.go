@@ -36,6 +36,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		r.release(seq)
 		return zero, err
 	}
+	r.store(seq, recorded{name: name, kind: KindStep, result: b, finished: true})
 	return v, nil
 }
 
@@ -106,7 +107,8 @@ func (r *run) encode(name string, v any) (json.RawMessage, error) {
 
 // runTx runs fn in a transaction and records the step at seq with the result fn
 // returns, in the same transaction, fenced on the attempt. A stale attempt commits
-// nothing and gets ErrAttemptLost.
+// nothing and gets ErrAttemptLost. The run keeps the record only once the commit
+// succeeded: a failed commit leaves the place free for the next call.
 func (r *run) runTx(ctx context.Context, seq int, name string, fn func(context.Context, pgx.Tx) (json.RawMessage, error)) error {
 	tx, err := r.e.db.Pool.Begin(ctx)
 	if err != nil {
@@ -124,6 +126,7 @@ func (r *run) runTx(ctx context.Context, seq int, name string, fn func(context.C
 	if err := tx.Commit(ctx); err != nil {
 		return r.e.db.WrapErr(fmt.Sprintf("StepTx %q: commit", name), err)
 	}
+	r.store(seq, recorded{name: name, kind: KindStep, result: b, finished: true})
 	return nil
 }
 
@@ -145,7 +148,7 @@ SELECT $1, $4, $5, 'step', $6::jsonb, attempts, clock_timestamp() - $7::bigint *
 FROM j`
 
 // record writes the step at seq with result b on db (the pool, or StepTx's transaction),
-// fenced on the attempt.
+// fenced on the attempt. The caller keeps it in the run (store) once it committed.
 func (r *run) record(ctx context.Context, db jobtype.DBTX, seq int, name string, b json.RawMessage, took time.Duration) error {
 	// As text: the simple and exec protocols (PgBouncer setups) would send []byte as bytea.
 	tag, err := db.Exec(ctx, r.e.sql.record, r.row.ID, r.row.Fence, r.e.workerID, seq, name, string(b), took.Microseconds())
@@ -155,7 +158,6 @@ func (r *run) record(ctx context.Context, db jobtype.DBTX, seq int, name string,
 	if tag.RowsAffected() == 0 {
 		return lost(r.row, name)
 	}
-	r.store(seq, recorded{name: name, kind: KindStep, result: b, finished: true})
 	return nil
 }
 

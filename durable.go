@@ -107,7 +107,10 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 // error wrapping [ErrSuspended] that the handler returns. When the job runs again, its
 // handler runs from the top (recorded steps return their results) and the same Sleep
 // returns nil once the wake-up time has passed. The job resumes within the worker's
-// PollInterval after it. d <= 0 returns nil at once, recorded.
+// PollInterval after it. d <= 0 returns nil at once, recorded. A job whose deadline
+// ([EnqueueOptions].Deadline) comes before the wake-up is due at the deadline instead,
+// and ends failed then, as no attempt may start after it; so does a parked [AwaitSignal]
+// that no signal woke by then.
 func Sleep(ctx context.Context, d time.Duration) error {
 	return durable.Sleep(ctx, d)
 }

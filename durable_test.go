@@ -769,3 +769,42 @@ func TestStepTx_FailedCommitIsNotReplayed(t *testing.T) {
 	assert.Equal(t, "ship", steps[1].Name)
 	assert.Equal(t, 1, steps[1].Seq)
 }
+
+type sleepPastDeadlineArgs struct {
+	Wait bool `json:"wait"` // AwaitSignal without a timeout instead of Sleep
+}
+
+func (sleepPastDeadlineArgs) Kind() string { return "sleep_past_deadline" }
+
+// A sleep or a signal wait that would end after the job's deadline parks the job only
+// until the deadline: it then ends failed, no attempt started after it, rather than staying
+// queued until a wake-up when it can no longer run.
+func TestSleep_PastTheDeadlineEndsTheJobAtIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	w := durableWorker(t, b, skiplock.WorkerConfig{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[sleepPastDeadlineArgs]) error {
+		if err := audit(ctx, b, b.pool, job.JobRow, "run"); err != nil {
+			return err
+		}
+		if job.Args.Wait {
+			_, err := skiplock.AwaitSignal(ctx, "approve", 0)
+			return err
+		}
+		return skiplock.Sleep(ctx, time.Hour)
+	}))
+	runWorker(t, w)
+	for _, wait := range []bool{false, true} {
+		row, err := b.client.Enqueue(b.ctx, sleepPastDeadlineArgs{Wait: wait}, &skiplock.EnqueueOptions{
+			Deadline: dbNow(t, b).Add(2 * time.Second)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		row, err = b.client.Wait(ctx, row.ID)
+		cancel()
+		require.NoError(t, err, "the job (wait %v) was still queued long after its deadline", wait)
+		assert.Equal(t, skiplock.StatusFailed, row.Status)
+		assert.Contains(t, row.LastError, "deadline exceeded")
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1`, row.ID), "the job ran after its deadline")
+	}
+}

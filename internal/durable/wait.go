@@ -192,8 +192,14 @@ func (r *run) beginWait(ctx context.Context, tx pgx.Tx, seq int, rec *recorded, 
 }
 
 // park ends the attempt: the job is queued again at wake, its attempt given back,
-// waiting for the signal awaiting (nil: none). tx holds the job's row lock.
+// waiting for the signal awaiting (nil: none). tx holds the job's row lock. A job with a
+// deadline before wake is due at the deadline instead: no attempt may start after it, so
+// the worker that claims it then ends it failed, rather than leaving it queued until a
+// wake-up when it can no longer run (a signal before the deadline still wakes it).
 func (r *run) park(ctx context.Context, tx pgx.Tx, wake time.Time, awaiting *string) error {
+	if d := r.row.Deadline; !d.IsZero() && d.Before(wake) {
+		wake = d
+	}
 	tag, err := tx.Exec(ctx, r.e.sql.park, r.row.ID, r.row.Fence, wake, awaiting)
 	if err != nil {
 		return r.e.db.WrapErr("parking the job", err)

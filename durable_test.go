@@ -808,3 +808,63 @@ func TestSleep_PastTheDeadlineEndsTheJobAtIt(t *testing.T) {
 		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE job_id = $1`, row.ID), "the job ran after its deadline")
 	}
 }
+
+type panickyStepArgs struct{}
+
+func (panickyStepArgs) Kind() string { return "panicky_step" }
+
+// A step whose function panics, recovered by the handler, gives its place back as a step
+// that failed does: the handler's next try of it records at that place, and the next
+// attempt replays the steps at their places and records a new one after them.
+func TestStep_PanickingStepGivesItsPlaceBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	w := durableWorker(t, b, skiplock.WorkerConfig{RetryPolicy: fixedDelay(10 * time.Millisecond)})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[panickyStepArgs]) error {
+		try := func(boom bool) (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("step panicked: %v", p)
+				}
+			}()
+			_, err = skiplock.Step(ctx, "fetch", func(ctx context.Context) (int, error) {
+				if boom {
+					panic("boom")
+				}
+				return 7, audit(ctx, b, b.pool, job.JobRow, "fetch")
+			})
+			return err
+		}
+		if job.Attempts == 1 && try(true) == nil {
+			return skiplock.Permanent(errors.New("the first try did not panic"))
+		}
+		if err := try(false); err != nil {
+			return err
+		}
+		if _, err := skiplock.StepTx(ctx, "store", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			return 8, audit(ctx, b, tx, job.JobRow, "store")
+		}); err != nil {
+			return err
+		}
+		if job.Attempts == 1 {
+			return errors.New("try again")
+		}
+		_, err := skiplock.StepTx(ctx, "ship", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			return 9, audit(ctx, b, tx, job.JobRow, "ship")
+		})
+		return err
+	}))
+	job, err := b.client.Enqueue(b.ctx, panickyStepArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the job succeeded at its second attempt")
+	steps, err := b.client.Steps(b.ctx, job.ID)
+	require.NoError(t, err)
+	require.Len(t, steps, 3)
+	for i, name := range []string{"fetch", "store", "ship"} {
+		assert.Equal(t, name, steps[i].Name)
+		assert.Equal(t, i, steps[i].Seq)
+	}
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE step = 'store'`))
+}

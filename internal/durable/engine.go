@@ -109,6 +109,18 @@ func (r *run) release(seq int) {
 	r.mu.Unlock()
 }
 
+// releaseOnPanic gives back the place seq when its step's function panics, and lets the
+// panic go on: a handler that recovers and calls its next durable call gets that place,
+// as after a step that returned an error, rather than leaving a hole in the job's places
+// that would shift every later record by one at the next attempt. Deferred by Step and
+// StepTx.
+func (r *run) releaseOnPanic(seq int) {
+	if p := recover(); p != nil {
+		r.release(seq)
+		panic(p)
+	}
+}
+
 // store keeps rec as the step at seq, once it was written.
 func (r *run) store(seq int, rec recorded) {
 	r.mu.Lock()

@@ -23,6 +23,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		return decode[T](r, seq, rec, err)
 	}
 	began := time.Now()
+	defer r.releaseOnPanic(seq)
 	v, err := fn(ctx)
 	if err != nil {
 		r.release(seq)
@@ -49,6 +50,7 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 		return decode[T](r, seq, rec, err)
 	}
 	var v T
+	defer r.releaseOnPanic(seq)
 	err = r.runTx(ctx, seq, name, func(ctx context.Context, tx pgx.Tx) (json.RawMessage, error) {
 		var err error
 		if v, err = fn(ctx, tx); err != nil {

@@ -868,3 +868,46 @@ func TestStep_PanickingStepGivesItsPlaceBack(t *testing.T) {
 	}
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.step_audit WHERE step = 'store'`))
 }
+
+type cancelledSleepArgs struct{}
+
+func (cancelledSleepArgs) Kind() string { return "cancelled_sleep" }
+
+// A Sleep or an AwaitSignal of an attempt whose job was cancelled meanwhile records
+// nothing, parks nothing, and its ErrAttemptLost names the call: the sleep, the wait for
+// the signal.
+func TestSleep_StaleAttemptErrorNamesTheWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	inside, goOn := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	w := durableWorker(t, b, skiplock.WorkerConfig{JobTimeout: -1})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[cancelledSleepArgs]) error {
+		close(inside)
+		<-goOn // meanwhile the job is cancelled
+		ctx = context.WithoutCancel(ctx)
+		errs <- skiplock.Sleep(ctx, time.Hour)
+		_, err := skiplock.AwaitSignal(ctx, "approve", time.Hour)
+		errs <- err
+		return err
+	}))
+	job, err := b.client.Enqueue(b.ctx, cancelledSleepArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	<-inside
+	_, err = b.client.Cancel(b.ctx, job.ID)
+	require.NoError(t, err)
+	close(goOn)
+	for _, what := range []string{`the sleep was not recorded`, `the wait for signal "approve" was not recorded`} {
+		select {
+		case err := <-errs:
+			assert.ErrorIs(t, err, skiplock.ErrAttemptLost)
+			assert.ErrorContains(t, err, what)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the durable call did not return")
+		}
+	}
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps`), "the stale attempt recorded a wait")
+	waitStatus(t, b, job.ID, skiplock.StatusCancelled, 30*time.Second, "the job stays cancelled")
+}

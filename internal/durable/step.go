@@ -158,13 +158,14 @@ func (r *run) record(ctx context.Context, db jobtype.DBTX, seq int, name string,
 		return r.e.db.WrapErr(fmt.Sprintf("recording step %q", name), err)
 	}
 	if tag.RowsAffected() == 0 {
-		return lost(r.row, name)
+		return lost(r.row, fmt.Sprintf("step %q", name))
 	}
 	return nil
 }
 
-// lost is the error of a step whose attempt no longer holds its job.
-func lost(row *jobtype.JobRow, name string) error {
-	return fmt.Errorf("%w: job %d, attempt %d: step %q was not recorded (the job was taken back or cancelled; it runs again elsewhere)",
-		jobtype.ErrAttemptLost, row.ID, row.Attempts, name)
+// lost is the error of a durable call (what: `step "charge"`, "sleep", `wait for signal
+// "approve"`) whose attempt no longer holds its job.
+func lost(row *jobtype.JobRow, what string) error {
+	return fmt.Errorf("%w: job %d, attempt %d: the %s was not recorded (the job was cancelled or finished, or taken back to run again elsewhere): return the error",
+		jobtype.ErrAttemptLost, row.ID, row.Attempts, what)
 }

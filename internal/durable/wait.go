@@ -29,7 +29,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	d = max(d, 0) // a negative sleep is none (a negative length means no end to beginWait)
 	var wake time.Time
 	suspended := false
-	err = r.inLock(ctx, func(tx pgx.Tx, now time.Time) error {
+	err = r.inLock(ctx, sleepName, func(tx pgx.Tx, now time.Time) error {
 		var err error
 		if wake, err = r.beginWait(ctx, tx, seq, rec, KindSleep, sleepName, d); err != nil {
 			return err
@@ -75,7 +75,7 @@ func AwaitSignal(ctx context.Context, name string, timeout time.Duration) (json.
 		return rec.result, nil
 	}
 	var out waitOutcome
-	err = r.inLock(ctx, func(tx pgx.Tx, now time.Time) error {
+	err = r.inLock(ctx, waitWhat(name), func(tx pgx.Tx, now time.Time) error {
 		var err error
 		out, err = r.awaitLocked(ctx, tx, now, seq, rec, name, timeout)
 		return err
@@ -151,8 +151,9 @@ FOR NO KEY UPDATE`
 
 // inLock runs fn in a READ COMMITTED transaction holding the job's row lock, and commits.
 // Under READ COMMITTED every statement after the lock sees what committed before it. An
-// attempt that no longer holds its job gets ErrAttemptLost, and nothing is written.
-func (r *run) inLock(ctx context.Context, fn func(tx pgx.Tx, now time.Time) error) error {
+// attempt that no longer holds its job gets ErrAttemptLost naming what (the sleep, the
+// signal wait), and nothing is written.
+func (r *run) inLock(ctx context.Context, what string, fn func(tx pgx.Tx, now time.Time) error) error {
 	tx, err := r.e.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return r.e.db.WrapErr("durable wait: begin", err)
@@ -161,7 +162,7 @@ func (r *run) inLock(ctx context.Context, fn func(tx pgx.Tx, now time.Time) erro
 	var now time.Time
 	if err := tx.QueryRow(ctx, r.e.sql.lock, r.row.ID, r.row.Fence, r.e.workerID).Scan(&now); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return lost(r.row, "wait")
+			return lost(r.row, what)
 		}
 		return r.e.db.WrapErr("durable wait: locking the job", err)
 	}
@@ -173,6 +174,9 @@ func (r *run) inLock(ctx context.Context, fn func(tx pgx.Tx, now time.Time) erro
 	}
 	return nil
 }
+
+// waitWhat names a wait for the signal name in errors.
+func waitWhat(name string) string { return fmt.Sprintf("wait for signal %q", name) }
 
 // noEnd is the length of a wait without end.
 const noEnd = -time.Second
@@ -205,7 +209,10 @@ func (r *run) park(ctx context.Context, tx pgx.Tx, wake time.Time, awaiting *str
 		return r.e.db.WrapErr("parking the job", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return lost(r.row, "wait")
+		if awaiting != nil {
+			return lost(r.row, waitWhat(*awaiting))
+		}
+		return lost(r.row, sleepName)
 	}
 	return nil
 }

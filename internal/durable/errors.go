@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/skiplock/skiplock/internal/enqueue"
 )
 
 // The errors users test for; the root package re-exports them.
@@ -53,7 +55,7 @@ func CheckName(what, name string) error {
 	case name == "":
 		return fmt.Errorf("%w: the %s name is empty: give it a name of 1-%d bytes", ErrInvalidName, what, MaxName)
 	case len(name) > MaxName:
-		return fmt.Errorf("%w: the %s name %q… is %d bytes: use 1-%d", ErrInvalidName, what, name[:32], len(name), MaxName)
+		return fmt.Errorf("%w: the %s name %q is %d bytes: use 1-%d", ErrInvalidName, what, enqueue.Truncate(name, 32), len(name), MaxName)
 	case !utf8.ValidString(name) || strings.ContainsRune(name, 0):
 		return fmt.Errorf("%w: the %s name %q is not valid UTF-8 text", ErrInvalidName, what, name)
 	}

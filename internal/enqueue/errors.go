@@ -76,10 +76,14 @@ func ValidText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
-// Truncate returns s cut to n bytes, marked with an ellipsis when cut, for messages.
+// Truncate returns s cut to at most n bytes, at the start of a character (never inside
+// one's UTF-8 encoding), marked with an ellipsis when cut, for messages.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

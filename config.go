@@ -1,6 +1,6 @@
 // This file holds the configurations and their validation: WorkerConfig and QueueConfig,
 // the named defaults they fall back to (withDefaults), and the checks of every field of
-// WorkerConfig, Config (queue.go) and SweeperConfig (sweeper.go) that can be out of
+// WorkerConfig, Config (client.go) and SweeperConfig (sweeper.go) that can be out of
 // range.
 
 package skiplock

@@ -243,3 +243,11 @@ func filterDigest(p ListParams) []byte {
 	}
 	return h.Sum(nil)[:8]
 }
+
+// b2i is 1 for true and 0 for false, to index statement variants by a flag.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,8 +1,9 @@
-// This file holds the Worker: NewWorker, which builds its parts, the handler registry
-// (Handle), and Run, which starts the parts in one declared order (Worker.services) and
-// stops them in reverse, and the synchronous run of one job (workOne) that package
-// skiplocktest offers users' tests. The parts live in their own files; a job goes through
-// them in the order docs/architecture.md walks.
+// This file holds the Worker: NewWorker, which builds its parts (buildExecution) and
+// declares the order they start and stop in (Worker.services), and the check of the pool
+// against what they need. Handler registration is in handle.go, Run and the shutdown in
+// run.go, the synchronous run of one job for package skiplocktest in workone.go; the
+// parts live in their own files, and a job goes through them in the order
+// docs/architecture.md walks.
 
 package skiplock
 
@@ -11,24 +12,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/durable"
 	"github.com/skiplock/skiplock/internal/execute"
-	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/periodic"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
-	"github.com/skiplock/skiplock/internal/testbridge"
 	"github.com/skiplock/skiplock/internal/waiting"
 )
 
@@ -235,239 +230,6 @@ func (w *Worker) Overrunning() int { return int(w.executor.Overrunning.Load()) }
 // ID returns the worker's id, as recorded in locked_by.
 func (w *Worker) ID() string { return w.id }
 
-// Handle registers fn as the handler for jobs of kind T{}.Kind(). The payload is decoded
-// into T; a payload that does not decode fails the job permanently (status failed).
-// Register every handler before Run; registering a kind twice is an error.
-func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) error) error {
-	if w == nil || fn == nil {
-		return errors.New("skiplock: Handle: nil worker or handler")
-	}
-	var zero T
-	kindOf := any(zero)
-	if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-		kindOf = reflect.New(t.Elem()).Interface()
-	}
-	args, ok := kindOf.(JobArgs)
-	if !ok {
-		return fmt.Errorf("skiplock: Handle: %T does not implement JobArgs", kindOf)
-	}
-	kind := args.Kind()
-	if kind == "" || len(kind) > MaxKindLength {
-		return fmt.Errorf("%w: %q (%T)", ErrInvalidKind, truncate(kind, 40), zero)
-	}
-	isPointer := reflect.TypeFor[T]().Kind() == reflect.Pointer
-	h := execute.Handler{Run: func(ctx context.Context, row *JobRow) error {
-		job := &Job[T]{JobRow: row, ctx: ctx} // the args are decoded in place: one allocation
-		into := any(&job.Args)
-		if isPointer {
-			// Decoded into the value it points to: a JSON null (the SQL enqueue function
-			// takes any JSON value) then leaves that value zero, as it leaves a T that is
-			// not a pointer, instead of setting job.Args to nil for the handler to
-			// dereference.
-			job.Args = reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
-			into = any(job.Args)
-		}
-		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
-		if err != nil {
-			return err // another worker may hold the key: retried like any failure
-		}
-		row.Payload = payload
-		// As json.Unmarshal, through a reused decoder (internal/jobtype, args.go).
-		if err := jobtype.DecodeArgs(payload, into); err != nil {
-			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, job.Args, err))
-		}
-		return fn(ctx, job)
-	}}
-	if p, ok := kindOf.(retryPolicyArgs); ok {
-		h.Policy = p.RetryPolicy()
-	}
-	if p, ok := kindOf.(execute.TimeoutArgs); ok {
-		h.Timeout = p.Timeout()
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started.Load() {
-		return w.startedErr(fmt.Sprintf("Handle(%q)", kind))
-	}
-	if _, dup := w.handlers[kind]; dup {
-		return fmt.Errorf("skiplock: Handle: kind %q already has a handler", kind)
-	}
-	w.handlers[kind] = h
-	return nil
-}
-
-// startedErr is the error of a registration (op: Handle, Use, HandleErrors) on a worker
-// whose Run was called: it is running, or it ran and returned, and a Worker runs once.
-func (w *Worker) startedErr(op string) error {
-	select {
-	case <-w.runDone:
-		return fmt.Errorf("skiplock: %s: the worker has already run (a Worker runs once): register on a new Worker before its Run", op)
-	default:
-		return fmt.Errorf("skiplock: %s: the worker is already running: register before Run", op)
-	}
-}
-
-// Run claims and runs jobs until ctx is cancelled, then shuts down gracefully:
-//
-//  1. it stops claiming and waits up to ShutdownTimeout for running handlers; the results
-//     of those that return are recorded as usual;
-//  2. it cancels the contexts of the handlers still running (cause: shutdown) and waits
-//     up to min(ShutdownTimeout, 5s) more; the jobs of those that return with an error are
-//     put back in the queue at once, due now, without using up an attempt (a nil return
-//     is recorded as a success);
-//  3. it keeps waiting for the handlers that ignore their context: their jobs stay with
-//     this worker, their leases renewed, so no other worker runs them beside them; every
-//     ShutdownTimeout it logs which jobs hold it up (id, kind, attempt, running for). As
-//     each returns, its job is put back (an error) or its success recorded.
-//
-// Run returns nil once every handler has returned and its outcome is recorded, or an
-// error if it cannot start (schema not migrated, already run). When the database does not
-// answer during the shutdown, each outcome batch gives up after its 30 s write limit and
-// the put-back of its jobs after 10 s more; Run then returns [ErrOutcomesNotRecorded]
-// (their jobs run again elsewhere once the worker's lease lapses). A caller that cannot wait
-// that long (a deploy with a kill deadline) calls [Worker.StopAndCancel]: Run then
-// returns [ErrHandlersStillRunning] if it gave up on handlers still running, and the
-// process must exit. When Run returns nil, none of its goroutines is left.
-//
-// While running, database errors (lost connections, a restarting server) are logged and
-// retried; they do not stop Run, and at start each start-up statement is retried for up to
-// 30 seconds, or until ctx is cancelled (or StopAndCancel is called): Run then returns nil
-// at once, having run nothing. The parts start in the order of Worker.services and stop in the reverse
-// order; a part that cannot start stops those already started.
-func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.started.CompareAndSwap(false, true) {
-		w.mu.Unlock()
-		return ErrWorkerStarted
-	}
-	defer close(w.runDone)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w.cancelRun = cancel
-	w.mu.Unlock()
-	// Stopped while starting (ctx cancelled, StopAndCancel): nothing ran, nothing is
-	// left to shut down, so Run returns nil at once, even while the database is out of
-	// reach and the start-up statements are being retried.
-	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) error {
-		_, err := w.client.pool.Exec(ctx, w.checkSQL)
-		return err
-	}); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return w.client.wrapErr("worker start", err)
-	}
-	var taken int64
-	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) (err error) {
-		taken, err = w.elector.Reclaim.Predecessors(ctx, w.id)
-		return err
-	}); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return w.client.wrapErr("worker start", err)
-	}
-	if taken > 0 {
-		w.logger.Info("skiplock: took back the running jobs an earlier process left under this worker's id", "jobs", taken)
-	}
-	w.checkConns()
-	var parts lifecycle.Group
-	w.qmu.Lock() // queues added or removed meanwhile wait, then meet the running parts
-	if err := parts.Start(ctx, w.services()...); err != nil {
-		w.qstate = queuesStopped
-		w.qmu.Unlock()
-		if ctx.Err() != nil {
-			return nil // stopped while starting, as above
-		}
-		return err
-	}
-	w.qstate = queuesRunning
-	w.qmu.Unlock()
-	w.logger.Info("skiplock: worker started", "queues", w.queues.Len(), "version", moduleVersion())
-	<-ctx.Done()
-	stranded := w.lease.Stranded()
-	w.qmu.Lock() // a queue change in progress ends first; later ones are refused
-	w.qstate = queuesStopped
-	w.qmu.Unlock()
-	parts.Stop()
-	w.outcomes.Stop()
-	if n := w.held().Count(); n > 0 {
-		w.logger.Error("skiplock: worker stopped with handlers still running; the process must exit", "running", n)
-		w.runErr = fmt.Errorf("%w: %d", ErrHandlersStillRunning, n)
-	}
-	// The jobs whose outcome the shutdown could not write, nor put them back.
-	if n := w.lease.Stranded() - stranded; n > 0 {
-		w.logger.Error("skiplock: worker stopped without recording the outcomes of some jobs; they run again elsewhere once its lease lapses", "jobs", n)
-		w.runErr = errors.Join(w.runErr, fmt.Errorf("%w: %d job(s) left running under worker %q, neither recorded nor put back: they will run again elsewhere once its lease lapses",
-			ErrOutcomesNotRecorded, n, w.id))
-	}
-	if w.runErr != nil {
-		return w.runErr
-	}
-	w.logger.Info("skiplock: worker stopped")
-	return nil
-}
-
-// ErrOutcomesNotRecorded is returned by [Worker.Run] (and [Worker.StopAndCancel]) when
-// the shutdown could neither write the outcomes of some jobs (their handlers returned)
-// nor put them back in the queue: the database did not answer within the write limits
-// (30 s for an outcome batch, then 10 s to put its jobs back). Its message says how many.
-// Those jobs stay running under this worker, whatever their handlers returned, and run
-// again elsewhere once the worker's lease (its row in the workers table, 10 s) lapses, as
-// a dead worker's jobs do: they run at least once, none is lost. Test for it with
-// [errors.Is].
-var ErrOutcomesNotRecorded = errors.New("skiplock: the worker stopped without recording every outcome")
-
-// ErrHandlersStillRunning is returned by [Worker.StopAndCancel] and [Worker.Run] when the
-// worker stopped without waiting for handlers that ignore their cancelled context. Their
-// goroutines still run and their jobs will run elsewhere once this worker's lease ends
-// (the worker ends it as it stops, so at the next renewal of another worker): the
-// process must exit now, or their effects may happen twice.
-var ErrHandlersStillRunning = errors.New("skiplock: the worker stopped with handlers still running; the process must exit")
-
-// StopAndCancel is the harder stop, for a caller that cannot wait for Run's graceful
-// shutdown (a deploy with a kill deadline): it stops claiming, cancels every handler's
-// context at once (cause: shutdown) and waits for the handlers until ctx ends, then for
-// Run to return. If every handler returned, it returns what Run returns: nil when their
-// jobs were put back or their results recorded, as in a graceful shutdown, and
-// [ErrOutcomesNotRecorded] when the database did not answer. If ctx ends first, it gives up:
-// Run stops renewing the worker's leases and ends its worker lease (its row in the
-// workers table), so other workers take its jobs back at once, and both Run and
-// StopAndCancel return an error matching [ErrHandlersStillRunning]. StopAndCancel waits
-// at most a second more for Run: when the database does not answer, it returns while Run
-// still waits for its last statements' time limits.
-// The process must then exit: its handlers still run, and their jobs will run
-// elsewhere. On a Worker whose Run has not been called, it does nothing.
-func (w *Worker) StopAndCancel(ctx context.Context) error {
-	w.mu.Lock()
-	cancel := w.cancelRun
-	w.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	w.executor.HardStop()
-	cancel()
-	select {
-	case <-w.runDone:
-	case <-ctx.Done():
-		w.executor.Abandon() // too late if Run already stopped waiting for handlers: harmless
-		// Run now ends the worker's lease and returns; with the database reachable that
-		// takes milliseconds. With the database down its statements wait for their time
-		// limits, and the caller's deadline has already passed: wait a moment, no more.
-		t := time.NewTimer(stopAndCancelGrace)
-		defer t.Stop()
-		select {
-		case <-w.runDone:
-		case <-t.C:
-			return fmt.Errorf("%w (and Run is still ending: the database did not answer within %s)", ErrHandlersStillRunning, stopAndCancelGrace)
-		}
-	}
-	return w.runErr
-}
-
-// stopAndCancelGrace is how long StopAndCancel waits for Run after its context ended.
-const stopAndCancelGrace = time.Second
-
 // held is the set of attempts the worker runs.
 func (w *Worker) held() *ownership.HeldJobs { return w.starter.Held }
 
@@ -509,56 +271,4 @@ func (w *Worker) checkConns() {
 	w.logger.Warn("skiplock: the pool is smaller than this worker needs: claims, heartbeats and success batches will wait for each other and jobs will start late; "+
 		"raise pgxpool MaxConns (pool_max_conns in the URL) to at least the need plus what your handlers use at once",
 		"max_conns", have, "need", need, "for", why)
-}
-
-// The synchronous run of one job, in the caller's goroutine, that package skiplocktest
-// offers users' tests (through internal/testbridge, so the root API does not grow): the
-// real claim statement, the real handlers, hooks and recording; no goroutines to wait on.
-var _ = testbridge.Provide(func(ctx context.Context, w *Worker, queue string) (*JobRow, JobResult, error) {
-	return w.workOne(ctx, queue)
-})
-
-// workOne claims one due job of queue (one of the worker's queues: another name, a typo
-// above all, is an error naming the worker's queues rather than an empty queue) and
-// runs it to its recorded end: its success or failure is written before it returns. It
-// returns a nil row when no job is due. The handler's context is derived from ctx; if ctx
-// ends while the handler runs, the handler's error is recorded as a failed attempt like
-// any other. It refuses a worker that runs or ran (Run and workOne would share the
-// completer and the held jobs).
-func (w *Worker) workOne(ctx context.Context, queue string) (*JobRow, JobResult, error) {
-	if err := validQueue(queue); err != nil {
-		return nil, JobResult{}, err
-	}
-	w.mu.Lock() // Handle may not add kinds while the job runs
-	defer w.mu.Unlock()
-	if w.started.Load() {
-		return nil, JobResult{}, errors.New("skiplock: a worker that runs (or ran) Run cannot run jobs synchronously")
-	}
-	q := w.queues.Get(queue)
-	if q == nil {
-		names := w.queues.Names()
-		for i, n := range names {
-			names[i] = strconv.Quote(n)
-		}
-		return nil, JobResult{}, fmt.Errorf("skiplock: queue %q is not one this worker serves (its queues: %s): name one of them, or add it to WorkerConfig.Queues",
-			queue, strings.Join(names, ", "))
-	}
-	jobs, err := claim.NewClaimer(w.client.db, w.cfg.VisibilityTimeout).Claim(ctx, queue, 1, w.id, nil)
-	if err != nil || len(jobs) == 0 {
-		return nil, JobResult{}, err
-	}
-	d, ok := w.starter.StartIn(ctx, jobs[0], q.HoldsSlot())
-	if !ok {
-		return nil, JobResult{}, claim.ErrHeldTwice
-	}
-	// Deferred, so that a handler that calls runtime.Goexit (t.FailNow in a test) and so
-	// ends this goroutine has its recorded failure written too.
-	defer func() {
-		d.Job.Cancel(nil)
-		w.starter.HandlerWG.Done()
-		w.completer.FlushNow()
-		w.failures.Flush() // a failure, too, is written before workOne returns
-	}()
-	res := w.executor.Execute(d, nil)
-	return d.Row, res, nil
 }

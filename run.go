@@ -52,44 +52,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancel()
 	w.cancelRun = cancel
 	w.mu.Unlock()
-	// Stopped while starting (ctx cancelled, StopAndCancel): nothing ran, nothing is
-	// left to shut down, so Run returns nil at once, even while the database is out of
-	// reach and the start-up statements are being retried.
-	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) error {
-		_, err := w.client.pool.Exec(ctx, w.checkSQL)
-		return err
-	}); err != nil {
+	parts, err := w.start(ctx)
+	if err != nil {
 		if ctx.Err() != nil {
+			// Stopped while starting (ctx cancelled, StopAndCancel): nothing ran, nothing
+			// is left to shut down, so Run returns nil at once, even while the database is
+			// out of reach and the start-up statements are being retried.
 			return nil
 		}
-		return w.client.wrapErr("worker start", err)
-	}
-	var taken int64
-	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) (err error) {
-		taken, err = w.elector.Reclaim.Predecessors(ctx, w.id)
-		return err
-	}); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return w.client.wrapErr("worker start", err)
-	}
-	if taken > 0 {
-		w.logger.Info("skiplock: took back the running jobs an earlier process left under this worker's id", "jobs", taken)
-	}
-	w.checkConns()
-	var parts lifecycle.Group
-	w.qmu.Lock() // queues added or removed meanwhile wait, then meet the running parts
-	if err := parts.Start(ctx, w.services()...); err != nil {
-		w.qstate = queuesStopped
-		w.qmu.Unlock()
-		if ctx.Err() != nil {
-			return nil // stopped while starting, as above
-		}
 		return err
 	}
-	w.qstate = queuesRunning
-	w.qmu.Unlock()
 	w.logger.Info("skiplock: worker started", "queues", w.queues.Len(), "version", moduleVersion())
 	<-ctx.Done()
 	stranded := w.lease.Stranded()
@@ -113,6 +85,39 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.logger.Info("skiplock: worker stopped")
 	return nil
+}
+
+// start checks the schema, takes back what an earlier process left under this worker's
+// id, and starts the parts in the order of Worker.services; a part that cannot start
+// stops those already started. Each start-up statement is retried (RetryAtStart) until
+// ctx ends.
+func (w *Worker) start(ctx context.Context) (*lifecycle.Group, error) {
+	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) error {
+		_, err := w.client.pool.Exec(ctx, w.checkSQL)
+		return err
+	}); err != nil {
+		return nil, w.client.wrapErr("worker start", err)
+	}
+	var taken int64
+	if err := pgutil.RetryAtStart(ctx, func(ctx context.Context) (err error) {
+		taken, err = w.elector.Reclaim.Predecessors(ctx, w.id)
+		return err
+	}); err != nil {
+		return nil, w.client.wrapErr("worker start", err)
+	}
+	if taken > 0 {
+		w.logger.Info("skiplock: took back the running jobs an earlier process left under this worker's id", "jobs", taken)
+	}
+	w.checkConns()
+	parts := &lifecycle.Group{}
+	w.qmu.Lock() // queues added or removed meanwhile wait, then meet the running parts
+	defer w.qmu.Unlock()
+	if err := parts.Start(ctx, w.services()...); err != nil {
+		w.qstate = queuesStopped
+		return nil, err
+	}
+	w.qstate = queuesRunning
+	return parts, nil
 }
 
 // ErrOutcomesNotRecorded is returned by [Worker.Run] (and [Worker.StopAndCancel]) when

@@ -57,10 +57,8 @@ func CheckJSONB(b []byte) error {
 	if !utf8.Valid(b) {
 		return errors.New("not valid UTF-8")
 	}
-	if len(b) > jsonbSizeSafe {
-		if err := checkJSONBSize(b, jsonbMaxLen); err != nil {
-			return err
-		}
+	if err := CheckJSONBSize(b); err != nil {
+		return err
 	}
 	depth := 0
 	for i := 0; i < len(b); {

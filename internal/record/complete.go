@@ -155,6 +155,10 @@ type Success struct {
 	progress, output *string
 	task             bool      // a workflow task: its batch settles it (internal/settle)
 	skipped          time.Time // when a batch first passed over its locked row
+	// inTx: the handler wrote this success with CompleteTx (jobtype.CompletedInTx). The
+	// batch writes it again in case the handler's transaction rolled back; when it
+	// committed, the statement matches no row, which is expected, not stale.
+	inTx bool
 }
 
 // Add reports the success of a held attempt, with what its handler reported (st may be
@@ -166,7 +170,8 @@ type Success struct {
 // same transaction.
 func (c *Completer) Add(k jobtype.AttemptKey, row *jobtype.JobRow, st *jobtype.State, urgent, last bool) bool {
 	p, o := st.Reported()
-	cp := Success{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row)}
+	cp := Success{key: k, mode: c.modeOf(row.Queue, row.Kind), progress: p, output: o, task: settle.IsTask(row),
+		inTx: jobtype.CompletedInTx(row)}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -503,11 +508,23 @@ func (c *Completer) write(batch []Success) {
 	case err != nil:
 		c.logger.Error("skiplock: recording successes failed; the jobs are put back in the queue and will run again",
 			"jobs", len(batch), "err", err)
-	case n < int64(len(batch)):
+	case n < expectedMatches(batch):
 		c.logger.Warn("skiplock: stale successes ignored: jobs were reclaimed or cancelled since this worker claimed them",
-			"stale", int64(len(batch))-n)
+			"stale", expectedMatches(batch)-n)
 	}
 	c.Finish(batch, err == nil)
+}
+
+// expectedMatches is how many rows a success statement for batch must match for none of
+// its successes to be stale: every one but those CompleteTx wrote already (inTx).
+func expectedMatches(batch []Success) int64 {
+	n := int64(len(batch))
+	for _, k := range batch {
+		if k.inTx {
+			n--
+		}
+	}
+	return n
 }
 
 // Finish tells the worker that batch is written (ok) or given up: slots are free, leases

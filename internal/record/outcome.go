@@ -91,7 +91,7 @@ func NewOutcomeRecorder(held *ownership.HeldJobs, c *Completer, f *FailureRecord
 // a failure to the failure recorder, a job cut off by shutdown to the release (unless its
 // handler returned Permanent or CancelJob: a failure, as it would be otherwise). The result
 // of a job the worker no longer holds is dropped, and so is one that comes after Run
-// returned; both are logged. Any result of a handler whose CompleteTx committed is its
+// returned; both are logged. An error from a handler whose CompleteTx committed is its
 // job's success, written already (committedInTx); an attempt a durable wait suspended
 // writes nothing more (its wait wrote the job queued). Every write is fenced on the claim's
 // token. It tells the hooks, and returns what it told them.
@@ -129,13 +129,12 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 		r.held.Remove(k)
 		r.logger.Warn("skiplock: a handler returned after the worker stopped; its result is not recorded, and the job is retried when its lease ends, this attempt counted",
 			"job", row.ID, "attempt", row.Attempts, "err", err)
-	case r.committedInTx(k, row):
-		// The handler committed its success with CompleteTx: the job has succeeded,
-		// whatever the handler returned after (an error: the shutdown cut off what it did
-		// after the commit, say), and nothing is left to write or to put back. A nil
-		// return writes nothing either: the worker's own success statement would match no
-		// row and be reported as a stale success. (A CompleteTx whose transaction rolled
-		// back is recorded by the handler's result, below.)
+	case err != nil && r.committedInTx(k, row):
+		// The handler committed its success with CompleteTx, then returned an error (the
+		// shutdown cut off what it did after the commit, say): the job has succeeded, and
+		// nothing is left to write or to put back. (On a nil return the success batch
+		// writes it again, in case the handler's transaction rolled back, with no query
+		// here; the completer expects no row to match then: Success.inTx.)
 		r.held.Remove(k)
 		res = jobtype.JobResult{Status: jobtype.StatusSucceeded, Outcome: jobtype.OutcomeSucceeded, Duration: a.Duration}
 	case err != nil && errors.Is(cause, ErrShutdown) && !final(err):

@@ -82,10 +82,11 @@ func TestCompleteTx_BusinessRowAndSuccessCommitTogether(t *testing.T) {
 }
 
 // A handler that commits its success with CompleteTx and returns nil (the docs' sample)
-// leaves nothing more for the worker to write: no success statement that matches no
-// row, and so no "stale successes ignored" warning, which told operators their jobs were
-// being taken away. Each job succeeds once, with its payment.
-func TestCompleteTx_ANilReturnAfterTheCommitWritesNothingMore(t *testing.T) {
+// raises no "stale successes ignored" warning, which told operators their jobs were being
+// taken away: the worker's own success statement, written in case the handler's
+// transaction rolled back, is expected to match no row. Each job succeeds once, with its
+// payment.
+func TestCompleteTx_ANilReturnAfterTheCommitIsNoStaleSuccess(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	businessSetup(t, b)

@@ -5,11 +5,14 @@ import (
 	"strings"
 )
 
-// The schemas of -server-experiments (serverwork.go): three shapes of a job table, in
-// plain SQL, that differ in the server work a job costs. All three keep skiplock's
+// The schemas of -server-experiments (serverwork.go): shapes of a job table, in
+// plain SQL, that differ in the server work a job costs. All but bare keep skiplock's
 // columns, check constraints and storage settings (migrations 001-005), and the same
 // claim order (queue, priority DESC, run_at, id), fence and lease columns, so the
-// difference is the shape alone.
+// difference is the shape alone. bare is the bare floor's table and statements
+// (sys_bare.go) through the same loops: the ratio of status or archive to it is what
+// skiplock's shape costs before any of skiplock's own work (its priority walk, its Go
+// side, its extra statements).
 
 // swVariant is one table shape: its DDL and the four statements a job goes through.
 type swVariant struct {
@@ -103,6 +106,52 @@ WHERE ctid = ANY (ARRAY(SELECT ctid FROM sw_status
 RETURNING id, fence, 0, payload`,
 		complete: `DELETE FROM sw_status WHERE ` + swFence,
 		body:     "sw_status", like: "sw\\_status%",
+	},
+	{
+		name: "archive",
+		desc: "today's shape with skiplock's default success: the success DELETEs the row and INSERTs it into an archive table (skiplock's jobs_archive columns, a BRIN index on finished_at) in one statement",
+		setup: `CREATE TABLE sw_arch (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ` + swColumns + `) WITH (` + swStorage + `);` +
+			swStatusIndexes("sw_arch", true) + `
+CREATE TABLE sw_arch_archive (id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
+	payload jsonb NOT NULL, status text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL,
+	attempts integer NOT NULL, max_attempts integer NOT NULL, locked_by text, last_error text,
+	errors jsonb, unique_key text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL,
+	fence bigint NOT NULL DEFAULT 0, metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
+	started_at timestamptz);
+CREATE INDEX sw_arch_archive_finished_idx ON sw_arch_archive USING brin (finished_at);`,
+		reset:  `TRUNCATE sw_arch, sw_arch_archive`,
+		insert: `INSERT INTO sw_arch (kind, payload) VALUES ('noop', $1)`,
+		claim: `UPDATE sw_arch SET ` + swClaimSet + `
+WHERE ctid = ANY (ARRAY(SELECT ctid FROM sw_arch
+	WHERE status = 'queued' AND queue = $1 AND run_at <= now()
+	ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
+RETURNING id, fence, 0, payload`,
+		complete: `WITH done AS (DELETE FROM sw_arch WHERE ` + swFence + ` RETURNING *)
+INSERT INTO sw_arch_archive (id, queue, kind, payload, status, priority, run_at, attempts,
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
+	metadata, progress, output, started_at)
+SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
+	metadata, progress, output, locked_at
+FROM done`,
+		body: "sw_arch", like: "sw\\_arch%",
+	},
+	{
+		name: "bare",
+		desc: "the bare floor's shape (bench/sys_bare.go): id, payload, created_at and started_at, one partial index on id WHERE started_at IS NULL; the claim sets started_at, the success DELETEs by id (no fence, lease, checks or priorities)",
+		setup: `CREATE TABLE sw_bare (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz);
+CREATE INDEX sw_bare_queued_idx ON sw_bare (id) WHERE started_at IS NULL;`,
+		reset:  `TRUNCATE sw_bare`,
+		insert: `INSERT INTO sw_bare (payload) VALUES ($1)`,
+		// $1, $3 and $4 are the other variants' queue, worker and lease; the floor has none.
+		claim: `UPDATE sw_bare SET started_at = now()
+WHERE id = ANY (ARRAY(SELECT id FROM sw_bare WHERE started_at IS NULL AND $1::text IS NOT NULL
+	AND $3::text IS NOT NULL AND $4::interval IS NOT NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED))
+RETURNING id, 0::bigint, 0, payload`,
+		// $2 and $3 are the fences and worker of the other variants' fenced completion.
+		complete: `DELETE FROM sw_bare WHERE id = ANY ($1::bigint[]) AND $2::bigint[] IS NOT NULL AND $3::text IS NOT NULL`,
+		body:     "sw_bare", like: "sw\\_bare%",
 	},
 	swReady("ready", "90"),
 	swReady("ready50", "50"),

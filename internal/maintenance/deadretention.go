@@ -12,7 +12,10 @@ import (
 
 // purgeDeadSQL deletes one batch ($2) of dead and failed jobs that finished before
 // now() - $1. The inner scan walks jobs_stuck_idx, the partial index of exactly those
-// rows, so a sweep reads none of the queue's live rows. A workflow task's job may go:
+// rows, so a sweep reads none of the queue's live rows. The outer DELETE checks the
+// status and the end again on the row it deletes: a job requeued after this statement's
+// snapshot (a Requeue committing while the DELETE waits on its row lock) is queued by
+// then, and stays. A workflow task's job may go:
 // its task was settled when the job ended (its dependents cancelled or released), and
 // the workflow's own retention counts a purged job as past retention.
 const purgeDeadSQL = `WITH d AS (
@@ -20,6 +23,7 @@ const purgeDeadSQL = `WITH d AS (
 		SELECT id FROM {s}.jobs
 		WHERE status IN ('dead', 'failed') AND finished_at < now() - $1::interval
 		LIMIT $2))
+		AND status IN ('dead', 'failed') AND finished_at < now() - $1::interval
 	RETURNING 1
 )
 SELECT count(*) FROM d`

@@ -112,6 +112,10 @@ const purgeMargin = 5 * time.Minute
 //     rest is kept 7 days made every sweep read every row finished in between, to find
 //     the few of that queue: measured on a 1,000,000-row archive (docs/operating.md "Retention per
 //     queue and kind"). The first purge of a sweeper walks from the beginning, once.
+//   - The hot table's DELETE checks the status and the end again on the row it deletes: a
+//     cancelled job put back in the queue after this statement's snapshot (RetryWorkflow,
+//     or a Requeue reviving the dependents a parent cancelled), committed while the
+//     DELETE waited on its row lock, is queued by then, and stays.
 const PurgeArchiveSQL = `WITH a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
 		SELECT id FROM {s}.jobs_archive
@@ -127,6 +131,7 @@ const PurgeArchiveSQL = `WITH a AS (
 			AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
 			AND queue <> ALL ($6::text[]) AND kind <> ALL ($7::text[])
 		LIMIT $2))
+		AND status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval
 	RETURNING 1
 ), k AS (
 	DELETE FROM {s}.enqueue_batches WHERE key = ANY (ARRAY(

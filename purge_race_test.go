@@ -1,0 +1,133 @@
+package skiplock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// holdUpdates makes every UPDATE of a jobs row from status from to status to wait, before
+// its transaction commits, until the returned release is called: the test holds an
+// advisory lock that a trigger on the row asks for. It returns release, which the
+// test's cleanup also calls.
+func holdUpdates(t *testing.T, b *bundle, from, to skiplock.JobStatus) (release func()) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		CREATE FUNCTION {s}.hold_update() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA)); RETURN NEW; END $$;
+		CREATE TRIGGER hold_update AFTER UPDATE ON {s}.jobs FOR EACH ROW
+		WHEN (OLD.status = '`+string(from)+`' AND NEW.status = '`+string(to)+`') EXECUTE FUNCTION {s}.hold_update()`))
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(b.ctx, `SELECT pg_advisory_lock(hashtext($1))`, b.schema)
+	require.NoError(t, err)
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		_, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1))`, b.schema)
+		assert.NoError(t, err)
+		conn.Release()
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// waitForLockWait waits until a statement of the test's database whose text contains
+// part waits for a lock.
+func waitForLockWait(t *testing.T, b *bundle, part string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, part, b.schema) > 0
+	}, "a statement containing %q waits for a lock", part)
+}
+
+// A dead job requeued while a sweep's DeadRetention purge was deleting it is kept: the
+// purge judged it by the row it read (dead, past retention), and the delete, waiting on
+// the requeue's row lock, took the requeued row with it. Requeue said it requeued the
+// job; the job was gone.
+func TestSweeper_ADeadJobRequeuedDuringTheDeadRetentionPurgeIsKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var id int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`INSERT INTO {s}.jobs (kind, status, attempts, finished_at)
+		VALUES ('k', 'dead', 3, now() - interval '2 hours') RETURNING id`)).Scan(&id))
+	release := holdUpdates(t, b, skiplock.StatusDead, skiplock.StatusQueued)
+
+	requeued := make(chan skiplock.RequeueResult, 1)
+	go func() {
+		res, err := b.client.Requeue(context.Background(), skiplock.RequeueFilter{IDs: []int64{id}})
+		assert.NoError(t, err)
+		requeued <- res
+	}()
+	waitForLockWait(t, b, "pick")
+
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{DeadRetention: time.Hour, Logger: testLogger()})
+	require.NoError(t, err)
+	swept := make(chan skiplock.SweepResult, 1)
+	go func() {
+		res, err := s.Sweep(context.Background())
+		assert.NoError(t, err)
+		swept <- res
+	}()
+	waitForLockWait(t, b, "finished_at < now() - $1::interval")
+	release()
+
+	assert.Equal(t, skiplock.RequeueResult{Requeued: 1}, <-requeued)
+	res := <-swept
+	assert.Zero(t, res.Purged, "the sweep deleted the job it found dead, requeued meanwhile")
+	row, err := b.client.Get(b.ctx, id)
+	require.NoError(t, err, "a requeued job was deleted by the dead-job purge")
+	assert.Equal(t, skiplock.StatusQueued, row.Status)
+}
+
+// The same for the retention of finished jobs in the hot table: a cancelled workflow task
+// retried while a sweep was deleting its job past ArchiveRetention keeps its job.
+func TestSweeper_ACancelledJobRetriedDuringTheRetentionPurgeIsKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{{Name: "a", Args: noopArgs{}}}})
+	require.NoError(t, err)
+	n, err := b.client.CancelWorkflow(b.ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	id := info.Task("a").JobID
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET finished_at = now() - interval '2 hours' WHERE id = $1`), id)
+	require.NoError(t, err)
+	release := holdUpdates(t, b, skiplock.StatusCancelled, skiplock.StatusQueued)
+
+	retried := make(chan int, 1)
+	go func() {
+		n, err := b.client.RetryWorkflow(context.Background(), info.ID)
+		assert.NoError(t, err)
+		retried <- n
+	}()
+	waitForLockWait(t, b, "workflow")
+
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{ArchiveRetention: time.Hour, Logger: testLogger()})
+	require.NoError(t, err)
+	swept := make(chan skiplock.SweepResult, 1)
+	go func() {
+		res, err := s.Sweep(context.Background())
+		assert.NoError(t, err)
+		swept <- res
+	}()
+	waitForLockWait(t, b, "status IN ('succeeded', 'cancelled')")
+	release()
+
+	assert.Equal(t, 1, <-retried)
+	res := <-swept
+	assert.Zero(t, res.Purged, "the sweep deleted the job it found cancelled, retried meanwhile")
+	row, err := b.client.Get(b.ctx, id)
+	require.NoError(t, err, "a retried workflow task's job was deleted by the retention purge")
+	assert.Equal(t, skiplock.StatusQueued, row.Status)
+}

@@ -213,6 +213,46 @@ func TestOwnership_HandlerReturningNilAfterItsTimeoutFails(t *testing.T) {
 	assert.Contains(t, j.LastError, skiplock.ErrJobTimeout.Error())
 }
 
+type lateSnoozeArgs struct{}
+
+func (lateSnoozeArgs) Kind() string { return "late_snooze" }
+
+// A handler that returns Snooze after its timeout (a "not ready, try later" on its ended
+// context, or a middleware mapping errors to Snooze) has failed its attempt too, as the
+// docs say of whatever it returns then: before, the snooze gave the attempt back, so a
+// job that hung at every attempt was snoozed for ever and never went dead.
+func TestOwnership_HandlerSnoozingAfterItsTimeoutFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32
+	w := newWorker(t, b, skiplock.WorkerConfig{JobTimeout: 100 * time.Millisecond, SweepInterval: -1,
+		PollInterval: 20 * time.Millisecond, RetryPolicy: fixedDelay(0), Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lateSnoozeArgs]) error {
+		if runs.Add(1) > 10 {
+			return nil // ends the test's job on the code before the fix
+		}
+		<-ctx.Done()
+		return skiplock.Snooze(0)
+	}))
+	job, err := b.client.Enqueue(b.ctx, lateSnoozeArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 2})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		j, err := b.client.Get(b.ctx, job.ID)
+		require.NoError(t, err)
+		return j.Status != skiplock.StatusQueued && j.Status != skiplock.StatusRunning
+	}, "job %d final", job.ID)
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusDead, j.Status, "a job whose handler snoozed past its timeout at every attempt ended %s after %d runs", j.Status, runs.Load())
+	assert.Equal(t, 2, j.Attempts)
+	require.Len(t, j.Errors, 2)
+	for _, e := range j.Errors {
+		assert.Contains(t, e.Error, skiplock.ErrJobTimeout.Error())
+	}
+	assert.Equal(t, int32(2), runs.Load())
+}
+
 // A process restarted with a fixed WorkerConfig.ID renews the row its dead predecessor
 // left in the workers table, so the predecessor's running jobs would look alive forever:
 // the new process takes them back before its first claim, and runs them as their next

@@ -21,7 +21,8 @@ func CancelJob(err error) error { return jobtype.CancelJob(err) }
 // without using up an attempt. d <= 0 means run again as soon as possible: the worker
 // wakes its own claim loops. A positive d, like a retry's delay, is when the job is due
 // again; it runs at its queue's first claim after that, which on an idle queue is the
-// worker's first poll after it is due (see [RetryPolicy]).
+// worker's first poll after it is due (see [RetryPolicy]). Returned after the attempt's
+// timeout, it is a failed attempt like any other result then ([ErrJobTimeout]).
 func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed

@@ -104,6 +104,11 @@ func (r *OutcomeRecorder) Record(k jobtype.AttemptKey, a AttemptResult) jobtype.
 		// Past its timeout the attempt has failed, whatever the handler says: it may have
 		// stopped half-way when its context ended and returned nil anyway.
 		a.Err = fmt.Errorf("%w after %s: the handler returned nil past its timeout", jobtype.ErrJobTimeout, a.Timeout)
+	} else if v, _ := jobtype.VerdictOf(a.Err); v == jobtype.VerdictSnooze && errors.Is(cause, jobtype.ErrJobTimeout) {
+		// A snooze past the timeout is a failed attempt too, its verdict dropped (the
+		// message kept): it would give the attempt back, and a job whose handler hangs
+		// and then snoozes at every attempt would never go dead.
+		a.Err = fmt.Errorf("%w after %s: the handler returned %q past its timeout", jobtype.ErrJobTimeout, a.Timeout, a.Err.Error())
 	}
 	if errors.Is(cause, jobtype.ErrDeadlineExceeded) {
 		// Past its deadline the attempt has failed, and no other may start.

@@ -190,11 +190,12 @@ type WorkerConfig struct {
 	ShutdownTimeout time.Duration
 	// VisibilityTimeout is the lease this worker takes on each job it claims: the claim
 	// writes the lease end (now() + VisibilityTimeout) in the job's row, and heartbeats
-	// renew it every VisibilityTimeout/3, each heartbeat given at most that long. The
-	// sweeper takes a job back only once its lease has ended, so this bounds the time to
-	// recover from a crash, not the length of a job; workers with different settings
-	// agree. If this worker's heartbeats stop landing, it cancels its own handlers
-	// VisibilityTimeout/3 before their leases can end. Defaults to
+	// renew it every VisibilityTimeout/3, each heartbeat given at most that long. It does
+	// not decide when a crashed worker's jobs are taken back: that is its worker lease
+	// (its row in the workers table, 10 s), judged by the other workers; the job's lease
+	// decides only for the sweeper's take-back of jobs whose owner has no such row (a
+	// worker of an earlier release). If this worker's heartbeats stop landing, it cancels
+	// its own handlers VisibilityTimeout/3 before their leases can end. Defaults to
 	// [DefaultVisibilityTimeout] (1m): three heartbeat periods of 20s, long enough to ride
 	// out a database failover or a long GC pause without running a job twice. Zero or
 	// negative means the default; a positive value under 1ms is an error.

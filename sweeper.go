@@ -25,8 +25,10 @@ type SweeperConfig struct {
 	// claimed by workers of a release before migration 002, which record no lease end. Such
 	// a job is taken back once its locked_at (refreshed by its heartbeats) is older than
 	// this, so set it to the old workers' visibility timeout during a rolling deploy. A job
-	// claimed by a current worker carries its lease end (that worker's own visibility
-	// timeout) and is taken back when it passes, whatever this is. Defaults to
+	// claimed by a current worker is never taken back by the sweeper while that worker has
+	// a row in the workers table (the other workers judge whether it is alive); without
+	// one, it carries its lease end (that worker's own visibility timeout) and is taken
+	// back when it passes, whatever this is. Defaults to
 	// [DefaultVisibilityTimeout] (1m); zero or negative means the default; a positive value
 	// under 1ms is an error.
 	VisibilityTimeout time.Duration

@@ -347,6 +347,26 @@ func TestOwnership_AnOutcomeThatCanNeverBeWrittenEndsDead(t *testing.T) {
 	assert.GreaterOrEqual(t, j.Errors[2].At.Sub(j.Errors[0].At), 2*time.Second)
 }
 
+// A workflow task whose last attempt's outcome cannot be written ends dead, and so does
+// its task: its dependents are cancelled, and the workflow settles. Before, the put-back
+// sent the job dead without settling its task, which stayed released: its dependents
+// waited for ever, and so did WaitWorkflow.
+func TestOwnership_AnUnrecordedLastAttemptOfAWorkflowTaskSettlesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runs, w := refusedSuccesses(t, b) // never turned off
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{
+		{Name: "a", Args: unrecordableArgs{}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}},
+		{Name: "b", Args: noopArgs{}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, info.Task("a").JobID, skiplock.StatusDead, 30*time.Second, "task a's job ended dead")
+	assert.Equal(t, int64(1), runs.Load())
+	got := waitSettled(t, b, info.ID)
+	assert.Equal(t, map[string]string{"a": "dead", "b": "cancelled"}, states(got))
+}
+
 type deafToCancelArgs struct{}
 
 func (deafToCancelArgs) Kind() string { return "deaf_to_cancel" }

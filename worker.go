@@ -154,6 +154,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 	w.elector = ownership.NewWorkerElector(c.db, c.flows, w.id, w.queues.Names, campaign, w.gate.SetFleet,
 		func() bool { return held.Count() > 0 }, w.logger)
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
+	w.lease.Flows = c.flows // a workflow task sent dead by the put-back of an unwritable outcome is settled
 	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL, Wake: waiting.NewWaking(c.schema),

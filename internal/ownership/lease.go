@@ -21,6 +21,7 @@ import (
 	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // FenceSQL is the condition that picks, among the attempts given as pairs of an id in $1
@@ -146,6 +147,9 @@ type Lease struct {
 	loop        *lifecycle.Loop
 	// stranded counts the jobs putBack could not put back (Stranded).
 	stranded atomic.Int64
+	// Flows settles the workflow tasks whose jobs PutBackUnrecorded sends dead; nil:
+	// none are settled.
+	Flows *settle.Settler
 }
 
 func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {
@@ -294,7 +298,12 @@ const releaseTimeout = 10 * time.Second
 
 // ReleaseJobs puts back in the queue, with their attempts given back, the jobs cut off
 // by shutdown whose handlers have returned.
-func (l *Lease) ReleaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, keys) }
+func (l *Lease) ReleaseJobs(keys []jobtype.AttemptKey) {
+	l.putBack(keys, func(ctx context.Context, ids, fences []int64) (int64, error) {
+		tag, err := l.pool.Exec(ctx, l.release, ids, fences, l.workerID)
+		return tag.RowsAffected(), err
+	})
+}
 
 // Stranded returns how many jobs, since the worker started, putBack could not put back
 // (its statement failed within releaseTimeout): jobs whose outcome was not written, or
@@ -304,8 +313,9 @@ func (l *Lease) ReleaseJobs(keys []jobtype.AttemptKey) { l.putBack(l.release, ke
 // it before and after its shutdown.
 func (l *Lease) Stranded() int64 { return l.stranded.Load() }
 
-// putBack runs the put-back statement q (releaseSQL, unrecordedSQL) for keys.
-func (l *Lease) putBack(q string, keys []jobtype.AttemptKey) {
+// putBack runs put, a put-back of the attempts (ids, fences) that returns how many it put
+// back (releaseSQL, unrecordedSQL), for keys.
+func (l *Lease) putBack(keys []jobtype.AttemptKey, put func(ctx context.Context, ids, fences []int64) (int64, error)) {
 	if len(keys) == 0 {
 		return
 	}
@@ -315,9 +325,8 @@ func (l *Lease) putBack(q string, keys []jobtype.AttemptKey) {
 	// Replaying the release after a lost reply is harmless: the first one, if it
 	// committed, made the rows stop matching the fence.
 	var n int64
-	err := pgutil.Retry(ctx, func() error {
-		tag, err := l.pool.Exec(ctx, q, ids, fences, l.workerID)
-		n = tag.RowsAffected()
+	err := pgutil.Retry(ctx, func() (err error) {
+		n, err = put(ctx, ids, fences)
 		return err
 	})
 	if err != nil {

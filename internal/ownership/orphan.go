@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // orphanCandidatesSQL lists the running jobs of worker $1. The worker keeps those it
@@ -109,11 +111,44 @@ func (l *Lease) orphanErr(ctx context.Context, err error) {
 // [0.5, 1), computed by the database — so an outcome that can never be written (a
 // statement that always times out, a trigger that refuses it) cannot make a handler run
 // again and again without end. The next claim takes a new token. Fenced like every other
-// write.
-var unrecordedSQL = `UPDATE {s}.jobs SET ` + TakeBackSet(`'its outcome could not be written; run again'`) + `,
+// write. It returns how many jobs it put back and the workflow tasks' jobs it sent dead,
+// whose tasks PutBackUnrecorded settles in the same transaction (their dependents are
+// cancelled or released, as when any other write sends a task dead).
+var unrecordedSQL = `WITH back AS (
+	UPDATE {s}.jobs SET ` + TakeBackSet(`'its outcome could not be written; run again'`) + `,
 	run_at = CASE WHEN attempts >= max_attempts THEN run_at
 		ELSE now() + make_interval(secs => least(power(2, attempts), 3600) * (0.5 + random() * 0.5)) END
-WHERE ` + FenceSQL
+	WHERE ` + FenceSQL + `
+	RETURNING id, status, metadata ? '` + settle.MetaWorkflow + `' AS task
+)
+SELECT count(*), coalesce(array_agg(id) FILTER (WHERE status = 'dead' AND task), '{}') FROM back`
 
-// PutBackUnrecorded puts back the jobs whose outcome could not be written.
-func (l *Lease) PutBackUnrecorded(keys []jobtype.AttemptKey) { l.putBack(l.unrecorded, keys) }
+// PutBackUnrecorded puts back the jobs whose outcome could not be written, and settles
+// the workflow tasks of those it sent dead in the same transaction. Should that
+// transaction fail for good (the settle is what the database refuses, say), the jobs are
+// put back without it rather than left running: the tasks are then not settled, and are
+// logged.
+func (l *Lease) PutBackUnrecorded(keys []jobtype.AttemptKey) {
+	l.putBack(keys, func(ctx context.Context, ids, fences []int64) (int64, error) {
+		var n int64
+		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			var dead []int64
+			if err := tx.QueryRow(ctx, l.unrecorded, ids, fences, l.workerID).Scan(&n, &dead); err != nil || len(dead) == 0 || l.Flows == nil {
+				return err
+			}
+			return l.Flows.Settle(ctx, tx, dead)
+		})
+		if err == nil || pgutil.Transient(err) || ctx.Err() != nil || l.Flows == nil {
+			return n, err
+		}
+		var dead []int64
+		if err2 := l.pool.QueryRow(ctx, l.unrecorded, ids, fences, l.workerID).Scan(&n, &dead); err2 != nil {
+			return n, err2
+		}
+		if len(dead) > 0 {
+			l.logger.Error("skiplock: workflow tasks whose last outcome could not be written went dead unsettled; RetryWorkflow or Requeue them",
+				"jobs", dead, "err", err)
+		}
+		return n, nil
+	})
+}

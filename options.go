@@ -23,7 +23,8 @@ type EnqueueOptions struct {
 	// RunAt is the earliest time the job may start. Zero means now, by the database clock.
 	RunAt time.Time
 	// MaxAttempts is how many times the job may run before it is dead. Defaults to
-	// [DefaultMaxAttempts] (20); zero means the default, negative is an error.
+	// [DefaultMaxAttempts] (20); zero means the default, negative or more than 1000000 is
+	// an error.
 	MaxAttempts int
 	// UniqueKey, when set, allows only one queued or running job with this key: a second
 	// enqueue returns the existing job (Duplicate set) and [ErrDuplicateJob]. At most 255

@@ -6,11 +6,11 @@ package skiplock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/enqueue"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // ErrDependencyNotFound is returned by an enqueue whose [EnqueueOptions].DependsOn names
@@ -64,8 +64,9 @@ func (c *Client) enqueueDependent(ctx context.Context, tx DBTX, args JobArgs, op
 	return row, err
 }
 
-// writeDependent runs attach in tx inside a savepoint (a refusal leaves tx as it was),
-// or, without tx, in a transaction of its own.
+// writeDependent runs attach in tx inside a savepoint (a refusal leaves tx as it was,
+// even when ctx ended between attach's statements), or, without tx, in a transaction of
+// its own.
 func (c *Client) writeDependent(ctx context.Context, tx DBTX, attach func(DBTX) (*JobRow, error)) (*JobRow, error) {
 	if tx == nil {
 		var row *JobRow
@@ -75,17 +76,14 @@ func (c *Client) writeDependent(ctx context.Context, tx DBTX, attach func(DBTX) 
 		})
 		return row, err
 	}
-	if _, err := tx.Exec(ctx, `SAVEPOINT skiplock_depends_on`); err != nil {
+	var row *JobRow
+	err := pgutil.InSavepoint(ctx, tx, "skiplock_depends_on", func() (err error) {
+		row, err = attach(tx)
+		return err
+	})
+	if err != nil && row != nil {
+		// attach succeeded; the savepoint's release failed.
 		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
-	}
-	row, err := attach(tx)
-	if err != nil {
-		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_depends_on`); rerr != nil {
-			return nil, errors.Join(err, rerr)
-		}
-	}
-	if _, rerr := tx.Exec(ctx, `RELEASE SAVEPOINT skiplock_depends_on`); rerr != nil && err == nil {
-		return nil, fmt.Errorf("skiplock: enqueue: %w", rerr)
 	}
 	return row, err
 }

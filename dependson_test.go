@@ -249,6 +249,85 @@ func TestDependsOn_UnknownIDAndRollbackWriteNothing(t *testing.T) {
 	require.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 }
 
+// cancelBefore is the caller's transaction as an enqueue call sees it: it cancels the
+// call's context just before the call's statement number at (1 is the first) is sent, as
+// a deadline that passes between two of its statements does. pgx then refuses that
+// statement without touching the connection, so the transaction lives on.
+type cancelBefore struct {
+	pgx.Tx
+	cancel func()
+	at, n  int
+}
+
+func (c *cancelBefore) next() {
+	if c.n++; c.n == c.at {
+		c.cancel()
+	}
+}
+
+func (c *cancelBefore) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.next()
+	return c.Tx.Exec(ctx, sql, args...)
+}
+
+func (c *cancelBefore) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.next()
+	return c.Tx.Query(ctx, sql, args...)
+}
+
+func (c *cancelBefore) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.next()
+	return c.Tx.QueryRow(ctx, sql, args...)
+}
+
+// A context that ends between the statements of an enqueue in the caller's transaction
+// (DependsOn, a workflow, a sequence: each runs several statements in a savepoint) leaves
+// all or nothing in that transaction: an error, and nothing it wrote is left there, or the
+// job, and no error; the transaction takes its next statement either way. Before, the
+// savepoint was rolled back (or released) with the ended context, which pgx refused to
+// send: a DependsOn enqueue whose parents' lock came after the deadline returned an
+// error and left its job in the transaction, without its edges, so a commit ran the job
+// at once; a workflow whose release came after it returned an error with the workflow
+// written.
+func TestEnqueueTx_ACtxEndingBetweenItsStatementsWritesAllOrNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parent, err := b.client.Enqueue(b.ctx, depArgs{}, nil)
+	require.NoError(t, err)
+	calls := map[string]func(ctx context.Context, tx skiplock.DBTX) error{
+		"DependsOn": func(ctx context.Context, tx skiplock.DBTX) error {
+			_, err := b.client.EnqueueTx(ctx, tx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+			return err
+		},
+		"workflow": func(ctx context.Context, tx skiplock.DBTX) error {
+			_, err := b.client.EnqueueWorkflowTx(ctx, tx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{{Name: "a", Args: depArgs{}}}})
+			return err
+		},
+		"sequence": func(ctx context.Context, tx skiplock.DBTX) error {
+			_, err := b.client.EnqueueSequenceTx(ctx, tx, "k", depArgs{}, nil)
+			return err
+		},
+	}
+	for name, call := range calls {
+		for at := 1; at <= 6; at++ {
+			tx, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(b.ctx)
+			err = call(ctx, &cancelBefore{Tx: tx, cancel: cancel, at: at})
+			cancel()
+			var jobs int
+			require.NoError(t, tx.QueryRow(b.ctx, b.q(`SELECT count(*) FROM {s}.jobs WHERE id <> $1`), parent.ID).Scan(&jobs),
+				"%s, cancelled before statement %d: the transaction must take its next statement (enqueue: %v)", name, at, err)
+			if err != nil {
+				assert.Zero(t, jobs, "%s, cancelled before statement %d: the call failed (%v) but left its job in the transaction", name, at, err)
+			} else {
+				assert.Equal(t, 1, jobs, "%s, cancelled before statement %d: the call succeeded", name, at)
+			}
+			require.NoError(t, tx.Rollback(b.ctx))
+		}
+	}
+}
+
 // An enqueue hook hears of a job with DependsOn once its edges are written: a refused
 // dependency (an unknown parent) is an error to the hook, with no row, since the insert
 // is rolled back; an accepted one is the row. Both with Enqueue and with EnqueueTx.

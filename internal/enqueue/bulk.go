@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 var copyColumns = []string{"queue", "kind", "payload", "priority", "max_attempts", "run_at"}
@@ -179,30 +180,21 @@ func (w *writer) insertManyUnique(ctx context.Context, db jobtype.DBTX, jobs []J
 	if iso == "read committed" {
 		return 0, nil // every job was a duplicate
 	}
-	if _, err := db.Exec(ctx, savepointSQL); err != nil {
-		return 0, wrapErr(w.schema, "enqueue many", err)
+	var insErr error
+	err = pgutil.InSavepoint(ctx, db, savepointName, func() error {
+		tag, insErr = db.Exec(ctx, w.sql.insertUnnest[0], cols...)
+		return insErr
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return tag.RowsAffected(), nil
+	case err == insErr && errors.As(err, &pgErr) && pgErr.Code == "40001":
+		// Rolled back to the savepoint (err is the insert's alone).
+		return 0, fmt.Errorf("%w: a unique key is held by a job committed after this transaction's snapshot (%s); nothing was inserted and the transaction is still usable",
+			ErrDuplicateJob, iso)
 	}
-	tag, err = db.Exec(ctx, w.sql.insertUnnest[0], cols...)
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
-			return 0, wrapErr(w.schema, "enqueue many", errors.Join(err, rerr))
-		}
-		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
-			return 0, wrapErr(w.schema, "enqueue many", rerr)
-		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
-			return 0, fmt.Errorf("%w: a unique key is held by a job committed after this transaction's snapshot (%s); nothing was inserted and the transaction is still usable",
-				ErrDuplicateJob, iso)
-		}
-		return 0, wrapErr(w.schema, "enqueue many", err)
-	}
-	if _, err := db.Exec(ctx, releaseSavepointSQL); err != nil {
-		return 0, wrapErr(w.schema, "enqueue many", err)
-	}
-	return tag.RowsAffected(), nil
+	return 0, wrapErr(w.schema, "enqueue many", err)
 }
 
 func unnestColumns(jobs []Job) []any {

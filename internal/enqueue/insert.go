@@ -102,12 +102,11 @@ func newStatements(schema string) statements {
 	}
 }
 
-// Statements around the unique insert under REPEATABLE READ and SERIALIZABLE.
+// What the unique insert under REPEATABLE READ and SERIALIZABLE runs around it: the
+// isolation level's check, and the savepoint (pgutil.InSavepoint) the insert runs in.
 const (
-	isolationSQL           = `SELECT current_setting('transaction_isolation')`
-	savepointSQL           = `SAVEPOINT skiplock_enqueue`
-	rollbackToSavepointSQL = `ROLLBACK TO SAVEPOINT skiplock_enqueue`
-	releaseSavepointSQL    = `RELEASE SAVEPOINT skiplock_enqueue`
+	isolationSQL  = `SELECT current_setting('transaction_isolation')`
+	savepointName = "skiplock_enqueue"
 )
 
 // insertSQL is the single-job insert. run_at defaults to the database clock. With notify,

@@ -7,7 +7,6 @@ package enqueue
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -82,22 +81,13 @@ func (w *writer) editHolder(ctx context.Context, db jobtype.DBTX, j *Job, existi
 // inSavepoint runs fn inside a savepoint of the caller's transaction db, rolled back to
 // when fn fails, so the transaction stays usable.
 func (w *writer) inSavepoint(ctx context.Context, db jobtype.DBTX, fn func() (*jobtype.JobRow, error)) (*jobtype.JobRow, error) {
-	if _, err := db.Exec(ctx, savepointSQL); err != nil {
-		return nil, err
-	}
-	row, err := fn()
+	var row *jobtype.JobRow
+	err := pgutil.InSavepoint(ctx, db, savepointName, func() (err error) {
+		row, err = fn()
+		return err
+	})
 	if err != nil {
-		// Roll back even if ctx ended: the caller's transaction must not stay aborted.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
-			return nil, errors.Join(err, rerr)
-		}
-		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
-			return nil, rerr
-		}
 		return nil, err
 	}
-	_, err = db.Exec(ctx, releaseSavepointSQL)
-	return row, err
+	return row, nil
 }

@@ -108,18 +108,11 @@ func (s *Sequences) InsertSequence(ctx context.Context, tx jobtype.DBTX, key str
 	if j.ConcurrencyKeys != nil {
 		return nil, fmt.Errorf("%w: ConcurrencyKeys are not supported on sequence jobs (PartitionKey is)", ErrInvalidOptions)
 	}
-	if _, err := tx.Exec(ctx, `SAVEPOINT skiplock_sequence`); err != nil {
-		return nil, wrapErr(s.schema, "enqueue sequence", err)
-	}
-	info, err := s.insertSequenced(ctx, tx, key, j, policy)
-	if err != nil {
-		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_sequence`); rerr != nil {
-			return nil, errors.Join(wrapErr(s.schema, "enqueue sequence", err), rerr)
-		}
-	}
-	if _, rerr := tx.Exec(ctx, `RELEASE SAVEPOINT skiplock_sequence`); rerr != nil && err == nil {
-		err = rerr
-	}
+	var info *TaskInfo
+	err := pgutil.InSavepoint(ctx, tx, "skiplock_sequence", func() (err error) {
+		info, err = s.insertSequenced(ctx, tx, key, j, policy)
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr(s.schema, "enqueue sequence", err)
 	}

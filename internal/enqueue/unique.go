@@ -7,11 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/pgutil"
 )
 
 // insertUnique writes a job with a unique key, or finds the job that holds the key.
@@ -95,31 +95,22 @@ func (w *writer) recheckFinished(ctx context.Context, db jobtype.DBTX, j *Job, r
 // transaction's snapshot cannot see) is rolled back to the savepoint and reported as a
 // duplicate, leaving the caller's transaction usable. It costs three round trips.
 func (w *writer) insertUniqueSavepoint(ctx context.Context, db jobtype.DBTX, j *Job, args []any, notify bool) (*jobtype.JobRow, error) {
-	if _, err := db.Exec(ctx, savepointSQL); err != nil {
-		return nil, wrapErr(w.schema, "enqueue", err)
+	var row *jobtype.JobRow
+	var insErr error
+	err := pgutil.InSavepoint(ctx, db, savepointName, func() error {
+		row, insErr = jobtype.ScanJob(db.QueryRow(ctx, w.sql.insertUnique[0][b2i(notify)], args...))
+		return insErr
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return row, nil
+	case err == insErr && (errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "40001"):
+		// Rolled back to the savepoint (err is the insert's alone).
+		return nil, fmt.Errorf("%w: key %q is held by a job committed after this transaction's snapshot (%s); the transaction is still usable",
+			ErrDuplicateJob, *j.UniqueKey, "REPEATABLE READ or SERIALIZABLE")
 	}
-	row, err := jobtype.ScanJob(db.QueryRow(ctx, w.sql.insertUnique[0][b2i(notify)], args...))
-	if err != nil {
-		// Roll back even if ctx ended: the caller's transaction must not stay aborted.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, rerr := db.Exec(rctx, rollbackToSavepointSQL); rerr != nil {
-			return nil, wrapErr(w.schema, "enqueue", errors.Join(err, rerr))
-		}
-		if _, rerr := db.Exec(rctx, releaseSavepointSQL); rerr != nil {
-			return nil, wrapErr(w.schema, "enqueue", rerr)
-		}
-		var pgErr *pgconn.PgError
-		if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "40001" {
-			return nil, fmt.Errorf("%w: key %q is held by a job committed after this transaction's snapshot (%s); the transaction is still usable",
-				ErrDuplicateJob, *j.UniqueKey, "REPEATABLE READ or SERIALIZABLE")
-		}
-		return nil, wrapErr(w.schema, "enqueue", err)
-	}
-	if _, err := db.Exec(ctx, releaseSavepointSQL); err != nil {
-		return nil, wrapErr(w.schema, "enqueue", err)
-	}
-	return row, nil
+	return nil, wrapErr(w.schema, "enqueue", err)
 }
 
 // isSerializationFailure reports whether err is Postgres's serialization_failure (40001).

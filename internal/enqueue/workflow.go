@@ -5,7 +5,6 @@ package enqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -264,20 +263,13 @@ func newWorkflows(schema, channel string) *Workflows {
 }
 
 // WriteWorkflow writes p through db, inside a savepoint so that an error leaves the
-// caller's transaction usable.
+// caller's transaction usable and holding none of the workflow's rows.
 func (w *Workflows) WriteWorkflow(ctx context.Context, db jobtype.DBTX, p *WorkflowPlan) (*WorkflowInfo, error) {
-	if _, err := db.Exec(ctx, `SAVEPOINT skiplock_workflow`); err != nil {
-		return nil, wrapErr(w.schema, "enqueue workflow", err)
-	}
-	info, err := w.insertWorkflow(ctx, db, p)
-	if err != nil {
-		if _, rerr := db.Exec(ctx, `ROLLBACK TO SAVEPOINT skiplock_workflow`); rerr != nil {
-			return nil, errors.Join(wrapErr(w.schema, "enqueue workflow", err), rerr)
-		}
-	}
-	if _, rerr := db.Exec(ctx, `RELEASE SAVEPOINT skiplock_workflow`); rerr != nil && err == nil {
-		err = rerr
-	}
+	var info *WorkflowInfo
+	err := pgutil.InSavepoint(ctx, db, "skiplock_workflow", func() (err error) {
+		info, err = w.insertWorkflow(ctx, db, p)
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr(w.schema, "enqueue workflow", err)
 	}

@@ -215,3 +215,47 @@ func TestEnqueueSQLTx_JobRuns(t *testing.T) {
 	}
 	assert.Equal(t, map[int64]string{1: "a@example.com", 2: "b@example.com", 3: "c@example.com"}, seen)
 }
+
+// DependsOn works through database/sql as through pgx: the dependent waits for its
+// parent and runs once it has succeeded, and an unknown parent is ErrDependencyNotFound
+// with nothing written and the transaction usable. Before, every EnqueueSQLTx with
+// DependsOn failed with "not supported on a database/sql transaction": the parents'
+// look-up is a Query, which the adapter refused.
+func TestEnqueueSQLTx_DependsOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := sqlDB(t)
+	parent, err := b.client.Enqueue(b.ctx, emailArgs{OrderID: 1}, &skiplock.EnqueueOptions{Queue: "parents"})
+	require.NoError(t, err)
+
+	tx, err := db.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueSQLTx(b.ctx, tx, emailArgs{OrderID: 2}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID + 1000}})
+	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	child, err := b.client.EnqueueSQLTx(b.ctx, tx, emailArgs{OrderID: 3}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID}})
+	require.NoError(t, err, "after a refusal, the transaction takes the next enqueue")
+	require.NoError(t, tx.Commit())
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.jobs`), "the parent and one dependent")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.job_dependencies WHERE parent_id = $1 AND job_id = $2`, parent.ID, child.ID))
+
+	got := make(chan int64, 2)
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"default": {}}, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(_ context.Context, job *skiplock.Job[emailArgs]) error {
+		got <- job.Args.OrderID
+		return nil
+	}))
+	defer runWorker(t, w)()
+	holdsFor(t, 300*time.Millisecond, 50*time.Millisecond, func() {
+		require.Empty(t, got, "the dependent ran before its parent succeeded")
+	})
+	_, err = b.client.Update(b.ctx, parent.ID, skiplock.JobUpdate{Queue: "default"}) // the worker's queue
+	require.NoError(t, err)
+	for _, want := range []int64{1, 3} {
+		select {
+		case id := <-got:
+			assert.Equal(t, want, id)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("order %d did not run", want)
+		}
+	}
+}

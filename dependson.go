@@ -50,7 +50,7 @@ func (c *Client) enqueueDependent(ctx context.Context, tx DBTX, args JobArgs, op
 			return nil, err
 		}
 		if err := c.enq.Attach(ctx, db, row, parents, enqueue.OnFailure(policy)); err != nil {
-			return nil, fmt.Errorf("skiplock: enqueue: %w", err)
+			return nil, c.wrapErr("enqueue", err)
 		}
 		return row, nil
 	}
@@ -83,7 +83,7 @@ func (c *Client) writeDependent(ctx context.Context, tx DBTX, attach func(DBTX) 
 	})
 	if err != nil && row != nil {
 		// attach succeeded; the savepoint's release failed.
-		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
+		return nil, c.wrapErr("enqueue", err)
 	}
 	return row, err
 }

@@ -229,6 +229,9 @@ func TestDependsOn_UnknownIDAndRollbackWriteNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.client.Enqueue(b.ctx, depArgs{}, &skiplock.EnqueueOptions{DependsOn: []int64{parent.ID, parent.ID + 1000}})
 	require.ErrorIs(t, err, skiplock.ErrDependencyNotFound)
+	// One prefix (it read "skiplock: enqueue: skiplock: a job the new job depends on …").
+	assert.Equal(t, fmt.Sprintf("skiplock: enqueue: a job the new job depends on does not exist: job ids [%d] are in neither the jobs table nor the archive",
+		parent.ID+1000), err.Error())
 
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)

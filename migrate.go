@@ -169,9 +169,17 @@ func pending(all []migration, applied []int, target int) []migration {
 
 // MigrateDown reverts applied migrations, newest first, down to cfg.TargetVersion
 // (0: all of them, which drops skiplock's tables and every job in them; the schema
-// itself and its bookkeeping table stay).
+// itself and its bookkeeping table stay). It refuses, reverting nothing, when a version
+// it would revert is one this build does not know (applied by a newer skiplock, which
+// alone has its down file): revert those with that skiplock first.
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) error {
 	return migrateTx(ctx, pool, cfg, func(ctx context.Context, tx pgx.Tx, s migrateState) error {
+		if unknown := s.unknownAbove(s.cfg.TargetVersion); len(unknown) > 0 {
+			latest := s.all[len(s.all)-1].version
+			return fmt.Errorf("skiplock: schema %q has migration(s) %v, which this build of skiplock does not know (it knows up to %d) and cannot revert; "+
+				"nothing was reverted: first revert them with the skiplock that applied them (down to version %d)",
+				s.cfg.Schema, unknown, latest, latest)
+		}
 		for i := len(s.all) - 1; i >= 0; i-- {
 			m := s.all[i]
 			if m.version <= s.cfg.TargetVersion || !s.applied[m.version] {
@@ -229,6 +237,22 @@ type migrateState struct {
 	all     []migration  // every known migration, ascending
 	applied map[int]bool // versions recorded in the schema
 	table   string       // the quoted bookkeeping table
+}
+
+// unknownAbove returns the applied versions above target that are not in s.all
+// (applied by a newer skiplock), ascending.
+func (s migrateState) unknownAbove(target int) []int {
+	known := make(map[int]bool, len(s.all))
+	for _, m := range s.all {
+		known[m.version] = true
+	}
+	var out []int
+	for _, v := range s.appliedList() {
+		if v > target && !known[v] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // appliedList returns the applied versions, ascending.

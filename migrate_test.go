@@ -91,6 +91,35 @@ func TestMigrate_ConcurrentDownUp(t *testing.T) {
 	assert.Equal(t, first, schemaShape(t, b))
 }
 
+// A schema migrated by a newer skiplock (a version this build does not know) is not
+// reverted underneath that version: MigrateDown refuses, naming it, and reverts nothing.
+// Before, it reverted the versions it knew, newest first after the unknown one, left the
+// unknown one recorded over the tables it had removed, and returned nil.
+func TestMigrateDown_RefusesAVersionItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.schema_migrations (version, name) VALUES (999, 'from_a_newer_skiplock')`))
+	require.NoError(t, err)
+	before, err := skiplock.GetMigrationStatus(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema})
+	require.NoError(t, err)
+	shape := schemaShape(t, b)
+
+	for _, target := range []int{0, 15, before.Latest} {
+		err = skiplock.MigrateDown(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema, TargetVersion: target})
+		require.Error(t, err, "target %d", target)
+		assert.Contains(t, err.Error(), fmt.Sprintf("schema %q has migration(s) [999], which this build of skiplock does not know (it knows up to %d)", b.schema, before.Latest))
+		assert.Contains(t, err.Error(), "nothing was reverted")
+	}
+	after, err := skiplock.GetMigrationStatus(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema})
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	assert.Equal(t, shape, schemaShape(t, b))
+
+	// Past the unknown version there is nothing to revert, and no refusal.
+	require.NoError(t, skiplock.MigrateDown(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema, TargetVersion: 999}))
+	assert.Equal(t, shape, schemaShape(t, b))
+}
+
 // TestMigrate_NothingPendingTakesNoLock: with every migration applied, Migrate only reads,
 // so it returns at once even while another session holds the migration lock (a deploy
 // migrating, say) instead of queueing behind it.

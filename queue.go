@@ -49,6 +49,10 @@ func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOptions
 // back there is no job, if it commits there is. The wake-up notification is part of the
 // same transaction, so workers hear of the job only after the commit. skiplock does not
 // commit or roll back tx. opts may be nil.
+//
+// A refusal (bad input, a duplicate, an unknown DependsOn id) leaves tx usable, as does a
+// ctx that ended before the call or between its statements. A ctx that ends while a
+// statement runs makes pgx close the connection, and tx ends with it.
 func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("skiplock: enqueue: %w", err)
@@ -70,10 +74,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx DBTX, args JobArgs, opts *Enq
 // sqlc, GORM or sqlx over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib) hold
 // one: if tx rolls back there is no job, if it commits there is, and the wake-up
 // notification is sent by Postgres at the commit. It runs the same statements as
-// EnqueueTx, so it keeps the same promise that its errors leave tx usable: bad input is
+// EnqueueTx, so it keeps the same promise that its refusals leave tx usable: bad input is
 // refused in Go before anything is sent, a duplicate unique key is not an error to
 // Postgres (ON CONFLICT DO NOTHING), and under REPEATABLE READ or SERIALIZABLE the unique
-// insert runs inside a savepoint. skiplock does not commit or roll back tx. tx must use
+// insert runs inside a savepoint. A ctx that ends while a statement runs ends tx, as in
+// EnqueueTx (database/sql then reports driver.ErrBadConn). skiplock does not commit or roll back tx. tx must use
 // pgx's driver ("pgx" in sql.Open, or stdlib.OpenDBFromPool); other drivers cannot send
 // the statements' array parameters. opts may be nil.
 func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, args JobArgs, opts *EnqueueOptions) (*JobRow, error) {

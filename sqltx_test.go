@@ -6,6 +6,7 @@ package skiplock_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"testing"
 	"time"
@@ -258,4 +259,48 @@ func TestEnqueueSQLTx_DependsOn(t *testing.T) {
 			t.Fatalf("order %d did not run", want)
 		}
 	}
+}
+
+// What docs/enqueueing.md says of a context that ends during EnqueueTx: ended before the
+// call, it is refused with nothing sent and the transaction goes on; ended while a
+// statement runs (here the insert waits for a unique key another transaction holds),
+// pgx closes the connection to stop it, and the transaction is gone, through pgx as
+// through database/sql.
+func TestEnqueueTx_ACtxEndingMidStatementEndsTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	_, err = b.client.EnqueueTx(b.ctx, holder, noopArgs{N: 1}, &skiplock.EnqueueOptions{UniqueKey: "k"})
+	require.NoError(t, err)
+	opts := &skiplock.EnqueueOptions{UniqueKey: "k"}
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	ended, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, err = b.client.EnqueueTx(ended, tx, noopArgs{N: 2}, opts)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = tx.Exec(b.ctx, `SELECT 1`)
+	require.NoError(t, err, "a context ended before the call leaves the transaction usable")
+
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = b.client.EnqueueTx(ctx, tx, noopArgs{N: 2}, opts)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = tx.Exec(b.ctx, `SELECT 1`)
+	require.Error(t, err, "pgx closed the connection")
+	assert.True(t, tx.Conn().IsClosed())
+
+	stx, err := sqlDB(t).BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = stx.Rollback() }()
+	ctx, cancel = context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = b.client.EnqueueSQLTx(ctx, stx, noopArgs{N: 2}, opts)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = stx.ExecContext(b.ctx, `SELECT 1`)
+	require.ErrorIs(t, err, driver.ErrBadConn)
 }

@@ -137,7 +137,8 @@ func (c *Client) enqueueWorkflow(ctx context.Context, wf Workflow, callback stri
 // transaction that records that success. A cycle, an unknown dependency, a repeated name
 // or bad args are refused before anything is written, with an error that matches
 // [ErrInvalidWorkflow]; a database error is confined to a savepoint, so no error of this
-// call aborts tx. One statement writes the whole workflow.
+// call aborts tx (but a ctx that ends while the statement runs makes pgx close the
+// connection, and tx ends with it). One statement writes the whole workflow.
 //
 // Jobs of workflow tasks must be run by workers of a release that knows workflows: an
 // older worker records their outcomes without releasing their dependents.
@@ -235,7 +236,9 @@ func (c *Client) EnqueueSequence(ctx context.Context, key string, args JobArgs, 
 // run now (JobID is its job's id), "waiting" if it waits for the previous job (JobID 0).
 //
 // Enqueues of one key wait for each other: the key is locked until tx ends, and so is the
-// recording of the outcome of the key's last job. No error of this call aborts tx.
+// recording of the outcome of the key's last job. No error of this call aborts tx (but a
+// ctx that ends while a statement runs makes pgx close the connection, and tx ends with
+// it).
 func (c *Client) EnqueueSequenceTx(ctx context.Context, tx DBTX, key string, args JobArgs, opts *EnqueueOptions) (*WorkflowTaskInfo, error) {
 	if tx == nil {
 		return nil, errors.New("skiplock: EnqueueSequenceTx: tx is nil")

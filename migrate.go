@@ -31,6 +31,9 @@ type MigrationStatus struct {
 	Current int   // the highest applied version, 0 when none
 	Latest  int   // the highest version this build knows
 	Applied []int // applied versions, ascending
+	// Pending are the versions this build knows that are not applied, ascending: those
+	// above Current, and any below it (a version applied by a build without it).
+	Pending []int
 }
 
 type migration struct {
@@ -218,6 +221,9 @@ func migrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string, all
 	var exists bool
 	// to_regclass is NULL for a missing schema or table, where a SELECT would fail.
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+		if err == nil {
+			st.Pending = pendingVersions(all, nil)
+		}
 		return st, err
 	}
 	rows, err := pool.Query(ctx, `SELECT version FROM `+table+` ORDER BY version`)
@@ -228,7 +234,17 @@ func migrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string, all
 	if len(st.Applied) > 0 {
 		st.Current = st.Applied[len(st.Applied)-1]
 	}
+	st.Pending = pendingVersions(all, st.Applied)
 	return st, err
+}
+
+// pendingVersions returns the versions of all that are not in applied, ascending.
+func pendingVersions(all []migration, applied []int) []int {
+	var out []int
+	for _, m := range pending(all, applied, 0) {
+		out = append(out, m.version)
+	}
+	return out
 }
 
 // migrateState is what a migration step sees inside migrateTx.
@@ -359,6 +375,12 @@ func (c *Client) CheckSchema(ctx context.Context) error {
 	if st.Current < st.Latest {
 		return fmt.Errorf("%w: schema %q is at migration %d of %d: run skiplock.Migrate (or `skiplock migrate up --schema %s`) before this version's workers and clients",
 			ErrNotMigrated, c.schema, st.Current, st.Latest, c.schema)
+	}
+	// A version below the current one can be missing: applied by a build without it (two
+	// changes in flight took neighbouring numbers), and applied by Migrate whatever its place.
+	if len(st.Pending) > 0 {
+		return fmt.Errorf("%w: schema %q is at migration %d but lacks migration(s) %v: run skiplock.Migrate (or `skiplock migrate up --schema %s`) before this version's workers and clients",
+			ErrNotMigrated, c.schema, st.Current, st.Pending, c.schema)
 	}
 	return nil
 }

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 )
 
 // schemaShape describes a schema's tables, columns, indexes and constraints, to compare
@@ -178,6 +181,53 @@ func TestCheckSchema_FailsEarlyOnAnUnmigratedSchema(t *testing.T) {
 	require.NoError(t, client.CheckSchema(t.Context()))
 	_, err = client.Enqueue(t.Context(), noopArgs{}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
+}
+
+// A schema that lacks a migration below its current version (applied by a build that did
+// not have it: two changes in flight took neighbouring numbers) is not migrated:
+// CheckSchema says which version it lacks, GetMigrationStatus lists it as pending, and
+// Migrate applies it. Before, CheckSchema compared only the highest version and returned
+// nil, and `skiplock migrate status` said "up to date".
+func TestCheckSchema_FindsAMigrationMissingBelowTheCurrentOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st, err := skiplock.GetMigrationStatus(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema})
+	require.NoError(t, err)
+	require.Empty(t, st.Pending)
+	gap := st.Latest - 1
+	// The gap's migration taken out by hand (its down file, and its record), as a build
+	// that did not have it would have left the schema.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `SET LOCAL search_path TO `+pgx.Identifier{b.schema}.Sanitize())
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, migrationFile(t, gap, "down"))
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, b.q(`DELETE FROM {s}.schema_migrations WHERE version = $1`), gap)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+
+	err = b.client.CheckSchema(b.ctx)
+	require.ErrorIs(t, err, skiplock.ErrNotMigrated)
+	assert.Contains(t, err.Error(), fmt.Sprintf("is at migration %d but lacks migration(s) [%d]", st.Latest, gap))
+	st, err = skiplock.GetMigrationStatus(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema})
+	require.NoError(t, err)
+	assert.Equal(t, []int{gap}, st.Pending)
+	assert.Equal(t, st.Latest, st.Current)
+
+	require.NoError(t, skiplock.Migrate(b.ctx, b.pool, skiplock.MigrateConfig{Schema: b.schema}))
+	require.NoError(t, b.client.CheckSchema(b.ctx))
+}
+
+// migrationFile returns the up or down file of migration version.
+func migrationFile(t *testing.T, version int, dir string) string {
+	t.Helper()
+	matches, err := fs.Glob(migrations.FS, fmt.Sprintf("%03d_*.%s.sql", version, dir))
+	require.NoError(t, err)
+	require.Len(t, matches, 1)
+	body, err := fs.ReadFile(migrations.FS, matches[0])
+	require.NoError(t, err)
+	return string(body)
 }
 
 // Check at start-up that the schema is migrated, rather than learning it at the first

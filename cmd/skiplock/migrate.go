@@ -165,18 +165,14 @@ func cmdMigrateStatus(ctx context.Context, a *app, _ *options) error {
 	}
 	applied := "none"
 	if len(st.Applied) > 0 {
-		vs := make([]string, len(st.Applied))
-		for i, v := range st.Applied {
-			vs[i] = strconv.Itoa(v)
-		}
-		applied = strings.Join(vs, ", ")
+		applied = joinInts(st.Applied)
 	}
 	var state string
 	switch {
 	case st.Current == 0:
 		state = fmt.Sprintf("not migrated: run '%s migrate up'", a.selfWithSchema())
-	case st.Current < st.Latest:
-		state = fmt.Sprintf("%d migration(s) pending: run '%s migrate up'", st.Latest-st.Current, a.selfWithSchema())
+	case len(st.Pending) > 0:
+		state = fmt.Sprintf("%d migration(s) pending (%s): run '%s migrate up'", len(st.Pending), joinInts(st.Pending), a.selfWithSchema())
 	case st.Current > st.Latest:
 		state = fmt.Sprintf("newer than this build, which knows up to version %d: upgrade skiplock", st.Latest)
 	default:
@@ -189,4 +185,13 @@ func cmdMigrateStatus(ctx context.Context, a *app, _ *options) error {
 	fmt.Fprintf(tw, "applied:\t%s\n", applied)
 	fmt.Fprintf(tw, "state:\t%s\n", state)
 	return tw.Flush()
+}
+
+// joinInts writes vs as "1, 2, 3".
+func joinInts(vs []int) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.Itoa(v)
+	}
+	return strings.Join(out, ", ")
 }

@@ -21,8 +21,9 @@ import (
 type MigrateConfig struct {
 	// Schema to migrate. It is created if missing. Defaults to "skiplock".
 	Schema string
-	// TargetVersion is the version to stop at. For Migrate, 0 means the latest; for
-	// MigrateDown, 0 means remove every migration.
+	// TargetVersion is the version to stop at. For Migrate, 0 means the latest, and a
+	// version beyond the latest this build knows is refused; for MigrateDown, 0 means
+	// remove every migration.
 	TargetVersion int
 }
 
@@ -132,6 +133,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg ...MigrateConfig) erro
 	all, err := loadMigrations()
 	if err != nil {
 		return err
+	}
+	if latest := all[len(all)-1].version; c.TargetVersion > latest {
+		return fmt.Errorf("skiplock: migrate: TargetVersion %d is beyond the latest version this build knows, %d; nothing was applied", c.TargetVersion, latest)
 	}
 	// Read-only: needs USAGE on the schema and SELECT on schema_migrations, nothing more.
 	st, err := migrationStatus(ctx, pool, c.Schema, all)

@@ -246,3 +246,21 @@ func ExampleClient_CheckSchema() {
 	// true
 	// <nil>
 }
+
+// TestMigrate_RefusesATargetBeyondTheLatest: a TargetVersion this build does not know is
+// refused, as the CLI's --target is, rather than read as "the latest"; nothing is applied.
+func TestMigrate_RefusesATargetBeyondTheLatest(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t) // exists, empty
+	before, err := skiplock.GetMigrationStatus(t.Context(), pool, skiplock.MigrateConfig{Schema: schema})
+	require.NoError(t, err)
+	err = skiplock.Migrate(t.Context(), pool, skiplock.MigrateConfig{Schema: schema, TargetVersion: before.Latest + 1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("TargetVersion %d is beyond the latest version this build knows, %d", before.Latest+1, before.Latest))
+	after, err := skiplock.GetMigrationStatus(t.Context(), pool, skiplock.MigrateConfig{Schema: schema})
+	require.NoError(t, err)
+	assert.Equal(t, 0, after.Current, "nothing applied")
+
+	require.NoError(t, skiplock.Migrate(t.Context(), pool, skiplock.MigrateConfig{Schema: schema, TargetVersion: before.Latest}))
+}

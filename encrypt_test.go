@@ -2,6 +2,9 @@ package skiplock_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +227,74 @@ func TestEncrypt_UpdateSealsTheNewArgsOfAnEncryptedJob(t *testing.T) {
 	_, err = b.client.Update(b.ctx, sealedJob.ID, skiplock.JobUpdate{Args: secretArgs{Card: "4111-leak"}})
 	assert.ErrorIs(t, err, skiplock.ErrInvalidOptions)
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload::text LIKE '%4111%'`), "plaintext args in the jobs table")
+}
+
+// payloadSeen records the payloads the worker's middleware (after the handler), error
+// handler and hook were given.
+type payloadSeen struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *payloadSeen) add(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, string(b))
+}
+
+func (p *payloadSeen) all() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen)
+}
+
+func (p *payloadSeen) JobStarted(ctx context.Context, job *skiplock.JobRow) context.Context {
+	return ctx
+}
+
+func (p *payloadSeen) JobFinished(ctx context.Context, job *skiplock.JobRow, res skiplock.JobResult) {
+	p.add(job.Payload)
+}
+
+func (p *payloadSeen) HandleError(ctx context.Context, job *skiplock.JobRow, status skiplock.JobStatus, err error) {
+	p.add(job.Payload)
+}
+
+func (p *payloadSeen) HandleStuck(ctx context.Context, job *skiplock.JobRow, timeout time.Duration) {}
+
+// The worker opens a sealed job's args for its handler alone: the middleware (after the
+// handler as before it), the error handlers and the hooks see the sealed payload, as
+// stored, so an error reporter that records the job does not record the plaintext.
+func TestEncrypt_OnlyTheHandlerSeesThePlaintext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seen := &payloadSeen{}
+	c := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k1"), Hooks: []skiplock.Hook{seen}})
+	job, err := c.Enqueue(b.ctx, secretArgs{Card: "4111-secret"}, &skiplock.EnqueueOptions{Encrypt: true, MaxAttempts: 1})
+	require.NoError(t, err)
+	w, err := skiplock.NewWorker(c, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Use(w, func(next skiplock.JobHandler) skiplock.JobHandler {
+		return func(ctx context.Context, job *skiplock.JobRow) error {
+			seen.add(job.Payload)
+			err := next(ctx, job)
+			seen.add(job.Payload)
+			return err
+		}
+	}))
+	require.NoError(t, skiplock.HandleErrors(w, seen))
+	card := make(chan string, 1)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[secretArgs]) error {
+		card <- job.Args.Card
+		return errors.New("declined")
+	}))
+	defer runWorker(t, w)()
+	waitStatus(t, b, job.ID, skiplock.StatusDead, 20*time.Second, "the attempt failed")
+	eventually(t, 10*time.Second, func() bool { return len(seen.all()) == 4 }, "middleware twice, the error handler and the hook")
+	assert.Equal(t, "4111-secret", <-card, "the handler gets the args")
+	for _, p := range seen.all() {
+		key, ok := skiplock.SealedKey([]byte(p))
+		assert.True(t, ok && key == "k1", "sealed payload seen: %s", p)
+		assert.NotContains(t, p, "4111")
+	}
 }

@@ -46,11 +46,12 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 			job.Args = reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
 			into = any(job.Args)
 		}
+		// Opened for the handler alone: row.Payload stays as stored, so the middleware,
+		// error handlers and hooks, which are given row, never see sealed args opened.
 		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
 		if err != nil {
 			return err // another worker may hold the key: retried like any failure
 		}
-		row.Payload = payload
 		// As json.Unmarshal, through a reused decoder (internal/jobtype, args.go).
 		if err := jobtype.DecodeArgs(payload, into); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of kind %q into %T: %w", row.Kind, job.Args, err))

@@ -34,7 +34,9 @@ const (
 // AttemptError is one entry of a job's error history ([JobRow].Errors).
 type AttemptError = jobtype.AttemptError
 
-// Job is a claimed job with its args decoded into T, as a handler receives it.
+// Job is a claimed job with its args decoded into T, as a handler receives it. For args
+// encrypted with a [Keyring], Args are the opened args and JobRow.Payload stays the
+// sealed payload as stored, the one middleware, error handlers and hooks see.
 type Job[T JobArgs] struct {
 	*JobRow
 	Args T

@@ -38,7 +38,7 @@ type JobRow struct {
 	ID          int64
 	Queue       string
 	Kind        string
-	Payload     []byte // the args as JSON
+	Payload     []byte // the args as JSON; args encrypted with a Keyring: their sealed form
 	Status      JobStatus
 	Priority    int
 	RunAt       time.Time

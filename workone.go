@@ -21,6 +21,12 @@ var _ = testbridge.Provide(func(ctx context.Context, w *Worker, queue string) (*
 	return w.workOne(ctx, queue)
 })
 
+// The opening of a job's stored args with the client's Keyring, for package
+// skiplocktest's RequireEnqueued, which matches encrypted args on their plaintext.
+var _ = testbridge.ProvideOpen(func(c *Client, kind string, payload []byte) ([]byte, error) {
+	return c.keyring.Open(kind, payload)
+})
+
 // workOne claims one due job of queue (one of the worker's queues: another name, a typo
 // above all, is an error naming the worker's queues rather than an empty queue) and
 // runs it to its recorded end: its success or failure is written before it returns. It

@@ -47,11 +47,13 @@ type RequireOpts struct {
 	SetFieldsOnly bool
 }
 
-// findSQL selects the jobs of a kind whose args contain the wanted JSON, newest first.
-// payload @> $2 is jsonb containment: every field of the wanted JSON must be equal in the
-// job's args, which may have more.
-const findSQL = `SELECT id, payload::text FROM %s
-WHERE kind = $1 AND payload @> $2::jsonb
+// findSQL selects the jobs of a kind whose args contain the wanted JSON, newest first,
+// and those whose args may be encrypted (EnqueueOptions.Encrypt), which find opens and
+// matches itself; the third column says whether the row matched as stored. payload @> $2
+// is jsonb containment: every field of the wanted JSON must be equal in the job's args,
+// which may have more.
+const findSQL = `SELECT id, payload::text, payload @> $2::jsonb FROM %s
+WHERE kind = $1 AND (payload @> $2::jsonb OR payload ? 'skiplock_sealed')
 	AND ($3::text = '' OR queue = $3) AND ($4::text = '' OR status = $4)
 ORDER BY id DESC`
 
@@ -64,7 +66,9 @@ ORDER BY id DESC`
 //
 // Args match when every field of want's JSON is equal in the job's args (jsonb
 // containment). A field tagged omitempty and left zero in want is absent from its JSON,
-// so it matches anything: that is how to match on some fields only.
+// so it matches anything: that is how to match on some fields only. Args encrypted with
+// a [skiplock.Keyring] are opened with client's and matched the same way (the returned
+// row's Payload stays the sealed payload); when client cannot open them, the test fails.
 func RequireEnqueued[T skiplock.JobArgs](tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want T, opts *RequireOpts) *skiplock.Job[T] {
 	tb.Helper()
 	o := optsOrZero(opts)
@@ -85,7 +89,7 @@ func RequireEnqueued[T skiplock.JobArgs](tb testing.TB, db skiplock.DBTX, client
 	}
 	row := get(tb, db, client, ids[0].id)
 	var args T
-	if err := json.Unmarshal(row.Payload, &args); err != nil {
+	if err := json.Unmarshal([]byte(ids[0].payload), &args); err != nil {
 		tb.Fatalf("skiplocktest: job %d's args do not decode into %T: %v", row.ID, args, err)
 	}
 	return &skiplock.Job[T]{JobRow: row, Args: args}
@@ -103,7 +107,7 @@ func RequireNotEnqueued(tb testing.TB, db skiplock.DBTX, client *skiplock.Client
 
 type found struct {
 	id      int64
-	payload string
+	payload string // the args, opened when they are encrypted
 }
 
 func find(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want skiplock.JobArgs, o RequireOpts) []found {
@@ -120,12 +124,53 @@ func find(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, want skiploc
 	if err != nil {
 		tb.Fatalf("skiplocktest: looking for jobs of kind %q: %v", want.Kind(), err)
 	}
-	var out []found
+	var all []found
+	var matched []bool
 	var f found
-	if _, err := pgx.ForEachRow(rows, []any{&f.id, &f.payload}, func() error { out = append(out, f); return nil }); err != nil {
+	var m bool
+	if _, err := pgx.ForEachRow(rows, []any{&f.id, &f.payload, &m}, func() error {
+		all, matched = append(all, f), append(matched, m)
+		return nil
+	}); err != nil {
 		tb.Fatalf("skiplocktest: looking for jobs of kind %q: %v", want.Kind(), err)
 	}
+	var out []found
+	for i, f := range all {
+		if !matched[i] {
+			if _, sealed := skiplock.SealedKey([]byte(f.payload)); !sealed {
+				continue
+			}
+			f.payload = open(tb, client, f.id, want.Kind(), f.payload)
+			// Containment as the database decides it, on the opened args.
+			if err := db.QueryRow(tb.Context(), `SELECT $1::jsonb @> $2::jsonb`, f.payload, wantJSON).Scan(&m); err != nil {
+				tb.Fatalf("skiplocktest: matching job %d's args: %v", f.id, err)
+			}
+			if !m {
+				continue
+			}
+		}
+		out = append(out, f)
+	}
 	return out
+}
+
+// open returns the args of job id, of kind, from their stored JSON, opened with client's
+// Keyring when they are encrypted; it fails tb when they cannot be opened.
+func open(tb testing.TB, client *skiplock.Client, id int64, kind, payload string) string {
+	tb.Helper()
+	key, sealed := skiplock.SealedKey([]byte(payload))
+	if !sealed {
+		return payload
+	}
+	openArgs, ok := testbridge.Open[*skiplock.Client]()
+	if !ok {
+		tb.Fatalf("skiplocktest: this skiplock build does not offer the opening of encrypted args")
+	}
+	plain, err := openArgs(client, kind, []byte(payload))
+	if err != nil {
+		tb.Fatalf("skiplocktest: job %d's args are encrypted with key %q and client cannot open them (pass a client whose Config.Keyring holds the key): %v", id, key, err)
+	}
+	return string(plain)
 }
 
 // others describes a few jobs of the kind that did not match, for the failure message.
@@ -139,6 +184,17 @@ func others(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, kind strin
 	var p string
 	if _, err := pgx.ForEachRow(rows, []any{&p}, func() error { payloads = append(payloads, p); return nil }); err != nil || len(payloads) == 0 {
 		return "; there is no job of that kind"
+	}
+	for i, p := range payloads {
+		if key, sealed := skiplock.SealedKey([]byte(p)); sealed {
+			if openArgs, ok := testbridge.Open[*skiplock.Client](); ok {
+				if plain, err := openArgs(client, kind, []byte(p)); err == nil {
+					payloads[i] = string(plain)
+					continue
+				}
+			}
+			payloads[i] = fmt.Sprintf("(encrypted with key %q)", key)
+		}
 	}
 	return "; jobs of that kind (newest first, at most 5): " + strings.Join(payloads, ", ")
 }

@@ -286,3 +286,48 @@ func TestRequireEnqueued_SetFieldsOnlyComparesTheFieldsSetInWant(t *testing.T) {
 	// Without it, order 8 (all its other fields zero) matches only a want equal to it.
 	skiplocktest.RequireEnqueued(t, pool, client, order{OrderID: 8}, &skiplocktest.RequireOpts{Count: 1})
 }
+
+type charge struct {
+	Card   string `json:"card"`
+	Amount int    `json:"amount,omitempty"`
+}
+
+func (charge) Kind() string { return "charge" }
+
+// Encrypted args (EnqueueOptions.Encrypt) are matched on their plaintext, opened with the
+// client's Keyring: RequireNotEnqueued does not pass for a job it cannot read, and a
+// client without the key fails the test saying so.
+func TestRequireEnqueued_MatchesEncryptedArgs(t *testing.T) {
+	t.Parallel()
+	pool, plain := setup(t)
+	ring, err := skiplock.NewKeyring("k1", map[string][]byte{"k1": make([]byte, 32)})
+	require.NoError(t, err)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: plain.Schema(), Keyring: ring})
+	require.NoError(t, err)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck
+	_, err = client.EnqueueTx(t.Context(), tx, charge{Card: "4111", Amount: 42}, &skiplock.EnqueueOptions{Encrypt: true})
+	require.NoError(t, err)
+
+	job := skiplocktest.RequireEnqueued(t, tx, client, charge{Card: "4111"}, &skiplocktest.RequireOpts{Count: 1})
+	assert.Equal(t, 42, job.Args.Amount, "the args are decoded from the plaintext")
+	key, sealed := skiplock.SealedKey(job.Payload)
+	assert.True(t, sealed && key == "k1", "the row's payload is as stored")
+	skiplocktest.RequireEnqueued(t, tx, client, charge{Amount: 42}, &skiplocktest.RequireOpts{SetFieldsOnly: true})
+	skiplocktest.RequireNotEnqueued(t, tx, client, charge{Card: "5500"}, nil)
+	msg := fails(t, func(tb testing.TB) { skiplocktest.RequireNotEnqueued(tb, tx, client, charge{Card: "4111"}, nil) })
+	assert.Contains(t, msg, "want none", "an encrypted job that matches is found")
+	msg = fails(t, func(tb testing.TB) { skiplocktest.RequireEnqueued(tb, tx, client, charge{Card: "5500"}, nil) })
+	assert.Contains(t, msg, `"card":"4111"`, "the failure lists the jobs' args, opened")
+
+	// A client without the key cannot tell: it fails the test rather than pass.
+	for name, fn := range map[string]func(tb testing.TB){
+		"RequireEnqueued":    func(tb testing.TB) { skiplocktest.RequireEnqueued(tb, tx, plain, charge{Card: "4111"}, nil) },
+		"RequireNotEnqueued": func(tb testing.TB) { skiplocktest.RequireNotEnqueued(tb, tx, plain, charge{Card: "5500"}, nil) },
+	} {
+		msg := fails(t, fn)
+		assert.Contains(t, msg, `encrypted with key "k1"`, name)
+		assert.Contains(t, msg, "Keyring", name)
+	}
+}

@@ -1,11 +1,13 @@
-// Package testbridge hands package skiplocktest the synchronous run of a Worker's jobs
-// without adding that call to skiplock's public API: package skiplock provides it with
-// Provide, in the declaration of a package variable (so before any of its callers runs),
-// and skiplocktest, which imports skiplock, takes it with Sync. Nothing else may use it.
+// Package testbridge hands package skiplocktest the synchronous run of a Worker's jobs,
+// and the opening of a Client's encrypted args, without adding those calls to
+// skiplock's public API: package skiplock provides them with Provide and ProvideOpen, in
+// the declarations of package variables (so before any of their callers runs), and
+// skiplocktest, which imports skiplock, takes them with Sync and Open. Nothing else may
+// use them.
 //
-// This package cannot name skiplock's types (skiplock imports it), so the run's type,
-// WorkOne, is generic in them: both sides spell out the same instantiation, and Sync
-// reports false if they ever disagree.
+// This package cannot name skiplock's types (skiplock imports it), so their types,
+// WorkOne and OpenArgs, are generic in them: both sides spell out the same
+// instantiation, and Sync and Open report false if they ever disagree.
 package testbridge
 
 import "context"
@@ -27,5 +29,26 @@ func Provide[W, Row, Result any](f WorkOne[W, Row, Result]) struct{} {
 // Sync returns the synchronous run, and false when none of these types was provided.
 func Sync[W, Row, Result any]() (WorkOne[W, Row, Result], bool) {
 	f, ok := provided.(WorkOne[W, Row, Result])
+	return f, ok
+}
+
+// OpenArgs returns the args of a job of kind as JSON from its stored payload, opened
+// with the client c's Keyring when they are encrypted (as the client's workers open
+// them). C is skiplock's *Client.
+type OpenArgs[C any] func(c C, kind string, payload []byte) ([]byte, error)
+
+// opener is the OpenArgs package skiplock provided.
+var opener any
+
+// ProvideOpen records f as the opening of stored args. Package skiplock calls it once.
+func ProvideOpen[C any](f OpenArgs[C]) struct{} {
+	opener = f
+	return struct{}{}
+}
+
+// Open returns the opening of stored args, and false when none of this type was
+// provided.
+func Open[C any]() (OpenArgs[C], bool) {
+	f, ok := opener.(OpenArgs[C])
 	return f, ok
 }

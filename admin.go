@@ -236,7 +236,10 @@ type RequeueResult struct {
 // before, they wait for it).
 func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, error) {
 	if len(f.IDs) == 0 && f.Kind == "" && f.Queue == "" {
-		return RequeueResult{}, fmt.Errorf("%w: Requeue needs IDs, Kind or Queue", ErrInvalidOptions)
+		return RequeueResult{}, &optionsError{what: "RequeueFilter", msg: "Requeue needs IDs, Kind or Queue"}
+	}
+	if !validText(f.Kind) {
+		return RequeueResult{}, &optionsError{what: "RequeueFilter", msg: fmt.Sprintf("kind %q: not UTF-8 text without NUL", truncate(f.Kind, 40))}
 	}
 	if f.Queue != "" {
 		if err := validQueue(f.Queue); err != nil {

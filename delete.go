@@ -117,11 +117,11 @@ func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 // count of those comes back with the error.
 func (c *Client) DeleteMany(ctx context.Context, p ListParams) (int64, error) {
 	if p.Cursor != "" {
-		return 0, fmt.Errorf("%w: DeleteMany takes no Cursor", ErrInvalidOptions)
+		return 0, invalidParams("DeleteMany takes no Cursor")
 	}
 	if p.Status == "" && p.Queue == "" && p.Kind == "" && len(p.Metadata) == 0 && p.CreatedSince.IsZero() &&
 		p.CreatedUntil.IsZero() && p.FinishedSince.IsZero() && p.FinishedUntil.IsZero() {
-		return 0, fmt.Errorf("%w: DeleteMany needs at least one filter (Status, Queue, Kind, Metadata or a time bound)", ErrInvalidOptions)
+		return 0, invalidParams("DeleteMany needs at least one filter (Status, Queue, Kind, Metadata or a time bound)")
 	}
 	lim := p.Limit
 	args, err := listArgs(p)

@@ -150,3 +150,12 @@ func checkJSONB(b []byte) error { return pgutil.CheckJSONB(b) }
 // payloadErr is the sentinel for a refusal of checkJSONB: [ErrPayloadTooLarge] for a
 // document larger than jsonb holds, [ErrInvalidPayload] for the others.
 func payloadErr(err error) error { return enqueue.PayloadErr(err) }
+
+// optionsError is an argument that a call other than an enqueue refuses by itself: its
+// message speaks of that argument (what: "update", "ListParams", "RequeueFilter"), not
+// of enqueue options, and it matches [ErrInvalidOptions].
+type optionsError struct{ what, msg string }
+
+func (e *optionsError) Error() string { return "skiplock: invalid " + e.what + ": " + e.msg }
+
+func (e *optionsError) Unwrap() error { return ErrInvalidOptions }

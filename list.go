@@ -153,21 +153,38 @@ func listLimit(n int) int {
 	return n
 }
 
+// invalidParams is a ListParams that [Client.ListPage] or [Client.DeleteMany] refuses:
+// it matches [ErrInvalidOptions].
+func invalidParams(format string, args ...any) error {
+	return &optionsError{what: "ListParams", msg: fmt.Sprintf(format, args...)}
+}
+
 // listArgs validates p's filters and returns them as listFilter's parameters $1 to $8.
+// Text Postgres cannot hold (NUL, invalid UTF-8) is refused rather than sent: the kind
+// would fail the statement, and JSON would write invalid UTF-8 in metadata as the
+// replacement character, matching jobs tagged with that instead.
 func listArgs(p ListParams) ([]any, error) {
 	if p.Status != "" && !slices.Contains(allStatuses, p.Status) {
-		return nil, fmt.Errorf("%w: status %q is not one of %v", ErrInvalidOptions, p.Status, allStatuses)
+		return nil, invalidParams("status %q is not one of %v", truncate(string(p.Status), 40), allStatuses)
 	}
 	if p.Queue != "" {
 		if err := validQueue(p.Queue); err != nil {
 			return nil, err
 		}
 	}
+	if !validText(p.Kind) {
+		return nil, invalidParams("kind %q: not UTF-8 text without NUL", truncate(p.Kind, 40))
+	}
 	var meta any
 	if len(p.Metadata) > 0 {
+		for k, v := range p.Metadata {
+			if !validText(k) || !validText(v) {
+				return nil, invalidParams("metadata %q: %q: not UTF-8 text without NUL", truncate(k, 40), truncate(v, 40))
+			}
+		}
 		b, err := json.Marshal(p.Metadata)
 		if err != nil {
-			return nil, fmt.Errorf("%w: list metadata: %v", ErrInvalidOptions, err)
+			return nil, invalidParams("metadata: %v", err)
 		}
 		meta = string(b) // as text: see insertOne
 	}

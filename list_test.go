@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,4 +352,55 @@ func TestDeleteMany_RacingWorkersNeverDeletesARunningJob(t *testing.T) {
 	assert.EqualValues(t, n, int64(ran)+deleted, "each job ran or was deleted")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.audit a WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs_archive j WHERE j.id = a.job_id)`),
 		"no job that started was deleted")
+}
+
+// A ListParams (or RequeueFilter) the database could not take is refused before it is
+// sent, with ErrInvalidOptions and a message that speaks of the call's own parameters,
+// not of "enqueue options"; a metadata filter of invalid UTF-8 is refused rather than
+// matched as the replacement characters JSON would write.
+func TestListPage_RefusalsNameTheirParams(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Enqueue(b.ctx, resizeArgs{Image: "a"}, &skiplock.EnqueueOptions{Metadata: map[string]string{"tag": "\ufffd"}})
+	require.NoError(t, err)
+	bad := map[string]func() error{
+		"status": func() error { _, err := b.client.ListPage(b.ctx, skiplock.ListParams{Status: "finished"}); return err },
+		"kind NUL": func() error {
+			_, err := b.client.ListPage(b.ctx, skiplock.ListParams{Kind: "re\x00size"})
+			return err
+		},
+		"kind UTF-8": func() error { _, err := b.client.List(b.ctx, skiplock.ListParams{Kind: "re\xffsize"}); return err },
+		"metadata NUL": func() error {
+			_, err := b.client.List(b.ctx, skiplock.ListParams{Metadata: map[string]string{"tag\x00": "x"}})
+			return err
+		},
+		"metadata UTF-8": func() error {
+			_, err := b.client.List(b.ctx, skiplock.ListParams{Metadata: map[string]string{"tag": "\xff"}})
+			return err
+		},
+		"delete without filter": func() error { _, err := b.client.DeleteMany(b.ctx, skiplock.ListParams{Limit: 5}); return err },
+		"delete with cursor": func() error {
+			_, err := b.client.DeleteMany(b.ctx, skiplock.ListParams{Kind: "resize", Cursor: "x"})
+			return err
+		},
+		"delete kind NUL": func() error {
+			_, err := b.client.DeleteMany(b.ctx, skiplock.ListParams{Kind: "re\x00size"})
+			return err
+		},
+		"requeue without filter": func() error { _, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{}); return err },
+		"requeue kind NUL": func() error {
+			_, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "re\x00size"})
+			return err
+		},
+	}
+	for name, call := range bad {
+		if err := call(); assert.ErrorIs(t, err, skiplock.ErrInvalidOptions, name) {
+			assert.NotContains(t, err.Error(), "enqueue", name)
+		}
+	}
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing deleted")
+	_, err = b.client.ListPage(b.ctx, skiplock.ListParams{Queue: strings.Repeat("q", 10_000)})
+	if assert.ErrorIs(t, err, skiplock.ErrInvalidQueue) {
+		assert.Less(t, len(err.Error()), 300, "the name is cut in the message")
+	}
 }

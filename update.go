@@ -179,18 +179,11 @@ func (c *Client) updateArgs(ctx context.Context, id int64, u JobUpdate) ([]any, 
 	return []any{u.RunNow, runAt, priority, queue, payload, kind, metadata, c.db.Channel, stored}, nil
 }
 
-// updateError is a JobUpdate that [Client.Update] refuses by itself (not as an enqueue
-// of its fields would): its message speaks of the update, and it matches
-// [ErrInvalidOptions].
-type updateError struct{ msg string }
-
+// invalidUpdate is a JobUpdate that [Client.Update] refuses by itself (not as an enqueue
+// of its fields would).
 func invalidUpdate(format string, args ...any) error {
-	return &updateError{msg: fmt.Sprintf(format, args...)}
+	return &optionsError{what: "update", msg: fmt.Sprintf(format, args...)}
 }
-
-func (e *updateError) Error() string { return "skiplock: invalid update: " + e.msg }
-
-func (e *updateError) Unwrap() error { return ErrInvalidOptions }
 
 // editArgs stands for the args of a JobUpdate that leaves them as they are, so that
 // prepare checks the other fields.

@@ -66,7 +66,7 @@ func ValidQueue(q string) error {
 		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 	}
 	if !ok {
-		return fmt.Errorf("%w: %q: use [a-z0-9_-], 1-64 characters", ErrInvalidQueue, q)
+		return fmt.Errorf("%w: %q: use [a-z0-9_-], 1-64 characters", ErrInvalidQueue, Truncate(q, 80))
 	}
 	return nil
 }

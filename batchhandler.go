@@ -39,7 +39,8 @@ type BatchHandlerConfig struct {
 // start within cfg.MaxWait join, and fn runs once for all of them. fn returns one error
 // per job, in order (nil: that job succeeded; [Permanent], [CancelJob], [Snooze] work
 // as from Handle's handlers); a slice of another length fails every job of the call.
-// A panic in fn fails every job of the call with the panic's value.
+// A panic in fn fails every job of the call with the panic's value, and so does an fn
+// that ends its goroutine with runtime.Goexit (t.FailNow).
 //
 // Each job is still its own row: it is retried, timed out, cancelled and recorded alone.
 // Each job's own context is [Job.Context]: it ends when that job is cancelled
@@ -119,11 +120,23 @@ func (c *batchCollector[T]) run(ctx context.Context, job *Job[T]) error {
 	}
 	c.mu.Unlock()
 	callCtx, end := batchContext(ctx, b.jobs)
+	// Deferred, so that an fn that ends this goroutine with runtime.Goexit (t.FailNow,
+	// say) still releases the jobs that joined the call, each failed as the leader's
+	// attempt is, rather than leaving them waiting for ever.
+	defer func() {
+		if b.errs == nil {
+			b.errs = fill(len(b.jobs), errBatchExited)
+		}
+		end()
+		close(b.done)
+	}()
 	b.errs = c.call(callCtx, b.jobs)
-	end()
-	close(b.done)
 	return b.errs[i]
 }
+
+// errBatchExited is the error of the jobs of a batch call whose fn ended its goroutine
+// with runtime.Goexit instead of returning.
+var errBatchExited = errors.New("skiplock: batch handler exited without returning (runtime.Goexit: t.FailNow or require.* called in a handler?)")
 
 // batchContext returns the context of one call of fn for jobs, whose leader's context is
 // leader: it carries leader's values and ends, with the cause of the last, once every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -214,4 +215,39 @@ func batchPart(log attemptLog, j *skiplock.Job[partArgs], release <-chan struct{
 		cause := context.Cause(j.Context())
 		return errors.Join(cause, log.note(j.ID, j.Attempts, j.Args.Part, "stopped: "+cause.Error()))
 	}
+}
+
+// A batch handler that ends its goroutine with runtime.Goexit (t.FailNow, require.* in a
+// handler) fails every job of the call, as a Handle handler's Goexit fails its job:
+// the jobs that joined the leader's call do not wait for it for ever, and the worker
+// stops.
+func TestHandleBatch_GoexitFailsEveryJobOfTheCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	params := make([]skiplock.EnqueueParams, 4)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: rowArgs{N: i}, Options: &skiplock.EnqueueOptions{MaxAttempts: 1}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	var mu sync.Mutex
+	var sizes []int
+	require.NoError(t, skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{MaxJobs: 4, MaxWait: 2 * time.Second},
+		func(ctx context.Context, jobs []*skiplock.Job[rowArgs]) []error {
+			mu.Lock()
+			sizes = append(sizes, len(jobs))
+			mu.Unlock()
+			runtime.Goexit()
+			return nil
+		}))
+	stop := runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'dead'`) == 4
+	}, "every job of the call failed")
+	assert.Equal(t, 4, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE last_error LIKE '%exited without returning%'`))
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, sizes, 4, "the four jobs shared a call")
 }

@@ -298,3 +298,18 @@ func TestEncrypt_OnlyTheHandlerSeesThePlaintext(t *testing.T) {
 		assert.NotContains(t, p, "4111")
 	}
 }
+
+// A Keyring not made by NewKeyring (nil, or its zero value) refuses to seal with an error
+// rather than a nil-pointer panic, and opens only what is not sealed.
+func TestEncrypt_KeyringNotFromNewKeyringSaysSo(t *testing.T) {
+	t.Parallel()
+	for name, k := range map[string]*skiplock.Keyring{"nil": nil, "zero": {}} {
+		var err error
+		assert.NotPanics(t, func() { _, err = k.Seal("charge", []byte(`{"card": "4111"}`)) }, name)
+		assert.ErrorContains(t, err, "NewKeyring", name)
+		sealed, err := keyring(t, "k1").Seal("charge", []byte(`{"card": "4111"}`))
+		require.NoError(t, err)
+		assert.NotPanics(t, func() { _, err = k.Open("charge", sealed) }, name)
+		assert.ErrorIs(t, err, skiplock.ErrNoKey, name)
+	}
+}

@@ -78,8 +78,12 @@ func sealedAAD(kind string) []byte { return []byte("skiplock/sealed/v1/" + kind)
 
 // Seal encrypts payload, the args of a job of kind as JSON, with the current key, and
 // returns the JSON the jobs table stores. Enqueues call it for jobs with
-// EnqueueOptions.Encrypt; it is exported for tools that write jobs by other means.
+// EnqueueOptions.Encrypt; it is exported for tools that write jobs by other means. A
+// keyring not made by NewKeyring (nil, or the zero Keyring) returns an error.
 func (k *Keyring) Seal(kind string, payload []byte) ([]byte, error) {
+	if k == nil || k.aeads[k.current] == nil {
+		return nil, errors.New("skiplock: Keyring.Seal: the keyring has no key: make it with NewKeyring")
+	}
 	aead := k.aeads[k.current]
 	nonce := make([]byte, aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {

@@ -27,8 +27,10 @@ func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 
 // RetryPolicy decides when a failed job runs again. NextRetry gets the job as claimed
 // (job.Attempts is the attempt that just failed, starting at 1) and returns the delay from
-// now, by the database clock. It is not asked when the job has no attempts left. A
-// policy that panics is recovered and logged (with the job's id and kind), and the
+// now, by the database clock. A negative delay counts as zero, as [Snooze]'s does: the
+// job is due now, not in the past, so it does not go ahead of the jobs due before it
+// (claims take the earliest due first). It is not asked when the job has no attempts
+// left. A policy that panics is recovered and logged (with the job's id and kind), and the
 // default backoff ([BackoffPolicy]) decides the delay instead.
 //
 // The delay is when the job is due again, not when it runs: a worker claims it at its

@@ -588,3 +588,39 @@ func TestRetry_APanickingPolicyFallsBackToTheDefaultBackoff(t *testing.T) {
 	}
 	assert.True(t, logged, "the policy's panic is logged with the job and its kind:\n%s", logs.String())
 }
+
+type negativeDelayArgs struct{}
+
+func (negativeDelayArgs) Kind() string                      { return "negative_delay" }
+func (negativeDelayArgs) RetryPolicy() skiplock.RetryPolicy { return fixedDelay(-time.Hour) }
+
+// TestRetry_ANegativeDelayIsDueNowNotInThePast: a policy's negative delay means zero, as
+// Snooze's does: the retry is due at the failure (run_at = now()), not an hour before it,
+// where it would have jumped ahead of every job due in that hour (claims take the
+// earliest run_at first).
+func TestRetry_ANegativeDelayIsDueNowNotInThePast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{Completion: skiplock.CompletionKeep, PollInterval: 50 * time.Millisecond,
+		SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[negativeDelayArgs]) error {
+		if job.Attempts == 1 {
+			return errors.New("try again")
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, negativeDelayArgs{}, nil)
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	defer stop()
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 15*time.Second, "the retry runs and succeeds")
+	stop()
+
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, j.Attempts)
+	require.Len(t, j.Errors, 1)
+	// The failure's statement set run_at to now() + delay and wrote the error at now();
+	// the success kept run_at.
+	assert.Equal(t, time.Duration(0), j.RunAt.Sub(j.Errors[0].At), "the retry is due at the failure, not before it")
+}

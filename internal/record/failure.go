@@ -186,7 +186,9 @@ func (f *FailureRecorder) Record(k jobtype.AttemptKey, row *jobtype.JobRow, herr
 	return status
 }
 
-// nextRetry returns policy's delay before row's retry. A policy that panics falls back
+// nextRetry returns policy's delay before row's retry. A negative delay is zero, as a
+// Snooze's is: due now, not in the past, where the retry would go ahead of the jobs due
+// before it (claims take the earliest run_at first). A policy that panics falls back
 // to the default backoff (jobtype.BackoffPolicy), and the panic is logged: the
 // failure is still recorded and retried, and the runner goes on.
 func (f *FailureRecorder) nextRetry(policy jobtype.RetryPolicy, row *jobtype.JobRow) (d time.Duration) {
@@ -197,6 +199,7 @@ func (f *FailureRecorder) nextRetry(policy jobtype.RetryPolicy, row *jobtype.Job
 				"panic", r, "stack", string(debug.Stack()))
 			d = jobtype.BackoffPolicy{}.NextRetry(row)
 		}
+		d = max(d, 0)
 	}()
 	return policy.NextRetry(row)
 }

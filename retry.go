@@ -45,8 +45,9 @@ func Snooze(d time.Duration) error { return jobtype.Snooze(d) }
 type RetryPolicy = jobtype.RetryPolicy
 
 // BackoffPolicy is the default [RetryPolicy]: jittered exponential backoff,
-// min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The zero value is the
-// default policy (Base 1s, Max 1h). It is safe for concurrent use. The delays are when
+// min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0), never more than Max (for
+// any Max up to the longest Duration, and any attempt). The zero value is the default
+// policy (Base 1s, Max 1h). It is safe for concurrent use. The delays are when
 // the job is due again: a retry due before the worker's next poll
 // ([WorkerConfig].PollInterval) waits for it (see [RetryPolicy]), so a Base under the
 // poll interval needs a shorter PollInterval to retry sooner.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,41 @@ func TestBackoffPolicy_DefaultFormula(t *testing.T) {
 		got := p.NextRetry(&skiplock.JobRow{Attempts: tc.attempt})
 		assert.InDelta(t, float64(tc.want), float64(got), float64(10*time.Millisecond), "attempt %d r %v", tc.attempt, tc.r)
 	}
+}
+
+// TestBackoffPolicy_SaturatesAtMax: the delay is never more than Max nor less than half
+// of it once capped, and never negative, for every Max up to the longest Duration, any
+// attempt number and the jitter at both ends (and a Rand that breaks its contract).
+// A float64 Max × a jitter factor that rounds to 1.0 was 2^63, which wrapped to a
+// negative Duration.
+func TestBackoffPolicy_SaturatesAtMax(t *testing.T) {
+	t.Parallel()
+	top := math.Nextafter(1, 0) // the largest Float64 returns
+	for _, maxD := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 512, math.MaxInt64 - 1<<11,
+		math.MaxInt64 / 2, time.Hour, 1} {
+		for _, base := range []time.Duration{0, 1, time.Second, math.MaxInt64 / 3, math.MaxInt64} {
+			for _, attempt := range []int{1, 2, 30, 62, 63, 64, 1000, math.MaxInt} {
+				for _, r := range []float64{0, 0.5, top, 1, math.Inf(1), -1, math.NaN()} {
+					p := skiplock.BackoffPolicy{Base: base, Max: maxD, Rand: func() float64 { return r }}
+					got := p.NextRetry(&skiplock.JobRow{Attempts: attempt})
+					b := base
+					if b <= 0 {
+						b = time.Second
+					}
+					// Below the cap: Base × 2^attempt, known exactly while it is under Max.
+					capped := maxD
+					if attempt < 63 && b <= maxD>>attempt {
+						capped = b << attempt
+					}
+					require.LessOrEqual(t, got, capped, "Max %d Base %d attempt %d r %v", maxD, base, attempt, r)
+					require.GreaterOrEqual(t, got, capped/2, "Max %d Base %d attempt %d r %v", maxD, base, attempt, r)
+				}
+			}
+		}
+	}
+	// The top of the jitter is the cap itself, not past it.
+	p := skiplock.BackoffPolicy{Max: math.MaxInt64, Rand: func() float64 { return top }}
+	assert.Equal(t, time.Duration(math.MaxInt64), p.NextRetry(&skiplock.JobRow{Attempts: 100}))
 }
 
 type flakyArgs struct{}

@@ -3,7 +3,6 @@ package jobtype
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -89,7 +88,8 @@ type RetryPolicy interface {
 // BackoffPolicy is the default [RetryPolicy]: jittered exponential backoff,
 // min(Base × 2^attempt, Max) × a random factor in [0.5, 1.0). The jitter spreads jobs that
 // failed together (a database blip, a downstream outage) so they do not retry together.
-// The zero value is the default policy. It is safe for concurrent use.
+// The delay is never more than Max, whatever Max (up to the longest Duration) and the
+// attempt. The zero value is the default policy. It is safe for concurrent use.
 type BackoffPolicy struct {
 	// Base is the delay unit. Defaults to 1s: the first retry is due 1-2 s after the
 	// failure, the tenth 8.5-17 min. Zero or negative means the default. A retry due
@@ -111,16 +111,42 @@ func (p BackoffPolicy) NextRetry(job *JobRow) time.Duration {
 	if maxD <= 0 {
 		maxD = time.Hour
 	}
-	attempt := max(job.Attempts, 1)
-	d := float64(base) * math.Pow(2, float64(attempt))
-	if d > float64(maxD) {
-		d = float64(maxD)
-	}
 	r := rand.Float64
 	if p.Rand != nil {
 		r = p.Rand
 	}
-	return time.Duration(d * (0.5 + r()*0.5))
+	return jitter(capBackoff(base, maxD, max(job.Attempts, 1)), r())
+}
+
+// capBackoff is min(base × 2^attempt, maxD) for positive base and maxD and attempt >= 1,
+// in integers: exact, and never past maxD (a float64 rounds a maxD near the longest
+// Duration up to 2^63, which no Duration holds).
+func capBackoff(base, maxD time.Duration, attempt int) time.Duration {
+	if attempt >= 63 || base > maxD>>attempt {
+		return maxD
+	}
+	return base << attempt
+}
+
+// jitter is d × (0.5 + r/2) for r in [0, 1), between d/2 and d. The factor is kept in
+// [0.5, 1] (an r outside [0, 1), or NaN, from an injected Rand, gives an end), and the
+// product saturates at d: the factor of the largest r below 1 rounds to exactly 1.0, and
+// float64(d) for a d near the longest Duration is 2^63, whose conversion overflows.
+func jitter(d time.Duration, r float64) time.Duration {
+	f := 0.5 + r*0.5
+	switch {
+	case !(f >= 0.5): // also NaN
+		f = 0.5
+	case f > 1:
+		f = 1
+	}
+	x := float64(d) * f
+	if x >= float64(d) {
+		return d
+	}
+	// x < float64(d) <= 2^63, and float64(d) is d rounded to nearest, so x <= d: the
+	// conversion is exact in range.
+	return max(time.Duration(x), d/2)
 }
 
 // Verdict is a handler's verdict carried by its error: none, Permanent, CancelJob or

@@ -106,6 +106,52 @@ func TestDeadline_NoAttemptStartsAfterIt(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT coalesce(sum(attempts), 0) FROM {s}.jobs WHERE id <> $1`, inTime.ID))
 }
 
+// The entry a job claimed past its deadline adds to its error history numbers its
+// attempt as every other entry does: the job's attempts as recorded (the attempt given
+// back), not one more. A job that never ran says attempt 0; one that ran once, went dead
+// and was requeued (attempts reset) after its deadline fails at its next claim without
+// running, and says attempt 0 after its first attempt's 1.
+func TestDeadline_NotStartedEntryNumbersTheAttemptAsTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadlineWorker(t, b)
+	now := dbNow(t, b)
+	never, err := b.client.Enqueue(b.ctx, deadlineArgs{}, &skiplock.EnqueueOptions{Deadline: now.Add(-time.Second)})
+	require.NoError(t, err)
+	deadline := now.Add(2 * time.Second)
+	once, err := b.client.Enqueue(b.ctx, deadlineArgs{Mode: "fail"}, &skiplock.EnqueueOptions{MaxAttempts: 1, Deadline: deadline})
+	require.NoError(t, err)
+	waitStatus(t, b, once.ID, skiplock.StatusDead, 30*time.Second, "its one attempt fails in time")
+	eventually(t, 30*time.Second, func() bool { return dbNow(t, b).After(deadline) }, "the deadline passes")
+	res, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{IDs: []int64{once.ID}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Requeued)
+	waitStatus(t, b, once.ID, skiplock.StatusFailed, 30*time.Second, "the requeued job is claimed past its deadline")
+
+	row, err := b.client.Get(b.ctx, never.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusFailed, row.Status)
+	assert.Zero(t, row.Attempts)
+	require.Len(t, row.Errors, 1)
+	assert.Contains(t, row.Errors[0].Error, "no attempt was started")
+	assert.Equal(t, 0, row.Errors[0].Attempt, "no attempt ran")
+
+	row, err = b.client.Get(b.ctx, once.ID)
+	require.NoError(t, err)
+	assert.Zero(t, row.Attempts, "reset by Requeue, the deadline's attempt given back")
+	require.Len(t, row.Errors, 2)
+	assert.Equal(t, 1, row.Errors[0].Attempt)
+	assert.Equal(t, "transient", row.Errors[0].Error)
+	assert.Contains(t, row.Errors[1].Error, "no attempt was started")
+	assert.Equal(t, 0, row.Errors[1].Attempt, "the attempt given back is not numbered")
+
+	// SQL is the judge: each job's latest entry numbers its attempts, and only the first
+	// attempt of once ran.
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id IN ($1, $2)
+		AND status = 'failed' AND (errors -> -1 ->> 'attempt')::int = attempts`, never.ID, once.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.audit`))
+}
+
 // A running attempt's context ends at the deadline, with ErrDeadlineExceeded as its
 // cause (before its timeout), and the job fails for good.
 func TestDeadline_CancelsTheRunningAttempt(t *testing.T) {

@@ -28,6 +28,9 @@ const (
 
 // AttemptError is one entry of a job's error history.
 type AttemptError struct {
+	// Attempt is the job's attempts as the entry was written: the attempt that failed,
+	// or for a job ended without running because its deadline had passed at the claim
+	// (its attempt given back), the attempts that ran before that claim (0 if none).
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
 	Error   string    `json:"error"`

@@ -261,8 +261,18 @@ func (r *reclaimer) prunable() (ids []string, seen []pgtype.Timestamptz) {
 // the worker that ran it, the error), keeping the latest 10
 // ("jsonb - 0" drops the oldest); the message expression and "))" complete it. A history that is not a JSON array (written by hand, say) is started
 // afresh rather than failing the statement: a broken history must never keep a job from
-// being retried or reclaimed.
-const AppendHistory = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
+// being retried or reclaimed. The entry's attempt is the row's attempts before the SET:
+// the attempt that ended, which these statements count, so it is the job's attempts
+// after them.
+const AppendHistory = HistoryEntryHead + `attempts` + HistoryEntryTail
+
+// HistoryEntryHead and HistoryEntryTail are AppendHistory around the entry's attempt, for
+// a statement that numbers it otherwise: one that gives the attempt back numbers the
+// entry as the job's attempts after it (attempts - 1), as every other entry is numbered.
+const (
+	HistoryEntryHead = `(CASE WHEN coalesce(jsonb_typeof(errors), '') <> 'array' THEN '[]'::jsonb
 		WHEN jsonb_array_length(errors) >= 10 THEN errors - 0
 		ELSE errors END)
-	|| jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', now(), 'started_at', locked_at, 'worker', locked_by, 'error', `
+	|| jsonb_build_array(jsonb_build_object('attempt', `
+	HistoryEntryTail = `, 'at', now(), 'started_at', locked_at, 'worker', locked_by, 'error', `
+)

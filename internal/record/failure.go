@@ -46,7 +46,9 @@ import (
 //     claim takes a new one, so this statement, replayed after a lost reply, cannot
 //     match that claim.
 //   - Every verdict ends the lease (lease_until NULL).
-//   - Every verdict but snooze appends {attempt, at, error} to the error history.
+//   - Every verdict but snooze appends {attempt, at, error} to the error history. Its
+//     attempt is the job's attempts as written: the attempt that failed, or for
+//     deadline, whose attempt is given back, the attempts that ran before it.
 //   - The fence (fenceSQL) is the whole WHERE, so the rows are found exactly as the
 //     success statement finds them (by id = ANY($1), matched to their pairs), and a stale
 //     worker's failure changes nothing. The per-attempt values are looked up in $4 by the
@@ -77,7 +79,8 @@ const FailureSQL = `UPDATE {s}.jobs SET
 	CASE WHEN v.verdict = 'snooze' OR v.verdict = 'retry' AND attempts < max_attempts
 		THEN NULL ELSE locked_by END,
 	CASE WHEN v.verdict = 'snooze' THEN last_error ELSE v.msg END,
-	CASE WHEN v.verdict = 'snooze' THEN errors ELSE ` + ownership.AppendHistory + `left(v.msg, 2048))) END
+	CASE WHEN v.verdict = 'snooze' THEN errors ELSE ` + ownership.HistoryEntryHead +
+	`CASE WHEN v.verdict = 'deadline' THEN attempts - 1 ELSE attempts END` + ownership.HistoryEntryTail + `left(v.msg, 2048))) END
 	FROM (SELECT e ->> 0 AS verdict, (e ->> 1)::bigint AS delay, e ->> 2 AS msg
 		FROM (SELECT $4::jsonb -> (id || ':' || fence) AS e OFFSET 0) AS entry OFFSET 0) AS v)
 WHERE ` + ownership.FenceSQL + `

@@ -229,6 +229,10 @@ type RequeueResult struct {
 // key; finished jobs do not block a requeue, whatever the key's [UniqueOpts].States.
 // Cancelled and succeeded jobs are not touched. It runs as one statement.
 //
+// A requeued job keeps its [EnqueueOptions].Deadline: once that has passed, the job fails
+// again at its next claim without running (the deadline cannot be changed: enqueue a
+// new job with its args to run it then).
+//
 // A requeued workflow task (or batch or sequence job) is running again for its
 // workflow: its task goes back to released, [Client.WaitWorkflow] waits for it, and its
 // job's new outcome settles it. Dependents it cancelled when it failed stay cancelled:

@@ -91,7 +91,10 @@ type EnqueueOptions struct {
 	// [ErrDeadlineExceeded], like a timeout, whichever comes first) and the job fails
 	// without retry; a retry or snooze due after it ends the job as failed instead. It
 	// is kept in the job's metadata (the reserved key "skiplock_deadline"), so it holds
-	// across retries, restarts and workers, and [JobRow].Deadline shows it. Zero means
+	// across retries, restarts and workers, and [JobRow].Deadline shows it. It cannot be
+	// changed afterwards ([Client.Update] refuses the reserved key), and [Client.Requeue]
+	// and [Client.RetryWorkflow] keep it: a job put back after its deadline fails again
+	// at its next claim without running; enqueue a new job to run it then. Zero means
 	// none; outside the years 1 to 9999 (UTC) it is refused with [ErrInvalidOptions]. See
 	// docs/enqueueing.md, "Deadlines".
 	Deadline time.Time

@@ -276,19 +276,8 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 	for i := range rep.Faults {
 		f := &rep.Faults[i]
 		var first *time.Time
-		// After a failover, every completion stamped after the old primary's processes were
-		// all gone is the new primary's (now() is the transaction's start); the other
-		// workers keep completing jobs through a black hole, and every worker through a
-		// starvation, so count from its start.
-		after := f.End
-		switch {
-		case f.Kind == FaultFailover && r.fo != nil:
-			after = r.fo.killed
-		case f.Kind == FaultBlackhole || f.Kind == FaultStarve:
-			after = f.At
-		}
 		err := retryDB(ctx, func(ctx context.Context) error {
-			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, after).Scan(&first)
+			return r.pool.QueryRow(ctx, `SELECT min(finished_at) FROM skiplock.jobs_archive WHERE finished_at > $1`, r.recoveryFrom(f)).Scan(&first)
 		})
 		if err != nil {
 			return fmt.Errorf("chaos: timing fault recovery: %w", err)

@@ -4,7 +4,9 @@
 //
 // [Run] starts its own cluster with [pgtest.StartCluster] (so it may restart it), builds
 // and starts Workers worker processes (the program in ./worker), enqueues Jobs jobs over
-// the fault window, and meanwhile
+// the fault window, and meanwhile (one fault every FaultInterval; a fault that lasts
+// longer delays the rest, and the work planned after it with them, so that every fault
+// has work after it: schedule.go)
 //
 //   - kills a random worker process with SIGKILL, Kills times, starting a new one each time;
 //   - restarts Postgres once (pg_ctl restart -m fast);
@@ -157,8 +159,11 @@ type Options struct {
 	// in the workers table expired. Defaults to zero: off. Not with a black hole: the
 	// library does not yet cancel a cut-off worker's handlers before its row expires.
 	LivenessReclaim time.Duration
-	// FaultInterval is the time between two faults. Jobs are enqueued over the whole
-	// fault window, so they keep flowing while faults happen. Defaults to 1.5s.
+	// FaultInterval is the planned time between two faults. A fault that lasts longer
+	// delays the next, which also waits, at most FaultInterval, until a job has completed
+	// after it. Jobs are enqueued over the whole fault window, delayed with the faults
+	// (schedule.go), so they keep flowing while faults happen and after each. Defaults to
+	// 1.5s.
 	FaultInterval time.Duration
 	// Warmup is the time from the start of the workers to the first fault. Defaults to 1s.
 	Warmup time.Duration
@@ -601,11 +606,11 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		r.rec.logf("started worker %s (pid %d)", p.id, p.pid)
 	}
 
-	// Enqueue over the fault window while the faults happen.
+	// Enqueue over the fault window while the faults happen, on a schedule tied to the
+	// faults as they happen (schedule.go).
 	plan := r.faultPlan()
-	window := r.opts.Warmup + time.Duration(len(plan))*r.opts.FaultInterval
-	start := time.Now()
-	r.enq = newEnqueuer(r.client, r.pool, r.rec, r.opts.Jobs, window)
+	sched := newSchedule(time.Now(), r.opts.Warmup, r.opts.FaultInterval, len(plan))
+	r.enq = newEnqueuer(r.client, r.pool, r.rec, r.opts.Jobs, sched.window())
 	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var drained atomic.Bool
@@ -615,19 +620,19 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 	r.durable = &DurableReport{ids: map[int]int64{}}
 	late := make(chan int)
 	wg.Add(6)
-	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, start) }()
-	go func() { defer wg.Done(); flowErr <- r.runFlows(runCtx, start, window, r.flows) }()
-	go func() { defer wg.Done(); durErr <- r.runDurable(runCtx, start, window, r.durable, late) }()
+	go func() { defer wg.Done(); enqErr <- r.enq.run(runCtx, sched) }()
+	go func() { defer wg.Done(); flowErr <- r.runFlows(runCtx, sched, r.flows) }()
+	go func() { defer wg.Done(); durErr <- r.runDurable(runCtx, sched, r.durable, late) }()
 	go func() { defer wg.Done(); lateErr <- r.signalLate(runCtx, r.durable, late) }()
 	go func() { defer wg.Done(); r.progress(runCtx, &drained) }()
-	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, r.limitTimes(start, len(plan))) }()
+	go func() { defer wg.Done(); limErr <- r.changeLimits(runCtx, sched, r.limitTimes(len(plan))) }()
 	if r.opts.LivenessReclaim > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.livenessReclaim(runCtx) }()
 	}
 	defer func() { stopRun(); wg.Wait() }()
 
-	if err := r.inject(runCtx, plan, start); err != nil {
+	if err := r.inject(runCtx, plan, sched); err != nil {
 		return rep, err
 	}
 	if err := <-enqErr; err != nil {
@@ -722,13 +727,22 @@ func (r *runner) faultPlan() []FaultKind {
 	return plan
 }
 
-// inject runs the fault plan, fault i at start + Warmup + i*FaultInterval.
-func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) error {
+// inject runs the fault plan on the schedule (schedule.go): slot i starts at its planned
+// time, start + Warmup + i*FaultInterval, or once fault i-1 is over if that is later (the
+// work planned in the slot goes from then on), and fault i goes once a job has completed
+// after fault i-1, or FaultInterval after the slot's start if none has. When the last
+// fault is over the schedule says so, and the last batch of jobs goes.
+func (r *runner) inject(ctx context.Context, plan []FaultKind, sched *schedule) error {
 	kills := 0
 	for i, kind := range plan {
-		at := start.Add(r.opts.Warmup + time.Duration(i)*r.opts.FaultInterval)
-		if err := sleepUntil(ctx, at); err != nil {
+		if err := sleepUntil(ctx, sched.start.Add(sched.planned(i))); err != nil {
 			return err
+		}
+		sched.begin(i, time.Now())
+		if i > 0 {
+			if err := r.awaitRecovery(ctx, &r.faults[i-1], i, len(plan)); err != nil {
+				return err
+			}
 		}
 		f := Fault{Kind: kind}
 		var err error
@@ -759,6 +773,7 @@ func (r *runner) inject(ctx context.Context, plan []FaultKind, start time.Time) 
 		r.faults = append(r.faults, f)
 		r.rec.logf("fault %d/%d: %s: %s", i+1, len(plan), f.Kind, f.Detail)
 	}
+	sched.finish()
 	return nil
 }
 

@@ -195,3 +195,36 @@ func TestChaos_FailoverSynchronous(t *testing.T) {
 	assert.Empty(t, fr.OldInspectErr)
 	assert.Equal(t, fr.Workers, fr.Listeners, "every worker's listener reconnected to the new primary")
 }
+
+// A fault that outlasts the time planned for it (the held pool needs four rounds of its
+// 2 s transactions, 8 s, against a 1.5 s fault interval) pushes the faults after it past
+// the planned fault window. The run's jobs are tied to the faults as they happen, so the
+// faults after it still meet work, and the run measures a first completion after each.
+// Before, the jobs were spread over the planned window only: here all 300 were done
+// before the restart and the termination after the held pool, whose first completions
+// read "never". (No kill: a killed worker's jobs run again seconds later, which would
+// hide the missing work.)
+func TestChaos_FaultsAfterALongFaultStillMeetWork(t *testing.T) {
+	t.Parallel()
+	rep := runChaos(t, 3*time.Minute, chaos.Options{Workers: 2, Jobs: 300, Kills: -1, Workflows: -1, Batches: -1, Durable: -1,
+		NoDeploy: true, NoBlackhole: true, NoStarve: true, NoClockStep: true,
+		HeldPoolJobs: chaos.HeldPoolSlots, DrainTimeout: time.Minute})
+
+	assert.Equal(t, int64(300), rep.Enqueued)
+	assert.Equal(t, rep.Enqueued, rep.Succeeded, "every job succeeds")
+	assert.Zero(t, rep.Lost, "lost jobs")
+	assert.Empty(t, rep.Broken())
+	// The plan: the held pool, the restart, the termination; the held pool ended after
+	// the planned window (Warmup + 3 × FaultInterval from the start, the first fault at
+	// Warmup).
+	kinds := []chaos.FaultKind{chaos.FaultHeldPool, chaos.FaultRestart, chaos.FaultTerminate}
+	require.Len(t, rep.Faults, len(kinds))
+	for i, f := range rep.Faults {
+		assert.Equal(t, kinds[i], f.Kind, "fault %d", i+1)
+	}
+	assert.Greater(t, rep.Faults[0].End.Sub(rep.Faults[0].At), time.Duration(len(kinds))*rep.Options.FaultInterval,
+		"the held pool outlasted the planned fault window")
+	for i, f := range rep.Faults {
+		assert.GreaterOrEqual(t, f.FirstCompletion, time.Duration(0), "no job completed after fault %d (%s)", i+1, f.Kind)
+	}
+}

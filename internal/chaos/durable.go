@@ -165,15 +165,17 @@ func earlySignal(n int) bool { return n/3%2 == 0 }
 const durableJobIDSQL = `SELECT id FROM skiplock.jobs WHERE kind = 'chaos_durable' AND (payload->>'n')::int = $1
 UNION ALL SELECT id FROM skiplock.jobs_archive WHERE kind = 'chaos_durable' AND (payload->>'n')::int = $1`
 
-// runDurable enqueues the durable jobs spread evenly over the window, each exactly once
-// (an enqueue whose commit is in doubt is looked up by number first), and sends the early
-// signals right after their job's enqueue. late receives the numbers of the jobs whose
-// signal goes once they are parked; it is closed at the end.
-func (r *runner) runDurable(ctx context.Context, start time.Time, window time.Duration, dr *DurableReport, late chan<- int) error {
+// runDurable enqueues the durable jobs spread evenly over the window on the run's
+// schedule (schedule.go), each exactly once (an enqueue whose commit is in doubt is looked
+// up by number first), and sends the early signals right after their job's enqueue. late
+// receives the numbers of the jobs whose signal goes once they are parked; it is closed at
+// the end.
+func (r *runner) runDurable(ctx context.Context, sched *schedule, dr *DurableReport, late chan<- int) error {
 	defer close(late)
 	n := r.opts.Durable
+	window := sched.window()
 	for i := 1; i <= n; i++ {
-		if err := sleepUntil(ctx, start.Add(window*time.Duration(i-1)/time.Duration(n))); err != nil {
+		if err := sched.wait(ctx, window*time.Duration(i-1)/time.Duration(n)); err != nil {
 			return err
 		}
 		args := durableMode(i)

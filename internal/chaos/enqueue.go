@@ -14,7 +14,9 @@ import (
 )
 
 // enqueuer inserts the run's jobs in batches spread evenly over the fault window, through
-// the faults. Job seq numbers are 0..jobs-1; batch b holds seqs [b*size, (b+1)*size).
+// the faults, on the run's schedule (schedule.go): the batches planned in a fault's slot
+// go once the slot has started, and the last batch once the last fault is over. Job seq
+// numbers are 0..jobs-1; batch b holds seqs [b*size, (b+1)*size).
 type enqueuer struct {
 	client *skiplock.Client
 	pool   *pgxpool.Pool
@@ -37,13 +39,19 @@ func newEnqueuer(client *skiplock.Client, pool *pgxpool.Pool, rec *recorder, job
 
 func (e *enqueuer) batches() int { return (e.jobs + e.size - 1) / e.size }
 
-// run enqueues batch b at start + window*b/batches. A batch that is behind schedule (the
-// database was down) goes at once.
-func (e *enqueuer) run(ctx context.Context, start time.Time) error {
+// run enqueues batch b at the real time of the planned offset window*b/batches (see
+// schedule.at), the last batch not before every fault is over: the last fault too has
+// work after it. A batch that is behind schedule (the database was down) goes at once.
+func (e *enqueuer) run(ctx context.Context, sched *schedule) error {
 	n := e.batches()
 	for b := range n {
-		if err := sleepUntil(ctx, start.Add(e.window*time.Duration(b)/time.Duration(n))); err != nil {
+		if err := sched.wait(ctx, e.window*time.Duration(b)/time.Duration(n)); err != nil {
 			return err
+		}
+		if b == n-1 {
+			if err := sched.afterFaults(ctx); err != nil {
+				return err
+			}
 		}
 		lo, hi := b*e.size, min((b+1)*e.size, e.jobs)
 		params := make([]skiplock.EnqueueParams, 0, hi-lo)

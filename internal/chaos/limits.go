@@ -51,25 +51,27 @@ type LimitPeriod struct {
 	MostAtStart int
 }
 
-// limitTimes is when limit changes are made: between two faults (mid-interval), spread
-// over all but the last fault (the black hole, which lasts long after its start).
-func (r *runner) limitTimes(start time.Time, faults int) []time.Time {
+// limitTimes is when limit changes are made, as planned offsets into the fault window
+// (see schedule.go): between two faults (mid-interval), spread over all but the last
+// fault (the black hole, which lasts long after its start).
+func (r *runner) limitTimes(faults int) []time.Duration {
 	if r.opts.Failover != NoFailover || faults < 2 {
 		return nil
 	}
 	k := len(limitSchedule)
-	out := make([]time.Time, k)
+	out := make([]time.Duration, k)
 	for j := range k {
 		i := j * (faults - 1) / k
-		out[j] = start.Add(r.opts.Warmup + time.Duration(i)*r.opts.FaultInterval + r.opts.FaultInterval/2)
+		out[j] = r.opts.Warmup + time.Duration(i)*r.opts.FaultInterval + r.opts.FaultInterval/2
 	}
 	return out
 }
 
-// changeLimits makes the changes of limitSchedule at the given times.
-func (r *runner) changeLimits(ctx context.Context, times []time.Time) error {
-	for j, at := range times {
-		if err := sleepUntil(ctx, at); err != nil {
+// changeLimits makes the changes of limitSchedule at the given planned offsets, on the
+// run's schedule.
+func (r *runner) changeLimits(ctx context.Context, sched *schedule, offsets []time.Duration) error {
+	for j, d := range offsets {
+		if err := sched.wait(ctx, d); err != nil {
 			return err
 		}
 		l := limitSchedule[j]

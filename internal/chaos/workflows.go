@@ -67,13 +67,15 @@ func batchName(n int) string { return "chaos-batch-" + strconv.Itoa(n) }
 // workflowCountSQL counts the workflows (and batches) of a name: 1 once its enqueue committed.
 const workflowCountSQL = `SELECT count(*) FROM skiplock.workflows WHERE name = $1`
 
-// runFlows enqueues the workflows and batches spread evenly over the window, interleaved,
-// each exactly once (an enqueue whose commit is in doubt is looked up by name first).
-func (r *runner) runFlows(ctx context.Context, start time.Time, window time.Duration, fr *FlowReport) error {
+// runFlows enqueues the workflows and batches spread evenly over the window on the run's
+// schedule (schedule.go), interleaved, each exactly once (an enqueue whose commit is in
+// doubt is looked up by name first).
+func (r *runner) runFlows(ctx context.Context, sched *schedule, fr *FlowReport) error {
 	nf, nb := r.opts.Workflows, r.opts.Batches
 	total := nf + nb
+	window := sched.window()
 	for i := range total {
-		if err := sleepUntil(ctx, start.Add(window*time.Duration(i)/time.Duration(total))); err != nil {
+		if err := sched.wait(ctx, window*time.Duration(i)/time.Duration(total)); err != nil {
 			return err
 		}
 		// Batch k goes at every (total/nb)-th slot; workflows fill the others.

@@ -87,7 +87,9 @@ type Config struct {
 	// Keyring holds the keys of encrypted args: an enqueue with [EnqueueOptions].Encrypt
 	// seals the args with its current key, and a worker made from this client opens a
 	// sealed job's args with the key that sealed it before its handler decodes them. Nil
-	// means none: Encrypt is refused, and sealed jobs fail with [ErrNoKey].
+	// means none: Encrypt is refused, and sealed jobs fail with [ErrNoKey] (retried). A
+	// sealed payload that fails authentication (altered, or sealed for a job of another
+	// kind) fails its job for good, status failed, at its first attempt.
 	Keyring *Keyring
 }
 

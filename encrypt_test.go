@@ -105,7 +105,7 @@ func TestEncrypt_EveryPathStoresCiphertextAndTheHandlerGetsTheArgs(t *testing.T)
 
 // Keys rotate: a ring whose current key is new still opens jobs sealed with the old one.
 // A worker without the key fails the attempt (retried, not lost) with ErrNoKey; altered
-// ciphertext, or a payload moved to a job of another kind, does not open.
+// ciphertext, or a payload moved to a job of another kind, does not open (failed for good).
 func TestEncrypt_RotationMissingKeysAndTampering(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -165,7 +165,7 @@ func TestEncrypt_RotationMissingKeysAndTampering(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE id = $1`, a.ID) == 1 &&
 			b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND attempts = 2`, b2.ID) == 1
 	}, "the old key's job ran; the altered one failed again")
-	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND last_error LIKE '%do not open with key "k1"%'`, b2.ID))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'failed' AND last_error LIKE '%failed authentication with key "k1"%'`, b2.ID))
 }
 
 // Encrypt without a keyring, or args that no longer fit once sealed, are refused with
@@ -312,4 +312,41 @@ func TestEncrypt_KeyringNotFromNewKeyringSaysSo(t *testing.T) {
 		assert.NotPanics(t, func() { _, err = k.Open("charge", sealed) }, name)
 		assert.ErrorIs(t, err, skiplock.ErrNoKey, name)
 	}
+}
+
+// A sealed payload that fails authentication (altered ciphertext, or sealed for a job of
+// another kind) never opens, whatever the worker or the attempt: the first attempt fails
+// the job for good (status failed, kept), its error naming the key, rather than retrying
+// it until it is dead. A job whose key the worker lacks is still retried.
+func TestEncrypt_APayloadThatFailsAuthenticationFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k1")})
+	enc := &skiplock.EnqueueOptions{Encrypt: true, MaxAttempts: 5}
+	altered, err := c.Enqueue(b.ctx, secretArgs{Card: "altered"}, enc)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET payload = jsonb_set(payload, '{skiplock_sealed,ct}', to_jsonb('AAAA' || substr(payload->'skiplock_sealed'->>'ct', 5)))
+		WHERE id = $1`), altered.ID)
+	require.NoError(t, err)
+	moved, err := c.Enqueue(b.ctx, secretArgs{Card: "moved"}, enc)
+	require.NoError(t, err)
+	other, err := c.Enqueue(b.ctx, alwaysSealed{Token: "other kind"}, &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET payload = (SELECT payload FROM {s}.jobs WHERE id = $2) WHERE id = $1`), moved.ID, other.ID)
+	require.NoError(t, err)
+	noKey, err := clientWith(t, b, skiplock.Config{Keyring: keyring(t, "k9")}).Enqueue(b.ctx, secretArgs{Card: "no key"}, enc)
+	require.NoError(t, err)
+
+	w, err := skiplock.NewWorker(c, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[secretArgs]) error { return nil }))
+	defer runWorker(t, w)()
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = ANY($1) AND status = 'failed'`, []int64{altered.ID, moved.ID}) == 2 &&
+			b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND attempts = 1 AND status = 'queued'`, noKey.ID) == 1
+	}, "the payloads that fail authentication failed; the one without its key waits for a retry")
+	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = ANY($1) AND attempts = 1
+		AND last_error LIKE '%failed authentication with key "k1"%' AND payload ? 'skiplock_sealed'`, []int64{altered.ID, moved.ID}),
+		"failed at the first attempt, the key named, the payload kept")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND last_error LIKE '%does not hold%k9%'`, noKey.ID))
 }

@@ -32,7 +32,9 @@ var (
 	// ErrNoKey is the error of an attempt whose job is encrypted with a key the worker's
 	// [Keyring] does not hold (or whose client has none), and of Keyring.Open for such a
 	// payload: the attempt fails and is retried like any failure, so a worker of another
-	// deploy that holds the key can run it.
+	// deploy that holds the key can run it. A sealed payload that fails authentication
+	// with a key the ring holds (altered, or sealed for another kind) never opens: that
+	// job fails for good (status failed) at its first attempt instead.
 	ErrNoKey = sealed.ErrNoKey
 	// ErrInvalidPayload is returned when the args do not marshal to JSON, or marshal to
 	// JSON that Postgres's jsonb refuses: invalid UTF-8, the escape \u0000, a \u escape

@@ -50,7 +50,12 @@ func Handle[T JobArgs](w *Worker, fn func(ctx context.Context, job *Job[T]) erro
 		// error handlers and hooks, which are given row, never see sealed args opened.
 		payload, err := w.client.keyring.Open(row.Kind, row.Payload)
 		if err != nil {
-			return err // another worker may hold the key: retried like any failure
+			if errors.Is(err, ErrNoKey) {
+				return err // another worker may hold the key: retried like any failure
+			}
+			// Altered, or sealed for another kind: no key and no retry will open it. The
+			// job fails for good (status failed), its payload kept for an operator.
+			return Permanent(fmt.Errorf("%w: not retried", err))
 		}
 		// As json.Unmarshal, through a reused decoder (internal/jobtype, args.go).
 		if err := jobtype.DecodeArgs(payload, into); err != nil {

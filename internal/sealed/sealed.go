@@ -20,7 +20,8 @@ import (
 // ErrNoKey is the error of an attempt whose job is encrypted with a key the worker's
 // [Keyring] does not hold (or whose client has none), and of [Keyring.Open] for such a
 // payload. The attempt fails and is retried like any failure, so a worker of another
-// deploy that holds the key can run it.
+// deploy that holds the key can run it. (A payload that fails authentication with a key
+// the ring holds is not retried: the job fails for good.)
 var ErrNoKey = errors.New("skiplock: the job's args are encrypted with a key this client does not hold")
 
 // Keyring holds the AES-GCM keys that encrypt and decrypt jobs' args (the root package's Config.Keyring):
@@ -95,8 +96,9 @@ func (k *Keyring) Seal(kind string, payload []byte) ([]byte, error) {
 
 // Open returns the args of a job of kind as JSON from its stored payload: the payload
 // itself when it is not sealed, else its decryption. It returns [ErrNoKey] when the key
-// that sealed it is not in k (or k is nil), and an error when the payload was tampered
-// with or belongs to a job of another kind.
+// that sealed it is not in k (or k is nil), and an error saying the payload failed
+// authentication with its key when it was tampered with or belongs to a job of another
+// kind: a worker fails such a job for good, while it retries one after ErrNoKey.
 func (k *Keyring) Open(kind string, payload []byte) ([]byte, error) {
 	env, ok := sealedEnvelope(payload)
 	if !ok {
@@ -110,11 +112,11 @@ func (k *Keyring) Open(kind string, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w (key %q)", ErrNoKey, env.Key)
 	}
 	if len(env.Nonce) != aead.NonceSize() {
-		return nil, fmt.Errorf("skiplock: the job's sealed args are malformed (key %q)", env.Key)
+		return nil, fmt.Errorf("skiplock: the job's sealed args failed authentication with key %q: malformed nonce", env.Key)
 	}
 	plain, err := aead.Open(nil, env.Nonce, env.Data, sealedAAD(kind))
 	if err != nil {
-		return nil, fmt.Errorf("skiplock: the job's sealed args do not open with key %q: altered, or sealed for another kind", env.Key)
+		return nil, fmt.Errorf("skiplock: the job's sealed args failed authentication with key %q: altered, or sealed for another kind", env.Key)
 	}
 	return plain, nil
 }

@@ -67,7 +67,9 @@ type EnqueueOptions struct {
 	// key): the jobs table, its backups, the CLI and the dashboard see only ciphertext and
 	// the key's id, and a worker opens them just before the handler decodes them.
 	// Metadata, the kind, the queue and a unique key are not encrypted (a UniqueOpts key
-	// over the args is a hash of the plaintext: equal args give equal keys). Needs
+	// over the args is a hash of the plaintext: equal args give equal keys), nor is what
+	// the job records as it runs: its output, errors, durable step results, signal
+	// payloads and log records. Needs
 	// [Config].Keyring. An args type can set it for every job of its kind
 	// ([JobArgsWithOptions]).
 	Encrypt bool

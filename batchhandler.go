@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +40,10 @@ type BatchHandlerConfig struct {
 // start within cfg.MaxWait join, and fn runs once for all of them. fn returns one error
 // per job, in order (nil: that job succeeded; [Permanent], [CancelJob], [Snooze] work
 // as from Handle's handlers); a slice of another length fails every job of the call.
-// A panic in fn fails every job of the call with the panic's value, and so does an fn
-// that ends its goroutine with runtime.Goexit (t.FailNow).
+// A panic in fn fails every job of the call with the panic's value and stack, as a
+// panic in a handler of Handle does ([PanicError]; last_error "skiplock: batch handler
+// panicked: <value>" and the stack), and an fn that ends its goroutine with
+// runtime.Goexit (t.FailNow) fails every job too.
 //
 // Each job is still its own row: it is retried, timed out, cancelled and recorded alone.
 // Each job's own context is [Job.Context]: it ends when that job is cancelled
@@ -169,7 +172,7 @@ func batchContext[T JobArgs](leader context.Context, jobs []*Job[T]) (ctx contex
 func (c *batchCollector[T]) call(ctx context.Context, jobs []*Job[T]) (errs []error) {
 	defer func() {
 		if p := recover(); p != nil {
-			errs = fill(len(jobs), fmt.Errorf("skiplock: batch handler panicked: %v", p))
+			errs = fill(len(jobs), &batchPanicError{&PanicError{Value: p, Stack: debug.Stack()}})
 		}
 	}()
 	errs = c.fn(ctx, jobs)
@@ -178,6 +181,19 @@ func (c *batchCollector[T]) call(ctx context.Context, jobs []*Job[T]) (errs []er
 	}
 	return errs
 }
+
+// batchPanicError is the error of each job of a batch call whose fn panicked: the
+// panic's value and stack, recorded as a handler's panic is (errors.As gives the
+// *PanicError), its message saying the batch handler panicked.
+type batchPanicError struct{ p *PanicError }
+
+// Error returns "skiplock: batch handler panicked: <value>", a blank line and the stack.
+func (e *batchPanicError) Error() string {
+	return fmt.Sprintf("skiplock: batch handler panicked: %v\n\n%s", e.p.Value, e.p.Stack)
+}
+
+// Unwrap returns the panic.
+func (e *batchPanicError) Unwrap() error { return e.p }
 
 func fill(n int, err error) []error {
 	errs := make([]error, n)

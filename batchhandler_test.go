@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -251,3 +252,48 @@ func TestHandleBatch_GoexitFailsEveryJobOfTheCall(t *testing.T) {
 	defer mu.Unlock()
 	assert.Contains(t, sizes, 4, "the four jobs shared a call")
 }
+
+// A panic in fn is recorded as a handler's is: each job's last_error and error history
+// hold the panic's value and the stack where it happened, and error handlers get a
+// *PanicError.
+func TestHandleBatch_APanicIsRecordedWithItsStack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var rows []*skiplock.JobRow
+	for i := range 3 {
+		r, err := b.client.Enqueue(b.ctx, rowArgs{N: i}, &skiplock.EnqueueOptions{MaxAttempts: 1})
+		require.NoError(t, err)
+		rows = append(rows, r)
+	}
+	rec := &errRecorder{errs: map[int64][]string{}, panics: map[int64]*skiplock.PanicError{}}
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.HandleErrors(w, rec))
+	require.NoError(t, skiplock.HandleBatch(w, skiplock.BatchHandlerConfig{},
+		func(ctx context.Context, jobs []*skiplock.Job[rowArgs]) []error {
+			batchPanicHere()
+			return nil
+		}))
+	stop := runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'dead'`) == len(rows)
+	}, "the jobs did not all die")
+	stop()
+	for _, r := range rows {
+		j, err := b.client.Get(b.ctx, r.ID)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(j.LastError, "skiplock: batch handler panicked: boom\n\n"), j.LastError)
+		assert.Contains(t, j.LastError, "batchPanicHere", "the stack names where it panicked")
+		require.Len(t, j.Errors, 1)
+		assert.Contains(t, j.Errors[0].Error, "batchPanicHere", "the history keeps the stack")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, r := range rows {
+		pe := rec.panics[r.ID]
+		require.NotNil(t, pe, "error handlers see a *PanicError")
+		assert.Equal(t, "boom", pe.Value)
+		assert.Contains(t, string(pe.Stack), "batchPanicHere")
+	}
+}
+
+func batchPanicHere() { panic("boom") }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +110,44 @@ func TestLogs_BoundedPerAttempt(t *testing.T) {
 	assert.Contains(t, msg, "log records dropped: 500 more")
 	assert.LessOrEqual(t, b.count(t, `SELECT sum(length(message) + coalesce(length(attrs::text), 0)) FROM {s}.job_logs
 		WHERE job_id = $1 AND attempt = 2 AND seq <= $2`, row.ID, skiplock.MaxLogRecords), skiplock.MaxLogBytes+skiplock.MaxLogRecords*8)
+}
+
+type oversizedLogArgs struct{}
+
+func (oversizedLogArgs) Kind() string { return "logging_oversized" }
+
+// A record that does not fit the attempt's bytes ends what the attempt keeps: it and
+// every record after it are dropped, however small, so the marker's "N more" are the N
+// records logged after the last one kept.
+func TestLogs_ARecordOverTheByteBoundEndsTheKeptRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[oversizedLogArgs]) error {
+		log := skiplock.Logger(ctx)
+		log.Info("before")
+		log.Info(strings.Repeat("x", skiplock.MaxLogBytes)) // alone over the bound
+		log.Info("after 1")
+		log.Info("after 2")
+		return nil
+	}))
+	runWorker(t, w)
+	row, err := b.client.Enqueue(b.ctx, oversizedLogArgs{}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	_, err = b.client.Wait(ctx, row.ID)
+	require.NoError(t, err)
+	logs, err := b.client.Logs(b.ctx, row.ID)
+	require.NoError(t, err)
+	msgs := make([]string, len(logs))
+	for i, r := range logs {
+		msgs[i] = r.Message
+	}
+	require.Len(t, msgs, 2, "the record before the oversized one, and the marker: %q", msgs)
+	assert.Equal(t, "before", msgs[0])
+	assert.Contains(t, msgs[1], "log records dropped: 3 more")
+	assert.Equal(t, slog.LevelWarn, logs[1].Level)
 }
 
 // Logs go with their job: Delete removes them at once; the sweeper removes those of jobs

@@ -85,8 +85,9 @@ func SetOutput(ctx context.Context, v any) error {
 // level from debug up is kept, with its attributes (and those of With and WithGroup) as
 // JSON; the records are not printed anywhere else (wrap the handler to also send them to
 // your own logger). An attempt keeps at most [MaxLogRecords] records and [MaxLogBytes]
-// bytes of messages and attributes; past either, later records are dropped and one
-// warning record at the end says how many. The records are written when the attempt
+// bytes of messages and attributes; the first record that does not fit (one alone over
+// MaxLogBytes included) and every record after it are dropped, and one warning record
+// at the end says how many. The records are written when the attempt
 // ends, before its outcome, in one batched insert shared with other attempts that
 // logged; an attempt that logs nothing writes nothing. They are removed with their job
 // (Delete, retention, the delete completion mode). It is safe for concurrent use.

@@ -30,22 +30,32 @@ func TestJobLogHandler_AttrsAndGroups(t *testing.T) {
 }
 
 // Past the bounds, records are dropped and a marker record says how many; messages are
-// made storable (no NUL, valid UTF-8).
+// made storable (no NUL, valid UTF-8). The first record that does not fit ends what is
+// kept: a record over the byte bound drops the small ones after it too, so the marker
+// counts the records logged after the last one kept.
 func TestJobLogHandler_Bounds(t *testing.T) {
 	_, st := WithState(context.Background(), 0)
 	log := slog.New(NewJobLogHandler(st, &JobRow{ID: 1, Attempts: 1, Fence: 5}))
 	log.Info("nul\x00 and \xff")
 	big := strings.Repeat("x", MaxLogBytes)
-	log.Info(big) // alone over the byte bound: dropped
-	for range MaxLogRecords {
+	log.Info(big) // alone over the byte bound: dropped, and so is every record after it
+	for range 10 {
 		log.Debug("r")
 	}
 	recs := st.TakeLogs()
-	require.Len(t, recs, MaxLogRecords+1)
+	require.Len(t, recs, 2)
 	assert.Equal(t, "nul and \uFFFD", recs[0].Message)
-	last := recs[len(recs)-1]
+	last := recs[1]
 	assert.Equal(t, slog.LevelWarn, last.Level)
 	assert.Equal(t, int64(1), last.JobID)
-	assert.Contains(t, last.Message, LogsTruncated+": 2 more")
-	assert.Equal(t, MaxLogRecords+1, last.Seq)
+	assert.Contains(t, last.Message, LogsTruncated+": 11 more")
+	assert.Equal(t, 2, last.Seq)
+
+	for range MaxLogRecords + 5 {
+		log.Debug("r")
+	}
+	recs = st.TakeLogs()
+	require.Len(t, recs, MaxLogRecords+1, "the record bound and the marker")
+	assert.Contains(t, recs[MaxLogRecords].Message, LogsTruncated+": 5 more")
+	assert.Equal(t, MaxLogRecords+1, recs[MaxLogRecords].Seq)
 }

@@ -134,8 +134,8 @@ type LogRecord struct {
 	Attrs json.RawMessage
 }
 
-// The bounds of one attempt's records: past either, the records are dropped and one
-// marker record (LogsTruncated) says how many.
+// The bounds of one attempt's records: the first record past either, and every record
+// after it, are dropped, and one marker record (LogsTruncated) says how many.
 const (
 	MaxLogRecords = 1000      // records per attempt
 	MaxLogBytes   = 64 * 1024 // bytes of messages and attributes per attempt
@@ -157,7 +157,9 @@ type logBuf struct {
 	fence   int64
 }
 
-// AddLog keeps r, unless the attempt's bound is reached (then it is counted as dropped).
+// AddLog keeps r, unless the attempt's bound is reached: r does not fit, or a record
+// before it did not. Then r is counted as dropped, so the records kept are the attempt's
+// first ones and the marker's count is of the records logged after them.
 func (s *State) AddLog(r LogRecord) {
 	n := len(r.Message) + len(r.Attrs)
 	s.mu.Lock()
@@ -167,7 +169,7 @@ func (s *State) AddLog(r LogRecord) {
 	}
 	b := s.logs
 	b.last, b.job, b.attempt, b.fence = r.At, r.JobID, r.Attempt, r.Fence
-	if len(b.recs) >= MaxLogRecords || b.bytes+n > MaxLogBytes {
+	if b.dropped > 0 || len(b.recs) >= MaxLogRecords || b.bytes+n > MaxLogBytes {
 		b.dropped++
 		return
 	}

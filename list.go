@@ -21,8 +21,10 @@ import (
 // [ListParams].Limit is zero.
 const DefaultListLimit = 100
 
-// ErrInvalidCursor is returned by [Client.ListPage] for a cursor it did not make, or one
-// made for other filters or another order.
+// ErrInvalidCursor is returned by [Client.ListPage] for a string that is not a cursor
+// (cut short, not base64, another version), or one made for other filters or another
+// order. The cursor's id is not signed: a cursor whose id was changed to another
+// positive id is accepted, and the listing goes on from there.
 var ErrInvalidCursor = errors.New("skiplock: invalid list cursor")
 
 // ListParams selects jobs for [Client.List], [Client.ListPage] and [Client.DeleteMany].
@@ -116,6 +118,9 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]*JobRow, error) {
 // walked over to find Limit matches, however deep the page, and jobs that come and go
 // between pages never shift it (a job moved to the archive between two pages is found
 // there, in its place). Filters that match few jobs of a large archive walk more rows.
+// The pages are not one snapshot: a job's id is taken when it is inserted, so a job
+// whose enqueue transaction commits after a page went past its id is on no later page
+// (bound the listing with CreatedUntil, or list again, to see such jobs).
 func (c *Client) ListPage(ctx context.Context, p ListParams) (ListResult, error) {
 	args, err := listArgs(p)
 	if err != nil {
@@ -200,10 +205,11 @@ func listArgs(p ListParams) ([]any, error) {
 
 // A cursor is base64url of: a version byte, the order (0 ascending, 1 descending), the
 // last id of its page (8 bytes, big-endian) and the first 8 bytes of a SHA-256 of the
-// filters it was made for. Decoding checks all four, so a cursor from another listing,
-// a truncated one or one with a changed order is refused rather than silently listing
-// something else. Its id is no secret and gives no access: a caller who forges one only
-// moves where its own listing starts.
+// filters it was made for. Decoding checks the version, the order and the hash, so a
+// cursor from another listing, a truncated one or one with a changed order is refused
+// rather than silently listing something else; the id is only checked to be positive.
+// Its id is no secret and gives no access: a caller who forges one only moves where its
+// own listing starts.
 const (
 	cursorVersion = 1
 	cursorLen     = 1 + 1 + 8 + 8

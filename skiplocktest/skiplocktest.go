@@ -387,9 +387,12 @@ ORDER BY c.table_name, c.ordinal_position`
 //     liveness is judged by the other workers over their own clocks, which Advance does
 //     not move), and finished jobs age toward the archive retention.
 //
-// Not moved: times inside JSON (the error history's "at"), and anything held in memory
-// — a running Worker's timers, a running handler's context deadline. Jobs enqueued after
-// a call are not affected by it, as in real time. db is a pool or a transaction; d must
+// Not moved: times inside JSON — a job's deadline (EnqueueOptions.Deadline and
+// Workflow.Deadline, kept in its metadata under "skiplock_deadline", so Advance never
+// brings a deadline nearer: a job advanced past its deadline still runs), the
+// metadata's "skiplock_replaced_at" and "skiplock_debounced_at", the error history's
+// "at" — and anything held in memory: a running Worker's timers, a running handler's
+// context deadline. Jobs enqueued after a call are not affected by it, as in real time. db is a pool or a transaction; d must
 // not be negative.
 func Advance(tb testing.TB, db skiplock.DBTX, client *skiplock.Client, d time.Duration) {
 	tb.Helper()

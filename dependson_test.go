@@ -594,3 +594,23 @@ func TestDependsOn_TheNewJobsOwnIDIsRefused(t *testing.T) {
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing was written")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
 }
+
+// The SQL function's depends_on refuses the new job's own id as Go's DependsOn does: a
+// caller that predicts the identity's next value (here the id after the last one) gets
+// 23503 on depends_on with nothing written, not a job that waits for itself for ever.
+func TestSQLEnqueue_DependsOnTheNewJobsOwnIDIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, _ := mustSQLEnqueue(t, b.ctx, b.pool, b.schema, "dep", `{}`, nil)
+	// Ids are drawn without gaps here (one caller, one statement at a time): the next
+	// insert takes first+1.
+	_, _, err := sqlEnqueue(b.ctx, b.pool, b.schema, "dep", `{}`, map[string]any{"depends_on": []int64{first + 1}})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the job would wait for itself")
+	assert.Equal(t, "23503", pgErr.Code)
+	assert.Equal(t, "depends_on", pgErr.ColumnName)
+	assert.Contains(t, pgErr.Message, "own id")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs`), "nothing was written")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waits`))
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_dependencies`))
+}

@@ -63,8 +63,10 @@ LIMIT 1`
 //
 // It returns ctx.Err() when ctx ends first, within about half a second, even when the
 // database has stopped answering: it removes its job_waiters row on the way out, and
-// gives up on that after half a second, leaving the row behind (harmless: nothing prunes
-// it, and it costs one notification nobody receives when the job's outcome is recorded).
+// gives up on that after half a second, leaving the row behind (harmless: it costs one
+// notification nobody receives when the job's outcome is recorded, and the sweeper
+// prunes it an hour after its wait last refreshed it, which a live wait does every
+// minute).
 // It returns [ErrJobNotFound] when there is no such job, or when the job is deleted while
 // Wait waits (by [Client.Delete], or by its success
 // in the [CompletionDelete] mode, which keeps no result: wait for jobs recorded in the
@@ -93,7 +95,7 @@ func (c *Client) Wait(ctx context.Context, id int64) (*JobRow, error) {
 
 // waiter returns the engine of Wait and WaitWorkflow on the client's pool.
 func (c *Client) waiter() *waiting.Waiter {
-	return &waiting.Waiter{Pool: c.pool, Schema: c.schema, Poll: c.waitPoll}
+	return &waiting.Waiter{Pool: c.pool, Schema: c.schema, Poll: c.waitPoll, Refresh: c.waitRefresh}
 }
 
 // Logs returns the records the job with the given id logged through [Logger], oldest

@@ -38,6 +38,9 @@ type Client struct {
 	// waitPoll is how often Wait and WaitWorkflow read again without a notification;
 	// zero: every second.
 	waitPoll time.Duration
+	// waitRefresh is how often they refresh their job_waiters rows; zero:
+	// waiting.RefreshEvery.
+	waitRefresh time.Duration
 }
 
 // NewClient returns a Client on pool. The pool is not closed by skiplock. A field out of

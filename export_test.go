@@ -38,3 +38,7 @@ func SetWaitPoll(c *Client, d time.Duration) { c.waitPoll = d }
 func SettleTx(ctx context.Context, c *Client, tx pgx.Tx, ids []int64) error {
 	return c.flows.Settle(ctx, tx, ids)
 }
+
+// SetWaitRefresh sets how often c's Wait and WaitWorkflow refresh their job_waiters rows
+// while they wait.
+func SetWaitRefresh(c *Client, d time.Duration) { c.waitRefresh = d }

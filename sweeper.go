@@ -113,8 +113,10 @@ func (s *Sweeper) Run(ctx context.Context) error { return s.s.Run(ctx) }
 
 // Sweep runs one sweep now, if no other sweeper is running one: it reclaims every expired
 // job (in batches, in one transaction holding the sweep lock), then deletes finished jobs
-// past retention in batches of their own short transactions. Each transaction is bounded
-// (see sweepTimeout and the limits beside it).
+// past retention in batches of their own short transactions, and (at most once a minute)
+// the job_waiters rows that waits cut off on a silent network left behind, an hour past
+// their last refresh. Each transaction is bounded (see sweepTimeout and the limits beside
+// it).
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) { return s.s.Sweep(ctx) }
 
 // validate checks the fields of a Sweeper's configuration that have invalid values.

@@ -418,9 +418,9 @@ func TestWaitWorkflow_WokenBySettleAfterALateRegistration(t *testing.T) {
 // went silent while it waited: its cleanup (removing its job_waiters row) gets half a
 // second once ctx has ended, no more. It took the full five seconds of the cleanup's
 // limit before (a 1 s deadline returned after 6 s). With the path healthy the same
-// cleanup removes the row; with the path silent the row stays behind (nothing prunes
-// job_waiters: a row without its waiter costs a notification when its job's outcome is
-// recorded).
+// cleanup removes the row; with the path silent the row stays behind (until the sweeper
+// prunes it, an hour later: a row without its waiter costs a notification when its job's
+// outcome is recorded).
 func TestWait_ReturnsSoonAfterItsDeadlineWhenThePathGoesSilent(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -466,4 +466,57 @@ func TestWait_ReturnsSoonAfterItsDeadlineWhenThePathGoesSilent(t *testing.T) {
 			assert.Equal(t, tc.rows, b.count(t, `SELECT count(*) FROM {s}.job_waiters`))
 		})
 	}
+}
+
+// A sweep prunes job_waiters rows left behind by waits that were cut off (their cleanup
+// could not reach the database) once they are older than any live wait's row can be: a
+// live Wait refreshes its rows while it waits, so one waiting for longer than the bound
+// keeps its row through the sweep, and the notification still reaches it.
+func TestSweep_PrunesLeftoverWaiterRowsAndKeepsALiveWaitsRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	waiter := waitClient(t, b, 4) // an hour between reads: only the notification wakes it
+	skiplock.SetWaitRefresh(waiter, 100*time.Millisecond)
+	row, err := b.client.Enqueue(b.ctx, waitedArgs{N: 1}, nil)
+	require.NoError(t, err)
+	// A waiter cut off two hours ago, on this job and on one long gone.
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_waiters (job_id, waiter, since)
+		VALUES ($1, 1, now() - interval '2 hours'), ($1 + 1000000, 1, now() - interval '2 hours')`), row.ID)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	wctx := waitCtx(t, b)
+	go func() {
+		got, err := waiter.Wait(wctx, row.ID)
+		if err == nil && got.Status != skiplock.StatusSucceeded {
+			err = errors.New("Wait returned status " + string(got.Status))
+		}
+		done <- err
+	}()
+	live := `SELECT count(*) FROM {s}.job_waiters WHERE job_id = $1 AND waiter <> 1`
+	eventually(t, 10*time.Second, func() bool { return b.count(t, live, row.ID) == 1 }, "the wait registered")
+	// As if it had been waiting for two hours: its refresh brings the row back to now.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.job_waiters SET since = now() - interval '2 hours' WHERE waiter <> 1`))
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, live+` AND since > now() - interval '1 minute'`, row.ID) == 1
+	}, "the live wait did not refresh its row")
+
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	_, err = s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waiters WHERE waiter = 1`), "the leftover rows were pruned")
+	require.Equal(t, 1, b.count(t, live, row.ID), "the live wait's row was pruned")
+
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[waitedArgs]) error { return nil }))
+	runWorker(t, w)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait did not return: the notification was not received")
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_waiters`))
 }

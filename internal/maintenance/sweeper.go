@@ -48,6 +48,8 @@ type Sweeper struct {
 	rescanAt time.Time
 	// logsPurged is when purgeOrphanLogs last ran (Unix ns; 0: never).
 	logsPurged atomic.Int64
+	// waitersPruned is when pruneStaleWaiters last ran (Unix ns; 0: never).
+	waitersPruned atomic.Int64
 	// rollup writes the dashboard's timing rollup (timingrollup.go); only Maintain's
 	// goroutine uses it.
 	rollup *TimingRollup
@@ -264,7 +266,10 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	if err != nil {
 		return res, s.db.WrapErr("sweep: purge workflows", err)
 	}
-	return res, purgeOrphanLogs(ctx, s.db, s.cfg.BatchSize, &s.logsPurged) // logretention.go
+	if err := purgeOrphanLogs(ctx, s.db, s.cfg.BatchSize, &s.logsPurged); err != nil { // logretention.go
+		return res, err
+	}
+	return res, pruneStaleWaiters(ctx, s.db, s.cfg.BatchSize, &s.waitersPruned) // waiterretention.go
 }
 
 // reclaimExpired runs reclaimSQL in batches in tx until a batch is not full, adding what

@@ -151,7 +151,22 @@ type Waiter struct {
 	Schema string
 	// Poll is how long a wait goes without a notification before it reads again.
 	Poll time.Duration
+	// Refresh is how often a wait refreshes its job_waiters rows; zero: RefreshEvery.
+	Refresh time.Duration
 }
+
+// The refresh of a wait's rows, which keeps the sweeper from pruning them.
+const (
+	// RefreshEvery is how often a wait writes now() into its rows' since (refreshSQL),
+	// putting back any that are missing.
+	RefreshEvery = time.Minute
+	// StaleAfter is how old a row's since is when the sweeper prunes it as a leftover of
+	// a wait that was cut off before its cleanup could remove it (internal/maintenance,
+	// waiterretention.go). A live wait refreshes its rows every RefreshEvery, between two
+	// of its statements: its rows grow this old only while one statement of its own has
+	// been stuck for most of an hour, and that wait puts them back before its next read.
+	StaleAfter = time.Hour
+)
 
 // The statements of a wait.
 const (
@@ -160,14 +175,20 @@ const (
 	ON CONFLICT DO NOTHING`
 	// unregisterSQL removes waiter $1's rows when it returns.
 	unregisterSQL = `DELETE FROM {s}.job_waiters WHERE waiter = $1`
+	// refreshSQL refreshes waiter $2's rows for the jobs $1, and puts back those the
+	// sweeper pruned (after a wait stuck in a statement for StaleAfter).
+	refreshSQL = `INSERT INTO {s}.job_waiters (job_id, waiter) SELECT unnest($1::bigint[]), $2
+	ON CONFLICT (job_id, waiter) DO UPDATE SET since = now()`
 )
 
 // Wait holds one connection of the pool while it waits: it listens on the done channel,
 // then, each round, registers the ids check last returned that are not registered yet
-// and runs check again at once; with every id registered, it waits for a notification
-// about one of them or for Poll, and runs check again. It returns when check says done,
-// returns an error, or ctx ends (ctx.Err()). Its rows and its LISTEN are removed before
-// the connection goes back to the pool.
+// and runs check again at once; with every id registered, it refreshes its rows when
+// Refresh has passed since it last did (and runs check again at once: a row the sweeper
+// pruned is back before that read), else waits for a notification about one of them, for
+// Poll, or until the refresh is due, and runs check again. It returns when check says
+// done, returns an error, or ctx ends (ctx.Err()). Its rows and its LISTEN are removed
+// before the connection goes back to the pool.
 func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 	conn, err := w.Pool.Acquire(ctx)
 	if err != nil {
@@ -179,7 +200,12 @@ func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
+	every := w.Refresh
+	if every <= 0 {
+		every = RefreshEvery
+	}
 	registered := map[int64]bool{}
+	refreshed := time.Now() // the first registration writes since
 	for {
 		ids, done, err := check(ctx, conn.Conn())
 		if err != nil || done {
@@ -201,23 +227,37 @@ func (w *Waiter) Wait(ctx context.Context, check Check) (err error) {
 			}
 			continue
 		}
-		if err := w.await(ctx, conn.Conn(), registered); err != nil {
+		if time.Since(refreshed) >= every {
+			all := make([]int64, 0, len(registered))
+			for id := range registered {
+				all = append(all, id)
+			}
+			if _, err := conn.Exec(ctx, pgutil.Render(w.Schema, refreshSQL), all, me); err != nil {
+				return err
+			}
+			refreshed = time.Now()
+			continue // read again: a row put back here may have missed an outcome
+		}
+		if err := w.await(ctx, conn.Conn(), registered, refreshed.Add(every)); err != nil {
 			return err
 		}
 	}
 }
 
-// await returns when a notification about one of ids comes, or Poll has passed; with
-// ctx's error when ctx ends. It ends the read by setting the connection's read deadline
+// await returns when a notification about one of ids comes, or Poll has passed, or at
+// refresh (the zero time: no bound), whichever is first; with ctx's error when ctx ends. It ends the read by setting the connection's read deadline
 // to now, from a timer when the poll is due and when ctx ends, not with a context given
 // to the read: that would depend on the pool's context watcher (a
 // CancelRequestContextWatcherHandler sends the server a cancel request each time). Set
 // when the poll is due rather than ahead of the read, the deadline ends the read even if
 // something cleared it meanwhile.
-func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool) error {
+func (w *Waiter) await(ctx context.Context, conn *pgx.Conn, ids map[int64]bool, refresh time.Time) error {
 	poll := w.Poll
 	if poll <= 0 {
 		poll = time.Second
+	}
+	if !refresh.IsZero() {
+		poll = max(min(poll, time.Until(refresh)), 0)
 	}
 	nc := conn.PgConn().Conn()
 	var mu sync.Mutex
@@ -274,9 +314,10 @@ const (
 // It runs in Wait's goroutine, within cleanupTimeout, or lateCleanupTimeout when ctx
 // has ended, so Wait returns at most that long after ctx ends. The bound is set on the
 // connection itself too: it holds whatever the pool's context watcher does with a
-// cancelled context. Rows it could not remove in time stay in job_waiters; nothing
-// prunes them. They are harmless: a row without its waiter only makes the batch that
-// records its job's outcome send one notification nobody waits for.
+// cancelled context. Rows it could not remove in time stay in job_waiters until the
+// sweeper prunes them, StaleAfter after their last refresh. Meanwhile they are
+// harmless: a row without its waiter only makes the batch that records its job's
+// outcome send one notification nobody waits for.
 func (w *Waiter) cleanup(ctx context.Context, conn *pgxpool.Conn, me int64) {
 	limit := cleanupTimeout
 	if ctx.Err() != nil {

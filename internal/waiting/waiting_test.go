@@ -31,7 +31,7 @@ func awaitAsync(t *testing.T, ctx context.Context, w *Waiter, conn *pgx.Conn, id
 	out := make(chan awaited, 1)
 	start := time.Now()
 	go func() {
-		err := w.await(ctx, conn, ids)
+		err := w.await(ctx, conn, ids, time.Time{})
 		out <- awaited{took: time.Since(start), err: err}
 	}()
 	return out

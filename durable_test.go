@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -910,4 +911,55 @@ func TestSleep_StaleAttemptErrorNamesTheWait(t *testing.T) {
 	}
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.job_steps`), "the stale attempt recorded a wait")
 	waitStatus(t, b, job.ID, skiplock.StatusCancelled, 30*time.Second, "the job stays cancelled")
+}
+
+type parkedRetryArgs struct {
+	Timeout time.Duration `json:"timeout"`
+	Fail    bool          `json:"fail"` // the attempt after the park fails before it waits
+}
+
+func (parkedRetryArgs) Kind() string { return "parked_retry" }
+
+// A job parked in a signal wait whose timeout passed is claimed; that attempt fails before
+// it reaches the wait again, and is retried an hour later. A signal sent now is kept for
+// the wait, and leaves the retry to its backoff: the job is no longer parked in its wait.
+// It made the retry due at once before (the claim left awaiting set). A job parked until
+// its deadline, sooner than its wait's timeout, is still woken by its signal.
+func TestSignal_LeavesARetryOfAnAttemptAfterTheWaitToItsBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32 // of the failing job
+	w := durableWorker(t, b, skiplock.WorkerConfig{RetryPolicy: fixedDelay(time.Hour)})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[parkedRetryArgs]) error {
+		if job.Args.Fail && runs.Add(1) == 2 {
+			return errors.New("the attempt after the timeout fails before its wait")
+		}
+		_, err := skiplock.AwaitSignal(ctx, "approve", job.Args.Timeout)
+		return err
+	}))
+	job, err := b.client.Enqueue(b.ctx, parkedRetryArgs{Timeout: 200 * time.Millisecond, Fail: true}, nil)
+	require.NoError(t, err)
+	deadline := time.Now().Add(time.Hour)
+	bounded, err := b.client.Enqueue(b.ctx, parkedRetryArgs{Timeout: 2 * time.Hour}, &skiplock.EnqueueOptions{Deadline: deadline})
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued' AND attempts = 1
+			AND run_at > now() + interval '30 minutes'`, job.ID) == 1
+	}, "the attempt after the timeout failed and was retried an hour later")
+	require.EqualValues(t, 2, runs.Load())
+
+	require.NoError(t, b.client.Signal(b.ctx, job.ID, "approve", "yes"))
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued'
+		AND run_at > now() + interval '30 minutes'`, job.ID), "the signal made the retry due before its backoff")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.job_signals WHERE job_id = $1 AND consumed_seq IS NULL`, job.ID),
+		"the signal is kept for the wait")
+	assert.EqualValues(t, 2, runs.Load())
+
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued' AND awaiting = 'approve'
+			AND run_at < now() + interval '90 minutes'`, bounded.ID) == 1
+	}, "the job with a deadline parks until its deadline")
+	require.NoError(t, b.client.Signal(b.ctx, bounded.ID, "approve", "yes"))
+	waitStatus(t, b, bounded.ID, skiplock.StatusSucceeded, 30*time.Second, "the signal woke the job parked until its deadline")
 }

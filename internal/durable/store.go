@@ -60,11 +60,23 @@ var finished = map[string]bool{"succeeded": true, "failed": true, "dead": true, 
 const signalLockSQL = `SELECT status FROM {s}.jobs WHERE id = $1 FOR NO KEY UPDATE`
 
 // signalSQL stores a signal ($2 its name, $3 its payload) for job $1, whose row the
-// transaction locked: a wait parked for that name (queued, awaiting $2) is due at once,
-// and its queue woken at commit ($4, the channel). A job not parked for it (running, or
-// queued before its wait) finds the signal when its wait begins.
+// transaction locked: a wait parked for that name is due at once, and its queue woken at
+// commit ($4, the channel). A job not parked for it (running, or queued before its wait)
+// finds the signal when its wait begins.
+//
+// Parked is queued, awaiting $2, and due no later than the end of its unfinished wait
+// for $2 (its step's wake_at; the park sets run_at to it, or to the job's deadline when
+// sooner). The claim of a parked job leaves awaiting set (the claim is the hot path: it
+// writes no column for durable jobs), so a job claimed at its wait's timeout whose attempt
+// failed or snoozed before it reached the wait again is queued, still awaiting $2, due
+// after the wait's end (the retry's backoff counts from a claim at or after it): the
+// signal is kept for the wait and leaves the retry to its backoff.
 const signalSQL = `WITH j AS (
-	SELECT queue, coalesce(status = 'queued' AND awaiting = $2, false) AS woken FROM {s}.jobs WHERE id = $1
+	SELECT queue, coalesce(status = 'queued' AND awaiting = $2 AND run_at <= (
+		SELECT st.wake_at FROM {s}.job_steps st
+		WHERE st.job_id = $1 AND st.kind = 'signal' AND st.name = $2 AND st.finished_at IS NULL
+		ORDER BY st.seq DESC LIMIT 1), false) AS woken
+	FROM {s}.jobs WHERE id = $1
 ), ins AS (
 	INSERT INTO {s}.job_signals (job_id, name, payload) VALUES ($1, $2, $3::jsonb)
 ), upd AS (

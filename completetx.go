@@ -34,7 +34,8 @@ var ErrAttemptLost = jobtype.ErrAttemptLost
 //
 // The row stays locked by tx until it commits or rolls back: the job cannot be taken
 // away meanwhile, and the worker's own writes about it wait or pass over it. Call
-// CompleteTx last, just before Commit. After a commit, the attempt has succeeded
+// CompleteTx last, just before Commit: a durable call after it ([Step], [StepTx], [Sleep],
+// [AwaitSignal]) returns an error at once and runs nothing. After a commit, the attempt has succeeded
 // whatever the handler returns: the worker writes nothing more for it, and its hooks are
 // told it succeeded, even when the handler then returns an error (when, say,
 // [Worker.StopAndCancel] cuts off what it does after the commit; the worker asks the

@@ -963,3 +963,64 @@ func TestSignal_LeavesARetryOfAnAttemptAfterTheWaitToItsBackoff(t *testing.T) {
 	require.NoError(t, b.client.Signal(b.ctx, bounded.ID, "approve", "yes"))
 	waitStatus(t, b, bounded.ID, skiplock.StatusSucceeded, 30*time.Second, "the signal woke the job parked until its deadline")
 }
+
+type afterCompleteArgs struct{}
+
+func (afterCompleteArgs) Kind() string { return "after_complete" }
+
+// A durable call made after CompleteTx, while the handler's transaction still holds the
+// job's row, returns an error at once naming CompleteTx, and runs nothing: it waited for
+// that row lock until the job's timeout before. The transaction then commits the success.
+func TestDurable_CallAfterCompleteTxFailsFast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type call struct {
+		what string
+		err  error
+		took time.Duration
+	}
+	calls := make(chan call, 3)
+	var ran atomic.Bool
+	w := durableWorker(t, b, skiplock.WorkerConfig{JobTimeout: 20 * time.Second})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[afterCompleteArgs]) error {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if err := skiplock.CompleteTx(ctx, tx, job); err != nil {
+			return err
+		}
+		timed := func(what string, f func() error) {
+			began := time.Now()
+			err := f()
+			select {
+			case calls <- call{what, err, time.Since(began)}:
+			default: // a later attempt's: the test reads the first one's
+			}
+		}
+		timed("step", func() error {
+			_, err := skiplock.Step(ctx, "after", func(context.Context) (int, error) { ran.Store(true); return 1, nil })
+			return err
+		})
+		timed("sleep", func() error { return skiplock.Sleep(ctx, time.Hour) })
+		timed("signal", func() error { _, err := skiplock.AwaitSignal(ctx, "approve", time.Hour); return err })
+		return tx.Commit(ctx)
+	}))
+	job, err := b.client.Enqueue(b.ctx, afterCompleteArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 1})
+	require.NoError(t, err)
+	runWorker(t, w)
+	for range 3 {
+		select {
+		case c := <-calls:
+			assert.ErrorContains(t, c.err, "after CompleteTx", c.what)
+			assert.NotErrorIs(t, c.err, skiplock.ErrSuspended, c.what)
+			assert.Less(t, c.took, 5*time.Second, "the %s waited for the job's row lock", c.what)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the durable call did not return")
+		}
+	}
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the handler's transaction committed the success")
+	assert.False(t, ran.Load(), "the step's function ran")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE job_id = $1`, job.ID))
+}

@@ -73,12 +73,16 @@ func runOf(ctx context.Context) (*run, error) {
 // enter takes the place of the handler's next durable call, a kind step named name: its
 // seq and, when the job recorded a step there, a copy of it. A recorded step of another
 // name or kind is ErrStepOrderChanged. A step that fails leaves no record and gives its
-// place back (release), so the next call takes it.
+// place back (release), so the next call takes it. A call after CompleteTx is refused
+// (afterCompleteTx).
 func (r *run) enter(ctx context.Context, kind Kind, name string) (int, *recorded, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.suspended {
 		return 0, nil, fmt.Errorf("%w: a wait already ended this attempt (job %d)", ErrSuspended, r.row.ID)
+	}
+	if jobtype.CompletedInTx(r.row) {
+		return 0, nil, afterCompleteTx(r.row, kind, name)
 	}
 	if !r.loaded {
 		steps, err := r.e.load(ctx, r.row.ID)
@@ -160,4 +164,22 @@ func (e *Engine) load(ctx context.Context, job int64) ([]recorded, error) {
 		return nil, e.db.WrapErr("reading the job's steps", err)
 	}
 	return steps, nil
+}
+
+// afterCompleteTx is the error of a durable call made after CompleteTx wrote the
+// attempt's success in the handler's transaction. Until that transaction ends it holds
+// the job's row, which every durable call locks (to fence its record on the attempt) in
+// a transaction of its own: the call would wait for it until the job's timeout. Once it
+// committed, the job has succeeded and nothing more is recorded for it.
+func afterCompleteTx(row *jobtype.JobRow, kind Kind, name string) error {
+	what := fmt.Sprintf("step %q", name)
+	switch kind {
+	case KindSleep:
+		what = "sleep"
+	case KindSignal:
+		what = waitWhat(name)
+	}
+	return fmt.Errorf("skiplock: job %d, attempt %d: the %s was called after CompleteTx: "+
+		"CompleteTx's transaction holds the job's row until it ends, and the job has succeeded once it commits; "+
+		"make every durable call before CompleteTx", row.ID, row.Attempts, what)
 }

@@ -38,6 +38,12 @@ var (
 	// ErrInvalidStepName is returned for a step or signal name that is empty, longer than
 	// [MaxStepName] bytes, or not valid UTF-8.
 	ErrInvalidStepName = durable.ErrInvalidName
+	// ErrNestedStep is returned by [Step], [StepTx], [Sleep] and [AwaitSignal] when called
+	// while the function of a Step or StepTx of the same attempt runs (with that step's
+	// context or the handler's). A recorded step's function does not run again, so a
+	// durable call inside it could not be replayed: the call does nothing and records
+	// nothing. Make it a step of its own, before or after.
+	ErrNestedStep = durable.ErrNestedStep
 )
 
 // MaxStepName is the longest step or signal name, in bytes.

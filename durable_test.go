@@ -1024,3 +1024,58 @@ func TestDurable_CallAfterCompleteTxFailsFast(t *testing.T) {
 	assert.False(t, ran.Load(), "the step's function ran")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE job_id = $1`, job.ID))
 }
+
+type nestedArgs struct{}
+
+func (nestedArgs) Kind() string { return "nested" }
+
+// A durable call inside a Step's or a StepTx's function is refused with ErrNestedStep and
+// takes no place: the steps recorded are the handler's own, in order, and a retry replays
+// them. Before, the nested step took the place after the outer one, so the retry (which
+// replays the outer step without running its function) met it at the next call's place.
+func TestStep_NestedDurableCallsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nested := make(chan error, 16)
+	w := durableWorker(t, b, skiplock.WorkerConfig{RetryPolicy: fixedDelay(10 * time.Millisecond)})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[nestedArgs]) error {
+		if _, err := skiplock.Step(ctx, "outer", func(ctx context.Context) (int, error) {
+			_, err := skiplock.Step(ctx, "inner", func(context.Context) (int, error) { return 2, nil })
+			nested <- err
+			return 1, nil // the nested call's error ignored: the outer step is recorded
+		}); err != nil {
+			return err
+		}
+		if _, err := skiplock.StepTx(ctx, "tx", func(_ context.Context, tx pgx.Tx) (int, error) {
+			nested <- skiplock.Sleep(ctx, time.Hour) // the handler's ctx, not the step's
+			_, err := skiplock.AwaitSignal(ctx, "approve", time.Hour)
+			nested <- err
+			return 3, nil
+		}); err != nil {
+			return err
+		}
+		if _, err := skiplock.Step(ctx, "next", func(context.Context) (int, error) { return 4, nil }); err != nil {
+			return err
+		}
+		if job.Attempts == 1 {
+			return errors.New("the first attempt fails after its steps")
+		}
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, nestedArgs{}, &skiplock.EnqueueOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the retry replayed the handler's steps")
+	for range 3 {
+		err := <-nested
+		assert.ErrorIs(t, err, skiplock.ErrNestedStep)
+	}
+	assert.Empty(t, nested, "the retry ran no step function again")
+	steps, err := b.client.Steps(b.ctx, job.ID)
+	require.NoError(t, err)
+	var names []string
+	for _, s := range steps {
+		names = append(names, s.Name)
+	}
+	assert.Equal(t, []string{"outer", "tx", "next"}, names)
+}

@@ -52,6 +52,9 @@ type run struct {
 	steps     []recorded // by seq
 	next      int        // the seq of the next call
 	suspended bool       // a wait ended the attempt: later calls return ErrSuspended
+	// inFn names the Step or StepTx whose function runs ("" when none): a durable call
+	// meanwhile is nested (ErrNestedStep).
+	inFn string
 }
 
 // runOf returns the durable run of the attempt whose handler's context is ctx.
@@ -80,6 +83,11 @@ func (r *run) enter(ctx context.Context, kind Kind, name string) (int, *recorded
 	defer r.mu.Unlock()
 	if r.suspended {
 		return 0, nil, fmt.Errorf("%w: a wait already ended this attempt (job %d)", ErrSuspended, r.row.ID)
+	}
+	if r.inFn != "" {
+		return 0, nil, fmt.Errorf("%w: the %s was called inside the function of step %q (job %d): "+
+			"a recorded step's function does not run again, so the call would not be made on replay; "+
+			"make it a step of its own, before or after %q", ErrNestedStep, callWhat(kind, name), r.inFn, r.row.ID, r.inFn)
 	}
 	if jobtype.CompletedInTx(r.row) {
 		return 0, nil, afterCompleteTx(r.row, kind, name)
@@ -123,6 +131,20 @@ func (r *run) releaseOnPanic(seq int) {
 		r.release(seq)
 		panic(p)
 	}
+}
+
+// runFn runs f, the function of the step name, marking the run inside it until f
+// returns or panics: a durable call meanwhile is refused (enter).
+func runFn[T any](r *run, name string, f func() (T, error)) (T, error) {
+	r.mu.Lock()
+	r.inFn = name
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inFn = ""
+		r.mu.Unlock()
+	}()
+	return f()
 }
 
 // store keeps rec as the step at seq, once it was written.
@@ -172,14 +194,19 @@ func (e *Engine) load(ctx context.Context, job int64) ([]recorded, error) {
 // a transaction of its own: the call would wait for it until the job's timeout. Once it
 // committed, the job has succeeded and nothing more is recorded for it.
 func afterCompleteTx(row *jobtype.JobRow, kind Kind, name string) error {
-	what := fmt.Sprintf("step %q", name)
-	switch kind {
-	case KindSleep:
-		what = "sleep"
-	case KindSignal:
-		what = waitWhat(name)
-	}
 	return fmt.Errorf("skiplock: job %d, attempt %d: the %s was called after CompleteTx: "+
 		"CompleteTx's transaction holds the job's row until it ends, and the job has succeeded once it commits; "+
-		"make every durable call before CompleteTx", row.ID, row.Attempts, what)
+		"make every durable call before CompleteTx", row.ID, row.Attempts, callWhat(kind, name))
+}
+
+// callWhat names a durable call in errors: `step "charge"`, "sleep", `wait for signal
+// "approve"`.
+func callWhat(kind Kind, name string) string {
+	switch kind {
+	case KindSleep:
+		return sleepName
+	case KindSignal:
+		return waitWhat(name)
+	}
+	return fmt.Sprintf("step %q", name)
 }

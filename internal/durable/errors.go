@@ -30,6 +30,11 @@ var (
 	// ErrInvalidName is returned for a step or signal name that is empty, longer than
 	// MaxName bytes, or not valid UTF-8 text.
 	ErrInvalidName = errors.New("skiplock: invalid step or signal name")
+	// ErrNestedStep is returned by a durable call made while the function of a Step or
+	// StepTx of the same attempt runs: a recorded step's function does not run again, so
+	// a call inside it would not be made on replay, and the places of the calls after it
+	// would shift. The call does nothing and takes no place.
+	ErrNestedStep = errors.New("skiplock: a durable call inside a step's function cannot be replayed")
 )
 
 // MaxName is the longest step or signal name, in bytes.

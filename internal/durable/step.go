@@ -24,7 +24,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	}
 	began := time.Now()
 	defer r.releaseOnPanic(seq)
-	v, err := fn(ctx)
+	v, err := runFn(r, name, func() (T, error) { return fn(ctx) })
 	if err != nil {
 		r.release(seq)
 		return v, err
@@ -53,7 +53,7 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 	defer r.releaseOnPanic(seq)
 	err = r.runTx(ctx, seq, name, func(ctx context.Context, tx pgx.Tx) (json.RawMessage, error) {
 		var err error
-		if v, err = fn(ctx, tx); err != nil {
+		if v, err = runFn(r, name, func() (T, error) { return fn(ctx, tx) }); err != nil {
 			return nil, err
 		}
 		return r.encode(name, v)

@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -410,4 +411,41 @@ func TestPeriodic_ChangedScheduleIsLoggedAndKeepsTheComingOccurrence(t *testing.
 		"later starts from the coming hour: %s", later)
 	assert.Equal(t, 2, b.count(t, `SELECT count(*) FROM {s}.periodic WHERE schedule IN ('every 168h0m0s', 'every 1h0m0s')`),
 		"the new schedules are stored")
+}
+
+type refusedTickArgs struct{}
+
+func (refusedTickArgs) Kind() string { return "refused_tick" }
+
+// An occurrence whose enqueue fails (here an insert middleware refuses its kind) is
+// retried and logged, and does not hold back the other schedules due with it: they were
+// enqueued in the same transaction, which the failure rolled back at every tick, so one
+// refused schedule stopped every periodic job of the worker.
+func TestPeriodic_AFailingScheduleDoesNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cl := clientWith(t, b, skiplock.Config{InsertMiddleware: []skiplock.InsertMiddleware{
+		func(_ context.Context, j *skiplock.InsertJob) error {
+			if j.Kind == "refused_tick" {
+				return errors.New("refused by the test")
+			}
+			return nil
+		},
+	}})
+	logs := &logCapture{}
+	w, err := skiplock.NewWorker(cl, skiplock.WorkerConfig{
+		ID: "refused-" + b.schema, SweepInterval: -1, Logger: slog.New(logs), ShutdownTimeout: time.Second,
+		PeriodicJobs: []skiplock.PeriodicJob{
+			{Name: "a_refused", Schedule: skiplock.Every(time.Second), Args: refusedTickArgs{}},
+			{Name: "tick", Schedule: skiplock.Every(time.Second), Args: tickArgs{}},
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[tickArgs]) error { return nil }))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[refusedTickArgs]) error { return nil }))
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool { return tickCount(t, b) >= 3 }, "the accepted schedule runs while the other is refused")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'refused_tick'`), "the refused schedule enqueued nothing")
+	assert.NotEmpty(t, logs.find("a_refused", "refused by the test"), "the refusal is logged with the schedule's name")
+	occurrenceAudit(t, b)
 }

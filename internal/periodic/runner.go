@@ -106,6 +106,11 @@ type Runner struct {
 	// BeforeCommit, when set (by tests), runs between the enqueues and the commit.
 	BeforeCommit func()
 	loop         *lifecycle.Loop
+	// failing holds the schedules whose occurrence could not be enqueued (an insert
+	// middleware refused it, or its insert failed), with when to try them again:
+	// until then the runner leaves them out, so that they do not hold back the schedules
+	// due with them. Only the run loop's goroutine uses it.
+	failing map[string]time.Time
 }
 
 // NewRunner returns the runner of entries (from Validate), which enqueues through ins:
@@ -207,7 +212,7 @@ func (p *Runner) run(ctx context.Context) {
 				lastDeclare = time.Now()
 			}
 		}
-		more, err := p.tick(ctx)
+		more, err := p.tick(ctx, p.live())
 		if ctx.Err() != nil {
 			return
 		}
@@ -219,7 +224,7 @@ func (p *Runner) run(ctx context.Context) {
 		default:
 			var secs float64
 			cctx, cancel := context.WithTimeout(ctx, statementTimeout)
-			err := p.db.Pool.QueryRow(cctx, p.sql.next, p.names).Scan(&secs)
+			err := p.db.Pool.QueryRow(cctx, p.sql.next, p.live()).Scan(&secs)
 			cancel()
 			if err == nil {
 				wait = min(tick, max(time.Duration(secs*float64(time.Second)), 0))
@@ -240,9 +245,34 @@ type due struct {
 	next, now time.Time
 }
 
-// tick enqueues the due occurrences of up to batch schedules in one transaction and
-// reports whether the batch was full.
-func (p *Runner) tick(ctx context.Context) (more bool, err error) {
+// live returns the names of this worker's schedules less those failing until later.
+func (p *Runner) live() []string {
+	if len(p.failing) == 0 {
+		return p.names
+	}
+	now := time.Now()
+	out := make([]string, 0, len(p.names))
+	for _, n := range p.names {
+		if until, ok := p.failing[n]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(p.failing, n)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// tick enqueues the due occurrences of up to batch of the schedules names in one
+// transaction and reports whether there may be more due: the batch was full, or a
+// schedule failed. A schedule whose occurrence cannot be enqueued rolls the transaction
+// back; it is logged and left out until the next tick, and the others go on at once
+// without it (they used to be rolled back with it at every tick, for as long as it failed).
+func (p *Runner) tick(ctx context.Context, names []string) (more bool, err error) {
+	if len(names) == 0 {
+		return false, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
 	tx, err := p.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -250,7 +280,7 @@ func (p *Runner) tick(ctx context.Context) (more bool, err error) {
 		return false, p.db.WrapErr("periodic", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, p.sql.due, p.names, batch)
+	rows, err := tx.Query(ctx, p.sql.due, names, batch)
 	if err != nil {
 		return false, p.db.WrapErr("periodic", err)
 	}
@@ -267,7 +297,17 @@ func (p *Runner) tick(ctx context.Context) (more bool, err error) {
 	}
 	for _, d := range dues {
 		if err := p.advance(ctx, tx, d); err != nil {
-			return false, err
+			var refused *enqueueError
+			if !errors.As(err, &refused) || ctx.Err() != nil {
+				return false, err
+			}
+			if p.failing == nil {
+				p.failing = map[string]time.Time{}
+			}
+			p.failing[d.name] = time.Now().Add(tick)
+			p.logger.Warn("skiplock: enqueueing a periodic job failed; retrying it at the next tick, the others go on",
+				"name", d.name, "err", refused.err)
+			return true, nil
 		}
 	}
 	if p.BeforeCommit != nil {
@@ -289,7 +329,7 @@ func (p *Runner) advance(ctx context.Context, tx pgx.Tx, d due) error {
 	for _, at := range occ {
 		id, err := p.enqueue(ctx, tx, e, at)
 		if err != nil {
-			return err
+			return &enqueueError{err}
 		}
 		lastRun = &at
 		if id != 0 {
@@ -304,6 +344,13 @@ func (p *Runner) advance(ctx context.Context, tx pgx.Tx, d due) error {
 	}
 	return nil
 }
+
+// enqueueError is advance's failure to enqueue an occurrence of its schedule: that
+// schedule's own, which tick keeps from holding back the others.
+type enqueueError struct{ err error }
+
+func (e *enqueueError) Error() string { return e.err.Error() }
+func (e *enqueueError) Unwrap() error { return e.err }
 
 // finishedStatuses are the states besides queued and running, for occurrence keys.
 var finishedStatuses = []string{string(jobtype.StatusSucceeded), string(jobtype.StatusFailed), string(jobtype.StatusDead), string(jobtype.StatusCancelled)}

@@ -32,12 +32,17 @@ func (s *Schedule) Next(t time.Time) time.Time { return s.sched.Next(t) }
 func (s *Schedule) String() string { return s.expr }
 
 // Parse parses expr; its times are in UTC unless expr starts with CRON_TZ= or TZ=.
+//
+// Besides robfig's syntax errors, Parse refuses an expression that matches no time in
+// the five years after now (a day its months never have, such as `0 0 30 2 *`), and an
+// @every that is not a whole number of seconds, at least 1s (robfig would run it every
+// second, or cut it to whole seconds).
 func Parse(expr string) (*Schedule, error) {
 	return ParseIn(expr, time.UTC)
 }
 
 // ParseIn parses expr with its times in loc, unless expr names its own zone with a
-// CRON_TZ= or TZ= prefix. loc nil means UTC.
+// CRON_TZ= or TZ= prefix. loc nil means UTC. It refuses what Parse refuses.
 func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 	if loc == nil {
 		loc = time.UTC
@@ -49,12 +54,39 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 		spec = "CRON_TZ=" + loc.String() + " " + expr
 		expr = spec
 	}
+	fail := func(format string, args ...any) (*Schedule, error) {
+		return nil, fmt.Errorf("cron: %q: "+format, append([]any{expr}, args...)...)
+	}
+	body := spec
+	if ownZone {
+		// robfig's parser panics on a zone with nothing after it.
+		_, rest, ok := strings.Cut(spec, " ")
+		if body = strings.TrimSpace(rest); !ok || body == "" {
+			return fail("no expression after the time zone (write CRON_TZ=Europe/Paris 0 9 * * *)")
+		}
+	}
+	if d, ok := strings.CutPrefix(body, "@every "); ok {
+		every, err := time.ParseDuration(strings.TrimSpace(d))
+		switch {
+		case err != nil:
+			return fail("@every: %w", err)
+		case every < time.Second:
+			return fail("@every %s: use at least 1s", every)
+		case every%time.Second != 0:
+			return fail("@every %s: use whole seconds (robfig would cut it to %s)", every, every.Truncate(time.Second))
+		}
+	}
 	s, err := robfig.ParseStandard(spec)
 	if err != nil {
-		return nil, fmt.Errorf("cron: %q: %w", expr, err)
+		return fail("%w", err)
 	}
-	if ss, ok := s.(*robfig.SpecSchedule); ok && !ownZone && loc == time.UTC {
-		ss.Location = time.UTC // robfig's default is time.Local: pin it, hosts may differ
+	if ss, ok := s.(*robfig.SpecSchedule); ok {
+		if !ownZone && loc == time.UTC {
+			ss.Location = time.UTC // robfig's default is time.Local: pin it, hosts may differ
+		}
+		if ss.Next(time.Now()).IsZero() { // robfig looks five years ahead
+			return fail("the expression matches no time in the next five years (a day its months never have, such as 30 February?)")
+		}
 	}
 	return &Schedule{expr: expr, sched: s}, nil
 }

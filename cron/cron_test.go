@@ -42,3 +42,33 @@ func TestParse(t *testing.T) {
 	}
 	assert.Panics(t, func() { cron.MustParse("nope") })
 }
+
+// Expressions that robfig's parser mishandles are refused with an error that says why:
+// a zone prefix alone panicked; an @every under a second, negative or zero ran every
+// second, and one with a fraction of a second was cut to whole seconds; an expression no
+// date matches (30 February) was accepted and never ran.
+func TestParse_RefusesWhatWouldPanicOrRunOtherwise(t *testing.T) {
+	t.Parallel()
+	for expr, want := range map[string]string{
+		"CRON_TZ=Europe/Paris":   "no expression after the time zone",
+		"TZ=UTC   ":              "no expression after the time zone",
+		"@every 0s":              "at least 1s",
+		"@every -5m":             "at least 1s",
+		"@every 500ms":           "at least 1s",
+		"@every 1500ms":          "whole seconds",
+		"@every soon":            "invalid duration",
+		"0 0 30 2 *":             "matches no time",
+		"0 0 31 4,6,9,11 *":      "matches no time",
+		"CRON_TZ=UTC 0 0 30 2 *": "matches no time",
+	} {
+		var err error
+		require.NotPanics(t, func() { _, err = cron.Parse(expr) }, "%q", expr)
+		if assert.Error(t, err, "%q", expr) {
+			assert.Contains(t, err.Error(), want, "%q", expr)
+		}
+	}
+	for _, expr := range []string{"@every 1s", "@every 1h30m", "0 0 29 2 *", "0 0 31 * *", "0 0 30 2 MON"} {
+		_, err := cron.Parse(expr)
+		assert.NoError(t, err, "%q", expr)
+	}
+}

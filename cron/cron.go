@@ -41,8 +41,9 @@ func Parse(expr string) (*Schedule, error) {
 	return ParseIn(expr, time.UTC)
 }
 
-// ParseIn parses expr with its times in loc, unless expr names its own zone with a
-// CRON_TZ= or TZ= prefix. loc nil means UTC. It refuses what Parse refuses.
+// ParseIn parses expr with its times in loc (any location, time.FixedZone's too), unless
+// expr names its own zone with a CRON_TZ= or TZ= prefix. loc nil means UTC. It refuses
+// what Parse refuses.
 func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 	if loc == nil {
 		loc = time.UTC
@@ -51,8 +52,9 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 	spec := expr
 	ownZone := strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=")
 	if !ownZone && loc != time.UTC {
-		spec = "CRON_TZ=" + loc.String() + " " + expr
-		expr = spec
+		// The zone is shown by name, and set on the schedule below: robfig would look the
+		// name up, which fails for a zone the tz database does not know (time.FixedZone).
+		expr = "CRON_TZ=" + loc.String() + " " + expr
 	}
 	fail := func(format string, args ...any) (*Schedule, error) {
 		return nil, fmt.Errorf("cron: %q: "+format, append([]any{expr}, args...)...)
@@ -81,8 +83,8 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 		return fail("%w", err)
 	}
 	if ss, ok := s.(*robfig.SpecSchedule); ok {
-		if !ownZone && loc == time.UTC {
-			ss.Location = time.UTC // robfig's default is time.Local: pin it, hosts may differ
+		if !ownZone {
+			ss.Location = loc // robfig's default is time.Local, which hosts may differ on
 		}
 		if ss.Next(time.Now()).IsZero() { // robfig looks five years ahead
 			return fail("the expression matches no time in the next five years (a day its months never have, such as 30 February?)")

@@ -72,3 +72,18 @@ func TestParse_RefusesWhatWouldPanicOrRunOtherwise(t *testing.T) {
 		assert.NoError(t, err, "%q", expr)
 	}
 }
+
+// ParseIn takes any *time.Location, not only one time.LoadLocation knows by name: a
+// fixed zone failed with "unknown time zone".
+func TestParseIn_AFixedZone(t *testing.T) {
+	t.Parallel()
+	loc := time.FixedZone("UTC+2", 2*60*60)
+	s, err := cron.ParseIn("0 9 * * *", loc)
+	require.NoError(t, err)
+	at := time.Date(2030, 3, 15, 0, 0, 0, 0, time.UTC)
+	assert.Equal(t, time.Date(2030, 3, 15, 7, 0, 0, 0, time.UTC), s.Next(at).UTC())
+	assert.Equal(t, "CRON_TZ=UTC+2 0 9 * * *", s.String())
+	d, err := cron.ParseIn("@daily", loc)
+	require.NoError(t, err)
+	assert.Equal(t, time.Date(2030, 3, 15, 22, 0, 0, 0, time.UTC), d.Next(at).UTC(), "a descriptor runs in loc too")
+}

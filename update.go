@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,7 +138,7 @@ func (c *Client) updateArgs(ctx context.Context, id int64, u JobUpdate) ([]any, 
 	}
 	j, err := c.prepare(jargs, &o)
 	if err != nil {
-		return nil, err
+		return nil, updateRefusal(err)
 	}
 	var runAt, priority, queue, payload, kind, metadata, stored any
 	if !u.RunAt.IsZero() {
@@ -172,7 +173,7 @@ func (c *Client) updateArgs(ctx context.Context, id int64, u JobUpdate) ([]any, 
 	if u.Metadata != nil {
 		b, err := enqueue.EncodeMetadata(u.Metadata)
 		if err != nil {
-			return nil, err
+			return nil, updateRefusal(err)
 		}
 		metadata = string(b)
 	}
@@ -183,6 +184,15 @@ func (c *Client) updateArgs(ctx context.Context, id int64, u JobUpdate) ([]any, 
 // of its fields would).
 func invalidUpdate(format string, args ...any) error {
 	return &optionsError{what: "update", msg: fmt.Sprintf(format, args...)}
+}
+
+// updateRefusal words an enqueue's refusal of a JobUpdate field (ErrInvalidOptions) as
+// the update's: "invalid update: Priority 40000: …", not "invalid enqueue options".
+func updateRefusal(err error) error {
+	if msg, ok := strings.CutPrefix(err.Error(), ErrInvalidOptions.Error()+": "); ok && errors.Is(err, ErrInvalidOptions) {
+		return &optionsError{what: "update", msg: msg}
+	}
+	return err
 }
 
 // editArgs stands for the args of a JobUpdate that leaves them as they are, so that

@@ -88,10 +88,14 @@ func TestUpdate_RefusesBadEditsAndJobsThatStarted(t *testing.T) {
 		msg  string // the message's start, when set
 	}{
 		{"invalid queue", queued, skiplock.JobUpdate{Queue: "Bad Queue!"}, skiplock.ErrInvalidQueue, ""},
-		{"priority out of range", queued, skiplock.JobUpdate{Priority: &big}, skiplock.ErrInvalidOptions, ""},
+		{"priority out of range", queued, skiplock.JobUpdate{Priority: &big}, skiplock.ErrInvalidOptions,
+			"skiplock: invalid update: Priority 40000"},
+		{"RunAt out of range", queued, skiplock.JobUpdate{RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, skiplock.ErrInvalidOptions,
+			"skiplock: invalid update: RunAt 10000-01-01"},
 		{"RunNow and RunAt", queued, skiplock.JobUpdate{RunNow: true, RunAt: time.Now()}, skiplock.ErrInvalidOptions,
 			"skiplock: invalid update: JobUpdate sets both RunNow and RunAt"},
-		{"reserved metadata key", queued, skiplock.JobUpdate{Metadata: map[string]string{"skiplock_workflow": "1"}}, skiplock.ErrInvalidOptions, ""},
+		{"reserved metadata key", queued, skiplock.JobUpdate{Metadata: map[string]string{"skiplock_workflow": "1"}}, skiplock.ErrInvalidOptions,
+			`skiplock: invalid update: Metadata key "skiplock_workflow"`},
 		{"args of another kind", queued, skiplock.JobUpdate{Args: noopArgs{N: 1}}, skiplock.ErrInvalidOptions,
 			fmt.Sprintf(`skiplock: invalid update: job %d is of kind "edit": Args of kind "noop" cannot replace its args`, queued)},
 		{"running", running, skiplock.JobUpdate{Priority: &p}, skiplock.ErrJobRunning, ""},

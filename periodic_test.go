@@ -423,15 +423,33 @@ func (refusedTickArgs) Kind() string { return "refused_tick" }
 // refused schedule stopped every periodic job of the worker.
 func TestPeriodic_AFailingScheduleDoesNotHoldBackTheOthers(t *testing.T) {
 	t.Parallel()
+	periodicWithARefusedSchedule(t, func(_ context.Context, j *skiplock.InsertJob) error {
+		if j.Kind == "refused_tick" {
+			return errors.New("refused by the test")
+		}
+		return nil
+	}, "refused by the test")
+}
+
+// An insert middleware that panics on a periodic occurrence is that occurrence's
+// failure, logged and retried like an error: it ended the process (the periodic runner's
+// goroutine has no caller to hand the panic to).
+func TestPeriodic_APanickingInsertMiddlewareIsTheOccurrencesFailure(t *testing.T) {
+	t.Parallel()
+	periodicWithARefusedSchedule(t, func(_ context.Context, j *skiplock.InsertJob) error {
+		if j.Kind == "refused_tick" {
+			panic("boom in the test's middleware")
+		}
+		return nil
+	}, "boom in the test's middleware")
+}
+
+// periodicWithARefusedSchedule runs a worker declaring "a_refused" (refused_tick jobs,
+// which mw refuses) and "tick", both every second, and checks that tick's occurrences
+// are enqueued, none of a_refused's, and that a warning names a_refused and says want.
+func periodicWithARefusedSchedule(t *testing.T, mw skiplock.InsertMiddleware, want string) {
 	b := setup(t)
-	cl := clientWith(t, b, skiplock.Config{InsertMiddleware: []skiplock.InsertMiddleware{
-		func(_ context.Context, j *skiplock.InsertJob) error {
-			if j.Kind == "refused_tick" {
-				return errors.New("refused by the test")
-			}
-			return nil
-		},
-	}})
+	cl := clientWith(t, b, skiplock.Config{InsertMiddleware: []skiplock.InsertMiddleware{mw}})
 	logs := &logCapture{}
 	w, err := skiplock.NewWorker(cl, skiplock.WorkerConfig{
 		ID: "refused-" + b.schema, SweepInterval: -1, Logger: slog.New(logs), ShutdownTimeout: time.Second,
@@ -446,6 +464,6 @@ func TestPeriodic_AFailingScheduleDoesNotHoldBackTheOthers(t *testing.T) {
 	runWorker(t, w)
 	eventually(t, 20*time.Second, func() bool { return tickCount(t, b) >= 3 }, "the accepted schedule runs while the other is refused")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE kind = 'refused_tick'`), "the refused schedule enqueued nothing")
-	assert.NotEmpty(t, logs.find("a_refused", "refused by the test"), "the refusal is logged with the schedule's name")
+	assert.NotEmpty(t, logs.find("a_refused", want), "the refusal is logged with the schedule's name")
 	occurrenceAudit(t, b)
 }

@@ -356,8 +356,14 @@ func (e *enqueueError) Unwrap() error { return e.err }
 var finishedStatuses = []string{string(jobtype.StatusSucceeded), string(jobtype.StatusFailed), string(jobtype.StatusDead), string(jobtype.StatusCancelled)}
 
 // enqueue inserts the job of occurrence at of e inside tx and returns its id (0 when the
-// occurrence was enqueued before).
-func (p *Runner) enqueue(ctx context.Context, tx pgx.Tx, e *Entry, at time.Time) (int64, error) {
+// occurrence was enqueued before). A panic of the client's insert middleware or enqueue
+// hooks is the occurrence's error: this goroutine has no caller to hand it to.
+func (p *Runner) enqueue(ctx context.Context, tx pgx.Tx, e *Entry, at time.Time) (id int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("skiplock: periodic job %q: panic in an insert middleware or enqueue hook: %v", e.Name, r)
+		}
+	}()
 	j, err := e.Prepare(at)
 	if err != nil {
 		return 0, fmt.Errorf("skiplock: periodic job %q: %w", e.Name, err)

@@ -84,7 +84,8 @@ const metaEdited = "skiplock_edited_at"
 //
 // The edit is atomic against the claim: either it lands before a worker claims the job
 // (which then runs the edited job) or the claim comes first and Update returns
-// [ErrJobRunning]. Editing a unique job's args does not change its unique key.
+// [ErrJobRunning]. Editing a unique job's args, queue or run_at does not change its
+// unique key (one made ByQueue or ByPeriod keeps the queue and period it was enqueued with).
 func (c *Client) Update(ctx context.Context, id int64, u JobUpdate) (*JobRow, error) {
 	args, err := c.updateArgs(ctx, id, u)
 	if err != nil {

@@ -38,7 +38,7 @@ func buildClaims(c *Client, cfg WorkerConfig, logger *slog.Logger, queues *claim
 	s := claimSide{loops: claim.ClaimLoopConfig{
 		Claimer: claim.NewClaimer(c.db, cfg.VisibilityTimeout), WorkerID: cfg.ID, FetchCooldown: cfg.FetchCooldown,
 		Logger: logger, Conns: make(chan struct{}, claim.MaxClaimConns), Gate: gate,
-		Start: starter.Start, StaleAfter: cfg.VisibilityTimeout - cfg.VisibilityTimeout/ownership.CancelMargin,
+		Start: starter.Start, StaleAfter: ownership.StaleClaimAfter(cfg.VisibilityTimeout),
 		Release:     lease.ReleaseJobs,
 		LeaseEnding: lease.OwnLeaseEnding,
 		LapsedSince: lapsedSince,

@@ -327,3 +327,83 @@ func TestLease_AWorkerWhoseLeaseIsEndingStartsNoJob(t *testing.T) {
 	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts = 1`),
 		"every job succeeded at its first attempt")
 }
+
+type lateBeatArgs struct {
+	N int `json:"n"`
+}
+
+func (lateBeatArgs) Kind() string { return "late_beat" }
+
+// A claim whose reply arrives too late for its jobs' leases, counted from the claim's
+// start, to outlast the worker's next heartbeat starts none of them: they are put back,
+// their attempts given back, and a fresh claim runs them. The job-lease watchdog cancels
+// a handler at two thirds of the visibility timeout without a renewal, and heartbeats
+// come every third: a claim answered just under two thirds started jobs that the
+// watchdog cut at its next look, before any heartbeat could renew them, each attempt
+// spent (make chaos: the black-holed worker, at a 3 s visibility timeout, started 3 jobs
+// as its path came back, most likely those of a claim sent into the black hole, and
+// cancelled them 30 ms later; each ran again at its second attempt). Whether a heartbeat
+// or the watchdog came first was the luck of their phases; which token starts is not.
+// The claim waits at the server for the queue's flow lock, held by the test until the
+// claim is 1.5 s old.
+func TestLease_AClaimRepliedTooLateForItsNextHeartbeatStartsNoJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	log := newAttemptLog(t, b)
+	const queue = "late_beat"
+	const vt = 3 * time.Second                 // heartbeats every 1 s, handlers cancelled 2 s after a lease's last renewal
+	limits := skiplock.QueueLimits{Rate: 1000} // limited claims take the queue's advisory lock
+	w := newWorker(t, b, skiplock.WorkerConfig{ID: "a", VisibilityTimeout: vt, SweepInterval: -1, Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{queue: {MaxWorkers: 1, Limits: limits}}})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[lateBeatArgs]) error {
+		if err := log.note(job.ID, job.Attempts, "a", "start "+strconv.FormatInt(job.Fence, 10)); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(time.Second): // past the 2 s mark of a claim answered 1.5 s late
+			return nil
+		case <-ctx.Done():
+			return errors.Join(log.note(job.ID, job.Attempts, "a", "cancelled"), context.Cause(ctx))
+		}
+	}))
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	runWorker(t, w)
+	// A first job takes the worker through its first limited claim (which adopts the
+	// queue's running jobs under the same lock), so the claim below is a plain limited one.
+	_, err := b.client.Enqueue(b.ctx, noopArgs{}, &skiplock.EnqueueOptions{Queue: queue})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive`) == 1
+	}, "the worker ran a first job")
+
+	// The test holds the queue's flow lock, so the worker's claim waits at the server.
+	lockTx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = lockTx.Rollback(context.Background()) }()
+	key := b.schema + "." + queue
+	_, err = lockTx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1936419190, hashtext($1))`, key)
+	require.NoError(t, err)
+	job, err := b.client.Enqueue(b.ctx, lateBeatArgs{}, &skiplock.EnqueueOptions{Queue: queue})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = 1936419190 AND objid = (hashtext($1)::bigint & 4294967295)::oid`, key) > 0
+	}, "the worker's claim waits for the queue's lock")
+	waiting := time.Now()
+	// The token the waiting claim takes: the job's next one.
+	lateFence := b.count(t, `SELECT fence + 1 FROM {s}.jobs WHERE id = $1`, job.ID)
+
+	// The claim commits 1.5 s after it was seen waiting: later than a heartbeat interval,
+	// earlier than the watchdog's cut. (The wait itself is what is tested.)
+	time.Sleep(time.Until(waiting.Add(vt / 2)))
+	require.NoError(t, lockTx.Commit(b.ctx))
+
+	waitStatus(t, b, job.ID, skiplock.StatusSucceeded, 30*time.Second, "the job succeeded")
+	assert.Equal(t, []string{"1/start " + strconv.Itoa(lateFence+1)}, log.events(t, job.ID),
+		"the job started once, under the token of the claim after the late one (put back)")
+	j, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Attempts, "the job succeeded at its first attempt")
+	assert.Equal(t, lateFence+1, b.count(t, `SELECT fence FROM {s}.jobs_archive WHERE id = $1`, job.ID),
+		"the job succeeded under a fresh claim's token")
+}

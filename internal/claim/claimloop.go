@@ -50,8 +50,10 @@ type ClaimLoopConfig struct {
 	// False, with nothing registered, when the worker already runs the attempt (see Holds).
 	Start func(job ClaimedJob, slot bool) (Dispatched, bool)
 	// StaleAfter is how old a claim may be when its reply arrives: after that the lease
-	// it wrote may be ending already (the reply came late, held up in a hanging
-	// connection), and its jobs must not start, since another worker may soon hold them.
+	// it wrote, counted from the claim's start, may not outlast the worker's next
+	// heartbeat (the reply came late, held up in a hanging connection), and its jobs must
+	// not start: the watchdog could cancel them before any heartbeat renewed them, and
+	// another worker may soon hold them (ownership.StaleClaimAfter).
 	StaleAfter time.Duration
 	// Release puts stale claims back in the queue, fenced: one already taken back is left
 	// alone (lease.releaseJobs).

@@ -155,7 +155,7 @@ type Lease struct {
 func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Duration, held *HeldJobs, sinceRenewal func() (time.Duration, bool), logger *slog.Logger) *Lease {
 	return &Lease{
 		pool: pool, hb: newLeaseConn(pool, "skiplock-heartbeat "+workerID),
-		workerID: workerID, logger: logger, visibility: visibility, Interval: visibility / 3, held: held,
+		workerID: workerID, logger: logger, visibility: visibility, Interval: HeartbeatInterval(visibility), held: held,
 		sinceRenewal:     sinceRenewal,
 		heartbeat:        pgutil.Render(schema, HeartbeatSQL),
 		release:          pgutil.Render(schema, ReleaseSQL),
@@ -170,6 +170,21 @@ func NewLease(pool *pgxpool.Pool, schema, workerID string, visibility time.Durat
 // handler, as a fraction of the visibility timeout: a lease renewed at t lasts until at
 // least t + visibility, and the handler is told at t + visibility - visibility/cancelMargin.
 const CancelMargin = 3
+
+// HeartbeatInterval is how often a worker renews the leases of the jobs it holds: a third
+// of the visibility timeout.
+func HeartbeatInterval(visibility time.Duration) time.Duration { return visibility / 3 }
+
+// StaleClaimAfter is how old a claim may be, from the start of its statement, when its
+// reply arrives for its jobs to start (internal/claim, ClaimLoopConfig.StaleAfter): their
+// leases, counted from that start, must outlast the worker's next heartbeat. The watchdog
+// cancels a handler whose lease went unrenewed for visibility - visibility/CancelMargin
+// (watch), and the next heartbeat may come a whole HeartbeatInterval after the job starts:
+// a job started later than this could be cancelled at the watchdog's next look, before
+// any heartbeat renewed its lease, its attempt spent for nothing.
+func StaleClaimAfter(visibility time.Duration) time.Duration {
+	return visibility - visibility/CancelMargin - HeartbeatInterval(visibility)
+}
 
 // run heartbeats every interval, and watches the leases, until ctx ends.
 func (l *Lease) run(ctx context.Context) {

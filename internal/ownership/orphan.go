@@ -34,8 +34,9 @@ const orphanCandidatesSQL = `SELECT id, fence FROM {s}.jobs
 WHERE status = 'running' AND locked_by = $1`
 
 // orphanAfter is how long a running job of this worker must have been seen unheld before
-// it is put back: the claim loops' StaleAfter (a claim's reply that comes later than this
-// after the claim began is not run), visibility - visibility/CancelMargin.
+// it is put back, visibility - visibility/CancelMargin: no less than the claim loops'
+// StaleAfter (StaleClaimAfter: a claim's reply that comes later than that after the claim
+// began is not run).
 func (l *Lease) orphanAfter() time.Duration { return l.visibility - l.visibility/CancelMargin }
 
 // orphansSQL puts the attempts ($1, $2) of worker $3 back in the queue, with their

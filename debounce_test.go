@@ -176,3 +176,49 @@ func TestUnique_ReplaceInARepeatableReadTransactionLeavesItUsable(t *testing.T) 
 	require.NoError(t, tx.Commit(b.ctx))
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload = '{"doc": "f", "v": 2}'`))
 }
+
+// A new debounced job is due Debounce after now() by the database's clock, as a
+// debounced holder's push is, not by the enqueuing host's: a host whose clock is behind
+// the server's by more than Debounce would otherwise enqueue it due at once, and one
+// ahead would hold it back by the difference. run_at and created_at come from the same
+// now() of the insert's transaction, so they differ by exactly Debounce; an insert
+// middleware sees no RunAt and may set one, which then wins.
+func TestUnique_DebouncedNewJobIsDueByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	debounce := byDoc(func(u *skiplock.UniqueOpts) { u.Debounce = 1500 * time.Millisecond })
+	exact := func(id int64) bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND run_at = created_at + interval '1.5 seconds'`, id) == 1
+	}
+	job, err := b.client.Enqueue(b.ctx, docArgs{Doc: "clock-a"}, debounce)
+	require.NoError(t, err)
+	assert.True(t, exact(job.ID), "Enqueue: run_at is created_at + Debounce, one clock: %s vs %s", job.RunAt, job.CreatedAt)
+	assert.Equal(t, job.CreatedAt.Add(1500*time.Millisecond), job.RunAt, "the returned row says so too")
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	job, err = b.client.EnqueueTx(b.ctx, tx, docArgs{Doc: "clock-b"}, debounce)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	assert.True(t, exact(job.ID), "EnqueueTx: run_at is created_at + Debounce")
+
+	var seen []time.Time
+	at := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	mw, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema, Logger: testLogger(),
+		InsertMiddleware: []skiplock.InsertMiddleware{func(_ context.Context, j *skiplock.InsertJob) error {
+			seen = append(seen, j.RunAt)
+			if j.Payload != nil && string(j.Payload) == `{"doc":"clock-d","v":0}` {
+				j.RunAt = at
+			}
+			return nil
+		}}})
+	require.NoError(t, err)
+	job, err = mw.Enqueue(b.ctx, docArgs{Doc: "clock-c"}, debounce)
+	require.NoError(t, err)
+	assert.True(t, exact(job.ID), "through a middleware that leaves RunAt alone")
+	job, err = mw.Enqueue(b.ctx, docArgs{Doc: "clock-d"}, debounce)
+	require.NoError(t, err)
+	assert.True(t, job.RunAt.Equal(at), "a middleware's RunAt wins: %s", job.RunAt)
+	assert.Equal(t, []time.Time{{}, {}}, seen, "a middleware sees no RunAt on a debounced new job")
+}

@@ -54,8 +54,9 @@ type UniqueOpts struct {
 	Replace bool
 	// Debounce delays the job: a new job is due Debounce after it is enqueued (unless
 	// RunAt is set), and an enqueue that meets a queued holder pushes the holder's run_at
-	// to Debounce after now (never earlier than it was), so a burst of enqueues of one
-	// key runs once, Debounce after the last. Zero: no debounce; negative is an error.
+	// to Debounce after now (never earlier than it was), both by the database's clock, so
+	// a burst of enqueues of one key runs once, Debounce after the last. Zero: no
+	// debounce; negative is an error.
 	// For Enqueue and EnqueueTx; EnqueueMany refuses it.
 	Debounce time.Duration
 	// MaxDelay bounds Debounce under a steady stream: a holder is never pushed later than

@@ -41,11 +41,16 @@ type Options struct {
 
 // Job is a validated job ready to insert.
 type Job struct {
-	Queue       string
-	Kind        string
-	Payload     []byte
-	Priority    int16
-	RunAt       *time.Time // nil: now() by the database clock
+	Queue    string
+	Kind     string
+	Payload  []byte
+	Priority int16
+	RunAt    *time.Time // nil: now() by the database clock (plus Delay)
+	// Delay is a debounced new job's wait (Unique.Debounce): with RunAt nil it is due
+	// Delay after now() by the database clock, as a debounced holder's push is, so an
+	// enqueuing host whose clock differs from the server's neither runs it early nor
+	// holds it back. Zero: none. Only the single unique insert writes it (insertUniqueSQL).
+	Delay       time.Duration
 	MaxAttempts int32
 	UniqueKey   *string
 	// UniqueStates are the finished states in which a job with UniqueKey blocks this one
@@ -116,7 +121,12 @@ func (j *Job) metadataText() string {
 }
 
 // dueNow reports whether the job may run at once (and so deserves a wake-up).
-func (j *Job) dueNow() bool { return j.RunAt == nil || !j.RunAt.After(time.Now()) }
+func (j *Job) dueNow() bool {
+	if j.RunAt == nil {
+		return j.Delay <= 0
+	}
+	return !j.RunAt.After(time.Now())
+}
 
 // Prepare validates a job of kind (from [ArgsKind]) with args and options o (the args
 // type's defaults merged in, see [MergeOptions]), fills the defaults, and marshals the
@@ -151,8 +161,7 @@ func Prepare(kind string, args Args, o Options, maxPayloadBytes int) (Job, error
 			return Job{}, err
 		}
 		if d := o.Unique.Debounce; d > 0 && j.RunAt == nil {
-			t := time.Now().Add(d)
-			j.RunAt = &t
+			j.Delay = d // due at now() + d by the database clock (insertUniqueSQL)
 		}
 	}
 	if o.Timeout < 0 || (o.Timeout > 0 && o.Timeout < time.Millisecond) {

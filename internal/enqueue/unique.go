@@ -27,7 +27,7 @@ import (
 // (or the role's) default isolation: there such a failure is only a holder that
 // committed after the statement began, which the lookup that follows finds.
 func (w *writer) insertUnique(ctx context.Context, db jobtype.DBTX, j *Job, notify, callerTx bool) (*jobtype.JobRow, error) {
-	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, *j.UniqueKey, j.UniqueStates, j.TimeoutMs, j.metadataText(), j.PartitionKey, j.ConcurrencyKeys}
+	args := []any{j.Queue, j.Kind, string(j.Payload), j.Priority, j.RunAt, j.MaxAttempts, *j.UniqueKey, j.UniqueStates, j.TimeoutMs, j.metadataText(), j.PartitionKey, j.ConcurrencyKeys, j.Delay}
 	if notify {
 		args = append(args, w.notify.Channel)
 	}
@@ -159,14 +159,15 @@ const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
 // lookup is never run), nor when an active job holds it (ON CONFLICT DO NOTHING, which
 // also settles concurrent inserts of one key: the later waits for the earlier to commit).
 // gated adds readCommittedGate. $9 is the job's timeout_ms, $10 its metadata, $11 its
-// partition_key, $12 its concurrency_keys; the channel of notify is $13.
+// partition_key, $12 its concurrency_keys, $13 its Delay (a debounced new job without a
+// RunAt is due then after now(), by the database clock); the channel of notify is $14.
 func insertUniqueSQL(gated, notify bool) string {
 	gate := ""
 	if gated {
 		gate = readCommittedGate
 	}
 	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key, concurrency_keys)
-SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now()), $6::integer, $7::text, $9::bigint, $10::jsonb, $11::text, $12::jsonb
+SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now() + $13::interval), $6::integer, $7::text, $9::bigint, $10::jsonb, $11::text, $12::jsonb
 WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
 ` + onConflictUnique + `
 RETURNING ` + jobColumns
@@ -174,7 +175,7 @@ RETURNING ` + jobColumns
 		return ins
 	}
 	return `WITH ins AS (` + ins + `)
-SELECT ins.* FROM ins CROSS JOIN pg_notify($13, $1::text) AS n`
+SELECT ins.* FROM ins CROSS JOIN pg_notify($14, $1::text) AS n`
 }
 
 // findUniqueSQL returns the job holding key $1: an active one first, else a finished one

@@ -14,7 +14,9 @@ import (
 type InsertJob struct {
 	// Kind is the job's kind; a change is ignored.
 	Kind string
-	// Queue, Priority and RunAt (zero: due now, by the database clock) are the job's.
+	// Queue, Priority and RunAt (zero: due now, by the database clock) are the job's. A
+	// new job debounced by UniqueOpts.Debounce without a RunAt shows zero: it is due
+	// Debounce after now() by the database clock, unless the middleware sets a RunAt.
 	Queue    string
 	Priority int
 	RunAt    time.Time

@@ -144,6 +144,9 @@ func TestReadme_QuickstartRunsWithoutWarning(t *testing.T) {
 	}
 
 	assert.Contains(t, logs.String(), "confirmation for order 42 sent")
+	// The worker's info lines the README names: started, leading the maintenance.
+	assert.Contains(t, logs.String(), "skiplock: worker started")
+	assert.Contains(t, logs.String(), "skiplock: this process now leads the fleet's maintenance")
 	assert.Contains(t, logs.String(), "skiplock: worker stopped")
 	assert.Contains(t, logs.String(), " stopped\n", "Run returned nil and main went on")
 	for l := range strings.Lines(logs.String()) {

@@ -5,6 +5,7 @@ package skiplock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -60,6 +61,35 @@ func TestWorker_AZeroConfigWorkerGivesEachAttemptAMinuteAndAMinuteLease(t *testi
 		FROM {s}.jobs WHERE id = $1 AND status = 'running'`), job.ID).Scan(&lease, &sinceClaim))
 	require.Less(t, sinceClaim, 15.0, "read before the first heartbeat")
 	assert.InDelta(t, time.Minute.Seconds(), lease, 1, "lease_until = the claim's now() + the default VisibilityTimeout")
+}
+
+type defaultsFailArgs struct{}
+
+func (defaultsFailArgs) Kind() string { return "defaults_fail" }
+
+// A zero-config worker retries a failed job with the default backoff (README.md: "retry
+// failures with jittered exponential backoff"; docs/failures.md: 2^attempt s × [0.5, 1),
+// so 1–2 s after the first failure), counting the attempt against the default 20.
+func TestWorker_AZeroConfigWorkerRetriesWithTheDefaultBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[defaultsFailArgs]) error {
+		return errors.New("downstream down")
+	}))
+	job, err := b.client.Enqueue(b.ctx, defaultsFailArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status = 'queued' AND attempts = 1`, job.ID) == 1
+	}, "the first failure recorded")
+	var delay float64
+	var maxAttempts int
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT extract(epoch FROM run_at - (errors->-1->>'at')::timestamptz)::float8, max_attempts
+		FROM {s}.jobs WHERE id = $1`), job.ID).Scan(&delay, &maxAttempts))
+	assert.GreaterOrEqual(t, delay, 1.0, "the first retry's delay: 2 s × at least 0.5")
+	assert.Less(t, delay, 2.0, "the first retry's delay: 2 s × less than 1")
+	assert.Equal(t, 20, maxAttempts)
 }
 
 // README.md: "the worker needs 8 connections for its own statements with one queue, a few

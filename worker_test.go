@@ -676,6 +676,63 @@ func TestWorker_HungHandlerHitsJobTimeoutAndEndsDead(t *testing.T) {
 	assert.Zero(t, w.Overrunning())
 }
 
+type slotArgs struct {
+	Deaf bool `json:"deaf"`
+}
+
+func (slotArgs) Kind() string { return "slot" }
+
+// docs/getting-started.md: "A handler that ignores its timeout keeps its job and its slot
+// until it returns". With one slot, a handler deaf to its context past its timeout holds
+// the slot: the next job does not start until it returns.
+func TestWorker_AHandlerPastItsTimeoutKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	started := make(chan bool, 4)
+	timedOut := make(chan error, 1)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues:     map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1}},
+		JobTimeout: 200 * time.Millisecond, SweepInterval: -1, PollInterval: 20 * time.Millisecond, Logger: testLogger(),
+	})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[slotArgs]) error {
+		started <- job.Args.Deaf
+		if job.Args.Deaf && job.Attempts == 1 {
+			<-ctx.Done()
+			timedOut <- context.Cause(ctx)
+			<-release // and does not return
+		}
+		return nil
+	}))
+	deaf, err := b.client.Enqueue(b.ctx, slotArgs{Deaf: true}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the worker stops
+	require.True(t, <-started)
+	next, err := b.client.Enqueue(b.ctx, slotArgs{}, nil)
+	require.NoError(t, err)
+	select {
+	case err := <-timedOut:
+		require.ErrorIs(t, err, skiplock.ErrJobTimeout)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deaf handler's context did not time out")
+	}
+	// Many poll intervals past the timeout: the next job waits for the slot.
+	holdsFor(t, time.Second, 20*time.Millisecond, func() {
+		require.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND status <> 'queued'`, next.ID),
+			"the next job started while the overrunning handler held the only slot")
+		require.Empty(t, started)
+	})
+	releaseOnce.Do(func() { close(release) })
+	waitStatus(t, b, next.ID, skiplock.StatusSucceeded, 30*time.Second, "the next job runs once the slot is free")
+	waitStatus(t, b, deaf.ID, skiplock.StatusSucceeded, 30*time.Second, "the overrun job retried")
+	d, err := b.client.Get(b.ctx, deaf.ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, d.Errors)
+	assert.Contains(t, d.Errors[0].Error, skiplock.ErrJobTimeout.Error(), "the overrun attempt counts as failed")
+}
+
 func TestWorker_PerKindAndPerJobTimeouts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

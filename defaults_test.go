@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // A worker with no timeouts set gives each attempt a minute (docs/getting-started.md: "1
@@ -133,4 +134,17 @@ func TestWorker_WarnsWhenThePoolIsSmallerThanItsOwnStatementsNeed(t *testing.T) 
 			assert.Contains(t, warning, "need=8", "the README's count for one queue")
 		}
 	}
+}
+
+// docs/getting-started.md: "skiplock.NewClient wraps your *pgxpool.Pool and does no I/O".
+// A client made on a fresh pool has not taken a connection from it, nor made one.
+func TestNewClient_DoesNoIO(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: pgtest.Schema(t), Logger: testLogger()})
+	require.NoError(t, err)
+	require.NotNil(t, client)
+	st := pool.Stat()
+	assert.Zero(t, st.AcquireCount(), "NewClient acquired a connection")
+	assert.Zero(t, st.NewConnsCount(), "NewClient opened a connection")
 }

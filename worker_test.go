@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -460,6 +461,57 @@ func TestWorker_ShutdownKeepsAHandlersFinalVerdict(t *testing.T) {
 			assert.False(t, j.RunAt.After(time.Now().Add(time.Second)), "%s: due now, not snoozed", tt.do)
 		}
 	}
+}
+
+type deafAtShutdownArgs struct{}
+
+func (deafAtShutdownArgs) Kind() string { return "deaf_at_shutdown" }
+
+// docs/guarantees.md: at a shutdown, "Run waits for every handler, leases renewed, logging
+// every ShutdownTimeout which jobs hold it up". A handler deaf to its cancelled context
+// keeps Run waiting; the worker warns, naming its job, until it returns; then Run returns
+// nil and the job's outcome is recorded.
+func TestWorker_ShutdownWaitingForADeafHandlerNamesItsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &logCapture{}
+	w := newWorker(t, b, skiplock.WorkerConfig{ShutdownTimeout: 200 * time.Millisecond, SweepInterval: -1, Logger: slog.New(logs)})
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[deafAtShutdownArgs]) error {
+		started <- struct{}{}
+		<-release // deaf to its context
+		return nil
+	}))
+	job, err := b.client.Enqueue(b.ctx, deafAtShutdownArgs{}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-started
+	cancel()
+	want := fmt.Sprintf("running=[{%d deaf_at_shutdown 1 ", job.ID) // id, kind, attempt, running for
+	eventually(t, 10*time.Second, func() bool {
+		return logs.find("shutdown waits for handlers", want) != ""
+	}, "no warning naming job %d while the shutdown waits for it", job.ID)
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a handler still ran", err)
+	default:
+	}
+	releaseOnce.Do(func() { close(release) })
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return once the handler did")
+	}
+	// Its nil is its verdict, recorded before Run returned (only an error is put back).
+	got, err := b.client.Get(b.ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, skiplock.StatusSucceeded, got.Status)
+	assert.Equal(t, 1, got.Attempts)
 }
 
 func TestWorker_RunTwiceAndNotMigrated(t *testing.T) {

@@ -223,8 +223,10 @@ func (w *Worker) services() []lifecycle.Service {
 }
 
 // Overrunning returns how many of the worker's handlers are running past their job
-// timeout now: their contexts were cancelled and they have not returned. Their jobs stay
-// with this worker, their leases renewed, until they return; each is logged once per
+// timeout now: their contexts were cancelled and they have not returned. A handler is
+// counted from one lease interval (VisibilityTimeout/3, 20s at defaults) after its
+// timeout, so one that returns soon after its context ends is never counted. Their jobs
+// stay with this worker, their leases renewed, until they return; each is logged once per
 // lease interval and reported once to the error handlers' HandleStuck (HandleErrors).
 func (w *Worker) Overrunning() int { return int(w.executor.Overrunning.Load()) }
 

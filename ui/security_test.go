@@ -526,3 +526,57 @@ func TestActions_AnOversizedFormGets413NotACSRFRefusal(t *testing.T) {
 	assert.Equal(t, http.StatusSeeOther, r.code, "a form within the limit acts: %s", r.body)
 	assert.Equal(t, "queued", b.status(id))
 }
+
+// A page on another site can make the browser send GETs to the dashboard (an image, a
+// script, a fetch, a frame): it cannot read the answers, but with TrustLoopback (or basic
+// auth the browser remembers) they were served, so any web page the operator had open
+// could make the dashboard search the jobs tables again and again. From another site
+// (Sec-Fetch-Site cross-site or same-site) only a top-level navigation, a followed link,
+// is served; the rest get 403 before anything reaches the database.
+func TestFetchMetadata_AnotherSitesPageCannotMakeTheDashboardQuery(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	rc := b.countRows()
+	b.serve(ui.Config{})
+	b.insert(job{payload: `{"order":"needle-7"}`})
+	get := func(site, mode, dest string) (response, int64) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/search?q=needle-7", nil)
+		require.NoError(t, err)
+		for k, v := range map[string]string{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest} {
+			if v != "" {
+				req.Header.Set(k, v)
+			}
+		}
+		before := rc.statements.Load()
+		r := b.do(req)
+		return r, rc.statements.Load() - before
+	}
+	for _, c := range [][3]string{
+		{"cross-site", "no-cors", "image"},
+		{"cross-site", "no-cors", "script"},
+		{"cross-site", "cors", "empty"},
+		{"cross-site", "navigate", "iframe"},
+		{"cross-site", "navigate", "object"},
+		{"same-site", "no-cors", "image"}, // another port of localhost
+	} {
+		r, statements := get(c[0], c[1], c[2])
+		assert.Equal(t, http.StatusForbidden, r.code, "%v", c)
+		assert.Zero(t, statements, "%v ran statements", c)
+		assert.NotContains(t, r.body, "needle-7", "%v", c)
+		assert.Equal(t, "no-store", r.header.Get("Cache-Control"), "%v", c)
+	}
+	for _, c := range [][3]string{
+		{"cross-site", "navigate", "document"}, // a link followed from another site
+		{"same-site", "navigate", "document"},
+		{"same-origin", "cors", "empty"}, // the queues page's live fetch
+		{"none", "navigate", "document"}, // typed or bookmarked
+		{"", "", ""},                     // a client that sends no fetch metadata
+	} {
+		r, statements := get(c[0], c[1], c[2])
+		assert.Equal(t, http.StatusOK, r.code, "%v", c)
+		assert.Contains(t, r.body, "needle-7", "%v", c)
+		assert.Positive(t, statements, "%v", c)
+	}
+	assert.Equal(t, "same-origin", b.get("/queues").header.Get("Cross-Origin-Resource-Policy"))
+}

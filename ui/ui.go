@@ -159,6 +159,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.checkHost(w, r) {
 		return
 	}
+	if r.Method != http.MethodPost && crossSiteSubresource(r) {
+		// No page, no cookie, no query: the other site's page learns nothing and costs
+		// the database nothing.
+		http.Error(w, "403 forbidden: another site's page cannot load the dashboard; follow a link to it instead",
+			http.StatusForbidden)
+		return
+	}
 	path := r.URL.Path
 	if h.prefix != "" {
 		rest, ok := strings.CutPrefix(path, h.prefix)
@@ -246,14 +253,31 @@ func (h *Handler) readForm(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// crossSiteSubresource reports whether r is a request another site's page made the
+// browser send (Sec-Fetch-Site cross-site or same-site, such as another port of
+// localhost) other than a top-level navigation: an image, a script, a fetch, a frame. A
+// page cannot read the answer, but the dashboard would run its queries for it (with
+// TrustLoopback or remembered basic auth, the browser's request is authorized), so such
+// requests are refused. A followed link (Sec-Fetch-Mode navigate, Sec-Fetch-Dest
+// document) and clients that send no fetch metadata are served.
+func crossSiteSubresource(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return false
+	}
+	return r.Header.Get("Sec-Fetch-Mode") != "navigate" || r.Header.Get("Sec-Fetch-Dest") != "document"
+}
+
 // setSecurityHeaders allows only the handler's own script, stylesheet and images,
-// forbids framing and content sniffing, and keeps every answer out of caches unless it
-// says otherwise (only the embedded static files do): a refusal written by net/http
-// (421, a path no route has, a recovered panic) is no-store as every page is.
+// forbids framing, content sniffing and loading by other origins (CORP), and keeps every
+// answer out of caches unless it says otherwise (only the embedded static files do): a
+// refusal written by net/http (421, a path no route has, a recovered panic) is no-store
+// as every page is.
 func setSecurityHeaders(hd http.Header) {
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
+	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
 }

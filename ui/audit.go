@@ -194,10 +194,12 @@ const maxQuoted = 100
 // invisible characters (such as a right-to-left override) escaped; cut to maxQuoted.
 func quoted(s string) string { return strconv.Quote(clip(s, maxQuoted)) }
 
-// number is s when it is a decimal number (an id, a count), else quoted.
+// number is s as the decimal number it is (an id, a count: "0042" and "+42" are 42, as
+// the handlers read them, so the job page finds its actions whatever the path's
+// spelling), else quoted.
 func number(s string) string {
-	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return s
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return strconv.FormatInt(n, 10)
 	}
 	return quoted(s)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,4 +192,28 @@ func TestAudit_AnEscapedSlashIsRefusedAndAudited(t *testing.T) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	assert.Empty(t, qs.paused, "nothing was paused")
+}
+
+// The router reads a job's id as a number, so /jobs/0042/cancel and /jobs/+42/edit act on
+// job 42; the audit named the job as the path spelled it ("job 0042"), which the job
+// page's list of its dashboard changes (and anyone searching the table for "job 42") did
+// not find: an action could hide from that list by its spelling. Ids are written as the
+// numbers they are.
+func TestAudit_NamesAJobByItsNumberHoweverThePathSpellsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	id := b.insert(job{runIn: time.Hour})
+	n := strconv.FormatInt(id, 10)
+	r := b.act("/jobs/"+n, "/jobs/+"+n+"/edit", url.Values{"priority": {"7"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	r = b.act("/jobs/"+n, "/jobs/00"+n+"/cancel", nil)
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	require.Equal(t, "cancelled", b.status(id))
+
+	assert.Equal(t, 2, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE NOT refused AND (target = $1 OR target LIKE $1 || ' %')`, "job "+n))
+	page := b.get("/jobs/" + n)
+	require.Equal(t, http.StatusOK, page.code)
+	assert.Contains(t, page.body, "data-changes", "the job page lists the edit and the cancel")
+	assert.Contains(t, page.body, `title="job `+n+` run_at=`, "the edit, named by its id")
+	assert.Contains(t, page.body, `title="job `+n+`"`, "the cancel, named by its id")
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
 )
@@ -31,11 +32,22 @@ type limitsRow struct {
 }
 
 // limitsView is the limits page's data.
-type limitsView struct{ Rows []limitsRow }
+type limitsView struct {
+	Rows []limitsRow
+	// Hidden counts the queues past the first maxQueuesShown by name, not shown; Queue is
+	// the one queue the page was asked for (?queue=), "" for all.
+	Hidden int
+	Queue  string
+}
 
-// limitsPage lists every queue with jobs or limits, its run-time limits and whether it is
-// paused.
+// limitsPage lists every queue with jobs or limits (the first maxQueuesShown by name, or
+// the one ?queue= names), its run-time limits and whether it is paused.
 func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
+	only := r.URL.Query().Get("queue")
+	if !validFilter(only) || utf8.RuneCountInString(only) > maxQueueName {
+		h.refuse(w, r, http.StatusBadRequest, "A queue's name is 1 to 64 characters.")
+		return
+	}
 	ctx, cancel := h.queryCtx(r)
 	defer cancel()
 	set, err := h.client.QueueLimitsSet(ctx)
@@ -60,7 +72,14 @@ func (h *Handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(names)
-	v := limitsView{}
+	v := limitsView{Queue: only}
+	switch {
+	case only != "":
+		names = []string{only} // its limits can be set before it has jobs
+	case len(names) > maxQueuesShown:
+		// One form per queue: tens of thousands of queues would make a page of megabytes.
+		v.Hidden, names = len(names)-maxQueuesShown, names[:maxQueuesShown]
+	}
 	for _, q := range names {
 		l, ok := set[q]
 		row := limitsRow{Queue: q, Set: ok, Limits: l, Paused: paused[q], RatePeriodSeconds: 1, KeyRatePeriodSeconds: 1,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +95,34 @@ func TestLimitsPage_SetsLimitsThatAWorkerApplies(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, set)
 	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE action = 'reset limits'`))
+}
+
+// The limits page drew a form for every queue: 20,000 queues (a queue per tenant) made a
+// page of 27 MB. It shows the first 500 by name, says how many more there are, and
+// shows any one queue by name (?queue=), which sets its limits as the full page does.
+func TestLimitsPage_BoundsTheQueuesItDraws(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.jobs (queue, kind, payload, status)
+		SELECT 'tenant-' || lpad(g::text, 4, '0'), 'k', '{}', 'queued' FROM generate_series(1, 620) g`))
+	require.NoError(t, err)
+
+	r := b.get("/limits")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, 500, strings.Count(r.body, `<tr data-limits=`))
+	assert.Contains(t, r.body, `data-limits="tenant-0500"`)
+	assert.NotContains(t, r.body, `data-limits="tenant-0501"`)
+	assert.Contains(t, r.body, `data-limits-hidden="120"`)
+
+	r = b.get("/limits?queue=tenant-0610")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	assert.Equal(t, 1, strings.Count(r.body, `<tr data-limits=`))
+	assert.Contains(t, r.body, `data-limits="tenant-0610"`)
+	r = b.act("/limits?queue=tenant-0610", "/limits", url.Values{"queue": {"tenant-0610"}, "concurrency": {"3"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	set, err := b.client.QueueLimitsSet(b.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, set["tenant-0610"].Concurrency)
+
+	assert.Equal(t, http.StatusBadRequest, b.get("/limits?queue="+strings.Repeat("q", 65)).code)
 }

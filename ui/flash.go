@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"crypto/hmac"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,7 +10,8 @@ import (
 )
 
 // Flash messages are chosen by a code in the redirect's query, never taken as text from
-// it, so a link cannot make the page say something the handler did not.
+// it, and shown only with the redirect's signature of the codes and counts, so a link
+// cannot make the page say something the handler did not.
 var flashes = map[string]string{
 	"requeued":      "Requeued %s.",
 	"runnow":        "The job is due now; a worker will pick it up at once.",
@@ -37,7 +39,28 @@ var flashes = map[string]string{
 	"budget":      "The action stopped at its time limit before reaching every job: run it again for the rest.",
 }
 
-func flashMessage(r *http.Request) string { return flashText(r.URL.Query()) }
+// flashMessage is the message of r's done codes when the handler's redirect signed them
+// (flashSig): a link cannot make a page report an action, nor change its counts.
+func (h *Handler) flashMessage(r *http.Request) string {
+	q := r.URL.Query()
+	if q.Get("done") == "" || !hmac.Equal([]byte(q.Get(flashSigParam)), []byte(h.flashSig(q))) {
+		return ""
+	}
+	return flashText(q)
+}
+
+// flashSigParam is the query parameter of a redirect's flash signature.
+const flashSigParam = "fs"
+
+// flashSig signs the done codes of q and their counts under the handler's key.
+func (h *Handler) flashSig(q url.Values) string {
+	var b strings.Builder
+	b.WriteString("flash|" + q.Get("done"))
+	for _, code := range strings.Split(q.Get("done"), ",") {
+		b.WriteString("|" + q.Get("n_"+code))
+	}
+	return mac(h.csrfKey, b.String())
+}
 
 // flashText is the message of the done codes of q.
 func flashText(q url.Values) string {

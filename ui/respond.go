@@ -30,7 +30,7 @@ func (h *Handler) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 		Title: title, Active: active, Prefix: h.prefix, CSRF: h.csrfToken(w, r),
 		ReadOnly: h.cfg.ReadOnly, HasPeriodic: h.cfg.Periodic != nil, SignedIn: h.cfg.Token != "" || h.cfg.BasicAuth != nil,
 		Session: h.sessionOK(r),
-		Flash:   flashMessage(r), Data: data,
+		Flash:   h.flashMessage(r), Data: data,
 	}
 	if rf, ok := data.(refresher); ok {
 		pd.Refresh = rf.RefreshSeconds()
@@ -71,9 +71,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // redirect sends the browser to path under the prefix after an action (303: the next
-// request is a GET, and reloading it repeats nothing).
+// request is a GET, and reloading it repeats nothing), its flash codes signed.
 func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
 	u := h.prefix + path
+	if q.Get("done") != "" {
+		q.Set(flashSigParam, h.flashSig(q))
+	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}

@@ -580,3 +580,32 @@ func TestFetchMetadata_AnotherSitesPageCannotMakeTheDashboardQuery(t *testing.T)
 	}
 	assert.Equal(t, "same-origin", b.get("/queues").header.Get("Cross-Origin-Resource-Policy"))
 }
+
+// The message shown after an action is chosen by a code in the redirect's query, but its
+// count came from the query too, and any link could carry both: a link to
+// /dead?done=deleted&n_deleted=5000 made the dashboard say "Deleted 5000 jobs." when
+// nothing was deleted. The redirect now signs its message (as the CSRF cookie is
+// signed); a link that did not come from an action shows none.
+func TestFlash_ALinkCannotMakeThePageReportAnAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	dead := b.insert(job{status: "dead"})
+	for _, path := range []string{"/dead?done=deleted&n_deleted=5000", "/queues?done=paused", "/dead?done=requeued&n_requeued=3&fs=forged"} {
+		r := b.get(path)
+		require.Equal(t, http.StatusOK, r.code, path)
+		assert.False(t, strings.Contains(r.body, `class="flash"`), "%s shows a message", path)
+	}
+	assert.Equal(t, "dead", b.status(dead))
+
+	r := b.act("/dead", "/dead", url.Values{"action": {"delete"}, "id": {strconv.FormatInt(dead, 10)}})
+	require.Equal(t, http.StatusSeeOther, r.code)
+	assert.Equal(t, "", b.status(dead))
+	page := b.get(r.location)
+	assert.True(t, strings.Contains(page.body, `<p class="flash" role="status">Deleted 1 job.</p>`), "the action's own redirect shows its message")
+	u, err := url.Parse(r.location)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("n_deleted", "5000")
+	page = b.get(u.Path + "?" + q.Encode())
+	assert.False(t, strings.Contains(page.body, `class="flash"`), "a count changed in the link shows a message")
+}

@@ -125,13 +125,19 @@ RETURNING ` + jobColumns
 // Cancel cancels the job with the given id and returns it. A queued job will not run; a
 // running job's handler is told through its context (cause: the job is no longer held)
 // within about a notification's delivery time, through the schema's control channel, or
-// at the worker's next heartbeat if that message is lost; its result is ignored. A job
-// already in a final state is returned unchanged. It returns [ErrJobNotFound] when there
+// at the worker's next heartbeat if that message is lost; its result is ignored. A
+// running sequence job (EnqueueSequence) releases the next job of its key only once its
+// handler has returned, or once its lease has passed if its worker is gone (see
+// docs/workflows.md). A job already in a final state is returned unchanged. It returns [ErrJobNotFound] when there
 // is no such job.
 func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 	var row *JobRow
 	// A workflow task's dependents are settled in the cancel's transaction
-	// (internal/settle), as a worker settles them with an outcome.
+	// (internal/settle), as a worker settles them with an outcome — but for a sequence
+	// task that was running: its handler may still run, and settling it would start the
+	// key's next job beside it. It is settled when its lease ends: by its worker when the
+	// handler returns, or by the sweeper once the lease has passed (internal/ownership,
+	// cancelled.go).
 	// The workflow's row is taken first, as CancelWorkflow takes it before the jobs it
 	// cancels: in the other order, the two could each wait for the other.
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -145,6 +151,9 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*JobRow, error) {
 		// Its waiters (Client.Wait) are told at the commit.
 		if err := waiting.NewWaking(c.schema).Notify(ctx, tx, []int64{id}); err != nil || !settle.IsTask(row) {
 			return err
+		}
+		if _, seq := row.Metadata[settle.MetaSequence]; seq && row.LockedBy != "" {
+			return nil
 		}
 		return c.flows.Settle(ctx, tx, []int64{id})
 	})

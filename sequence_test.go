@@ -299,3 +299,133 @@ func TestSequence_CancelWorkflowKeepsOneJobOfTheKeyAtATime(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.seq_audit a JOIN {s}.seq_audit o
 		ON o.n > a.n AND o.started < a.started`), "the key's jobs ran out of order")
 }
+
+// seqDeafArgs is a sequence job; job 1 goes on after its cancel, deaf to its context.
+type seqDeafArgs struct {
+	N int `json:"n"`
+}
+
+func (seqDeafArgs) Kind() string { return "seq_deaf" }
+
+// seqDeafAudit creates the audit table the handlers of seqDeafArgs write: one row per
+// run, with when it started and when it returned.
+func seqDeafAudit(t *testing.T, b *bundle) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.seq_audit (n int,
+		started timestamptz NOT NULL, finished timestamptz NOT NULL)`))
+	require.NoError(t, err)
+}
+
+// seqDeafHandler records each run in seq_audit; job 1 tells started, then runs on until
+// goOn returns, whatever its context says.
+func seqDeafHandler(b *bundle, started chan<- struct{}, goOn func(ctx context.Context)) func(context.Context, *skiplock.Job[seqDeafArgs]) error {
+	return func(ctx context.Context, job *skiplock.Job[seqDeafArgs]) error {
+		var start time.Time
+		if err := b.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&start); err != nil {
+			return err
+		}
+		if job.Args.N == 1 {
+			close(started)
+			goOn(ctx)
+		}
+		_, err := b.pool.Exec(context.Background(), b.q(`INSERT INTO {s}.seq_audit VALUES ($1, $2, clock_timestamp())`),
+			job.Args.N, start)
+		return err
+	}
+}
+
+// Client.Cancel of a key's running job whose handler goes on for a second after its
+// context ended: the key's next job starts only once that handler has returned, when its
+// worker ends the cancelled attempt's lease. Before, the cancel released it at once, and
+// it ran beside the cancelled one.
+func TestSequence_CancelOfARunningJobHoldsTheNextUntilItsHandlerReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seqDeafAudit(t, b)
+	started := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}})
+	require.NoError(t, skiplock.Handle(w, seqDeafHandler(b, started, func(ctx context.Context) {
+		<-ctx.Done()
+		work(context.Background(), time.Second) // deaf: it goes on after its cancel
+	})))
+	runWorker(t, w)
+
+	one, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 1}, nil)
+	require.NoError(t, err)
+	<-started
+	two, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "waiting", two.State)
+	row, err := b.client.Cancel(b.ctx, one.JobID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.StatusCancelled, row.Status)
+
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.seq_audit`) == 2
+	}, "job 1's handler did not return, or job 2 did not run")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.seq_audit a JOIN {s}.seq_audit o
+		ON a.n = 1 AND o.n = 2 AND o.started < a.finished`), "job 2 started while job 1's cancelled handler still ran")
+	wf, err := strconv.ParseInt(row.Metadata["skiplock_workflow"], 10, 64)
+	require.NoError(t, err)
+	info := waitSettled(t, b, wf)
+	assert.Equal(t, "cancelled", info.Task("1").State)
+	assert.Equal(t, "succeeded", info.Task("2").State)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND lease_until IS NOT NULL`, one.JobID),
+		"the cancelled attempt's lease ended")
+}
+
+// Client.Cancel of a key's running job whose worker then gives up on its deaf handler
+// (StopAndCancel past its deadline): no one ends the cancelled attempt's lease, and the
+// key's next job is not held for ever: the sweep settles the cancelled task once the
+// lease has passed, and another worker runs the next job, not before.
+func TestSequence_CancelOfARunningJobWhoseWorkerStopsReleasesTheNextAfterItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seqDeafAudit(t, b)
+	started := make(chan struct{})
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	handler := seqDeafHandler(b, started, func(context.Context) { <-stuck })
+	a := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		VisibilityTimeout: time.Second, ShutdownTimeout: 100 * time.Millisecond, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(a, handler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	one, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 1}, nil)
+	require.NoError(t, err)
+	<-started
+	_, err = b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 2}, nil)
+	require.NoError(t, err)
+	_, err = b.client.Cancel(b.ctx, one.JobID)
+	require.NoError(t, err)
+	giveUp, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+	require.ErrorIs(t, a.StopAndCancel(giveUp), skiplock.ErrHandlersStillRunning)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, skiplock.ErrHandlersStillRunning)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	// Run has returned: nothing renews the cancelled attempt's lease any more.
+	var leaseEnd time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT lease_until FROM {s}.jobs WHERE id = $1`), one.JobID).Scan(&leaseEnd))
+
+	other := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, skiplock.Handle(other, handler))
+	runWorker(t, other)
+	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{Logger: testLogger()})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool {
+		_, err := sw.Sweep(b.ctx)
+		require.NoError(t, err)
+		return b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 2`) == 1
+	}, "job 2 did not run after job 1's lease passed")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 2 AND started > $1`, leaseEnd),
+		"job 2 started before job 1's lease had passed")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 1`), "job 1's handler still runs")
+}

@@ -60,16 +60,18 @@ type sweepSQL struct {
 	reclaim, purgeArchive string
 	purgeWorkflows        string // workflowretention.go
 	purgeDead             string // deadretention.go
+	endCancelledSequences string // cancelledseq.go
 }
 
 // newSweeper returns the engine of a Sweeper whose cfg has its defaults filled; id is its
 // leader_id in the election.
 func New(db pgutil.DB, flows *settle.Settler, n *notify.Notifier, cfg Config, id string) *Sweeper {
 	s := &Sweeper{db: db, flows: flows, notify: n, cfg: cfg, logger: cfg.Logger, analyzed: map[string]analyzedSize{}, id: id, sql: sweepSQL{
-		reclaim:        db.Render(ReclaimSQL),
-		purgeArchive:   db.Render(PurgeArchiveSQL),
-		purgeWorkflows: db.Render(purgeWorkflowsSQL),
-		purgeDead:      db.Render(purgeDeadSQL),
+		reclaim:               db.Render(ReclaimSQL),
+		purgeArchive:          db.Render(PurgeArchiveSQL),
+		purgeWorkflows:        db.Render(purgeWorkflowsSQL),
+		purgeDead:             db.Render(purgeDeadSQL),
+		endCancelledSequences: db.Render(endCancelledSequencesSQL),
 	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}, rollup: NewTimingRollup(db)}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d
@@ -236,12 +238,20 @@ func (s *Sweeper) Sweep(ctx context.Context) (jobtype.SweepResult, error) {
 	queues := map[string]bool{}
 	got, err := s.underSweepLock(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		dead, err := s.reclaimExpired(ctx, tx, &res, queues)
-		if err != nil || len(dead) == 0 {
+		if err != nil {
 			return err
 		}
+		ended, err := s.endCancelledSequences(ctx, tx) // cancelledseq.go
+		if err != nil {
+			return err
+		}
+		if len(dead)+len(ended) == 0 {
+			return nil
+		}
 		// The dependents of workflow tasks that died here are settled (cancelled, or
-		// released under RunDependents) in the same transaction (internal/settle).
-		return s.flows.Settle(ctx, tx, dead)
+		// released under RunDependents) in the same transaction (internal/settle), and
+		// so are the sequence tasks cancelled while they ran whose leases have passed.
+		return s.flows.Settle(ctx, tx, append(dead, ended...))
 	})
 	if err != nil {
 		return jobtype.SweepResult{}, s.db.WrapErr("sweep", err)

@@ -2,19 +2,27 @@
 // (Client.Cancel keeps the row's lease_until): the worker renews it while the handler
 // still runs, and ends it when the handler returns. RetryWorkflow reads it (the root's
 // workflowadmin.go): a job whose lease has not ended may still be running, and putting
-// it back in the queue would run a second attempt beside it.
+// it back in the queue would run a second attempt beside it. A sequence task's job
+// cancelled while it ran is settled when its lease ends, not at the cancel (the root's
+// admin.go): the key's next job starts only once the handler has returned. The worker
+// settles it here, in the transaction that ends the lease; a lease that ends otherwise
+// (the worker died, or stopped waiting for the handler) passes, and the sweeper settles
+// the task then (internal/maintenance, cancelledseq.go).
 
 package ownership
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/jobtype"
 	"github.com/skiplock/skiplock/internal/pgutil"
+	"github.com/skiplock/skiplock/internal/settle"
 )
 
 // keepCancelledSQL renews, to now() + $4, the lease of the cancelled rows of this
@@ -27,9 +35,11 @@ WHERE id = ANY ($1::bigint[]) AND status = 'cancelled' AND locked_by = $3 AND le
 	AND ((id, fence) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) OR false)`
 
 // endCancelledSQL ends the lease of the cancelled row of attempt ($1, $2) of worker $3,
-// whose handler has returned.
+// whose handler has returned, and says whether the job is a sequence task (to settle
+// then: Client.Cancel left it to the end of this lease). No row: nothing was ended.
 const endCancelledSQL = `UPDATE {s}.jobs SET lease_until = NULL
-WHERE id = $1 AND fence = $2 AND status = 'cancelled' AND locked_by = $3 AND lease_until IS NOT NULL`
+WHERE id = $1 AND fence = $2 AND status = 'cancelled' AND locked_by = $3 AND lease_until IS NOT NULL
+RETURNING coalesce(metadata ? '` + settle.MetaSequence + `', false)`
 
 // endCancelledTimeout bounds the statement that ends a cancelled attempt's lease; if it
 // fails, the lease ends by itself within the visibility timeout (no one renews it).
@@ -64,12 +74,26 @@ func (c *cancelledLeases) keep(ctx context.Context, lost []jobtype.AttemptKey) {
 	}
 }
 
-// end ends the lease of attempt k's row if the job was cancelled while k ran; for any
-// other row it changes nothing.
-func (c *cancelledLeases) end(k jobtype.AttemptKey) {
+// end ends the lease of attempt k's row if the job was cancelled while k ran, and
+// settles the job's task with flows in the same transaction when it is a sequence task,
+// so the key's next job is released as the lease ends; for any other row it changes
+// nothing. If it fails, the lease ends by itself within the visibility timeout, and the
+// sweeper settles the task then.
+func (c *cancelledLeases) end(k jobtype.AttemptKey, flows *settle.Settler) {
 	ctx, cancel := context.WithTimeout(context.Background(), endCancelledTimeout)
 	defer cancel()
-	if _, err := c.pool.Exec(ctx, c.endSQL, k.ID, k.Fence, c.workerID); err != nil {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var seq bool
+		err := tx.QueryRow(ctx, c.endSQL, k.ID, k.Fence, c.workerID).Scan(&seq)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && (!seq || flows == nil) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return flows.Settle(ctx, tx, []int64{k.ID})
+	})
+	if err != nil {
 		c.logger.Warn("skiplock: could not end the lease of a cancelled job whose handler returned; it ends within the visibility timeout",
 			"job", k.ID, "err", err)
 	}

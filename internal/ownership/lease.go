@@ -147,8 +147,8 @@ type Lease struct {
 	loop        *lifecycle.Loop
 	// stranded counts the jobs putBack could not put back (Stranded).
 	stranded atomic.Int64
-	// Flows settles the workflow tasks whose jobs PutBackUnrecorded sends dead; nil:
-	// none are settled.
+	// Flows settles the workflow tasks whose jobs PutBackUnrecorded sends dead, and the
+	// sequence tasks whose cancelled attempts EndCancelled ends; nil: none are settled.
 	Flows *settle.Settler
 }
 
@@ -305,8 +305,9 @@ func (l *Lease) renew(ctx context.Context, ids, fences []int64) {
 
 // EndCancelled ends the lease of attempt k's row if its job was cancelled while k ran:
 // its handler has returned (the outcome recorder calls it for a result it drops because
-// the job is no longer held). For any other row it changes nothing.
-func (l *Lease) EndCancelled(k jobtype.AttemptKey) { l.cancelled.end(k) }
+// the job is no longer held). A sequence task's job is settled with Flows as its lease
+// ends (cancelled.go). For any other row it changes nothing.
+func (l *Lease) EndCancelled(k jobtype.AttemptKey) { l.cancelled.end(k, l.Flows) }
 
 // releaseTimeout bounds the shutdown release statement.
 const releaseTimeout = 10 * time.Second

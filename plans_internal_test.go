@@ -70,6 +70,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 	cases := []statement{
 		{name: "heartbeat", sql: ownership.HeartbeatSQL, args: []any{ids, fences, "w", time.Minute, progress}},
 		{name: "sweeper reclaim", sql: maintenance.ReclaimSQL, args: []any{time.Minute, 100}},
+		{name: "sweep of cancelled sequence tasks", sql: maintenance.EndCancelledSequencesSQL, args: []any{100}},
 		{name: "archive purge", sql: maintenance.PurgeArchiveSQL, args: []any{7 * 24 * time.Hour, 1000, time.Time{}, nil, nil,
 			[]string{"q"}, []string{"k2"}, maintenance.EnqueueKeyRetention}, seqScan: true},
 		{name: "archive purge of a queue", sql: maintenance.PurgeArchiveSQL, args: []any{time.Hour, 1000, time.Now().Add(-2 * time.Hour), "q", nil,

@@ -14,21 +14,22 @@ import (
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
-// endCancelledSequencesSQL ends the passed leases of the jobs of sequence tasks cancelled
+// EndCancelledSequencesSQL ends the passed leases of the jobs of sequence tasks cancelled
 // while they ran whose tasks are still released, one batch ($1) at a time, and returns
 // their ids, to settle in the same transaction.
 //
 //   - lease_until < now(): no worker renews it any more, so no handler of the job runs
-//     (RetryWorkflow reads the lease the same way). A row without one (a job cancelled
-//     while a worker of a release before migration 002 ran it) has none to wait for.
-//   - The task is looked up by workflow_tasks_job_idx; the jobs table has no index for
-//     cancelled rows, so this reads it as the hot table's purge of cancelled jobs does
-//     (retention.go), once per sweep.
+//     (RetryWorkflow reads the lease the same way). Its worker sets it NULL when the
+//     handler returns, in the transaction that settles the task, so a row whose lease is
+//     NULL has nothing left here.
+//   - The rows come from jobs_cancelled_lease_idx (migration 21: the cancelled rows whose
+//     lease is still set, a handful), not a scan of the jobs table; the task is looked up
+//     by workflow_tasks_job_idx.
 //   - FOR UPDATE SKIP LOCKED: a row whose worker is ending its lease (and settling it)
 //     is left to it.
-const endCancelledSequencesSQL = `WITH c AS (
+const EndCancelledSequencesSQL = `WITH c AS (
 	SELECT j.id FROM {s}.jobs j
-	WHERE j.status = 'cancelled' AND (j.lease_until IS NULL OR j.lease_until < now())
+	WHERE j.status = 'cancelled' AND j.lease_until < now()
 		AND j.metadata ? '` + settle.MetaSequence + `'
 		AND EXISTS (SELECT FROM {s}.workflow_tasks t WHERE t.job_id = j.id AND t.state = 'released')
 	LIMIT $1
@@ -38,7 +39,7 @@ UPDATE {s}.jobs SET lease_until = NULL
 WHERE id = ANY (ARRAY(SELECT id FROM c)) AND status = 'cancelled'
 RETURNING id`
 
-// endCancelledSequences runs endCancelledSequencesSQL once in tx and returns the jobs
+// endCancelledSequences runs EndCancelledSequencesSQL once in tx and returns the jobs
 // whose tasks the caller settles in tx; the rest, beyond BatchSize, wait for the next
 // sweep.
 func (s *Sweeper) endCancelledSequences(ctx context.Context, tx pgx.Tx) ([]int64, error) {

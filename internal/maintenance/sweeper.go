@@ -71,7 +71,7 @@ func New(db pgutil.DB, flows *settle.Settler, n *notify.Notifier, cfg Config, id
 		purgeArchive:          db.Render(PurgeArchiveSQL),
 		purgeWorkflows:        db.Render(purgeWorkflowsSQL),
 		purgeDead:             db.Render(purgeDeadSQL),
-		endCancelledSequences: db.Render(endCancelledSequencesSQL),
+		endCancelledSequences: db.Render(EndCancelledSequencesSQL),
 	}, rules: map[retentionRule]time.Duration{}, purged: map[retentionRule]time.Time{}, rollup: NewTimingRollup(db)}
 	for q, d := range cfg.QueueRetention {
 		s.rules[retentionRule{queue: q}] = d

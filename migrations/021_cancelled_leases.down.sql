@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS jobs_cancelled_lease_idx;

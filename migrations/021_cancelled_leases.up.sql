@@ -1,0 +1,14 @@
+-- Migration 21: an index of the jobs cancelled while their handlers ran whose lease has
+-- not ended yet.
+--
+-- Client.Cancel of a sequence's running job leaves its task released until the
+-- cancelled attempt's lease ends: its worker ends it (lease_until = NULL) when the
+-- handler returns, and when that worker died or stopped waiting, the sweep settles the
+-- task once the lease has passed (internal/maintenance, cancelledseq.go). That sweep
+-- statement reads this index: only the cancelled rows whose lease_until is still set,
+-- a handful at any time, instead of the whole jobs table at every sweep.
+--
+-- Building it reads the jobs table once and blocks its writes for that long (a second or
+-- two per million rows): run it when a pause is acceptable. Workers of earlier releases
+-- ignore it.
+CREATE INDEX jobs_cancelled_lease_idx ON jobs (lease_until) WHERE status = 'cancelled' AND lease_until IS NOT NULL;

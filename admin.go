@@ -200,7 +200,10 @@ type RequeueFilter struct {
 //     ran, and its new one was never recorded. The task's row is locked after its job's,
 //     as a settle does; RetryWorkflow locks the jobs it puts back before any task row,
 //     so the two wait for each other's job locks, never in a cycle.
-const requeueSQL = `WITH cand AS (
+//   - o/u: in a RunDependents workflow the task's failure had satisfied its children;
+//     those still waiting wait for it again and drop its old outcome from their counts
+//     (settle.UnsettleSQL), so that its next outcome is counted once.
+var requeueSQL = `WITH cand AS (
 	SELECT id, unique_key FROM {s}.jobs
 	WHERE status IN ('dead', 'failed')
 		AND ($1::bigint[] IS NULL OR id = ANY($1))
@@ -218,9 +221,14 @@ const requeueSQL = `WITH cand AS (
 		locked_at = NULL, locked_by = NULL
 	WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
 	RETURNING j.id, j.queue
+), o AS (
+	SELECT workflow_id, name, state FROM {s}.workflow_tasks
+	WHERE job_id = ANY (ARRAY(SELECT id FROM r)) AND state IN ('failed', 'dead')
 ), t AS (
 	UPDATE {s}.workflow_tasks SET state = 'released'
 	WHERE job_id = ANY (ARRAY(SELECT id FROM r)) AND state IN ('failed', 'dead')
+), u AS (
+	` + settle.UnsettleSQL("o") + `
 )
 SELECT (SELECT count(*) FROM cand), (SELECT count(*) FROM r),
 	coalesce((SELECT array_agg(DISTINCT queue) FROM r), '{}')`
@@ -246,7 +254,9 @@ type RequeueResult struct {
 //
 // A requeued workflow task (or batch or sequence job) is running again for its
 // workflow: its task goes back to released, [Client.WaitWorkflow] waits for it, and its
-// job's new outcome settles it. Dependents it cancelled when it failed stay cancelled:
+// job's new outcome settles it: under [RunDependents] (a batch) its dependents still
+// waiting wait for it again and count its new outcome instead of its old one. Dependents
+// it cancelled when it failed stay cancelled:
 // [Client.RetryWorkflow] reopens them (once the task has succeeded, they run at once;
 // before, they wait for it).
 func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, error) {

@@ -188,7 +188,9 @@ FOR UPDATE OF j`
 
 // retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
 //   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
-//     their attempts reset, and their tasks to released;
+//     their attempts reset, and their tasks to released; in an on_failure = 'run'
+//     workflow their children still waiting wait for them again, without their old
+//     outcomes in their counts (unsettle: settle.UnsettleSQL; old has those outcomes);
 //   - gone: such tasks whose job is not put back — gone from the jobs table (deleted,
 //     or purged by DeadRetention or the retention of cancelled jobs) — cannot run again:
 //     they stay as they are, and no settle will ever come from them. In an on_failure =
@@ -207,7 +209,7 @@ FOR UPDATE OF j`
 // It returns the count of tasks put back, the queues to wake, the jobs inserted, and
 // the names of the tasks gone and of those left cancelled because of them.
 // It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
-const retryWorkflowSQL = `WITH RECURSIVE req AS (
+var retryWorkflowSQL = `WITH RECURSIVE req AS (
 	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
 		locked_by = NULL, locked_at = NULL, lease_until = NULL
 	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks
@@ -215,10 +217,17 @@ const retryWorkflowSQL = `WITH RECURSIVE req AS (
 		AND status IN ('failed', 'dead', 'cancelled')
 	RETURNING id, queue
 ),
+old AS (
+	SELECT workflow_id, name, state FROM {s}.workflow_tasks
+	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
+),
 rel AS (
 	UPDATE {s}.workflow_tasks SET state = 'released'
 	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
 	RETURNING name
+),
+unsettle AS (
+	` + settle.UnsettleSQL("old") + `
 ),
 gone AS (
 	SELECT name FROM {s}.workflow_tasks

@@ -576,3 +576,80 @@ func TestRequeue_OfAWorkflowTaskReopensItsTask(t *testing.T) {
 	assert.Equal(t, map[string]string{"a": "succeeded", "b": "succeeded"}, states(info))
 	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.gated_runs WHERE task = 'b'`), "b ran once")
 }
+
+// A batch job that failed, put back (Requeue or RetryWorkflow) while other jobs of the
+// batch have not finished, is counted once by the callback: its failure's count is taken
+// back when it runs again, and the callback still waits for every job. Before, its first
+// outcome had already counted it, its second counted it again, and the callback ran
+// before the last job of the batch had finished (with Failed=1 and Succeeded=2 of 3).
+// The same holds for a task of any RunDependents workflow.
+func TestRequeue_OfAFailedBatchJobCountsItOnce(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"Requeue", "RetryWorkflow"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var healed atomic.Bool
+			var mu sync.Mutex
+			var got []skiplock.BatchCounts
+			w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1, Logger: testLogger()})
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedJob]) error {
+				if job.Args.Fail && !healed.Load() {
+					return skiplock.Permanent(errors.New("failing until healed"))
+				}
+				return nil
+			}))
+			require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[countedCallback]) error {
+				counts, _ := skiplock.BatchCountsOf(job.JobRow)
+				mu.Lock()
+				got = append(got, counts)
+				mu.Unlock()
+				return nil
+			}))
+			callbacks := func() []skiplock.BatchCounts {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]skiplock.BatchCounts(nil), got...)
+			}
+			batch, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "requeued", Callback: countedCallback{},
+				Jobs: []skiplock.EnqueueParams{
+					{Args: countedJob{Fail: true}},
+					{Args: countedJob{}},
+					{Args: countedJob{}, Options: &skiplock.EnqueueOptions{RunAt: time.Now().Add(time.Hour)}},
+				}})
+			require.NoError(t, err)
+			runWorker(t, w)
+			taskState := func(name string) string {
+				var s string
+				require.NoError(t, b.pool.QueryRow(b.ctx, b.q(`SELECT state FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name = $2`),
+					batch.ID, name).Scan(&s))
+				return s
+			}
+			eventually(t, 30*time.Second, func() bool { return taskState("job-0") == "failed" && taskState("job-1") == "succeeded" },
+				"job-0 did not fail or job-1 did not succeed")
+
+			healed.Store(true)
+			switch how {
+			case "Requeue":
+				res, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{IDs: []int64{batch.Task("job-0").JobID}})
+				require.NoError(t, err)
+				require.Equal(t, int64(1), res.Requeued)
+			default:
+				n, err := b.client.RetryWorkflow(b.ctx, batch.ID)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+			}
+			eventually(t, 30*time.Second, func() bool { return taskState("job-0") == "succeeded" }, "job-0 did not run again")
+			assert.Equal(t, "waiting", taskState("callback"), "the callback was released while job-2 had not run")
+			assert.Equal(t, 1, b.count(t, `SELECT waiting FROM {s}.workflow_tasks WHERE workflow_id = $1 AND name = 'callback'`, batch.ID),
+				"the callback waits for job-2 alone")
+
+			_, err = b.client.Update(b.ctx, batch.Task("job-2").JobID, skiplock.JobUpdate{RunNow: true})
+			require.NoError(t, err)
+			info := waitSettled(t, b, batch.ID)
+			assert.Equal(t, "succeeded", info.Task("callback").State)
+			eventually(t, 10*time.Second, func() bool { return len(callbacks()) > 0 }, "the callback did not run")
+			assert.Equal(t, []skiplock.BatchCounts{{Succeeded: 3}}, callbacks())
+		})
+	}
+}

@@ -113,6 +113,32 @@ ins AS (
 )
 SELECT * FROM ins`
 
+// UnsettleSQL returns the body of a CTE that takes back what the settle of the tasks in
+// the CTE reopened (columns workflow_id, name, state: the tasks put back to released
+// by Client.Requeue or RetryWorkflow, with the outcome they had settled with) gave their
+// children. In an on_failure = 'run' workflow that outcome satisfied each child's
+// dependency (settleSQL's ok and dec): a child still waiting waits for the task again,
+// and its outcome counts (a batch's callback reads them) lose the old outcome, which the
+// task's next settle replaces. Without it the task settled twice, and the child (a
+// batch's callback) was released before its other dependencies had ended, counting the
+// task twice. In an on_failure = 'cancel' workflow a failed task satisfied nothing, and
+// its waiting descendants were cancelled: there is nothing to take back.
+func UnsettleSQL(reopened string) string {
+	return `UPDATE {s}.workflow_tasks t SET waiting = t.waiting + c.n,
+		n_failed = t.n_failed - c.nf, n_dead = t.n_dead - c.nd, n_cancelled = t.n_cancelled - c.nc
+	FROM (SELECT e.workflow_id, e.child, count(*) AS n,
+			count(*) FILTER (WHERE o.state = 'failed') AS nf,
+			count(*) FILTER (WHERE o.state = 'dead') AS nd,
+			count(*) FILTER (WHERE o.state = 'cancelled') AS nc
+		FROM ` + reopened + ` o
+		JOIN {s}.workflows w ON w.id = o.workflow_id AND w.on_failure = 'run'
+		JOIN {s}.workflow_edges e ON e.workflow_id = o.workflow_id AND e.parent = o.name
+		WHERE o.state IN ('failed', 'dead', 'cancelled')
+		GROUP BY e.workflow_id, e.child) c
+	WHERE t.workflow_id = c.workflow_id AND t.name = c.child AND t.state = 'waiting'
+	RETURNING 1`
+}
+
 // InsertedTaskColumns are what a statement that inserts the jobs of released tasks
 // returns of each: the job's id, its task, its queue (for mapJobsSQL).
 const InsertedTaskColumns = `id, (metadata ->> '` + MetaWorkflow + `')::bigint AS workflow_id,

@@ -68,7 +68,9 @@ var (
 	// ErrDependencyOutputGone is returned by [Client.DependencyOutputs] when the job row
 	// of a dependency is gone, so that its output cannot be read: the archived row was
 	// purged after ArchiveRetention, the job ran under [CompletionDelete], or it was
-	// deleted. The message names the dependencies.
+	// deleted. The message names the dependencies. It is also returned, with
+	// [ErrWorkflowNotFound], for a task whose workflow the sweeper deleted (its dead job
+	// was kept, then requeued): its dependencies are unknown.
 	ErrDependencyOutputGone = errors.New("skiplock: a dependency's job row is gone: its output cannot be read")
 )
 

@@ -379,13 +379,16 @@ func (c *Client) refuseRunning(ctx context.Context, tx pgx.Tx, id int64) error {
 
 // dependencyOutputsSQL reads the outputs of a task's dependencies, from the hot table or
 // the archive, and says of each whether its job row is gone: the task became a job
-// (job_id is set, as it is from its release on) and neither table holds it any more.
+// (job_id is set, as it is from its release on) and neither table holds it any more. The
+// task's own row comes first: a task without dependencies has one row with a NULL name,
+// and one whose workflow was purged (its job outlived it: a dead job requeued) none.
 const dependencyOutputsSQL = `SELECT p.name, coalesce(j.output, a.output), p.job_id IS NOT NULL AND j.id IS NULL AND a.id IS NULL
-FROM {s}.workflow_edges e
-JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
+FROM {s}.workflow_tasks t
+LEFT JOIN {s}.workflow_edges e ON e.workflow_id = t.workflow_id AND e.child = t.name
+LEFT JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
 LEFT JOIN {s}.jobs j ON j.id = p.job_id
 LEFT JOIN {s}.jobs_archive a ON a.id = p.job_id
-WHERE e.workflow_id = $1 AND e.child = $2
+WHERE t.workflow_id = $1 AND t.name = $2
 ORDER BY p.name`
 
 // DependencyOutputs returns, for the workflow task whose job is row, the output each of
@@ -398,7 +401,11 @@ ORDER BY p.name`
 // any more: DependencyOutputs then returns an error matching [ErrDependencyOutputGone]
 // that names it, with the map of the other dependencies' outputs. Keep finished jobs
 // ([WorkerConfig].ArchiveRetention, a completion mode that keeps them) for as long as a
-// task may run after its dependencies. A nil row is an error (and no map).
+// task may run after its dependencies. A task whose workflow is gone (the sweeper
+// deletes a workflow whose tasks all ended past ArchiveRetention, while a dead job is
+// kept, and may be requeued) cannot know its dependencies: the error matches both
+// ErrDependencyOutputGone and [ErrWorkflowNotFound], with an empty map. A nil row is an
+// error (and no map).
 func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string]json.RawMessage, error) {
 	if row == nil {
 		return nil, errors.New("skiplock: DependencyOutputs: row is nil: pass the task's job.JobRow")
@@ -413,24 +420,31 @@ func (c *Client) DependencyOutputs(ctx context.Context, row *JobRow) (map[string
 		return nil, c.wrapErr("dependency outputs", err)
 	}
 	var (
-		name    string
+		name    *string
 		o       []byte
-		rowGone bool
+		rowGone *bool
 		gone    []string
+		task    bool
 	)
 	_, err = pgx.ForEachRow(rows, []any{&name, &o, &rowGone}, func() error {
+		task = true
 		switch {
-		case rowGone:
-			gone = append(gone, name)
+		case name == nil: // a task without dependencies
+		case *rowGone:
+			gone = append(gone, *name)
 		case o != nil:
-			out[name] = json.RawMessage(append([]byte(nil), o...))
+			out[*name] = json.RawMessage(append([]byte(nil), o...))
 		default:
-			out[name] = nil
+			out[*name] = nil
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, c.wrapErr("dependency outputs", err)
+	}
+	if !task {
+		return out, fmt.Errorf("%w: task %q: %w: id %d (purged by retention while the task's job was kept: "+
+			"its dependencies and their outputs are unknown)", ErrDependencyOutputGone, row.Metadata[settle.MetaTask], ErrWorkflowNotFound, wf)
 	}
 	if len(gone) > 0 {
 		return out, fmt.Errorf("%w: dependencies %q of task %q (workflow %d): keep finished jobs for as long as a task may run after them (ArchiveRetention, the completion mode)",

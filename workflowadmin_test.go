@@ -653,3 +653,102 @@ func TestRequeue_OfAFailedBatchJobCountsItOnce(t *testing.T) {
 		})
 	}
 }
+
+// staggeredJob is a batch job that fails once (the first attempt of every third job) and
+// then succeeds; the later ones take a little longer, so batches finish over a while.
+type staggeredJob struct {
+	I int `json:"i"`
+}
+
+func (staggeredJob) Kind() string { return "staggered_job" }
+
+type staggeredCallback struct{}
+
+func (staggeredCallback) Kind() string { return "staggered_callback" }
+
+// Requeue of failed batch jobs, in a loop, racing the settles of four workers: every
+// callback runs once, counts each job once (Succeeded+Failed = the batch's size), and
+// never runs while a job of its batch has not had its first attempt. Before, a job
+// requeued before its batch's callback was released was counted twice, and the
+// callback ran early (counts adding up to 41 of 40).
+func TestRequeue_RacingTheSettlesOfBatchesCountsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	failedOnce := map[int64]bool{}
+	callbacks := map[string][]skiplock.BatchCounts{}
+	early := 0
+	// notRun counts the jobs of workflow $1 that have not ended their first attempt.
+	const notRun = `SELECT count(*) FROM {s}.jobs j JOIN {s}.workflow_tasks t ON t.job_id = j.id
+		WHERE t.workflow_id = $1::bigint AND t.name <> 'callback' AND j.status IN ('queued', 'running') AND j.errors = '[]'::jsonb`
+	var workers []*skiplock.Worker
+	for range 4 {
+		w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 20 * time.Millisecond, SweepInterval: -1, Logger: testLogger(),
+			Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 8}}})
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[staggeredJob]) error {
+			if job.Args.I > 30 {
+				time.Sleep(time.Duration(job.Args.I) * 3 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if job.Args.I%3 == 0 && !failedOnce[job.ID] {
+				failedOnce[job.ID] = true
+				return skiplock.Permanent(errors.New("first attempt"))
+			}
+			return nil
+		}))
+		require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[staggeredCallback]) error {
+			counts, _ := skiplock.BatchCountsOf(job.JobRow)
+			wf := job.Metadata["skiplock_workflow"]
+			var n int
+			if err := b.pool.QueryRow(ctx, b.q(notRun), wf).Scan(&n); err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			callbacks[wf] = append(callbacks[wf], counts)
+			early += n
+			return nil
+		}))
+		workers = append(workers, w)
+	}
+	const batches, size = 10, 40
+	for i := range batches {
+		jobs := make([]skiplock.EnqueueParams, size)
+		for k := range jobs {
+			jobs[k] = skiplock.EnqueueParams{Args: staggeredJob{I: k}}
+		}
+		_, err := b.client.EnqueueBatch(b.ctx, skiplock.Batch{Name: "staggered " + strconv.Itoa(i), Jobs: jobs, Callback: staggeredCallback{}})
+		require.NoError(t, err)
+	}
+	for _, w := range workers {
+		runWorker(t, w)
+	}
+	stop := make(chan struct{})
+	requeuer := make(chan struct{})
+	go func() {
+		defer close(requeuer)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			_, err := b.client.Requeue(b.ctx, skiplock.RequeueFilter{Kind: "staggered_job"})
+			assert.NoError(t, err)
+		}
+	}()
+	eventually(t, 60*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.workflow_tasks WHERE state <> 'succeeded'`) == 0
+	}, "every job and callback did not succeed")
+	close(stop)
+	<-requeuer
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, callbacks, batches)
+	for wf, got := range callbacks {
+		require.Len(t, got, 1, "workflow %s: callbacks", wf)
+		assert.Equal(t, size, got[0].Succeeded+got[0].Failed, "workflow %s: %+v", wf, got[0])
+	}
+	assert.Zero(t, early, "callbacks ran while jobs of their batch had not run")
+}

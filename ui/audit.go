@@ -113,7 +113,9 @@ func (h *Handler) refuseForgery(w http.ResponseWriter, r *http.Request, why, msg
 
 // describeAction names the action of a POST and what it acted on. Every value the client
 // chose that is not a number or a known word is quoted (strconv.Quote, cut to
-// maxQuoted), so a queue name or form value cannot make a misleading audit line.
+// maxQuoted), so a queue name or form value cannot make a misleading audit line. A job's
+// args are data, not an action's parameters, and may hold secrets: they are never
+// recorded, only their size. (The sign-in's token is not recorded either.)
 // It reads the path as the router does, segment by segment, each unescaped on its own:
 // an escaped slash (/queues%2Fpause) stays inside its segment, names no action (the
 // router finds no route either), and is described as the path it was, escaped.
@@ -148,7 +150,10 @@ func describeAction(r *http.Request) (action, target string) {
 	case is("limits", "reset"):
 		return "reset limits", "queue " + quoted(r.PostFormValue("queue"))
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "retry-args":
-		return "retry with edited args", "job " + number(parts[1]) + " args=" + quoted(r.PostFormValue("args"))
+		// The args may hold secrets: the audit says they were edited and their size, as
+		// the job gets them (trimmed), never what they are.
+		return "retry with edited args", "job " + number(parts[1]) + " args edited (" +
+			strconv.Itoa(len(strings.TrimSpace(r.PostFormValue("args")))) + " bytes)"
 	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "edit":
 		return "edit", "job " + number(parts[1]) + " run_at=" + quoted(r.PostFormValue("run_at")) + " priority=" + quoted(r.PostFormValue("priority"))
 	case len(parts) == 3 && parts[0] == "workflows" && (parts[2] == "cancel" || parts[2] == "retry"):

@@ -217,3 +217,38 @@ func TestAudit_NamesAJobByItsNumberHoweverThePathSpellsIt(t *testing.T) {
 	assert.Contains(t, page.body, `title="job `+n+` run_at=`, "the edit, named by its id")
 	assert.Contains(t, page.body, `title="job `+n+`"`, "the cancel, named by its id")
 }
+
+// Retry with edited args recorded the first 100 characters of the new args in the audit
+// (log line and ui_audit), where args may hold secrets: the audit records that the args
+// were edited and their size, never their content, whatever the outcome (done, a bad
+// request, a refused forgery).
+func TestAudit_RetryWithEditedArgsRecordsTheirSizeNotTheirContent(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var logs lockedBuffer
+	b.serve(ui.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	id := b.insert(job{status: "dead", payload: `{"sku":"SKU-42"}`})
+	n := strconv.FormatInt(id, 10)
+	page := "/jobs/" + n
+	const secret = "hunter2-api-key"
+	args := `{"sku": "SKU-43", "token": "` + secret + `"}`
+
+	r := b.act(page, page+"/retry-args", url.Values{"args": {"  " + args + "\n"}})
+	require.Equal(t, http.StatusSeeOther, r.code, r.body)
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.jobs WHERE id = $1 AND payload->>'token' = $2`, id, secret), "the job got the args")
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE NOT refused AND action = 'retry with edited args'
+		AND target = $1`, "job "+n+" args edited ("+strconv.Itoa(len(args))+" bytes)"))
+
+	r = b.act(page, page+"/retry-args", url.Values{"args": {`{"token": "` + secret + `"`}})
+	require.Equal(t, http.StatusBadRequest, r.code, "not JSON")
+	r = b.post(page+"/retry-args", url.Values{"csrf": {"forged"}, "args": {args}})
+	require.Equal(t, http.StatusForbidden, r.code)
+	assert.Equal(t, 1, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE refused AND action = 'retry with edited args'`), "the forgery is audited")
+	assert.Equal(t, 3, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE action = 'retry with edited args'`))
+
+	assert.Zero(t, b.count(`SELECT count(*) FROM {s}.ui_audit WHERE concat_ws(' ', who, client, action, target, result) LIKE '%hunter2%'`),
+		"no audit row holds the args")
+	assert.Contains(t, logs.String(), `action="retry with edited args"`)
+	assert.NotContains(t, logs.String(), "hunter2", "no log line holds the args")
+	assert.NotContains(t, html.UnescapeString(b.get("/audit").body), "hunter2")
+}

@@ -29,6 +29,9 @@ type timingRow struct {
 	RunP50, RunP95, RunMax    string
 	Failed                    int64
 	FailRate                  string // of the jobs that ended (succeeded or failed for good); "—" when none did
+	// Other marks the row of the kinds past the rollup's bound, together: it names no
+	// kind, so it links to no list of jobs.
+	Other bool
 }
 
 func newTimingRow(label string, t query.Times) timingRow {
@@ -125,7 +128,9 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	_, kinds := qt.Span(qt.Now-spec.slots*spec.size+1, qt.Now)
 	for _, k := range kinds {
-		v.Kinds = append(v.Kinds, newTimingRow(k.Kind, k.Times))
+		row := newTimingRow(k.Kind, k.Times)
+		row.Other = k.Kind == query.OtherKinds
+		v.Kinds = append(v.Kinds, row)
 	}
 	v.MoreKinds = len(kinds) == query.MaxTimingKinds
 	slots := qt.Slots(int(spec.slots), spec.size)

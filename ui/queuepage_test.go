@@ -263,7 +263,9 @@ func TestQueuePage_WorkerRecordsTheStartOfArchivedJobs(t *testing.T) {
 }
 
 // A queue whose jobs have hundreds of kinds: the rollup keeps the busiest 50 and the
-// rest together, so its rows stay bounded; the totals count every job.
+// rest together, so its rows stay bounded; the totals count every job. The row of the
+// rest names no kind, so it links nowhere (it linked to /jobs?kind=(other kinds), which
+// lists nothing, or a real kind of that name); each kind's row links to its jobs.
 func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
@@ -280,6 +282,14 @@ func TestQueuePage_ManyKindsAreKeptTogetherPastABound(t *testing.T) {
 	assert.Equal(t, "260", spans(t, r.body)["Last 5 minutes"][0])
 	assert.Contains(t, r.body, `<tr data-kind="(other kinds)">`, "210 kinds past the bound, together, the busiest row")
 	assert.Contains(t, r.body, "The busiest kinds only")
+	other := r.body[strings.Index(r.body, `<tr data-kind="(other kinds)">`):]
+	other = other[:strings.Index(other, "</tr>")]
+	assert.NotContains(t, other, "<a ", "the rest together is no kind to list")
+	assert.Contains(t, other, `<td class="kind"><span class="muted" title="`)
+	assert.NotContains(t, r.body, "other%20kinds")
+	assert.NotContains(t, r.body, "kind=%28other")
+	assert.Regexp(t, `<tr data-kind="kind-\d+"><td class="kind"><a href="/jobs\?queue=many&amp;kind=kind-\d+">`, r.body,
+		"a kind's row links to its jobs")
 }
 
 // Queue pages of several queues read at once each count their own jobs (the race

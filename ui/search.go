@@ -2,7 +2,8 @@ package ui
 
 // This file holds the search page: the jobs table and archive searched by args,
 // metadata, error text or JSON containment, newest first, a bounded window of ids per
-// page, with queue and kind pickers read from the stats and the planner's statistics.
+// page, with queue and kind pickers read from the stats and the planner's statistics
+// (each a text field with suggestions, so any queue or kind can be searched).
 
 import (
 	"encoding/json"
@@ -33,11 +34,14 @@ type searchView struct {
 	Filter   query.SearchFilter
 	Modes    []struct{ Mode, Label string }
 	Statuses []skiplock.JobStatus
-	Queues   []queueCount
-	Kinds    []query.KindCount
-	Searched bool
-	Rows     []query.Row
-	JobID    int64 // the text is a job id: link to it
+	// Queues are the queue picker's suggestions: the first maxQueuesShown by name;
+	// QueuesHidden counts the rest, which the picker takes typed in.
+	Queues       []queueCount
+	QueuesHidden int
+	Kinds        []query.KindCount
+	Searched     bool
+	Rows         []query.Row
+	JobID        int64 // the text is a job id: link to it
 	// Window says the page stopped at its window of ids (From on), not at a full page:
 	// more results may exist among older jobs (NextURL), or a narrower search finds them.
 	Window   bool
@@ -80,6 +84,9 @@ func (h *Handler) searchPage(w http.ResponseWriter, r *http.Request) {
 		v.Queues = append(v.Queues, queueCount{s.Queue, n})
 	}
 	slices.SortFunc(v.Queues, func(a, b queueCount) int { return strings.Compare(a.Name, b.Name) })
+	if len(v.Queues) > maxQueuesShown { // as the Queues and Limits pages: any other queue is typed in
+		v.QueuesHidden, v.Queues = len(v.Queues)-maxQueuesShown, v.Queues[:maxQueuesShown]
+	}
 	if sf.Search != "" {
 		v.Searched = true
 		if id, err := strconv.ParseInt(sf.Search, 10, 64); err == nil && id > 0 {

@@ -33,8 +33,7 @@ func (a *app) connect(ctx context.Context, cmdName string) (*skiplock.Client, *p
 	}
 	cfg, err := pgxpool.ParseConfig(a.dbURL)
 	if err != nil {
-		// pgx leaves the password out of its parse errors.
-		return nil, nil, usagef(cmdName, "the database URL from --database-url / DATABASE_URL is invalid: %v", err)
+		return nil, nil, usagef(cmdName, "the database URL from --database-url / DATABASE_URL is invalid: %s", parseReason(err))
 	}
 	if hostHoldsAt(cfg) {
 		// An "@" left unencoded in the password: the URL's host then begins with the
@@ -68,6 +67,19 @@ func (a *app) connect(ctx context.Context, cmdName string) (*skiplock.Client, *p
 		return nil, nil, newReachError(cfg, limit, err)
 	}
 	return client, pool, nil
+}
+
+// parseReason is why pgx could not parse a connection string, without the string: pgx's
+// error quotes it with its passwords masked on a best effort only (a keyword/value
+// "password = x", with spaces around "=", or an unterminated quote, stayed readable).
+func parseReason(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return "it cannot be parsed"
+	}
+	bare := *pe
+	bare.ConnString = ""
+	return strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
 }
 
 // hostHoldsAt reports whether a host of cfg (the first or a fallback) contains "@",

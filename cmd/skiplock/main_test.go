@@ -288,6 +288,22 @@ func TestDatabaseURL(t *testing.T) {
 		assert.Contains(t, r.stderr, "the database URL from --database-url / DATABASE_URL is invalid")
 		assert.NotContains(t, r.stderr, "hunter2")
 	})
+	t.Run("an invalid keyword/value string prints nothing of itself", func(t *testing.T) {
+		t.Parallel()
+		// pgx's parse error quotes the string with its passwords masked on a best-effort
+		// basis: spaces around "=" or an unterminated quote left them readable.
+		for _, dsn := range []string{
+			"host=127.0.0.1 password = hunter2 bogus",
+			"host=127.0.0.1 password='hunter 2",
+			"host=127.0.0.1 sslmode=bogus password = hunter2",
+		} {
+			r := cli(t, nil, "--database-url", dsn, "stats")
+			require.Equal(t, 2, r.code, r)
+			assert.Contains(t, r.stderr, "the database URL from --database-url / DATABASE_URL is invalid", dsn)
+			assert.NotContains(t, r.stderr, "hunter", dsn)
+			assert.NotContains(t, r.stderr, "127.0.0.1", dsn)
+		}
+	})
 	t.Run("an unencoded @ in the password is a usage error without the password", func(t *testing.T) {
 		t.Parallel()
 		for _, cmd := range [][]string{{"stats"}, {"migrate", "status"}, {"ui", "--trust-loopback"}} {

@@ -1,6 +1,8 @@
 package skiplock_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,4 +119,43 @@ func TestFlow_KeyRateAndKeyLimitHoldWhileWorkersAreKilled(t *testing.T) {
 	t.Logf("most executions of a key at once: %d, limit %d", perKey, flowKillKeyLimits.KeyConcurrency)
 	assert.LessOrEqual(t, perKey, flowKillKeyLimits.KeyConcurrency)
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.audit WHERE finished IS NULL`), "every execution ended")
+}
+
+type keyPruneArgs struct{}
+
+func (keyPruneArgs) Kind() string { return "key_prune" }
+
+// A queue with KeyRate keeps a bucket row per key only while the bucket is refilling: a
+// worker's refresh of the limits deletes the rows whose bucket has refilled (a key
+// without a row has a full bucket), so the rows do not grow with every key ever started
+// (each claim reads them all, under the queue's lock). A bucket still refilling stays.
+func TestFlow_KeyRateForgetsTheBucketsThatHaveRefilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := skiplock.QueueLimits{KeyRate: 5, KeyRatePeriod: time.Hour}
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, Logger: testLogger(),
+		Queues: map[string]skiplock.QueueConfig{"keyprune": {MaxWorkers: 5, Limits: limits}}})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[keyPruneArgs]) error { return nil }))
+	for i := range 20 {
+		_, err := b.client.Enqueue(b.ctx, keyPruneArgs{}, &skiplock.EnqueueOptions{Queue: "keyprune", PartitionKey: fmt.Sprintf("k%d", i)})
+		require.NoError(t, err)
+	}
+	for range 3 {
+		_, err := b.client.Enqueue(b.ctx, keyPruneArgs{}, &skiplock.EnqueueOptions{Queue: "keyprune", PartitionKey: "hot"})
+		require.NoError(t, err)
+	}
+	runWorker(t, w)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'keyprune'`) == 23
+	}, "the 23 jobs ran")
+	require.Equal(t, 21, b.count(t, `SELECT count(*) FROM {s}.queue_key_flow WHERE queue = 'keyprune'`), "a bucket per key started")
+	// The keys k*: an hour and more since their start, by their buckets' clock.
+	_, err := b.pool.Exec(b.ctx, b.q(`UPDATE {s}.queue_key_flow SET refilled_at = refilled_at - interval '61 minutes'
+		WHERE queue = 'keyprune' AND partition_key <> 'hot'`))
+	require.NoError(t, err)
+	require.NoError(t, b.client.SetQueueLimits(b.ctx, "keyprune", limits)) // the workers refresh
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.queue_key_flow WHERE queue = 'keyprune'`) == 1
+	}, "only the bucket still refilling is kept")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.queue_key_flow WHERE queue = 'keyprune' AND partition_key = 'hot' AND tokens BETWEEN 2 AND 2.1`))
 }

@@ -268,8 +268,9 @@ const flowStateSQL = `SELECT tokens, budget, NULL::float8 FROM {s}.queue_flow WH
 // none), so that the worker claims again when that key's next token comes. A bucket
 // under one token was spent within the last token interval; the keys with nothing queued
 // make the worker claim once more in vain, at most once per key spent dry. It reads the
-// queue's rows of queue_key_flow (one per key that ever started a job), and only when the
-// claim took fewer jobs than it asked for.
+// queue's rows of queue_key_flow at every claim: one per key started within about the
+// last minute and KeyRatePeriod (the flow watch deletes refilled ones, pruneKeyFlowSQL);
+// the worker uses the answer only when the claim took fewer jobs than it asked for.
 const flowKeyStateSQL = `SELECT f.tokens, f.budget, (
 	SELECT min(least($2::float8, k.tokens + $2::float8 / $3::float8
 		* greatest(0, extract(epoch FROM clock_timestamp() - k.refilled_at)::float8)))
@@ -377,6 +378,17 @@ const ensureSlotsSQL = `INSERT INTO {s}.queue_slots (queue, slot)
 SELECT $1, g FROM generate_series(0, $2::int - 1) g
 ON CONFLICT DO NOTHING`
 
+// pruneKeyFlowSQL deletes the buckets of queue $1 (KeyRate) that have refilled: spent
+// last more than one KeyRatePeriod ($2 seconds) ago. A bucket never holds less than zero
+// tokens and refills KeyRate per period, so such a bucket is full, and a key without a
+// row has a full bucket: deleting it changes nothing but the number of rows, which
+// flowKeyStateSQL reads on every claim. Without it the queue kept a row per key ever
+// started. It needs no lock: a claim that read the row full and writes it back after
+// the delete inserts it again, and a delete that meets a row a claim just wrote
+// re-checks refilled_at on the new version and leaves it.
+const pruneKeyFlowSQL = `DELETE FROM {s}.queue_key_flow
+WHERE queue = $1 AND refilled_at < clock_timestamp() - make_interval(secs => $2)`
+
 // slotted reports whether limits l take the slot claim: a global limit and nothing else.
 func slotted(l jobtype.QueueLimits) bool {
 	return l.Concurrency > 0 && l.Rate == 0 && !keyed(l) && !dimmed(l)
@@ -415,6 +427,7 @@ type flowClaimer struct {
 	keySt                  string
 	sharedLock             string
 	slots, ensure, adopt   string
+	pruneKeys              string
 	visibility             time.Duration // the lease a claim writes
 	wrapErr                func(op string, err error) error
 }
@@ -433,6 +446,7 @@ func NewFlowClaimer(db pgutil.DB, visibility time.Duration) *flowClaimer {
 		slots:      db.Render(slotClaimSQL),
 		ensure:     db.Render(ensureSlotsSQL),
 		adopt:      db.Render(adoptRunningSQL),
+		pruneKeys:  db.Render(pruneKeyFlowSQL),
 	}
 }
 

@@ -143,9 +143,30 @@ func (fw *FlowWatch) refresh(ctx context.Context) error {
 			}
 			fw.logger.Warn("skiplock: applying queue limits failed; the queue keeps its current ones", "queue", q.name, "err", err)
 			errs = append(errs, fmt.Errorf("queue %q: %w", q.name, err))
+			continue
 		}
+		fw.pruneKeyBuckets(ctx, q.name, set, fw.declared[q.name])
 	}
 	return errors.Join(errs...)
+}
+
+// pruneKeyBuckets deletes the per-key buckets of queue that have refilled, when its
+// limits have a KeyRate (pruneKeyFlowSQL): the queue keeps a row only per key started
+// within its last KeyRatePeriod, not per key ever started. A failure is only logged:
+// the rows wait for the next refresh.
+func (fw *FlowWatch) pruneKeyBuckets(ctx context.Context, queue string, set map[string]jobtype.QueueLimits, declared jobtype.QueueLimits) {
+	l, ok := set[queue]
+	if !ok {
+		l = declared
+	}
+	if l.KeyRate <= 0 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	if _, err := fw.db.Pool.Exec(pctx, fw.claimer.pruneKeys, queue, l.KeyRatePeriod.Seconds()); err != nil && ctx.Err() == nil {
+		fw.logger.Warn("skiplock: deleting refilled per-key rate buckets failed; retrying at the next refresh", "queue", queue, "err", err)
+	}
 }
 
 // applyQueue puts q on the path of its limits set at run time (set), else declared.

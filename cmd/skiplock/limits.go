@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/skiplock/skiplock"
 )
@@ -33,9 +32,9 @@ func limitsCommand() *command {
 			fs.IntVar(&l.concurrency, "concurrency", 0, "at most `N` jobs of the queue running at once, across all workers")
 			fs.IntVar(&l.keyConcurrency, "key-concurrency", 0, "at most `N` jobs running at once per partition key")
 			fs.IntVar(&l.rate, "rate", 0, "at most `N` job starts per --rate-period")
-			fs.DurationVar(&l.ratePeriod, "rate-period", time.Second, "the window `D` of --rate")
+			fs.DurationVar(&l.ratePeriod, "rate-period", 0, "the window `D` of --rate (with --rate only; 1s when left out)")
 			fs.IntVar(&l.keyRate, "key-rate", 0, "at most `N` job starts per --key-rate-period per partition key")
-			fs.DurationVar(&l.keyRatePeriod, "key-rate-period", time.Second, "the window `D` of --key-rate")
+			fs.DurationVar(&l.keyRatePeriod, "key-rate-period", 0, "the window `D` of --key-rate (with --key-rate only; 1s when left out)")
 			fs.BoolVar(&l.fair, "fair", false, "hand jobs out round-robin across partition keys")
 			fs.Func("key-limit", "at most `DIM=N` jobs running at once per key of dimension DIM (EnqueueOptions.ConcurrencyKeys); repeat for each dimension",
 				func(v string) error { return addKeyLimit(l, v) })
@@ -51,6 +50,12 @@ func checkLimits(o *options) error {
 	l := &o.limits
 	l.set = l.concurrency != 0 || l.keyConcurrency != 0 || l.rate != 0 || l.keyRate != 0 || l.fair || len(l.keyLimits) > 0
 	switch {
+	// The library ignores a period without its rate: refused here rather than set
+	// silently without it (--rate-period 2s beside --key-rate 5 meant the key rate's).
+	case l.ratePeriod != 0 && l.rate == 0:
+		return usagef("limits", "limits: --rate-period is the window of --rate: give --rate too")
+	case l.keyRatePeriod != 0 && l.keyRate == 0:
+		return usagef("limits", "limits: --key-rate-period is the window of --key-rate: give --key-rate too")
 	case l.none && l.set:
 		return usagef("limits", "limits: --none takes no limit flags")
 	case l.none:

@@ -1172,8 +1172,15 @@ func TestLimits(t *testing.T) {
 		{"--queue", "q", "--key-limit", "Bad=1"},   // bad dimension
 		{"--queue", "q", "--key-limit", "region=0"},
 		{"--queue", "not a queue", "--concurrency", "1"},
+		{"--queue", "q", "--concurrency", "3", "--rate-period", "2s"},     // a period without its rate
+		{"--queue", "q", "--concurrency", "3", "--key-rate-period", "2s"}, // the same per key
+		{"--queue", "q", "--rate-period", "2s", "--key-rate", "5"},        // the other rate's period
 	} {
 		r = f.run(append([]string{"limits"}, args...)...)
 		assert.Equal(t, 2, r.code, "%v: %v", args, r)
 	}
+	// A refused period changed nothing: q has no limits set.
+	r = f.run("limits")
+	require.Equal(t, 0, r.code, r)
+	assert.NotRegexp(t, `(?m)^q\s`, r.stdout)
 }

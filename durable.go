@@ -162,7 +162,7 @@ func (c *Client) Signals(ctx context.Context, jobID int64) ([]SignalInfo, error)
 
 // Fork enqueues a new job with the args, queue, kind, priority and attempt limit of job
 // jobID (in the jobs table or the archive, in any state; from the jobs table also its
-// timeout and partition key), whose recorded steps before the first one named fromStep
+// timeout, partition key and concurrency keys), whose recorded steps before the first one named fromStep
 // are copied: its handler gets their results back, and runs fromStep and what follows
 // again. Use it to run a finished or failed job again from a step, after fixing what
 // made it fail. The new job's metadata is the old one's without skiplock's own keys (a

@@ -1079,3 +1079,28 @@ func TestStep_NestedDurableCallsAreRefused(t *testing.T) {
 	}
 	assert.Equal(t, []string{"outer", "tx", "next"}, names)
 }
+
+type forkKeysArgs struct{}
+
+func (forkKeysArgs) Kind() string { return "fork_keys" }
+
+// A fork runs under the flow-control keys of the job it was forked from: its partition
+// key and its concurrency keys (EnqueueOptions.ConcurrencyKeys), so the queue's per-key
+// limits count it as they count the original.
+func TestFork_KeepsTheJobsFlowControlKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j, err := b.client.Enqueue(b.ctx, forkKeysArgs{}, &skiplock.EnqueueOptions{
+		RunAt: time.Now().Add(time.Hour), PartitionKey: "tenant-1",
+		ConcurrencyKeys: map[string]string{"account": "a-7", "region": "eu"}})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_steps (job_id, seq, name, kind, result, attempt, started_at, finished_at)
+		VALUES ($1, 0, 'a', 'step', '1', 1, now(), now())`), j.ID)
+	require.NoError(t, err)
+	fork, err := b.client.Fork(b.ctx, j.ID, "a")
+	require.NoError(t, err)
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs f JOIN {s}.jobs o ON o.id = $2
+		WHERE f.id = $1 AND f.partition_key = 'tenant-1'
+		AND f.concurrency_keys = '{"account": "a-7", "region": "eu"}' AND f.concurrency_keys = o.concurrency_keys`, fork.ID, j.ID),
+		"the fork has the job's partition key and concurrency keys")
+}

@@ -91,22 +91,22 @@ func (s Store) mustExist(ctx context.Context, op string, job int64) error {
 const forkSeqSQL = `SELECT min(seq) FROM {s}.job_steps WHERE job_id = $1 AND name = $2`
 
 // forkSQL inserts a new job with the args, queue, kind, priority and attempts limit of
-// job $1 (from the jobs table or the archive; from the jobs table also its timeout and
-// partition key, which the archive does not keep) and copies its steps before seq $2, so the
+// job $1 (from the jobs table or the archive; from the jobs table also its timeout,
+// partition key and concurrency keys, which the archive does not keep) and copies its steps before seq $2, so the
 // new job's handler replays them and runs from step $2 on. Its metadata is the job's
 // without skiplock's own keys (a workflow task's fork is a job of its own), plus
 // skiplock_forked_from. Its queue is woken at commit ($3, the channel).
 const forkSQL = `WITH src AS (
-	SELECT queue, kind, payload, priority, max_attempts, metadata, timeout_ms, partition_key FROM {s}.jobs WHERE id = $1
+	SELECT queue, kind, payload, priority, max_attempts, metadata, timeout_ms, partition_key, concurrency_keys FROM {s}.jobs WHERE id = $1
 	UNION ALL
-	SELECT queue, kind, payload, priority, max_attempts, metadata, NULL, NULL FROM {s}.jobs_archive WHERE id = $1
+	SELECT queue, kind, payload, priority, max_attempts, metadata, NULL, NULL, NULL FROM {s}.jobs_archive WHERE id = $1
 	LIMIT 1
 ), ins AS (
-	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, metadata, timeout_ms, partition_key, durable)
+	INSERT INTO {s}.jobs (queue, kind, payload, priority, max_attempts, metadata, timeout_ms, partition_key, concurrency_keys, durable)
 	SELECT queue, kind, payload, priority, max_attempts,
 		(SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(metadata) AS m (k, v) WHERE k NOT LIKE 'skiplock\_%')
 			|| jsonb_build_object('skiplock_forked_from', $1::bigint::text),
-		timeout_ms, partition_key, true
+		timeout_ms, partition_key, concurrency_keys, true
 	FROM src
 	RETURNING ` + jobtype.Columns + `
 ), steps AS (

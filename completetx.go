@@ -35,7 +35,9 @@ var ErrAttemptLost = jobtype.ErrAttemptLost
 // The row stays locked by tx until it commits or rolls back: the job cannot be taken
 // away meanwhile, and the worker's own writes about it wait or pass over it. Call
 // CompleteTx last, just before Commit: a durable call after it ([Step], [StepTx], [Sleep],
-// [AwaitSignal]) returns an error at once and runs nothing. After a commit, the attempt has succeeded
+// [AwaitSignal]) returns an error at once and runs nothing, and a Step or StepTx whose
+// function called it returns an error and records nothing (StepTx's transaction rolls
+// back). After a commit, the attempt has succeeded
 // whatever the handler returns: the worker writes nothing more for it, and its hooks are
 // told it succeeded, even when the handler then returns an error (when, say,
 // [Worker.StopAndCancel] cuts off what it does after the commit; the worker asks the

@@ -1104,3 +1104,76 @@ func TestFork_KeepsTheJobsFlowControlKeys(t *testing.T) {
 		AND f.concurrency_keys = '{"account": "a-7", "region": "eu"}' AND f.concurrency_keys = o.concurrency_keys`, fork.ID, j.ID),
 		"the fork has the job's partition key and concurrency keys")
 }
+
+type completeInStepArgs struct {
+	Tx bool `json:"tx"`
+}
+
+func (completeInStepArgs) Kind() string { return "complete_in_step" }
+
+// CompleteTx inside a step's function is an error at the step's return, naming
+// CompleteTx, and records nothing: a StepTx's transaction (which held the success and
+// the step's writes) rolls back, and a Step does not wait for the job's row that the
+// handler's transaction holds. Before, the StepTx failed at every attempt with
+// ErrAttemptLost ("cancelled or finished, or taken back") and the Step waited for the
+// row until the job's timeout.
+func TestDurable_CompleteTxInsideAStepFailsFast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	durableSetup(t, b)
+	type result struct {
+		tx   bool
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 2)
+	w := durableWorker(t, b, skiplock.WorkerConfig{JobTimeout: 20 * time.Second})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[completeInStepArgs]) error {
+		began := time.Now()
+		var err error
+		if job.Args.Tx {
+			_, err = skiplock.StepTx(ctx, "final", func(ctx context.Context, tx pgx.Tx) (int, error) {
+				if err := audit(ctx, b, tx, job.JobRow, "final"); err != nil {
+					return 0, err
+				}
+				return 1, skiplock.CompleteTx(ctx, tx, job)
+			})
+		} else {
+			tx, berr := b.pool.Begin(ctx)
+			if berr != nil {
+				return berr
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			_, err = skiplock.Step(ctx, "final", func(ctx context.Context) (int, error) {
+				if err := audit(ctx, b, tx, job.JobRow, "final"); err != nil {
+					return 0, err
+				}
+				return 1, skiplock.CompleteTx(ctx, tx, job)
+			})
+		}
+		results <- result{job.Args.Tx, err, time.Since(began)}
+		return err
+	}))
+	var ids []int64
+	for _, tx := range []bool{true, false} {
+		j, err := b.client.Enqueue(b.ctx, completeInStepArgs{Tx: tx}, &skiplock.EnqueueOptions{MaxAttempts: 1})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	runWorker(t, w)
+	for range 2 {
+		select {
+		case r := <-results:
+			assert.ErrorContains(t, r.err, "CompleteTx was called inside the function of step \"final\"", "tx %v", r.tx)
+			assert.NotErrorIs(t, r.err, skiplock.ErrAttemptLost, "tx %v", r.tx)
+			assert.Less(t, r.took, 5*time.Second, "tx %v: the step waited for the job's row lock", r.tx)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the step did not return")
+		}
+	}
+	for _, id := range ids {
+		waitStatus(t, b, id, skiplock.StatusDead, 30*time.Second, "job %d: the success rolled back, the attempt failed", id)
+	}
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE job_id = ANY($1)`, ids), "no step recorded")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.step_audit`), "the steps' writes rolled back")
+}

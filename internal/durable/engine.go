@@ -134,7 +134,8 @@ func (r *run) releaseOnPanic(seq int) {
 }
 
 // runFn runs f, the function of the step name, marking the run inside it until f
-// returns or panics: a durable call meanwhile is refused (enter).
+// returns or panics: a durable call meanwhile is refused (enter). A function that called
+// CompleteTx is an error (completedInFn), and its step is not recorded.
 func runFn[T any](r *run, name string, f func() (T, error)) (T, error) {
 	r.mu.Lock()
 	r.inFn = name
@@ -144,7 +145,24 @@ func runFn[T any](r *run, name string, f func() (T, error)) (T, error) {
 		r.inFn = ""
 		r.mu.Unlock()
 	}()
-	return f()
+	v, err := f()
+	if err == nil && jobtype.CompletedInTx(r.row) {
+		var zero T
+		return zero, completedInFn(r.row, name)
+	}
+	return v, err
+}
+
+// completedInFn is the error of a step whose function called CompleteTx (enter refuses
+// every durable call after it, so it was called inside). Its record would lock the job's
+// row, which CompleteTx's transaction holds until it ends: a Step's record would wait for
+// it until the job's timeout, and a StepTx's, in that same transaction, would find the
+// job no longer running. The step is not recorded; StepTx's transaction, which holds the
+// success, rolls back.
+func completedInFn(row *jobtype.JobRow, name string) error {
+	return fmt.Errorf("skiplock: job %d, attempt %d: CompleteTx was called inside the function of step %q: "+
+		"the step cannot be recorded once the job's success is written; "+
+		"call CompleteTx after the step, in the handler's own transaction", row.ID, row.Attempts, name)
 }
 
 // store keeps rec as the step at seq, once it was written.

@@ -1177,3 +1177,45 @@ func TestDurable_CompleteTxInsideAStepFailsFast(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_steps WHERE job_id = ANY($1)`, ids), "no step recorded")
 	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.step_audit`), "the steps' writes rolled back")
 }
+
+type outputArgs struct {
+	InStep bool `json:"in_step"`
+}
+
+func (outputArgs) Kind() string { return "durable_output" }
+
+// SetOutput belongs to the attempt that calls it (docs/durable.md, "How a job runs
+// again"): made inside a step's function, it is lost when a later attempt replays the
+// step and succeeds; made after the steps, from their results, it is stored.
+func TestDurable_SetOutputIsTheSucceedingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := durableWorker(t, b, skiplock.WorkerConfig{})
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[outputArgs]) error {
+		v, err := skiplock.Step(ctx, "compute", func(ctx context.Context) (int, error) {
+			if job.Args.InStep {
+				return 7, skiplock.SetOutput(ctx, 7)
+			}
+			return 7, nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := skiplock.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+		if job.Args.InStep {
+			return nil
+		}
+		return skiplock.SetOutput(ctx, v)
+	}))
+	in, err := b.client.Enqueue(b.ctx, outputArgs{InStep: true}, nil)
+	require.NoError(t, err)
+	after, err := b.client.Enqueue(b.ctx, outputArgs{}, nil)
+	require.NoError(t, err)
+	runWorker(t, w)
+	waitStatus(t, b, in.ID, skiplock.StatusSucceeded, 30*time.Second, "in-step job")
+	waitStatus(t, b, after.ID, skiplock.StatusSucceeded, 30*time.Second, "after-steps job")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND output IS NULL`, in.ID), "the replayed step set no output")
+	assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1 AND output = '7'`, after.ID))
+}

@@ -58,9 +58,10 @@ type ClaimLoopConfig struct {
 	// Release puts stale claims back in the queue, fenced: one already taken back is left
 	// alone (lease.releaseJobs).
 	Release func(keys []jobtype.AttemptKey)
-	// LeaseEnding reports whether the worker's own lease has gone unrenewed for longer
-	// than workerCancelAfter: its handlers are being cancelled (lease.watch), so it claims
-	// nothing, and starts no job a claim returns, until a renewal lands. nil: never.
+	// LeaseEnding reports whether the worker's own lease has gone unrenewed for so long
+	// that its watchdog may cancel its handlers at its next look (one look before
+	// workerCancelAfter: ownership.Lease.OwnLeaseEnding), so it claims nothing, and
+	// starts no job a claim returns, until a renewal lands. nil: never.
 	LeaseEnding func() bool
 	// LapsedSince reports whether the worker's own lease lapsed at any time since the
 	// given time (a renewal landed again after a lapse): the jobs of a claim started

@@ -211,8 +211,7 @@ func (l *Lease) run(ctx context.Context) {
 // is unreachable, or the connection black-holed), and once the lease ends another worker
 // may claim the job. Told in time, a handler stops before anyone else can start it.
 func (l *Lease) watch(ctx context.Context) {
-	every := max(min(l.visibility, workerTTL)/(4*CancelMargin), time.Millisecond)
-	t := time.NewTicker(every)
+	t := time.NewTicker(watchEvery(l.visibility))
 	defer t.Stop()
 	for {
 		select {
@@ -235,10 +234,15 @@ func (l *Lease) watch(ctx context.Context) {
 	}
 }
 
+// watchEvery is how often the watchdog (watch) looks at the leases of a worker whose
+// visibility timeout is visibility.
+func watchEvery(visibility time.Duration) time.Duration {
+	return max(min(visibility, workerTTL)/(4*CancelMargin), time.Millisecond)
+}
+
 // sinceOwnRenewal returns how long ago the last committed renewal of the worker's own
 // lease (its row in the workers table) started, and whether that is past
-// workerCancelAfter: the lease is ending, the worker's handlers are cancelled (watch) and
-// it claims nothing (claimLoopConfig.leaseEnding) until a renewal lands.
+// workerCancelAfter: the lease is ending, and the worker's handlers are cancelled (watch).
 func (l *Lease) sinceOwnRenewal() (time.Duration, bool) {
 	if l.sinceRenewal == nil {
 		return 0, false
@@ -247,10 +251,26 @@ func (l *Lease) sinceOwnRenewal() (time.Duration, bool) {
 	return d, ok && d > workerCancelAfter
 }
 
-// OwnLeaseEnding reports whether the worker's own lease is ending (sinceOwnRenewal).
+// OwnLeaseEnding reports whether the worker's own lease is ending for its claims: whether
+// its last committed renewal started at least claimStopAfter ago. The worker then claims
+// nothing, and starts no job a claim returns (internal/claim, ClaimLoopConfig.LeaseEnding),
+// until a renewal lands.
 func (l *Lease) OwnLeaseEnding() bool {
-	_, ending := l.sinceOwnRenewal()
-	return ending
+	if l.sinceRenewal == nil {
+		return false
+	}
+	d, ok := l.sinceRenewal()
+	return ok && d >= claimStopAfter(l.visibility)
+}
+
+// claimStopAfter is how long after the start of its last committed renewal a worker of
+// visibility timeout visibility stops claiming and starting jobs: one watchdog look
+// (watchEvery) before workerCancelAfter. Judged at workerCancelAfter itself, a job
+// started just short of the cut was cancelled at the watchdog's next look, its attempt
+// spent. Renewals land at most ~4.2 s apart under CPU starvation (docs/ownership.md §7),
+// well short of this (5.8 s at defaults): a healthy worker never pauses its claims.
+func claimStopAfter(visibility time.Duration) time.Duration {
+	return workerCancelAfter - watchEvery(visibility)
 }
 
 // Beat renews the lease of every held job and cancels, with errJobLost, the context of

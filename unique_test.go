@@ -361,3 +361,79 @@ SELECT id, queue, kind, payload, 'succeeded', priority, run_at, 1, max_attempts,
 		assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->>'to' = $1`, args.To), "in tx %t: no second job", inTx)
 	}
 }
+
+// EnqueueMany meets the race of TestUnique_AHolderThatSucceedsDuringTheEnqueueStillCounts
+// too: a holder running when the bulk insert begins, and succeeding while the insert waits
+// on its row, still blocks its job, which is skipped and not counted (own transaction,
+// the caller's pgx transaction, a database/sql one); the call's other jobs are written.
+func TestUnique_EnqueueManyAHolderThatSucceedsDuringTheInsertStillCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := sqlDB(t)
+	opts := &skiplock.EnqueueOptions{Unique: &skiplock.UniqueOpts{ByArgs: true,
+		States: []skiplock.JobStatus{skiplock.StatusQueued, skiplock.StatusRunning, skiplock.StatusSucceeded}}}
+	for _, mode := range []string{"own", "pgx-tx", "sql-tx"} {
+		args := emailArgs{OrderID: 98, To: "many-" + mode}
+		fresh := emailArgs{OrderID: 97, To: "many-fresh-" + mode}
+		plain := emailArgs{OrderID: 96, To: "many-plain-" + mode}
+		holder, err := b.client.Enqueue(b.ctx, args, opts)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'running', locked_at = now(), locked_by = 'w', attempts = 1 WHERE id = $1`), holder.ID)
+		require.NoError(t, err)
+
+		// The completer's move to the archive, held open while the enqueue starts.
+		done, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = done.Exec(b.ctx, b.q(`WITH done AS (DELETE FROM {s}.jobs WHERE id = $1 RETURNING *)
+INSERT INTO {s}.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+	locked_by, last_error, errors, unique_key, created_at, finished_at)
+SELECT id, queue, kind, payload, 'succeeded', priority, run_at, 1, max_attempts,
+	locked_by, last_error, errors, unique_key, created_at, now() FROM done`), holder.ID)
+		require.NoError(t, err)
+
+		params := []skiplock.EnqueueParams{{Args: args, Options: opts}, {Args: fresh, Options: opts}, {Args: plain}}
+		type result struct {
+			n   int
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			var r result
+			switch mode {
+			case "own":
+				r.n, r.err = b.client.EnqueueMany(b.ctx, params)
+			case "pgx-tx":
+				r.err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+					r.n, r.err = b.client.EnqueueManyTx(b.ctx, tx, params)
+					return r.err
+				})
+			case "sql-tx":
+				tx, err := db.BeginTx(b.ctx, nil)
+				if err != nil {
+					r.err = err
+					break
+				}
+				if r.n, r.err = b.client.EnqueueManySQLTx(b.ctx, tx, params); r.err != nil {
+					_ = tx.Rollback()
+					break
+				}
+				r.err = tx.Commit()
+			}
+			res <- r
+		}()
+		eventually(t, 10*time.Second, func() bool {
+			var waiting int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "' || $1 || '".jobs%'`, b.schema).Scan(&waiting))
+			return waiting == 1
+		}, "%s: the enqueue waits on the holder's row", mode)
+		require.NoError(t, done.Commit(b.ctx))
+
+		r := <-res
+		require.NoError(t, r.err, mode)
+		assert.Equal(t, 2, r.n, "%s: the succeeded holder's duplicate is not counted", mode)
+		assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->>'to' = $1`, args.To), "%s: no second job", mode)
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->>'to' = $1`, fresh.To), "%s: the other unique job", mode)
+		assert.Equal(t, 1, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE payload->>'to' = $1`, plain.To), "%s: the plain job", mode)
+	}
+}

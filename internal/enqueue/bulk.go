@@ -160,18 +160,28 @@ func (j *Job) copyRow(row []any, withRunAt, withMeta bool) []any {
 }
 
 // insertManyUnique writes jobs of which some have unique keys with one unnest insert that
-// skips duplicates. As in insertUnique, inside the caller's transaction the statement
-// inserts only under READ COMMITTED; when it inserts nothing the isolation level is read,
-// and under a stricter one the insert runs again inside a savepoint, so that a
-// serialization failure leaves the caller's transaction usable.
+// skips duplicates; when some job counts finished states, a second statement undoes a
+// job whose finished holder the insert could not see (insertManyRecheck). As in
+// insertUnique, inside the caller's transaction the statement inserts only under READ
+// COMMITTED; when it inserts nothing the isolation level is read, and under a stricter
+// one the insert runs again inside a savepoint, so that a serialization failure leaves
+// the caller's transaction usable.
 func (w *writer) insertManyUnique(ctx context.Context, db jobtype.DBTX, jobs []Job, callerTx bool) (int64, error) {
 	cols := unnestColumns(jobs)
-	tag, err := db.Exec(ctx, w.sql.insertUnnest[b2i(callerTx)], cols...)
+	var n int64
+	var err error
+	if anyJob(jobs, func(j *Job) bool { return j.UniqueKey != nil && j.UniqueStates != nil }) {
+		n, err = w.insertManyRecheck(ctx, db, jobs, cols, callerTx)
+	} else {
+		var tag pgconn.CommandTag
+		tag, err = db.Exec(ctx, w.sql.insertUnnest[b2i(callerTx)], cols...)
+		n = tag.RowsAffected()
+	}
 	if err != nil {
 		return 0, wrapErr(w.schema, "enqueue many", err)
 	}
-	if tag.RowsAffected() > 0 || !callerTx {
-		return tag.RowsAffected(), nil
+	if n > 0 || !callerTx {
+		return n, nil
 	}
 	var iso string
 	if err := db.QueryRow(ctx, isolationSQL).Scan(&iso); err != nil {
@@ -181,6 +191,7 @@ func (w *writer) insertManyUnique(ctx context.Context, db jobtype.DBTX, jobs []J
 		return 0, nil // every job was a duplicate
 	}
 	var insErr error
+	var tag pgconn.CommandTag
 	err = pgutil.InSavepoint(ctx, db, savepointName, func() error {
 		tag, insErr = db.Exec(ctx, w.sql.insertUnnest[0], cols...)
 		return insErr
@@ -195,6 +206,70 @@ func (w *writer) insertManyUnique(ctx context.Context, db jobtype.DBTX, jobs []J
 			ErrDuplicateJob, iso)
 	}
 	return 0, wrapErr(w.schema, "enqueue many", err)
+}
+
+// insertManyRecheck is the unnest insert of jobs (cols) when some job counts finished
+// states: the insert returns the new rows' ids, and a second statement deletes those whose
+// key a finished job now holds in a state that counts, as recheckFinished does for one
+// job. The insert's look-up of finished holders ran on its statement's snapshot, taken
+// before it waited on an active holder whose transaction then finished it (the move to
+// the archive); the delete's snapshot, under READ COMMITTED, sees it. db is a transaction
+// (EnqueueMany's own, or the caller's), so the deleted rows were never seen by anyone
+// else. It returns how many jobs remain inserted; it costs a round trip, only when
+// finished states count. (Under REPEATABLE READ or SERIALIZABLE the caller's gated
+// insert writes nothing here, and insertManyUnique's savepoint insert takes over.)
+func (w *writer) insertManyRecheck(ctx context.Context, db jobtype.DBTX, jobs []Job, cols []any, callerTx bool) (int64, error) {
+	rows, err := db.Query(ctx, w.sql.insertUnnestReturning[b2i(callerTx)], cols...)
+	if err != nil {
+		return 0, err
+	}
+	states := finishedStates(jobs)
+	var n int64
+	var ids []int64
+	var us []string
+	for rows.Next() {
+		var id int64
+		var key *string
+		if err := rows.Scan(&id, &key); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		n++
+		if key != nil && len(states[*key]) > 0 {
+			ids, us = append(ids, id), append(us, strings.Join(states[*key], ","))
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return n, err
+	}
+	tag, err := db.Exec(ctx, w.sql.deleteFinishedHeld, ids, us)
+	if err != nil {
+		return 0, err
+	}
+	return n - tag.RowsAffected(), nil
+}
+
+// finishedStates maps each unique key of jobs to the states that every job of jobs with
+// that key counts (UniqueStates; none when one of them counts no finished state). The
+// insert writes at most one job of a key and RETURNING does not say which, so a finished
+// holder undoes it only in a state each of them counts: the recheck never deletes a job
+// that its own states let in.
+func finishedStates(jobs []Job) map[string][]string {
+	m := map[string][]string{}
+	for i := range jobs {
+		j := &jobs[i]
+		if j.UniqueKey == nil {
+			continue
+		}
+		s, seen := m[*j.UniqueKey]
+		if !seen {
+			m[*j.UniqueKey] = j.UniqueStates
+			continue
+		}
+		m[*j.UniqueKey] = slices.DeleteFunc(slices.Clone(s), func(st string) bool { return !slices.Contains(j.UniqueStates, st) })
+	}
+	return m
 }
 
 func unnestColumns(jobs []Job) []any {
@@ -240,3 +315,13 @@ WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = t.uk AND a.status = ANY (string_to_array(t.us, ','))))` + gate + `
 ` + onConflictUnique
 }
+
+// deleteFinishedHeldSQL deletes the jobs of ids $1 that this transaction has just
+// inserted whose key a finished job holds in a state of the matching comma-separated
+// list of $2, in the hot table or the archive (insertManyRecheck).
+const deleteFinishedHeldSQL = `DELETE FROM {s}.jobs j USING unnest($1::bigint[], $2::text[]) AS t(id, us)
+WHERE j.id = t.id AND EXISTS (
+	SELECT 1 FROM {s}.jobs d
+	WHERE d.unique_key = j.unique_key AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))
+	UNION ALL
+	SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = j.unique_key AND a.status = ANY (string_to_array(t.us, ',')))`

@@ -78,9 +78,12 @@ type statements struct {
 	insert, insertNotify string
 	// insertUnique[gated][notify]: gated inserts only under READ COMMITTED (insertUnique).
 	insertUnique [2][2]string
-	// insertUnnest[gated]: the bulk insert with unique keys.
-	insertUnnest [2]string
-	findUnique   string
+	// insertUnnest[gated]: the bulk insert with unique keys; insertUnnestReturning, the
+	// same returning the new rows' ids and keys, and deleteFinishedHeld, what undoes those
+	// whose key a finished job holds (insertManyRecheck).
+	insertUnnest, insertUnnestReturning [2]string
+	deleteFinishedHeld                  string
+	findUnique                          string
 	// findFinished and deleteInserted undo an insert whose key a finished job holds
 	// (recheckFinished).
 	findFinished, deleteInserted string
@@ -95,10 +98,15 @@ func newStatements(schema string) statements {
 			{r(insertUniqueSQL(false, false)), r(insertUniqueSQL(false, true))},
 			{r(insertUniqueSQL(true, false)), r(insertUniqueSQL(true, true))},
 		},
-		insertUnnest:   [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
-		findUnique:     r(findUniqueSQL),
-		findFinished:   r(findFinishedSQL),
-		deleteInserted: r(deleteInsertedSQL),
+		insertUnnest: [2]string{r(insertUnnestSQL("")), r(insertUnnestSQL(readCommittedGate))},
+		insertUnnestReturning: [2]string{
+			r(insertUnnestSQL("") + "\nRETURNING id, unique_key"),
+			r(insertUnnestSQL(readCommittedGate) + "\nRETURNING id, unique_key"),
+		},
+		deleteFinishedHeld: r(deleteFinishedHeldSQL),
+		findUnique:         r(findUniqueSQL),
+		findFinished:       r(findFinishedSQL),
+		deleteInserted:     r(deleteInsertedSQL),
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -129,5 +131,103 @@ func TestSweeper_ACancelledJobRetriedDuringTheRetentionPurgeIsKept(t *testing.T)
 	assert.Zero(t, res.Purged, "the sweep deleted the job it found cancelled, retried meanwhile")
 	row, err := b.client.Get(b.ctx, id)
 	require.NoError(t, err, "a retried workflow task's job was deleted by the retention purge")
+	assert.Equal(t, skiplock.StatusQueued, row.Status)
+}
+
+// holdWorkflowScans makes a sweeper, on a client of its own, read the workflows table
+// only while the test lets it: its connections run as a role without superuser rights,
+// and a row-level policy on workflows waits for an advisory lock the test holds until
+// release is called (the test's own client, a superuser, bypasses the policy). A
+// statement reading workflows thus waits after taking its snapshot and before locking
+// any workflow row. It returns the sweeper and release, which the cleanup also calls.
+func holdWorkflowScans(t *testing.T, b *bundle, cfg skiplock.SweeperConfig) (*skiplock.Sweeper, func()) {
+	t.Helper()
+	role := pgx.Identifier{b.schema + "_sweeper"}.Sanitize()
+	_, err := b.pool.Exec(b.ctx, b.q(`
+		CREATE ROLE `+role+` NOLOGIN;
+		GRANT USAGE ON SCHEMA {s} TO `+role+`;
+		GRANT ALL ON ALL TABLES IN SCHEMA {s} TO `+role+`;
+		GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO `+role+`;
+		CREATE FUNCTION {s}.hold_scan() RETURNS boolean LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(current_schema() || 'scan')); RETURN true; END $$;
+		ALTER TABLE {s}.workflows ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY hold_scan ON {s}.workflows USING ({s}.hold_scan())`))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			_, err := b.pool.Exec(context.Background(), q)
+			assert.NoError(t, err)
+		}
+	})
+	pool := newPoolWith(t, func(c *pgxpool.Config) {
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SET ROLE `+role+`; SET search_path = `+pgx.Identifier{b.schema}.Sanitize())
+			return err
+		}
+	})
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	cfg.Logger = testLogger()
+	s, err := skiplock.NewSweeper(client, cfg)
+	require.NoError(t, err)
+
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(b.ctx, `SELECT pg_advisory_lock(hashtext($1 || 'scan'))`, b.schema)
+	require.NoError(t, err)
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
+		_, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1 || 'scan'))`, b.schema)
+		assert.NoError(t, err)
+		conn.Release()
+	}
+	t.Cleanup(release)
+	return s, release
+}
+
+// A workflow retried while a sweep was picking it for the purge of finished workflows
+// is kept: the purge read its tasks as finished past retention in its snapshot, then
+// locked the workflow's row after RetryWorkflow had taken it, reopened the tasks and
+// committed, and deleted the workflow with the tasks RetryWorkflow had just put back.
+func TestSweeper_AWorkflowRetriedDuringTheWorkflowPurgeIsKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	info, err := b.client.EnqueueWorkflow(b.ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.WorkflowTask{{Name: "a", Args: noopArgs{}}}})
+	require.NoError(t, err)
+	id := info.Task("a").JobID
+	// The task's job died two hours ago (a dead job stays in the jobs table: no
+	// DeadRetention), in a workflow created three hours ago.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET status = 'dead', attempts = 1, finished_at = now() - interval '2 hours' WHERE id = $1`), id)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.workflow_tasks SET state = 'dead' WHERE job_id = $1`), id)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.workflows SET created_at = now() - interval '3 hours' WHERE id = $1`), info.ID)
+	require.NoError(t, err)
+
+	s, release := holdWorkflowScans(t, b, skiplock.SweeperConfig{ArchiveRetention: time.Hour, Logger: testLogger()})
+	swept := make(chan skiplock.SweepResult, 1)
+	go func() {
+		res, err := s.Sweep(context.Background())
+		assert.NoError(t, err)
+		swept <- res
+	}()
+	waitForLockWait(t, b, "FOR UPDATE OF w SKIP LOCKED")
+
+	n, err := b.client.RetryWorkflow(b.ctx, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	release()
+
+	res := <-swept
+	assert.Zero(t, res.PurgedWorkflows, "the sweep deleted the workflow it found finished, retried meanwhile")
+	wf, err := b.client.GetWorkflow(b.ctx, info.ID)
+	require.NoError(t, err, "a retried workflow was deleted by the workflow purge")
+	assert.Equal(t, "released", wf.Task("a").State)
+	row, err := b.client.Get(b.ctx, id)
+	require.NoError(t, err)
 	assert.Equal(t, skiplock.StatusQueued, row.Status)
 }

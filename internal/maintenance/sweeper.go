@@ -58,6 +58,7 @@ type Sweeper struct {
 // sweepSQL holds the sweeper's statements, rendered for the client's schema.
 type sweepSQL struct {
 	reclaim, purgeArchive string
+	pickWorkflows         string // workflowretention.go
 	purgeWorkflows        string // workflowretention.go
 	purgeDead             string // deadretention.go
 	endCancelledSequences string // cancelledseq.go
@@ -69,6 +70,7 @@ func New(db pgutil.DB, flows *settle.Settler, n *notify.Notifier, cfg Config, id
 	s := &Sweeper{db: db, flows: flows, notify: n, cfg: cfg, logger: cfg.Logger, analyzed: map[string]analyzedSize{}, id: id, sql: sweepSQL{
 		reclaim:               db.Render(ReclaimSQL),
 		purgeArchive:          db.Render(PurgeArchiveSQL),
+		pickWorkflows:         db.Render(pickWorkflowsSQL),
 		purgeWorkflows:        db.Render(purgeWorkflowsSQL),
 		purgeDead:             db.Render(purgeDeadSQL),
 		endCancelledSequences: db.Render(EndCancelledSequencesSQL),

@@ -30,7 +30,8 @@ SELECT pg_notify($2, $3)`
 // PauseQueue pauses queue: every worker stops claiming its jobs, within about 100ms
 // through a notification on the control channel, and within one poll interval
 // (WorkerConfig.PollInterval) when that notification is lost. Jobs already running
-// finish; enqueueing into a paused queue still works. The pause is stored in the
+// finish, as do the claims a worker had in flight when it learnt of the pause (their
+// jobs run); enqueueing into a paused queue still works. The pause is stored in the
 // database, so workers started later see it, until [Client.ResumeQueue]. Pausing a
 // paused queue changes nothing.
 func (c *Client) PauseQueue(ctx context.Context, queue string) error {

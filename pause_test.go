@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,60 @@ func TestPause_WorkerStartedLaterSeesIt(t *testing.T) {
 	assert.True(t, stats[0].Paused)
 
 	require.ErrorIs(t, f.client.PauseQueue(f.ctx, "Bad Name"), skiplock.ErrInvalidQueue)
+}
+
+// TestPause_AClaimLoopWaitingForItsTurnClaimsNothing: a paused queue's claim loop that
+// was already waiting for a claim connection (all of the worker's claims in flight, held
+// up here on the claim locks of eight limited queues) when the pause came must not claim
+// once its turn comes: the pause stops claims from the moment the worker knows of it.
+func TestPause_AClaimLoopWaitingForItsTurnClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A pool with room for the eight waiting claims, the poll and the test's statements.
+	client, err := skiplock.NewClient(newPool(t, 30), skiplock.Config{Schema: b.schema, Logger: testLogger()})
+	require.NoError(t, err)
+	queues := map[string]skiplock.QueueConfig{"p": {MaxWorkers: 4}}
+	var held []string
+	for i := range 8 { // claim.MaxClaimConns: every claim connection of the worker
+		name := fmt.Sprintf("held%d", i)
+		queues[name] = skiplock.QueueConfig{Limits: skiplock.QueueLimits{Rate: 1000}}
+		held = append(held, b.schema+"."+name)
+	}
+	w, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Queues: queues, PollInterval: 50 * time.Millisecond,
+		ListenURL: deadListenURL, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[noopArgs]) error { return nil }))
+	f := &pauseFixture{bundle: b}
+
+	// The limited queues' claims wait on their claim locks, held here.
+	lockConn, err := newPool(t, 2).Acquire(b.ctx)
+	require.NoError(t, err)
+	defer lockConn.Release()
+	tx, err := lockConn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below
+	_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(1936419190, hashtext(k)) FROM unnest($1::text[]) AS k`, held)
+	require.NoError(t, err)
+	for i := range 8 {
+		f.enqueue(t, fmt.Sprintf("held%d", i), 1)
+	}
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return f.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = 1936419190 AND objid::bigint IN (SELECT hashtext(k)::bigint & 4294967295 FROM unnest($1::text[]) AS k)`, held) == 8
+	}, "eight claims waiting on their claim locks")
+
+	// p's job is due: the poll wakes its claim loops, which wait for a claim connection.
+	f.enqueue(t, "p", 1)
+	f.pollStartedAfterNow(t)
+	f.pollStartedAfterNow(t) // the one before has ended: it woke p
+
+	require.NoError(t, client.PauseQueue(b.ctx, "p"))
+	f.pollStartedAfterNow(t)
+	f.pollStartedAfterNow(t) // the worker knows of the pause
+	require.NoError(t, tx.Commit(b.ctx))
+	eventually(t, 20*time.Second, func() bool {
+		return f.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue LIKE 'held%'`) == 8
+	}, "the limited queues' jobs ran")
+	f.stillQueued(t, "p", 1, time.Second)
 }

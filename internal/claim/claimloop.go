@@ -380,8 +380,8 @@ func (q *QueueRunner) awaitSlots(ctx context.Context) bool {
 }
 
 // takeTurn takes a claim connection token and a turn of the fleet's gate, then reserves
-// the free slots for one claim and returns how many; false when ctx ended or no slot is
-// free, with nothing held.
+// the free slots for one claim and returns how many; false when ctx ended, no slot is
+// free or the queue was paused meanwhile, with nothing held.
 func (q *QueueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 	select {
 	case q.cfg.Conns <- struct{}{}:
@@ -393,8 +393,14 @@ func (q *QueueRunner) takeTurn(ctx context.Context) (free int64, ok bool) {
 		return 0, false
 	}
 	// Slots are counted once the turn is ours: slots freed while waiting for it join
-	// this claim.
-	if free = q.reserve(q.claimSize()); free == 0 {
+	// this claim. A pause that came while it waited (a connection, a turn, the batching
+	// cooldown) stops it here: the worker claims nothing of a queue it knows is paused.
+	if q.paused.Load() {
+		free = 0
+	} else {
+		free = q.reserve(q.claimSize())
+	}
+	if free == 0 {
 		q.cfg.Gate.Release()
 		<-q.cfg.Conns
 		return 0, false

@@ -224,3 +224,27 @@ func TestWorker_RunTimeQueuesLeaveNoGoroutine(t *testing.T) {
 	}
 	require.ErrorIs(t, w.AddQueue(b.ctx, "late", skiplock.QueueConfig{}), skiplock.ErrWorkerStopped)
 }
+
+// TestWorker_QueueChangesAfterARunThatNeverStartedAreRefused: a Run that returned
+// without starting (its ctx ended during the start-up statements, or they failed) leaves
+// a worker that never runs again: the run-time queue changes say so with
+// ErrWorkerStopped, as after any Run, rather than succeed and change nothing.
+func TestWorker_QueueChangesAfterARunThatNeverStartedAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := newWorker(t, b, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {}}, SweepInterval: -1, Logger: testLogger()})
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.NoError(t, w.Run(ctx), "a Run stopped while starting returns nil")
+	require.ErrorIs(t, w.AddQueue(b.ctx, "late", skiplock.QueueConfig{}), skiplock.ErrWorkerStopped)
+	require.ErrorIs(t, w.RemoveQueue(b.ctx, "q"), skiplock.ErrWorkerStopped)
+	require.ErrorIs(t, w.SetMaxWorkers("q", 3), skiplock.ErrWorkerStopped)
+
+	// The same after a Run that failed to start: the schema is not migrated.
+	client, err := skiplock.NewClient(b.pool, skiplock.Config{Schema: b.schema + "_none", Logger: testLogger()})
+	require.NoError(t, err)
+	w2, err := skiplock.NewWorker(client, skiplock.WorkerConfig{Queues: map[string]skiplock.QueueConfig{"q": {}}, SweepInterval: -1, Logger: testLogger()})
+	require.NoError(t, err)
+	require.Error(t, w2.Run(b.ctx))
+	require.ErrorIs(t, w2.AddQueue(b.ctx, "late", skiplock.QueueConfig{}), skiplock.ErrWorkerStopped)
+}

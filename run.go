@@ -54,6 +54,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	parts, err := w.start(ctx)
 	if err != nil {
+		w.qmu.Lock() // the worker never runs now: later queue changes are refused
+		w.qstate = queuesStopped
+		w.qmu.Unlock()
 		if ctx.Err() != nil {
 			// Stopped while starting (ctx cancelled, StopAndCancel): nothing ran, nothing
 			// is left to shut down, so Run returns nil at once, even while the database is

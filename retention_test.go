@@ -189,3 +189,29 @@ func TestSweeper_SummarizesTheArchiveIndex(t *testing.T) {
 	assert.Zero(t, b.count(t, `SELECT brin_summarize_new_values('{s}.jobs_archive_finished_idx'::regclass)::int`),
 		"ranges of the archive's BRIN index were left unsummarized by the sweep")
 }
+
+// TestWorker_RemoveQueueKeepsItsRetention: a queue removed at run time keeps the
+// retention it declared in the worker's sweeper: its archived jobs, which the queue's
+// other workers may still add to, are not purged at the shorter default from then on.
+func TestWorker_RemoveQueueKeepsItsRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	archiveJobs(t, b, map[string]int{"long": 5, "probe": 5}, 2*time.Hour)
+	w := newWorker(t, b, skiplock.WorkerConfig{
+		Queues:           map[string]skiplock.QueueConfig{"long": {Retention: 24 * time.Hour}},
+		ArchiveRetention: time.Hour, SweepInterval: 50 * time.Millisecond, Logger: testLogger(),
+	})
+	runWorker(t, w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'probe'`) == 0
+	}, "the 1 h default purged the queue the worker does not serve")
+	require.NoError(t, w.RemoveQueue(b.ctx, "long"))
+	// Sweeps after the removal: the default's rule purges another queue's old jobs (aged
+	// to within purgeMargin of its last cutoff, where its next purge starts).
+	archiveJobs(t, b, map[string]int{"probe2": 5}, time.Hour+time.Minute)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'probe2'`) == 0
+	}, "a sweep after the removal")
+	assert.Equal(t, 5, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'long'`),
+		"the removed queue's 2 h old archive was purged at the worker's 1 h default, not its 24 h retention")
+}

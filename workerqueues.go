@@ -89,7 +89,8 @@ func (w *Worker) AddQueue(ctx context.Context, name string, cfg QueueConfig) err
 // and are recorded as usual. RemoveQueue waits for them, until ctx ends: it then returns
 // ctx's error, and they still finish and are recorded (Run's shutdown waits for them as
 // for any other). Other workers of the queue are not affected, nor are its jobs in the
-// database. A queue the worker does not work is an error that matches
+// database: the queue's Retention stays in force in this worker's sweeper (an AddQueue
+// of the queue sets it anew). A queue the worker does not work is an error that matches
 // [ErrUnknownQueue]; after Run returned it is [ErrWorkerStopped]. Removing the last
 // queue leaves a worker that claims nothing until a queue is added. Safe to call from
 // any goroutine, but not from a handler of the same queue: it would wait for itself
@@ -106,9 +107,8 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	w.flow.Remove(queue)
-	if w.sweeper != nil {
-		w.sweeper.s.SetQueueRetention(queue, 0)
-	}
+	// Its Retention stays in the embedded sweeper: its archived jobs, which its other
+	// workers may still add to, are kept as long as the queue said (AddQueue sets it anew).
 	running := w.qstate == queuesRunning
 	if running {
 		// No claim loop hands the runners a job any more once they stopped; then the

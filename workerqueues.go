@@ -29,8 +29,8 @@ var ErrWorkerStopped = errors.New("skiplock: the worker has stopped")
 
 // AddQueue makes the worker work one more queue, as if it had been in
 // [WorkerConfig].Queues from the start: before Run, it joins the queues Run starts;
-// while Run runs, its claim loops and MaxWorkers runners start at once, it claims what is
-// due, and from its next registration (within seconds) the fleet counts this worker
+// while Run runs, its claim loops start at once (its runners as its jobs come, up to
+// MaxWorkers), it claims what is due, and from its next registration (within seconds) the fleet counts this worker
 // among those serving it. Its Limits apply as NewWorker's would; its Completion and
 // Retention, for its jobs, from now on (Retention in the embedded sweeper, if this worker
 // runs one). A queue the worker already works is an error that matches [ErrQueueExists];
@@ -134,7 +134,9 @@ func (w *Worker) RemoveQueue(ctx context.Context, queue string) error {
 // SetMaxWorkers changes how many jobs of queue this worker runs at once; n = 0 means
 // [DefaultMaxWorkers], and n must be at most 100000. Raised, the queue claims more at
 // once, at its next claim; lowered, no running handler is cut off: the queue claims no
-// more until fewer than n of its jobs run. It takes effect before and during Run; after
+// more until fewer than n of its jobs run. A claim already in flight when it is called
+// (it asked for the free slots of the old value) still starts every job it took, so
+// those may run beside the others, above n, until they end. It takes effect before and during Run; after
 // Run returned it is [ErrWorkerStopped], and a queue the worker does not work is an error
 // that matches [ErrUnknownQueue]. Safe to call from any goroutine.
 func (w *Worker) SetMaxWorkers(queue string, n int) error {

@@ -314,8 +314,9 @@ type QueueStats struct {
 	// Counts are the jobs in the jobs table by status (finished jobs moved to the archive
 	// are not counted here; see FinishedLastHour).
 	Counts map[JobStatus]int64
-	// Scheduled counts the queued jobs whose run_at is still ahead (scheduled, or waiting
-	// for a retry or after a snooze); they are in Counts[StatusQueued] too.
+	// Scheduled counts the queued jobs whose run_at is still ahead (scheduled, waiting
+	// for a retry or after a snooze, or waiting for their dependencies: DependsOn,
+	// workflow tasks); they are in Counts[StatusQueued] too.
 	Scheduled int64
 	// Overrunning counts the running jobs whose handler has run past its job timeout
 	// without returning (it ignores its cancelled context): the job stays with its

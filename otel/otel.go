@@ -40,7 +40,8 @@
 //
 //   - skiplock.queue.jobs (gauge, + skiplock.job.status): jobs in the jobs table by
 //     status, where "queued" counts the due jobs and "scheduled" the queued jobs not yet
-//     due (future run_at: scheduled, backing off, snoozed); "dead" is the dead count.
+//     due (future run_at: scheduled, backing off, snoozed, waiting for dependencies);
+//     "dead" is the dead count.
 //   - skiplock.queue.oldest_due_age (gauge, s): how long the oldest due job has waited.
 //     The one number to alert on: it grows when workers are down, stuck or too few.
 //   - skiplock.queue.finished (gauge, + skiplock.job.status): jobs finished in the last

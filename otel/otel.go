@@ -251,9 +251,11 @@ func (h *Hook) JobFinished(ctx context.Context, job *skiplock.JobRow, res skiplo
 type GaugeConfig struct {
 	// MeterProvider makes the gauges. Defaults to otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-	// Interval is how old the figures may be. Every process shares one computation per
-	// interval through [skiplock.Client.CachedStats], and each process reads the shared
-	// result at most once per interval, however often it is scraped. Defaults to
+	// Interval is how often the figures are computed. Every process shares one
+	// computation per interval through [skiplock.Client.CachedStats], and each process
+	// reads the shared result at most once per interval, however often it is scraped, so
+	// a figure exported may be up to twice the interval old (a shared result read near
+	// the end of its interval, then kept one more). Defaults to
 	// [DefaultGaugeInterval] (15s); zero or negative means the default.
 	Interval time.Duration
 	// Queues are the queues this process works, as in [skiplock.WorkerConfig].Queues, to

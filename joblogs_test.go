@@ -188,3 +188,21 @@ func TestLogger_OutsideAJobDiscards(t *testing.T) {
 	assert.False(t, l.Enabled(context.Background(), slog.LevelError))
 	_ = json.Valid
 }
+
+// The sweeper removes the records of every job gone from both tables, however many went
+// since its last pass: it went on while its batches were full. It stopped after 10
+// batches a minute, so above 10 × BatchSize such jobs a minute (a logging kind under
+// CompletionDelete at 170 jobs/s with the default batch) the records piled up.
+func TestLogs_ThePurgeOfOrphanedRecordsIsNotCappedPerMinute(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// 25 jobs gone from both tables, with 2 records each; batches of 2 jobs.
+	_, err := b.pool.Exec(b.ctx, b.q(`INSERT INTO {s}.job_logs (job_id, fence, seq, attempt, at, level, message)
+		SELECT j, 1, r, 1, now(), 0, 'm' FROM generate_series(1, 25) j, generate_series(0, 1) r`))
+	require.NoError(t, err)
+	s, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{BatchSize: 2, Logger: testLogger()})
+	require.NoError(t, err)
+	_, err = s.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.job_logs`), "records of jobs gone from both tables were left")
+}

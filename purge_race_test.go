@@ -231,3 +231,44 @@ func TestSweeper_AWorkflowRetriedDuringTheWorkflowPurgeIsKept(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, skiplock.StatusQueued, row.Status)
 }
+
+// A sequence job cancelled while its handler ran, past its retention before the handler
+// returns, is kept until then: the retention purge deleted it, its task stayed released
+// (neither its worker nor the sweep found the row to end the attempt), and the key's
+// next job waited for ever. Once the handler has returned, the purge deletes it.
+func TestSweeper_ASequenceJobCancelledWhileRunningIsKeptUntilItsHandlerReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seqDeafAudit(t, b)
+	started := make(chan struct{})
+	goOn := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}})
+	require.NoError(t, skiplock.Handle(w, seqDeafHandler(b, started, func(context.Context) { <-goOn })))
+	runWorker(t, w)
+	one, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 1}, nil)
+	require.NoError(t, err)
+	<-started
+	_, err = b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 2}, nil)
+	require.NoError(t, err)
+	_, err = b.client.Cancel(b.ctx, one.JobID)
+	require.NoError(t, err)
+	// Cancelled two hours ago, its handler still running.
+	_, err = b.pool.Exec(b.ctx, b.q(`UPDATE {s}.jobs SET finished_at = now() - interval '2 hours' WHERE id = $1`), one.JobID)
+	require.NoError(t, err)
+	sw, err := skiplock.NewSweeper(b.client, skiplock.SweeperConfig{ArchiveRetention: time.Hour, Logger: testLogger()})
+	require.NoError(t, err)
+	res, err := sw.Sweep(b.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, res.Purged, "the purge deleted a cancelled job whose handler still runs")
+
+	close(goOn)
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 2`) == 1
+	}, "the key's next job did not run after the cancelled handler returned")
+	eventually(t, 10*time.Second, func() bool {
+		_, err := sw.Sweep(b.ctx)
+		require.NoError(t, err)
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1`, one.JobID) == 0
+	}, "the cancelled job past retention was not purged once its handler returned")
+}

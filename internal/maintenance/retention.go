@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/jobtype"
+	"github.com/skiplock/skiplock/internal/ownership"
 )
 
 // retentionRule names the jobs a retention applies to: one queue's, one kind's, or (the
@@ -116,6 +117,9 @@ const purgeMargin = 5 * time.Minute
 //     cancelled job put back in the queue after this statement's snapshot (RetryWorkflow,
 //     or a Requeue reviving the dependents a parent cancelled), committed while the
 //     DELETE waited on its row lock, is queued by then, and stays.
+//   - A job cancelled while its handler ran stays while that attempt is open
+//     (ownership.CancelledAttemptOpen): a sequence task's job deleted then left its task
+//     released for ever, and the key's next job waiting, whatever the retention.
 const PurgeArchiveSQL = `WITH a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
 		SELECT id FROM {s}.jobs_archive
@@ -128,10 +132,12 @@ const PurgeArchiveSQL = `WITH a AS (
 	DELETE FROM {s}.jobs WHERE id = ANY (ARRAY(
 		SELECT id FROM {s}.jobs
 		WHERE status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval
+			AND NOT ` + ownership.CancelledAttemptOpen + `
 			AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
 			AND queue <> ALL ($6::text[]) AND kind <> ALL ($7::text[])
 		LIMIT $2))
 		AND status IN ('succeeded', 'cancelled') AND finished_at < now() - $1::interval
+		AND NOT ` + ownership.CancelledAttemptOpen + `
 	RETURNING 1
 ), k AS (
 	DELETE FROM {s}.enqueue_batches WHERE key = ANY (ARRAY(

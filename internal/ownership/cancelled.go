@@ -25,6 +25,15 @@ import (
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
+// CancelledAttemptOpen is true of a jobs row cancelled while its handler ran whose attempt
+// has not ended for skiplock: its lease has not passed (the handler may still run), or
+// it is a sequence task's, whose task is settled only when that lease ends (by its
+// worker in endCancelledSQL, or by the sweep once it has passed). Such a row is not
+// deleted (the retention purge, Delete, DeleteMany): with the row gone, neither would
+// find it, and the sequence key's next job would wait for ever.
+const CancelledAttemptOpen = `(status = 'cancelled' AND lease_until IS NOT NULL
+	AND (lease_until >= now() OR metadata ? '` + settle.MetaSequence + `'))`
+
 // keepCancelledSQL renews, to now() + $4, the lease of the cancelled rows of this
 // worker's ($3) attempts ($1, $2, pairs as in FenceSQL) whose handlers still run. A row
 // whose lease was ended (NULL: the handler returned) is left alone, and so is a row

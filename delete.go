@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/settle"
 )
 
@@ -31,6 +32,15 @@ var ErrTaskPending = errors.New("skiplock: job is a workflow task that has not f
 // deleted).
 const notPendingTask = `NOT (status = 'queued' AND metadata ? '` + settle.MetaWorkflow + `')`
 
+// notOpenAttempt keeps a job cancelled while its handler ran until that attempt has
+// ended (ownership.CancelledAttemptOpen): deleted before, a sequence task's job left its
+// task released for ever, the key's next job waiting.
+const notOpenAttempt = `NOT ` + ownership.CancelledAttemptOpen
+
+// openAttemptSQL says whether job $1 is a job cancelled while its handler ran whose
+// attempt has not ended.
+const openAttemptSQL = `SELECT ` + ownership.CancelledAttemptOpen + ` FROM {s}.jobs WHERE id = $1`
+
 // deleteBatch is how many jobs of each table one statement of DeleteMany deletes: each
 // batch is a transaction of its own, so locks and WAL stay small and a long DeleteMany
 // never holds back vacuum.
@@ -43,7 +53,8 @@ const deleteBatch = 1000
 // first makes the DELETE wait and then re-check status, so it never deletes a job a
 // worker has just claimed.
 const deleteSQL = `WITH h AS (
-	DELETE FROM {s}.jobs WHERE id = $1 AND status <> 'running' AND ` + notPendingTask + ` RETURNING ` + jobColumns + `
+	DELETE FROM {s}.jobs WHERE id = $1 AND status <> 'running' AND ` + notPendingTask + ` AND ` + notOpenAttempt + `
+	RETURNING ` + jobColumns + `
 ), a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = $1 RETURNING ` + archiveJobColumns + `
 ), l AS (
@@ -60,9 +71,10 @@ SELECT * FROM h UNION ALL SELECT * FROM a`
 // waiting on them.
 const deleteManySQL = `WITH h AS (
 	DELETE FROM {s}.jobs WHERE id = ANY (ARRAY(
-		SELECT id FROM {s}.jobs WHERE status <> 'running' AND ` + notPendingTask + ` AND ` + listFilter + `
+		SELECT id FROM {s}.jobs WHERE status <> 'running' AND ` + notPendingTask + ` AND ` + notOpenAttempt + `
+			AND ` + listFilter + `
 		ORDER BY id LIMIT $9 FOR UPDATE SKIP LOCKED))
-		AND status <> 'running' AND ` + notPendingTask + ` AND ` + listFilter + `
+		AND status <> 'running' AND ` + notPendingTask + ` AND ` + notOpenAttempt + ` AND ` + listFilter + `
 	RETURNING 1
 ), a AS (
 	DELETE FROM {s}.jobs_archive WHERE id = ANY (ARRAY(
@@ -75,8 +87,9 @@ SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM a)`
 
 // Delete deletes the job with the given id from the jobs table or the archive and
 // returns it as it was. A queued job is deleted (it will not run; its unique key is
-// free again); a running one is not: Delete returns it with [ErrJobRunning]; nor is the
-// queued job of a workflow task, which returns [ErrTaskPending]. It returns
+// free again); a running one is not: Delete returns it with [ErrJobRunning], as it does
+// a job cancelled while it ran until its handler has returned (or its lease has passed);
+// nor is the queued job of a workflow task, which returns [ErrTaskPending]. It returns
 // [ErrJobNotFound] when there is no such job.
 func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 	// A job moved to the archive while this statement waited on its row is in neither
@@ -96,6 +109,15 @@ func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 		if cur.Status == StatusRunning {
 			return cur, fmt.Errorf("%w: job %d: cancel it first, then delete it", ErrJobRunning, id)
 		}
+		if cur.Status == StatusCancelled {
+			var open bool
+			if err := c.pool.QueryRow(ctx, c.db.Render(openAttemptSQL), id).Scan(&open); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return nil, c.wrapErr("delete", err)
+			}
+			if open {
+				return cur, fmt.Errorf("%w: job %d was cancelled while it ran and its handler has not returned: delete it once it has", ErrJobRunning, id)
+			}
+		}
 		if _, task := cur.Metadata[settle.MetaWorkflow]; task && cur.Status == StatusQueued {
 			return cur, fmt.Errorf("%w: job %d: cancel it (or its workflow) first, then delete it", ErrTaskPending, id)
 		}
@@ -104,7 +126,8 @@ func (c *Client) Delete(ctx context.Context, id int64) (*JobRow, error) {
 }
 
 // DeleteMany deletes the jobs that match p's filters from the jobs table and the archive,
-// and returns how many it deleted. Running jobs, and the queued jobs of workflow tasks
+// and returns how many it deleted. Running jobs (and jobs cancelled while they ran whose
+// handlers have not returned, as [Client.Delete]), and the queued jobs of workflow tasks
 // ([ErrTaskPending]), are never deleted: they are left as they are, not counted, and not
 // waited for (cancel them first; delete them once finished).
 // A job being claimed or completed at that very moment may be left too. At least one

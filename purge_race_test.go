@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,6 +247,8 @@ func TestSweeper_ASequenceJobCancelledWhileRunningIsKeptUntilItsHandlerReturns(t
 		Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}})
 	require.NoError(t, skiplock.Handle(w, seqDeafHandler(b, started, func(context.Context) { <-goOn })))
 	runWorker(t, w)
+	release := sync.OnceFunc(func() { close(goOn) })
+	t.Cleanup(release) // before the worker's stop, should the test fail first
 	one, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 1}, nil)
 	require.NoError(t, err)
 	<-started
@@ -262,7 +265,7 @@ func TestSweeper_ASequenceJobCancelledWhileRunningIsKeptUntilItsHandlerReturns(t
 	require.NoError(t, err)
 	assert.Zero(t, res.Purged, "the purge deleted a cancelled job whose handler still runs")
 
-	close(goOn)
+	release()
 	eventually(t, 30*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 2`) == 1
 	}, "the key's next job did not run after the cancelled handler returned")
@@ -271,4 +274,42 @@ func TestSweeper_ASequenceJobCancelledWhileRunningIsKeptUntilItsHandlerReturns(t
 		require.NoError(t, err)
 		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE id = $1`, one.JobID) == 0
 	}, "the cancelled job past retention was not purged once its handler returned")
+}
+
+// Delete and DeleteMany leave a sequence job cancelled while its handler ran until the
+// handler has returned (Delete says ErrJobRunning, as ErrJobRunning's advice asks):
+// deleted before, its task stayed released and the key's next job waited for ever.
+func TestDelete_ASequenceJobCancelledWhileRunningIsKeptUntilItsHandlerReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seqDeafAudit(t, b)
+	started := make(chan struct{})
+	goOn := make(chan struct{})
+	w := newWorker(t, b, skiplock.WorkerConfig{PollInterval: 50 * time.Millisecond, SweepInterval: -1,
+		Logger: testLogger(), Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 4}}})
+	require.NoError(t, skiplock.Handle(w, seqDeafHandler(b, started, func(context.Context) { <-goOn })))
+	runWorker(t, w)
+	release := sync.OnceFunc(func() { close(goOn) })
+	t.Cleanup(release) // before the worker's stop, should the test fail first
+	one, err := b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 1}, nil)
+	require.NoError(t, err)
+	<-started
+	_, err = b.client.EnqueueSequence(b.ctx, "k", seqDeafArgs{N: 2}, nil)
+	require.NoError(t, err)
+	_, err = b.client.Cancel(b.ctx, one.JobID)
+	require.NoError(t, err)
+
+	row, err := b.client.Delete(b.ctx, one.JobID)
+	require.ErrorIs(t, err, skiplock.ErrJobRunning, "Delete deleted a cancelled job whose handler still runs")
+	assert.Equal(t, skiplock.StatusCancelled, row.Status)
+	n, err := b.client.DeleteMany(b.ctx, skiplock.ListParams{Status: skiplock.StatusCancelled})
+	require.NoError(t, err)
+	assert.Zero(t, n, "DeleteMany deleted a cancelled job whose handler still runs")
+
+	release()
+	eventually(t, 30*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.seq_audit WHERE n = 2`) == 1
+	}, "the key's next job did not run after the cancelled handler returned")
+	_, err = b.client.Delete(b.ctx, one.JobID)
+	require.NoError(t, err, "the cancelled job could not be deleted once its handler returned")
 }

@@ -225,6 +225,3 @@ func (s *Sweeper) purgeBatch(ctx context.Context, p purgePass) (n int64, done bo
 	}
 	return n, n < int64(s.cfg.BatchSize) && keys < int64(s.cfg.BatchSize), nil
 }
-
-// maxPurgeBatches bounds the retention work of one sweep.
-const maxPurgeBatches = 1000

@@ -17,7 +17,7 @@ FUZZ_DECODE ?= 300x
 ## importing the root). It prints the report for every package; these are the ones that
 ## pass: the root (the API), the engine's packages, ui, the tools; add each package as it
 ## passes. Empty enforces every package (`make vet DEPS_ENFORCE=`).
-DEPS_ENFORCE ?= .,./internal/claim,./internal/sealed,./internal/durable,./internal/enqueue,./internal/execute,./internal/groupcommit,./internal/jobtype,./internal/maintenance,./internal/notify,./internal/ownership,./internal/periodic,./internal/pgutil,./internal/record,./internal/settle,./internal/waiting,./ui,./ui/internal/query,./cron,./internal/blackhole,./internal/chaos/audit,./internal/chaos/cmd/...,./internal/chaos/worker,./internal/lifecycle,./internal/pgbouncer,./internal/pgtest/...,./internal/testbridge,./internal/tools/...,./migrations,./skiplocktest,./cmd/skiplock,./examples/quickstart
+DEPS_ENFORCE ?= .,./internal/claim,./internal/migrate,./internal/sealed,./internal/durable,./internal/enqueue,./internal/execute,./internal/groupcommit,./internal/jobtype,./internal/maintenance,./internal/notify,./internal/ownership,./internal/periodic,./internal/pgutil,./internal/record,./internal/settle,./internal/waiting,./ui,./ui/internal/query,./cron,./internal/blackhole,./internal/chaos/audit,./internal/chaos/cmd/...,./internal/chaos/worker,./internal/lifecycle,./internal/pgbouncer,./internal/pgtest/...,./internal/testbridge,./internal/tools/...,./migrations,./skiplocktest,./cmd/skiplock,./examples/quickstart
 
 .PHONY: test fmt-check vet unit fuzz-short demo db bench bench-quick bench-scale bench-scale-quick chaos chaos-failover env env-test ui
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock/internal/claim"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/record"
 	"github.com/skiplock/skiplock/internal/settle"
 	"github.com/skiplock/skiplock/internal/waiting"
@@ -180,59 +181,6 @@ type RequeueFilter struct {
 	Queue string
 }
 
-// requeueSQL is the operator's "try again": dead or failed jobs back to queued, due now,
-// with their attempts reset. Their error history stays.
-//
-//   - cand locks the matching rows, so a concurrent Requeue waits instead of counting them
-//     twice.
-//   - pick keeps, of the candidates sharing a unique key, only the newest, and none whose
-//     key an active job holds: requeueing those would break the key's promise (and fail on
-//     jobs_unique_key_idx). They are counted as skipped.
-//   - r reaches the picked rows through the primary key (id = ANY (ARRAY(...)), whatever
-//     the table's statistics say; see heartbeatSQL).
-//   - A job made active with the same key after this statement's snapshot still makes the
-//     UPDATE fail with unique_violation; Requeue then runs the statement again, and the
-//     new snapshot sees it.
-//   - t puts the task of a requeued workflow task's job back to released (through
-//     workflow_tasks_job_idx; nothing for plain jobs), as RetryWorkflow does: the task
-//     settles again when its job ends (settleSQL settles released tasks only), and
-//     WaitWorkflow waits for it. Without it the task kept its old outcome while its job
-//     ran, and its new one was never recorded. The task's row is locked after its job's,
-//     as a settle does; RetryWorkflow locks the jobs it puts back before any task row,
-//     so the two wait for each other's job locks, never in a cycle.
-//   - o/u: in a RunDependents workflow the task's failure had satisfied its children;
-//     those still waiting wait for it again and drop its old outcome from their counts
-//     (settle.UnsettleSQL), so that its next outcome is counted once.
-var requeueSQL = `WITH cand AS (
-	SELECT id, unique_key FROM {s}.jobs
-	WHERE status IN ('dead', 'failed')
-		AND ($1::bigint[] IS NULL OR id = ANY($1))
-		AND ($2::text IS NULL OR kind = $2)
-		AND ($3::text IS NULL OR queue = $3)
-	FOR UPDATE
-), pick AS (
-	SELECT DISTINCT ON (c.unique_key, CASE WHEN c.unique_key IS NULL THEN c.id END) c.id
-	FROM cand c
-	WHERE c.unique_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM {s}.jobs a WHERE a.unique_key = c.unique_key AND a.status IN ('queued', 'running'))
-	ORDER BY c.unique_key, CASE WHEN c.unique_key IS NULL THEN c.id END, c.id DESC
-), r AS (
-	UPDATE {s}.jobs j SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
-		locked_at = NULL, locked_by = NULL
-	WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
-	RETURNING j.id, j.queue
-), o AS (
-	SELECT workflow_id, name, state FROM {s}.workflow_tasks
-	WHERE job_id = ANY (ARRAY(SELECT id FROM r)) AND state IN ('failed', 'dead')
-), t AS (
-	UPDATE {s}.workflow_tasks SET state = 'released'
-	WHERE job_id = ANY (ARRAY(SELECT id FROM r)) AND state IN ('failed', 'dead')
-), u AS (
-	` + settle.UnsettleSQL("o") + `
-)
-SELECT (SELECT count(*) FROM cand), (SELECT count(*) FROM r),
-	coalesce((SELECT array_agg(DISTINCT queue) FROM r), '{}')`
-
 // RequeueResult says what [Client.Requeue] did.
 type RequeueResult struct {
 	// Requeued counts the jobs put back in the queue.
@@ -282,7 +230,7 @@ func (c *Client) Requeue(ctx context.Context, f RequeueFilter) (RequeueResult, e
 		err     error
 	)
 	for range 5 {
-		err = c.pool.QueryRow(ctx, c.db.Render(requeueSQL), ids, nullString(f.Kind), nullString(f.Queue)).Scan(&matched, &res.Requeued, &queues)
+		err = c.pool.QueryRow(ctx, c.db.Render(settle.RequeueSQL), ids, nullString(f.Kind), nullString(f.Queue)).Scan(&matched, &res.Requeued, &queues)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 			break // a key taken after the snapshot (unique_violation) is worth another try
@@ -501,4 +449,68 @@ func (c *Client) CachedStats(ctx context.Context, maxAge time.Duration) ([]Queue
 		return nil, time.Time{}, c.wrapErr("cached stats", err)
 	}
 	return out, at, nil
+}
+
+// The rest of this file holds what a worker does differently when it is one of many processes on
+// the same queues: it learns how many processes serve them (the workers table, renewed
+// with the election statement, see internal/ownership, leader.go), and bounds the statements it keeps in
+// flight on the queues' rows by that count, so that the fleet as a whole keeps about
+// WorkerConfig.FleetStatements of them in flight whatever its size. (Measured on two
+// cores: 16 processes with one statement each in flight drained at 0.9–1.2 of one
+// process; with two each, at 0.35–0.4.)
+//
+// Why: a claim walks the head of its queue's claim index, and an entry of a job claimed
+// moments ago leaves it only once no statement's snapshot can still see the queued row.
+// With a few statements in flight that is at once; with dozens (16 processes, each with
+// two claim loops and two batching loops, on a server whose cores they share) the oldest
+// snapshot is that of the slowest statement, every claim walks the entries of the jobs
+// the others just claimed, and gets slower still: the drain settles at a third of one
+// process's rate (bench/README, "Many worker processes"). A lone process keeps its full
+// pipeline: the bound applies only from a second process on.
+
+// WorkerInfo is one worker of the fleet as the workers table knows it (see
+// [Client.Workers]).
+type WorkerInfo struct {
+	ID     string   // WorkerConfig.ID
+	Queues []string // the queues it serves, sorted
+	// StartedAt is its first registration; ExpiresAt is when it stops counting unless it
+	// registers again (every 1.7–3 s while it runs). A worker that gave up on its
+	// handlers at a hard stop ([Worker.StopAndCancel]) sets both to that moment.
+	StartedAt, ExpiresAt time.Time
+	// Alive: ExpiresAt is still ahead, by the database's clock (which a step of the
+	// server's clock moves: the workers themselves judge each other by their own clocks,
+	// see docs/ownership.md). A worker that stopped deletes its row; one that died stays
+	// listed, not alive, until about a minute after the other workers judged it dead.
+	Alive bool
+	// Leader: it holds the fleet's maintenance (the sweep, the archive purge, the vacuum
+	// check) now.
+	Leader bool
+}
+
+// workersSQL lists the workers table with who leads the maintenance.
+const workersSQL = `SELECT w.id, w.queues, w.started_at, w.expires_at, w.expires_at > now(),
+	coalesce(l.leader_id = w.id AND l.expires_at > now(), false)
+FROM {s}.workers w LEFT JOIN {s}.leader l ON l.name = $1
+ORDER BY w.id`
+
+// Workers lists the workers registered in the schema: each running worker keeps a row,
+// renewed every few seconds (with its election statement, or, with a negative
+// SweepInterval, a registration of its own), and deletes it when it stops. It tells how
+// many processes serve which queues, and which of them leads the maintenance.
+func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	rows, err := c.pool.Query(ctx, c.db.Render(workersSQL), ownership.MaintenanceRole)
+	if err != nil {
+		return nil, c.wrapErr("workers", err)
+	}
+	var w WorkerInfo
+	out := []WorkerInfo{}
+	_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.Queues, &w.StartedAt, &w.ExpiresAt, &w.Alive, &w.Leader}, func() error {
+		out = append(out, w)
+		w.Queues = nil
+		return nil
+	})
+	if err != nil {
+		return nil, c.wrapErr("workers", err)
+	}
+	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/skiplock/skiplock/internal/ownership"
 	"github.com/skiplock/skiplock/internal/pgutil"
 	"github.com/skiplock/skiplock/internal/record"
+	"github.com/skiplock/skiplock/internal/settle"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -77,7 +78,7 @@ func TestPlans_ReachRowsByKeyWhenStatisticsSayTheTableIsEmpty(t *testing.T) {
 			[]string{}, []string{"k2"}, maintenance.EnqueueKeyRetention}, seqScan: true},
 		{name: "archive purge of a kind", sql: maintenance.PurgeArchiveSQL, args: []any{time.Hour, 1000, time.Time{}, nil, "k2",
 			[]string{}, []string{}, maintenance.EnqueueKeyRetention}, seqScan: true},
-		{name: "requeue", sql: requeueSQL, args: []any{ids, nil, nil}},
+		{name: "requeue", sql: settle.RequeueSQL, args: []any{ids, nil, nil}},
 		{name: "failure", sql: record.FailureSQL, args: []any{ids, fences, "w", `{}`}},
 		{name: "release", sql: ownership.ReleaseSQL, args: []any{ids, fences, "w"}},
 	}

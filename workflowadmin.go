@@ -131,28 +131,6 @@ func (c *Client) lockWorkflow(ctx context.Context, tx pgx.Tx, id int64) (bool, e
 	return err == nil, err
 }
 
-// cancelWorkflowSQL cancels what has not started: waiting tasks, and the queued jobs of
-// released ones (with their tasks, so that nothing settles them again). A running job
-// finishes (or is cancelled by Client.Cancel); its dependents are already cancelled.
-// It runs after lockWorkflowSQL: no settle of the workflow commits meanwhile.
-const cancelWorkflowSQL = `WITH w AS (
-	UPDATE {s}.workflow_tasks SET state = 'cancelled'
-	WHERE workflow_id = $1 AND state = 'waiting'
-	RETURNING 1
-),
-j AS (
-	UPDATE {s}.jobs SET status = 'cancelled', finished_at = now()
-	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks WHERE workflow_id = $1 AND state = 'released'))
-		AND status = 'queued'
-	RETURNING id
-),
-r AS (
-	UPDATE {s}.workflow_tasks SET state = 'cancelled'
-	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM j)
-	RETURNING 1
-)
-SELECT (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
-
 // CancelWorkflow cancels every task of workflow id that has not started: tasks still
 // waiting for dependencies, and queued jobs. Running tasks finish (a failed attempt's
 // retries with them); their dependents are cancelled with the rest. It returns how many
@@ -166,130 +144,13 @@ func (c *Client) CancelWorkflow(ctx context.Context, id int64) (int, error) {
 		if ok, err := c.lockWorkflow(ctx, tx, id); !ok {
 			return err
 		}
-		return tx.QueryRow(ctx, pgutil.Render(c.schema, cancelWorkflowSQL), id).Scan(&n)
+		return tx.QueryRow(ctx, pgutil.Render(c.schema, settle.CancelWorkflowSQL), id).Scan(&n)
 	})
 	if err != nil {
 		return 0, c.wrapErr("cancel workflow", err)
 	}
 	return n, nil
 }
-
-// retryLockSQL locks, in id order (the order every batched statement locks jobs in),
-// the jobs RetryWorkflow puts back, and says of each whether its handler may still run:
-// a job cancelled while running keeps its lease (lease_until) while its worker runs the
-// handler (internal/ownership, cancelled.go), and loses it when the handler returns.
-// Locked, no lease renewal or end lands between this check and the requeue.
-const retryLockSQL = `SELECT t.name, j.id, (j.status = 'cancelled' AND j.lease_until > now()) IS TRUE
-FROM {s}.jobs j JOIN {s}.workflow_tasks t ON t.job_id = j.id
-WHERE t.workflow_id = $1 AND t.state IN ('failed', 'dead', 'cancelled')
-	AND j.status IN ('failed', 'dead', 'cancelled')
-ORDER BY j.id
-FOR UPDATE OF j`
-
-// retryWorkflowSQL puts a workflow's failed, dead and cancelled tasks back:
-//   - req: the jobs of such tasks still in the jobs table go back to queued, due now,
-//     their attempts reset, and their tasks to released; in an on_failure = 'run'
-//     workflow their children still waiting wait for them again, without their old
-//     outcomes in their counts (unsettle: settle.UnsettleSQL; old has those outcomes);
-//   - gone: such tasks whose job is not put back — gone from the jobs table (deleted,
-//     or purged by DeadRetention or the retention of cancelled jobs) — cannot run again:
-//     they stay as they are, and no settle will ever come from them. In an on_failure =
-//     'cancel' workflow their descendants (stuck, recursive over workflow_edges) would
-//     wait for them for ever, so those are not reopened either; in an 'run' one they
-//     count as settled, as below;
-//   - cand/back: cancelled tasks whose job never existed (cancelled as dependents, or
-//     while waiting), but those in stuck, wait again for their dependencies that will
-//     settle again; those with none left are inserted as jobs (ins). A dependency settles
-//     again if it is requeued here (rel), reopened here (cand) or still waiting or
-//     released; one that stays as it was (succeeded; or ended and its job is gone) is
-//     settled already, and is counted into the task's outcome counts, which a batch's
-//     callback reads. In an on_failure = 'cancel' workflow only successes satisfy a
-//     dependency: every other one is waited for (none is gone: stuck left those out).
-//
-// It returns the count of tasks put back, the queues to wake, the jobs inserted, and
-// the names of the tasks gone and of those left cancelled because of them.
-// It runs after lockWorkflowSQL: the states it reads stay as read until it commits.
-var retryWorkflowSQL = `WITH RECURSIVE req AS (
-	UPDATE {s}.jobs SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
-		locked_by = NULL, locked_at = NULL, lease_until = NULL
-	WHERE id = ANY (ARRAY(SELECT job_id FROM {s}.workflow_tasks
-			WHERE workflow_id = $1 AND state IN ('failed', 'dead', 'cancelled')))
-		AND status IN ('failed', 'dead', 'cancelled')
-	RETURNING id, queue
-),
-old AS (
-	SELECT workflow_id, name, state FROM {s}.workflow_tasks
-	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
-),
-rel AS (
-	UPDATE {s}.workflow_tasks SET state = 'released'
-	WHERE workflow_id = $1 AND job_id IN (SELECT id FROM req)
-	RETURNING name
-),
-unsettle AS (
-	` + settle.UnsettleSQL("old") + `
-),
-gone AS (
-	SELECT name FROM {s}.workflow_tasks
-	WHERE workflow_id = $1 AND state IN ('failed', 'dead', 'cancelled') AND job_id IS NOT NULL
-		AND job_id NOT IN (SELECT id FROM req)
-),
-stuck (name) AS (
-	SELECT e.child FROM {s}.workflow_edges e
-	JOIN gone g ON g.name = e.parent
-	JOIN {s}.workflows w ON w.id = e.workflow_id AND w.on_failure = 'cancel'
-	WHERE e.workflow_id = $1
-	UNION
-	SELECT e.child FROM {s}.workflow_edges e
-	JOIN stuck s ON s.name = e.parent
-	WHERE e.workflow_id = $1
-),
-par AS (
-	SELECT t.name, w.on_failure, p.state,
-		p.name IN (SELECT name FROM rel) OR p.state IN ('waiting', 'released')
-			OR (p.state = 'cancelled' AND p.job_id IS NULL AND p.name NOT IN (SELECT name FROM stuck)) AS again
-	FROM {s}.workflow_tasks t
-	JOIN {s}.workflows w ON w.id = t.workflow_id
-	LEFT JOIN {s}.workflow_edges e ON e.workflow_id = t.workflow_id AND e.child = t.name
-	LEFT JOIN {s}.workflow_tasks p ON p.workflow_id = e.workflow_id AND p.name = e.parent
-	WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
-		AND t.name NOT IN (SELECT name FROM stuck)
-),
-cand AS (
-	SELECT name,
-		count(*) FILTER (WHERE again OR on_failure = 'cancel' AND state <> 'succeeded') AS waiting,
-		count(*) FILTER (WHERE NOT again AND state = 'succeeded') AS ns,
-		count(*) FILTER (WHERE NOT again AND state = 'failed') AS nf,
-		count(*) FILTER (WHERE NOT again AND state = 'dead') AS nd,
-		count(*) FILTER (WHERE NOT again AND state = 'cancelled') AS nc
-	FROM par GROUP BY name
-),
-back AS (
-	UPDATE {s}.workflow_tasks t SET waiting = c.waiting,
-		state = CASE WHEN c.waiting = 0 THEN 'released' ELSE 'waiting' END,
-		n_succeeded = c.ns, n_failed = c.nf, n_dead = c.nd, n_cancelled = c.nc
-	FROM cand c WHERE t.workflow_id = $1 AND t.name = c.name
-	RETURNING t.*
-),
-ins AS (
-	INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, timeout_ms, metadata, partition_key)
-	SELECT queue, kind, payload, priority, now(), max_attempts, timeout_ms,
-		CASE WHEN metadata ? '` + settle.MetaBatch + `' THEN metadata || jsonb_build_object(
-			'skiplock_succeeded', n_succeeded::text, 'skiplock_failed', n_failed::text,
-			'skiplock_dead', n_dead::text, 'skiplock_cancelled', n_cancelled::text)
-		ELSE metadata END,
-		partition_key
-	FROM back WHERE state = 'released'
-	RETURNING ` + settle.InsertedTaskColumns + `
-)
-SELECT (SELECT count(*) FROM rel) + (SELECT count(*) FROM back),
-	ARRAY(SELECT queue FROM req),
-	coalesce((SELECT array_agg(id) FROM ins), '{}'), coalesce((SELECT array_agg(workflow_id) FROM ins), '{}'),
-	coalesce((SELECT array_agg(name) FROM ins), '{}'), coalesce((SELECT array_agg(DISTINCT queue) FROM ins), '{}'),
-	ARRAY(SELECT name FROM gone ORDER BY name),
-	ARRAY(SELECT t.name FROM {s}.workflow_tasks t
-		WHERE t.workflow_id = $1 AND t.state = 'cancelled' AND t.job_id IS NULL
-			AND t.name IN (SELECT name FROM stuck) ORDER BY t.name)`
 
 // RetryWorkflow runs workflow id's failed, dead and cancelled tasks again: their jobs go
 // back to the queue with their attempts reset, and tasks cancelled before they ran wait
@@ -323,7 +184,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 		}
 		var queues []string
 		var ins settle.Inserted
-		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, retryWorkflowSQL), id).Scan(&n, &queues,
+		if err := tx.QueryRow(ctx, pgutil.Render(c.schema, settle.RetryWorkflowSQL), id).Scan(&n, &queues,
 			&ins.IDs, &ins.Workflows, &ins.Names, &ins.Queues, &gone, &stuck); err != nil {
 			return err
 		}
@@ -352,10 +213,10 @@ func (c *Client) RetryWorkflow(ctx context.Context, id int64) (int, error) {
 	return n, nil
 }
 
-// refuseRunning runs retryLockSQL in tx for workflow id and returns an error matching
+// refuseRunning runs settle.RetryLockSQL in tx for workflow id and returns an error matching
 // [ErrJobRunning] for the first job it would put back whose handler may still run.
 func (c *Client) refuseRunning(ctx context.Context, tx pgx.Tx, id int64) error {
-	rows, err := tx.Query(ctx, pgutil.Render(c.schema, retryLockSQL), id)
+	rows, err := tx.Query(ctx, pgutil.Render(c.schema, settle.RetryLockSQL), id)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ type Worker struct {
 	// The executor's collaborators, which a synchronous run (workOne) uses alone.
 	starter  *execute.JobStarter
 	outcomes *record.OutcomeRecorder
-	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (fleet.go)
+	gate     *pgutil.Gate // bounds the statements on the queues' rows by the fleet's size (admin.go, the fleet part)
 }
 
 // NewWorker returns a Worker for client configured by cfg. A field out of range is an
@@ -155,7 +155,7 @@ func (w *Worker) buildExecution(declared map[string]QueueLimits, campaign bool) 
 		func() bool { return held.Count() > 0 }, w.logger)
 	w.lease = ownership.NewLease(c.pool, c.schema, cfg.ID, cfg.VisibilityTimeout, held, w.elector.SinceRenewal, w.logger)
 	w.lease.Flows = c.flows // a workflow task sent dead by the put-back of an unwritable outcome is settled
-	// CompleteTx (completetx.go) writes an attempt's success as the completer would.
+	// CompleteTx (handle.go) writes an attempt's success as the completer would.
 	modeOf := completionModeOf(cfg, w.queues)
 	attempt := &record.AttemptRef{WorkerID: cfg.ID, Stmts: record.RenderCompleteStmts(c.schema), ModeOf: modeOf, Lost: record.AttemptLostSQL, Wake: waiting.NewWaking(c.schema),
 		Flows: c.flows}

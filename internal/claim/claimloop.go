@@ -93,7 +93,7 @@ type QueueRunner struct {
 	Max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
 	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
 	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
-	paused atomic.Bool  // the queue is paused: claim nothing (the root's pause.go)
+	paused atomic.Bool  // the queue is paused: claim nothing (the root's flow.go, its pause part)
 	wakes  []chan struct{}
 	Jobs   *Handoff // to the runners (handoff.go); a Put never blocks
 

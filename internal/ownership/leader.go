@@ -67,7 +67,7 @@ WHERE l.expires_at < now() OR l.leader_id = excluded.leader_id
 RETURNING l.leader_id`
 
 // registrationCTEs are the two steps of a worker's registration in the workers table (see
-// the root's fleet.go, Client.Workers), written with the placeholders of the statement
+// the root's admin.go, Client.Workers), written with the placeholders of the statement
 // that holds them: the rows of the workers this one judged dead long enough ago (ids in
 // deadIDs, the expires_at seen of each at the same place in deadSeen: reclaimer.prunable)
 // are deleted on the way, and this worker's row is written with its queues and an expiry
@@ -96,7 +96,7 @@ func registrationCTEs(id, queues, ttl, deadIDs, deadSeen string) string {
 // peersSQL counts the other live workers that serve at least one of queues. It reads
 // expires_at against now(): a step of the server's clock miscounts for at most a renewal
 // period (every row is written again), and the count only sizes the statements each
-// worker keeps in flight (fleet.go).
+// worker keeps in flight (the root's admin.go).
 func peersSQL(id, queues string) string {
 	return `(SELECT count(*) FROM {s}.workers w WHERE w.id <> ` + id + ` AND w.expires_at > now() AND w.queues && ` + queues + `::text[])`
 }

@@ -1,6 +1,6 @@
 // This file holds the completion modes (archive, delete, keep): what happens to a job row
 // when its handler succeeds, and the fenced statement that records it in each mode. The
-// completer (complete.go) and CompleteTx (the root's completetx.go) run these statements.
+// completer (complete.go) and CompleteTx (the root's handle.go) run these statements.
 
 package record
 

@@ -91,11 +91,15 @@ type QueueRunner struct {
 	cfg    ClaimLoopConfig
 	name   string
 	Max    atomic.Int64 // MaxWorkers; changed at run time by Worker.SetMaxWorkers
-	active atomic.Int64 // slots taken: jobs running, or reserved by a claim in flight
-	more   atomic.Bool  // the last claim filled its batch: there may be a backlog
-	paused atomic.Bool  // the queue is paused: claim nothing (the root's flow.go, its pause part)
-	wakes  []chan struct{}
-	Jobs   *Handoff // to the runners (handoff.go); a Put never blocks
+	active atomic.Int64 // slots taken: jobs running or waiting for a runner, or reserved by a claim in flight
+	// handlerAvg is a running average of the queue's handler durations (ns), which
+	// decides whether it claims ahead (claimsAhead). It starts long: a queue claims
+	// ahead only once its handlers have shown they are short.
+	handlerAvg atomic.Int64
+	more       atomic.Bool // the last claim filled its batch: there may be a backlog
+	paused     atomic.Bool // the queue is paused: claim nothing (the root's flow.go, its pause part)
+	wakes      []chan struct{}
+	Jobs       *Handoff // to the runners (handoff.go); a Put never blocks
 
 	// flow is the queue's limited claim path (the root's flow.go); nil: the plain claim (claimSQL).
 	flow atomic.Pointer[flowQueue]
@@ -127,6 +131,7 @@ type QueueRunner struct {
 func NewQueueRunner(name string, maxWorkers int, cfg ClaimLoopConfig) *QueueRunner {
 	q := &QueueRunner{cfg: cfg, name: name, Jobs: NewHandoff()}
 	q.Max.Store(int64(maxWorkers))
+	q.handlerAvg.Store(int64(handlerAvgStart))
 	for range fetchersPerQueue {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
 	}
@@ -162,13 +167,58 @@ func (q *QueueRunner) slotsFreed(n int) {
 	}
 }
 
-// Finished gives back the slot of a job whose handler returned, and wakes the claim
-// loops when the queue may have a backlog.
-func (q *QueueRunner) Finished() {
+// Finished gives back the slot of a job whose handler returned after d, and wakes the
+// claim loops when the queue may have a backlog.
+func (q *QueueRunner) Finished(d time.Duration) {
 	q.active.Add(-1)
+	// A running average over about the last eight jobs. Runners finishing at once may
+	// each overwrite the other's update: an average that loses a sample now and then
+	// still tells short handlers from long ones, and costs no compare-and-swap loop.
+	avg := q.handlerAvg.Load()
+	q.handlerAvg.Store(avg + (int64(d)-avg)/8)
 	if q.more.Load() {
 		q.Signal()
 	}
+}
+
+// Claiming ahead. A slot is taken from the start of the claim that fills it until the
+// job's handler returns: with handlers much shorter than a claim's round trip, a
+// queue's slots spend most of their time waiting for claims, and MaxWorkers bounds the
+// drain at about MaxWorkers ÷ (a claim's round trip) jobs a second. A queue whose
+// handlers take under claimAheadBelow on average, and which has no limits (flow
+// control: its claims hold its global slots, its keys' and its rate's tokens), claims up
+// to MaxWorkers jobs more than it runs: they wait in the hand-off for the first runner
+// free, for about one handler's duration. The runners stay MaxWorkers: no more handlers
+// run at once. The jobs waiting are the worker's like any it runs (its lease, its
+// heartbeat); at shutdown they run before the worker stops, like the jobs of a claim
+// that was in flight.
+const (
+	// claimAheadBelow is the average handler duration under which a queue claims ahead.
+	claimAheadBelow = time.Millisecond
+	// handlerAvgStart is the average a queue starts with, well above claimAheadBelow:
+	// about sixteen short jobs bring it below.
+	handlerAvgStart = 8 * claimAheadBelow
+)
+
+// claimsAhead reports whether the queue claims ahead of its free slots now. Never with
+// one slot: its jobs start one at a time in claim order (docs/workers.md, "Claim
+// order"), which two claims in flight, either of which may come back first, would not
+// keep. Not while the queue has more runners than MaxWorkers (it was lowered at run
+// time: runners, once started, stay), which would run the jobs claimed ahead at once,
+// more than MaxWorkers.
+func (q *QueueRunner) claimsAhead() bool {
+	max := q.Max.Load()
+	return max > 1 && q.handlerAvg.Load() < int64(claimAheadBelow) && q.flow.Load() == nil &&
+		q.Jobs.Runners() <= max
+}
+
+// held is how many of the queue's jobs the worker holds at most: MaxWorkers, twice that
+// while it claims ahead.
+func (q *QueueRunner) held() int64 {
+	if q.claimsAhead() {
+		return 2 * q.Max.Load()
+	}
+	return q.Max.Load()
 }
 
 // reserve takes the free slots for one claim, at most limit, and returns how many; the
@@ -176,7 +226,7 @@ func (q *QueueRunner) Finished() {
 func (q *QueueRunner) reserve(limit int64) int64 {
 	for {
 		cur := q.active.Load()
-		n := min(q.Max.Load()-cur, limit)
+		n := min(q.held()-cur, limit)
 		if n <= 0 {
 			return 0
 		}
@@ -368,7 +418,7 @@ const leaseEndingPoll = 50 * time.Millisecond
 // slots, it first lets a few more handlers finish (FetchCooldown), so that the next claim
 // is a batch, not a trickle.
 func (q *QueueRunner) awaitSlots(ctx context.Context) bool {
-	max := q.Max.Load()
+	max := q.held()
 	free := max - q.active.Load()
 	if free <= 0 {
 		return false

@@ -81,12 +81,12 @@ func TestQueueRunner_ReserveFollowsTheMaximumAtRunTime(t *testing.T) {
 	}
 	q.Max.Store(1)
 	for range 4 {
-		q.Finished()
+		q.Finished(time.Second)
 	}
 	if n := q.reserve(q.claimSize()); n != 0 {
 		t.Fatalf("lowered to 1 with 1 still running, reserved %d, want 0", n)
 	}
-	q.Finished()
+	q.Finished(time.Second)
 	if n := q.reserve(q.claimSize()); n != 1 {
 		t.Fatalf("lowered to 1 with none running, reserved %d, want 1", n)
 	}
@@ -163,7 +163,7 @@ func TestQueueRunner_FinishedGivesTheSlotBack(t *testing.T) {
 			t.Parallel()
 			q := newRunner(2, 2, 1)
 			q.more.Store(tt.backlog)
-			q.Finished()
+			q.Finished(time.Second)
 			if n := q.active.Load(); n != 1 {
 				t.Fatalf("slots taken after a job finished: %d, want 1", n)
 			}
@@ -317,7 +317,7 @@ func TestQueueRunner_ReservationsBalanceUnderConcurrency(t *testing.T) {
 					q.active.Add(-n)
 				} else { // or each job finishes on its own
 					for range n {
-						q.Finished()
+						q.Finished(time.Second)
 					}
 				}
 			}
@@ -384,4 +384,56 @@ func TestResumeAt_IsTheFirstJobOfTheHighestPriority(t *testing.T) {
 	assert.Equal(t, Resume{Priority: 3, RunAt: at.Add(time.Second), ID: 7}, r)
 	_, ok = resumeAt(nil)
 	assert.False(t, ok)
+}
+
+// A queue claims ahead of its free slots, up to MaxWorkers jobs more, only while its
+// handlers are short on average and it has no limits; a run of long handlers, or limits,
+// bring it back to MaxWorkers.
+func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
+	t.Parallel()
+	q := newRunner(4, 0, 1)
+	if n := q.reserve(100); n != 4 {
+		t.Fatalf("a new queue reserved %d, want MaxWorkers (4): its handlers are not yet known to be short", n)
+	}
+	for range 32 { // short handlers; each gives its slot back and the claim takes it again
+		q.Finished(50 * time.Microsecond)
+		q.active.Add(1)
+	}
+	if !q.claimsAhead() {
+		t.Fatalf("after 32 handlers of 50µs the queue does not claim ahead (average %v)", time.Duration(q.handlerAvg.Load()))
+	}
+	if n := q.reserve(100); n != 4 {
+		t.Fatalf("with 4 jobs held and short handlers, reserved %d, want 4 more (2 × MaxWorkers)", n)
+	}
+	if n := q.reserve(100); n != 0 {
+		t.Fatalf("with 8 held, reserved %d more, want 0", n)
+	}
+	q.flow.Store(&flowQueue{limits: jobtype.QueueLimits{Rate: 10, RatePeriod: time.Second}})
+	if q.claimsAhead() {
+		t.Fatal("a queue with limits claims ahead")
+	}
+	q.flow.Store(nil)
+	q.Jobs.started.Store(6) // MaxWorkers was 6, lowered to 4: six runners wait for jobs
+	if q.claimsAhead() {
+		t.Fatal("a queue with more runners than MaxWorkers claims ahead: its jobs claimed ahead would run at once")
+	}
+	q.Jobs.started.Store(4)
+	q.Max.Store(1)
+	if q.claimsAhead() {
+		t.Fatal("a queue of one slot claims ahead: its jobs would not start in claim order")
+	}
+	q.Max.Store(4)
+	for range 16 { // handlers turned long
+		q.Finished(20 * time.Millisecond)
+		q.active.Add(1)
+	}
+	if q.claimsAhead() {
+		t.Fatalf("after 16 handlers of 20ms the queue still claims ahead (average %v)", time.Duration(q.handlerAvg.Load()))
+	}
+	for range 5 {
+		q.Finished(20 * time.Millisecond)
+	}
+	if n := q.reserve(100); n != 1 {
+		t.Fatalf("with 3 of 8 held after handlers turned long, reserved %d, want 1 (back to MaxWorkers 4)", n)
+	}
 }

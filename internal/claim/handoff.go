@@ -4,7 +4,10 @@
 
 package claim
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Handoff passes a queue's dispatched jobs to its runners (internal/execute), first in,
 // first out. A channel would wake one sleeping runner per job, a goroutine switch and
@@ -33,12 +36,12 @@ type Handoff struct {
 	mu       sync.Mutex
 	sleepers []*Sleeper // runners asleep in Next, the latest last
 	jobs     []Dispatched
-	head     int    // jobs[head:] wait
-	pending  int    // runners woken or started that have not yet looked at the jobs
-	closed   bool   // Close was called: no more jobs come
-	started  int    // runners started by spawn
-	limit    int    // the most runners spawn may start
-	spawn    func() // starts one runner, which calls Arrived and then Next; nil: none
+	head     int          // jobs[head:] wait
+	pending  int          // runners woken or started that have not yet looked at the jobs
+	closed   bool         // Close was called: no more jobs come
+	started  atomic.Int64 // runners started by spawn; changed under mu, read without it by Runners
+	limit    int          // the most runners spawn may start
+	spawn    func()       // starts one runner, which calls Arrived and then Next; nil: none
 }
 
 // SetSpawn makes the Handoff start a runner with spawn (under its lock: spawn must only
@@ -67,6 +70,10 @@ func (h *Handoff) Arrived() {
 	h.mu.Unlock()
 }
 
+// Runners returns how many runners the Handoff has started: once started, they stay, so
+// after MaxWorkers was lowered they may outnumber it.
+func (h *Handoff) Runners() int64 { return h.started.Load() }
+
 // NewHandoff returns an empty Handoff.
 func NewHandoff() *Handoff { return &Handoff{} }
 
@@ -94,9 +101,9 @@ func (h *Handoff) wakeOne() {
 		h.sleepers[last] = nil
 		h.sleepers = h.sleepers[:last]
 		s.wake <- struct{}{} // never blocks: a sleeper is listed once, and woken once per listing
-	case h.spawn != nil && h.started < h.limit && !h.closed:
+	case h.spawn != nil && h.started.Load() < int64(h.limit) && !h.closed:
 		h.pending++
-		h.started++
+		h.started.Add(1)
 		h.spawn()
 	}
 }

@@ -289,12 +289,39 @@ func (e *Executor) runJobs(q *claim.QueueRunner) {
 // runJob runs d and gives back what it held: its context, its slot in q, its place
 // among the running handlers. Deferred, so that a handler's runtime.Goexit does it too.
 func (e *Executor) runJob(q *claim.QueueRunner, d claim.Dispatched, o *overrunWatch) {
+	var took time.Duration
 	defer func() {
 		d.Job.Cancel(nil)
-		q.Finished()
+		q.Finished(took)
 		e.starter.HandlerWG.Done()
 	}()
-	e.Execute(d, o)
+	if cause := e.endedBeforeStart(d); cause != nil {
+		// The job waited for a runner (claimed ahead of the free slots, or by a claim
+		// in flight at shutdown) and meanwhile the worker's shutdown cut its handlers
+		// off, or the worker lost it. Its handler does not start: the recorder puts it
+		// back, its attempt given back, or drops what another worker now holds.
+		e.outcomes.Record(d.Key, record.AttemptResult{Ctx: d.Job, State: d.Job.State(), Row: d.Row, Policy: e.cfg.RetryPolicy, Slot: d.Slot, Err: cause})
+		return
+	}
+	took = e.Execute(d, o).Duration
+}
+
+// endedBeforeStart returns why d's handler must not start, or nil: the shutdown cut the
+// handlers off (its base context ended; d's own context is ended here with that cause,
+// if the cut has not reached it yet), or the worker lost the job.
+func (e *Executor) endedBeforeStart(d claim.Dispatched) error {
+	select {
+	case <-e.starter.Base.Done():
+		d.Job.Cancel(context.Cause(e.starter.Base))
+	default:
+		if d.Job.Err() == nil {
+			return nil
+		}
+	}
+	if cause := context.Cause(d.Job); errors.Is(cause, record.ErrShutdown) || errors.Is(cause, ownership.ErrJobLost) {
+		return cause
+	}
+	return nil
 }
 
 // timeoutFor returns the timeout of one attempt: the job's own, else its kind's, else the

@@ -1,0 +1,125 @@
+package skiplock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+type aheadArgs struct {
+	N int `json:"n"`
+}
+
+func (aheadArgs) Kind() string { return "ahead" }
+
+// aheadWorker is a worker of queue "q" (MaxWorkers 4) whose handlers of jobs N < warm
+// return at once (counted in warmed), and of the others write a row of ahead_audit as
+// they start, whatever their context, then wait for gate (or their context). Each
+// handler counts itself in running (the most at once in most).
+type aheadWorker struct {
+	w             *skiplock.Worker
+	gate          chan struct{}
+	running, most atomic.Int32
+	warmed        atomic.Int32 // handlers of jobs N < warm run
+}
+
+func newAheadWorker(t *testing.T, b *bundle, warm int, cfg skiplock.WorkerConfig) *aheadWorker {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, b.q(`CREATE TABLE {s}.ahead_audit (job bigint NOT NULL, n int NOT NULL,
+		started timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz)`))
+	require.NoError(t, err)
+	cfg.Queues = map[string]skiplock.QueueConfig{"q": {MaxWorkers: 4}}
+	cfg.SweepInterval, cfg.Logger = -1, testLogger()
+	a := &aheadWorker{w: newWorker(t, b, cfg), gate: make(chan struct{})}
+	require.NoError(t, skiplock.Handle(a.w, func(ctx context.Context, job *skiplock.Job[aheadArgs]) error {
+		n := a.running.Add(1)
+		defer a.running.Add(-1)
+		for m := a.most.Load(); n > m && !a.most.CompareAndSwap(m, n); m = a.most.Load() {
+		}
+		if job.Args.N < warm {
+			a.warmed.Add(1)
+			return nil
+		}
+		if _, err := b.pool.Exec(context.WithoutCancel(ctx), b.q(`INSERT INTO {s}.ahead_audit (job, n) VALUES ($1, $2)`), job.ID, job.Args.N); err != nil {
+			return err
+		}
+		select {
+		case <-a.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := b.pool.Exec(context.WithoutCancel(ctx), b.q(`UPDATE {s}.ahead_audit SET ended = clock_timestamp() WHERE job = $1`), job.ID)
+		return err
+	}))
+	params := make([]skiplock.EnqueueParams, 0, warm+12)
+	for i := range warm + 12 {
+		params = append(params, skiplock.EnqueueParams{Args: aheadArgs{N: i}, Options: &skiplock.EnqueueOptions{Queue: "q"}})
+	}
+	_, err = b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+	return a
+}
+
+// With short handlers a queue claims up to MaxWorkers jobs ahead of its free slots (docs/
+// configuration.md, "Claiming ahead"), yet never runs more than MaxWorkers handlers at
+// once, and runs every job once. Once its handlers block, the worker holds 2 × MaxWorkers
+// jobs: MaxWorkers running, as many waiting for a runner; no more.
+func TestWorker_ClaimsAheadOfShortHandlersButRunsAtMostMaxWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const warm = 64
+	a := newAheadWorker(t, b, warm, skiplock.WorkerConfig{})
+	runWorker(t, a.w)
+
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 8 &&
+			b.count(t, `SELECT count(*) FROM {s}.ahead_audit WHERE n >= $1 AND ended IS NULL`, warm) == 4
+	}, "four handlers blocked, four more jobs claimed ahead")
+	holdsFor(t, 300*time.Millisecond, 20*time.Millisecond, func() {
+		assert.LessOrEqual(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`), 8,
+			"the worker holds more than 2 × MaxWorkers jobs")
+	})
+	close(a.gate)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == warm+12
+	}, "every job succeeded")
+	assert.LessOrEqual(t, a.most.Load(), int32(4), "more handlers than MaxWorkers ran at once")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.ahead_audit a WHERE
+		(SELECT count(*) FROM {s}.ahead_audit o WHERE o.started <= a.started AND (o.ended IS NULL OR o.ended > a.started)) > 4`),
+		"the audit shows more than 4 handlers at once")
+	assert.Equal(t, int32(warm), a.warmed.Load())
+	assert.Equal(t, 12, b.count(t, `SELECT count(DISTINCT job) FROM {s}.ahead_audit`))
+	assert.Equal(t, 12, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`), "a job's handler ran twice")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1`))
+}
+
+// Jobs claimed ahead that still wait for a runner when shutdown cuts the handlers off do
+// not start: they are put back with the handlers cut off, their attempts given back.
+func TestWorker_ShutdownPutsBackJobsClaimedAheadUnstarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const warm = 64
+	a := newAheadWorker(t, b, warm, skiplock.WorkerConfig{ShutdownTimeout: 200 * time.Millisecond})
+	stop := runWorker(t, a.w)
+	eventually(t, 20*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 8 &&
+			b.count(t, `SELECT count(*) FROM {s}.ahead_audit WHERE n >= $1 AND ended IS NULL`, warm) == 4
+	}, "four handlers blocked, four more jobs claimed ahead")
+	stop()
+
+	// Two claims in flight may come back in either order: a warm job can wait behind
+	// the blocked ones too. Every handler that started ran to its end.
+	succeeded := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`)
+	assert.Equal(t, int(a.warmed.Load()), succeeded, "a warm job's handler ran and it did not succeed")
+	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running'`), "a job is left running")
+	assert.Equal(t, warm+12-succeeded, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'queued' AND attempts = 0`),
+		"the jobs not succeeded are queued with no attempt spent")
+	assert.Equal(t, 4, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`),
+		"a job claimed ahead started its handler after shutdown cut the handlers off")
+}

@@ -127,8 +127,8 @@ const (
 type QueueConfig struct {
 	// MaxWorkers is how many jobs of this queue run at once in this worker. Defaults to
 	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
-	// an error. While the queue's handlers take under a millisecond on average, it has
-	// no Limits and MaxWorkers is over 1, the worker claims up to MaxWorkers jobs more, which wait for a free
+	// an error. While the queue has a backlog, its handlers take under a millisecond on
+	// average, it has no Limits and MaxWorkers is over 1, the worker claims up to MaxWorkers jobs more, which wait for a free
 	// handler (docs/configuration.md, "Claiming ahead"): no more than MaxWorkers handlers
 	// run at once.
 	MaxWorkers int

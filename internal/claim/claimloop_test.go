@@ -392,6 +392,7 @@ func TestResumeAt_IsTheFirstJobOfTheHighestPriority(t *testing.T) {
 func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
 	t.Parallel()
 	q := newRunner(4, 0, 1)
+	q.more.Store(true) // a backlog
 	if n := q.reserve(100); n != 4 {
 		t.Fatalf("a new queue reserved %d, want MaxWorkers (4): its handlers are not yet known to be short", n)
 	}
@@ -399,6 +400,11 @@ func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
 		q.Finished(50 * time.Microsecond)
 		q.active.Add(1)
 	}
+	q.more.Store(false)
+	if q.claimsAhead() {
+		t.Fatal("a queue without a backlog (its last claim took fewer jobs than it asked for) claims ahead")
+	}
+	q.more.Store(true)
 	if !q.claimsAhead() {
 		t.Fatalf("after 32 handlers of 50µs the queue does not claim ahead (average %v)", time.Duration(q.handlerAvg.Load()))
 	}

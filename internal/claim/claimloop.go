@@ -190,8 +190,8 @@ func (q *QueueRunner) Finished(d time.Duration) {
 // to MaxWorkers jobs more than it runs: they wait in the hand-off for the first runner
 // free, for about one handler's duration. The runners stay MaxWorkers: no more handlers
 // run at once. The jobs waiting are the worker's like any it runs (its lease, its
-// heartbeat); at shutdown they run before the worker stops, like the jobs of a claim
-// that was in flight.
+// heartbeat); at shutdown they run while the worker waits for its handlers, and those
+// still waiting when it cuts the handlers off do not start (internal/execute: put back).
 const (
 	// claimAheadBelow is the average handler duration under which a queue claims ahead.
 	claimAheadBelow = time.Millisecond
@@ -204,10 +204,9 @@ const (
 // it has a backlog (its last claim filled its batch): a queue that keeps up claims each
 // job as it comes, and a second claim loop claiming ahead beside the first would run a
 // claim statement that finds nothing for every wake-up (bench latency: +0.1 ms p50,
-// 2026-12-07). Never with
-// one slot: its jobs start one at a time in claim order (docs/workers.md, "Claim
-// order"), which two claims in flight, either of which may come back first, would not
-// keep. Not while the queue has more runners than MaxWorkers (it was lowered at run
+// 2026-12-07). Never with one slot: its jobs start one at a time in claim order
+// (docs/workers.md, "Claim order"), which two claims in flight, either of which may
+// come back first, would not keep. Not while the queue has more runners than MaxWorkers (it was lowered at run
 // time: runners, once started, stay), which would run the jobs claimed ahead at once,
 // more than MaxWorkers.
 func (q *QueueRunner) claimsAhead() bool {

@@ -2,6 +2,8 @@ package skiplock_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +124,89 @@ func TestWorker_ShutdownPutsBackJobsClaimedAheadUnstarted(t *testing.T) {
 		"the jobs not succeeded are queued with no attempt spent")
 	assert.Equal(t, 4, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`),
 		"a job claimed ahead started its handler after shutdown cut the handlers off")
+}
+
+// Three workers drain 20,000 short jobs with 8 slots each, claiming ahead; one stops
+// part-way (its shutdown cutting off at once what it still holds). Every job runs its
+// handler exactly once and succeeds at its first attempt (a job put back unstarted
+// gives its attempt back), no worker runs more than 8 handlers at once, and at some
+// point a worker held more jobs than its slots: the drain did claim ahead.
+func TestWorker_AFleetClaimingAheadRunsEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs, slots = 20000, 8
+	var runs sync.Map // job id → *atomic.Int32
+	type counted struct{ running, most atomic.Int32 }
+	workers := make([]*skiplock.Worker, 3)
+	counts := make([]*counted, 3)
+	for i := range workers {
+		c := &counted{}
+		counts[i] = c
+		workers[i] = newWorker(t, b, skiplock.WorkerConfig{
+			ID:     fmt.Sprintf("ahead-%d-%s", i, b.schema),
+			Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: slots}},
+			// The stopped worker cuts its handlers off at once: what still waits is put back.
+			ShutdownTimeout: time.Millisecond, SweepInterval: -1, Logger: testLogger(),
+		})
+		require.NoError(t, skiplock.Handle(workers[i], func(ctx context.Context, job *skiplock.Job[aheadArgs]) error {
+			n := c.running.Add(1)
+			defer c.running.Add(-1)
+			for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+			}
+			v, _ := runs.LoadOrStore(job.ID, new(atomic.Int32))
+			v.(*atomic.Int32).Add(1)
+			return nil
+		}))
+	}
+	params := make([]skiplock.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Args: aheadArgs{N: i}, Options: &skiplock.EnqueueOptions{Queue: "q"}}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, params)
+	require.NoError(t, err)
+
+	var heldMost atomic.Int64 // the most running jobs one worker held, sampled
+	sampleCtx, stopSampling := context.WithCancel(b.ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampleCtx.Err() == nil {
+			var n int64
+			if err := b.pool.QueryRow(sampleCtx, b.q(`SELECT coalesce(max(c), 0) FROM (SELECT count(*) c FROM {s}.jobs
+				WHERE queue = 'q' AND status = 'running' GROUP BY locked_by) x`)).Scan(&n); err == nil && n > heldMost.Load() {
+				heldMost.Store(n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	stops := make([]func(), 3)
+	for i, w := range workers {
+		stops[i] = runWorker(t, w)
+	}
+	eventually(t, 60*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) >= jobs/4
+	}, "a quarter of the jobs done")
+	stops[0]()
+	eventually(t, 120*time.Second, func() bool {
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == jobs
+	}, "every job succeeded")
+	stopSampling()
+	<-sampled
+
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs`), "a job is left in the jobs table")
+	assert.Zero(t, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1`), "a job spent more than one attempt")
+	ran, twice := 0, 0
+	runs.Range(func(_, v any) bool {
+		ran++
+		if v.(*atomic.Int32).Load() != 1 {
+			twice++
+		}
+		return true
+	})
+	assert.Equal(t, jobs, ran, "jobs whose handler ran")
+	assert.Zero(t, twice, "jobs whose handler ran more than once")
+	for i, c := range counts {
+		assert.LessOrEqual(t, c.most.Load(), int32(slots), "worker %d ran more handlers at once than its slots", i)
+	}
+	assert.Greater(t, heldMost.Load(), int64(slots), "no worker ever held more jobs than its slots: the drain did not claim ahead")
 }

@@ -14,6 +14,10 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
+// gated is how many jobs of newAheadWorker's wait for its gate: more than the 16 (4 ×
+// MaxWorkers) a worker claiming ahead holds.
+const gated = 20
+
 type aheadArgs struct {
 	N int `json:"n"`
 }
@@ -59,8 +63,8 @@ func newAheadWorker(t *testing.T, b *bundle, warm int, cfg skiplock.WorkerConfig
 		_, err := b.pool.Exec(context.WithoutCancel(ctx), b.q(`UPDATE {s}.ahead_audit SET ended = clock_timestamp() WHERE job = $1`), job.ID)
 		return err
 	}))
-	params := make([]skiplock.EnqueueParams, 0, warm+12)
-	for i := range warm + 12 {
+	params := make([]skiplock.EnqueueParams, 0, warm+gated)
+	for i := range warm + gated {
 		params = append(params, skiplock.EnqueueParams{Args: aheadArgs{N: i}, Options: &skiplock.EnqueueOptions{Queue: "q"}})
 	}
 	_, err = b.client.EnqueueMany(b.ctx, params)
@@ -70,8 +74,8 @@ func newAheadWorker(t *testing.T, b *bundle, warm int, cfg skiplock.WorkerConfig
 
 // With short handlers a queue claims up to MaxWorkers jobs ahead of its free slots (docs/
 // configuration.md, "Claiming ahead"), yet never runs more than MaxWorkers handlers at
-// once, and runs every job once. Once its handlers block, the worker holds 2 × MaxWorkers
-// jobs: MaxWorkers running, as many waiting for a runner; no more.
+// once, and runs every job once. Once its handlers block, the worker holds 4 × MaxWorkers
+// jobs: MaxWorkers running, three times as many waiting for a runner; no more.
 func TestWorker_ClaimsAheadOfShortHandlersButRunsAtMostMaxWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -80,24 +84,24 @@ func TestWorker_ClaimsAheadOfShortHandlersButRunsAtMostMaxWorkers(t *testing.T) 
 	runWorker(t, a.w)
 
 	eventually(t, 20*time.Second, func() bool {
-		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 8 &&
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 16 &&
 			b.count(t, `SELECT count(*) FROM {s}.ahead_audit WHERE n >= $1 AND ended IS NULL`, warm) == 4
-	}, "four handlers blocked, four more jobs claimed ahead")
+	}, "four handlers blocked, twelve more jobs claimed ahead")
 	holdsFor(t, 300*time.Millisecond, 20*time.Millisecond, func() {
-		assert.LessOrEqual(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`), 8,
-			"the worker holds more than 2 × MaxWorkers jobs")
+		assert.LessOrEqual(t, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`), 16,
+			"the worker holds more than 4 × MaxWorkers jobs")
 	})
 	close(a.gate)
 	eventually(t, 20*time.Second, func() bool {
-		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == warm+12
+		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`) == warm+gated
 	}, "every job succeeded")
 	assert.LessOrEqual(t, a.most.Load(), int32(4), "more handlers than MaxWorkers ran at once")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.ahead_audit a WHERE
 		(SELECT count(*) FROM {s}.ahead_audit o WHERE o.started <= a.started AND (o.ended IS NULL OR o.ended > a.started)) > 4`),
 		"the audit shows more than 4 handlers at once")
 	assert.Equal(t, int32(warm), a.warmed.Load())
-	assert.Equal(t, 12, b.count(t, `SELECT count(DISTINCT job) FROM {s}.ahead_audit`))
-	assert.Equal(t, 12, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`), "a job's handler ran twice")
+	assert.Equal(t, gated, b.count(t, `SELECT count(DISTINCT job) FROM {s}.ahead_audit`))
+	assert.Equal(t, gated, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`), "a job's handler ran twice")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1`))
 }
 
@@ -110,9 +114,9 @@ func TestWorker_ShutdownPutsBackJobsClaimedAheadUnstarted(t *testing.T) {
 	a := newAheadWorker(t, b, warm, skiplock.WorkerConfig{ShutdownTimeout: 200 * time.Millisecond})
 	stop := runWorker(t, a.w)
 	eventually(t, 20*time.Second, func() bool {
-		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 8 &&
+		return b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'running'`) == 16 &&
 			b.count(t, `SELECT count(*) FROM {s}.ahead_audit WHERE n >= $1 AND ended IS NULL`, warm) == 4
-	}, "four handlers blocked, four more jobs claimed ahead")
+	}, "four handlers blocked, twelve more jobs claimed ahead")
 	stop()
 
 	// Two claims in flight may come back in either order: a warm job can wait behind
@@ -120,7 +124,7 @@ func TestWorker_ShutdownPutsBackJobsClaimedAheadUnstarted(t *testing.T) {
 	succeeded := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE status = 'succeeded'`)
 	assert.Equal(t, int(a.warmed.Load()), succeeded, "a warm job's handler ran and it did not succeed")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE status = 'running'`), "a job is left running")
-	assert.Equal(t, warm+12-succeeded, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'queued' AND attempts = 0`),
+	assert.Equal(t, warm+gated-succeeded, b.count(t, `SELECT count(*) FROM {s}.jobs WHERE queue = 'q' AND status = 'queued' AND attempts = 0`),
 		"the jobs not succeeded are queued with no attempt spent")
 	assert.Equal(t, 4, b.count(t, `SELECT count(*) FROM {s}.ahead_audit`),
 		"a job claimed ahead started its handler after shutdown cut the handlers off")

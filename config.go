@@ -128,9 +128,9 @@ type QueueConfig struct {
 	// MaxWorkers is how many jobs of this queue run at once in this worker. Defaults to
 	// [DefaultMaxWorkers] (100); zero means the default; negative or more than 100000 is
 	// an error. While the queue has a backlog, its handlers take under a millisecond on
-	// average, it has no Limits and MaxWorkers is over 1, the worker claims up to MaxWorkers jobs more, which wait for a free
-	// handler (docs/configuration.md, "Claiming ahead"): no more than MaxWorkers handlers
-	// run at once.
+	// average, it has no Limits and MaxWorkers is over 1, the worker claims up to three
+	// times MaxWorkers jobs more, which wait for a free handler (docs/configuration.md,
+	// "Claiming ahead"): no more than MaxWorkers handlers run at once.
 	MaxWorkers int
 	// Limits are the queue's flow-control limits across all workers (global and per-key
 	// concurrency, rate, fair sharing). Defaults to none: the zero value takes the plain

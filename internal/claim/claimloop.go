@@ -187,9 +187,9 @@ func (q *QueueRunner) Finished(d time.Duration) {
 // drain at about MaxWorkers ÷ (a claim's round trip) jobs a second. A queue with a
 // backlog whose handlers take under claimAheadBelow on average, and which has no limits (flow
 // control: its claims hold its global slots, its keys' and its rate's tokens), claims up
-// to MaxWorkers jobs more than it runs: they wait in the hand-off for the first runner
-// free, for about one handler's duration. The runners stay MaxWorkers: no more handlers
-// run at once. The jobs waiting are the worker's like any it runs (its lease, its
+// to (claimAheadFactor - 1) × MaxWorkers jobs more than it runs, in claims as large as
+// that: they wait in the hand-off for the first runner free, for about three handlers'
+// durations at most. The runners stay MaxWorkers: no more handlers run at once. The jobs waiting are the worker's like any it runs (its lease, its
 // heartbeat); at shutdown they run while the worker waits for its handlers, and those
 // still waiting when it cuts the handlers off do not start (internal/execute: put back).
 const (
@@ -198,6 +198,11 @@ const (
 	// handlerAvgStart is the average a queue starts with, well above claimAheadBelow:
 	// about sixteen short jobs bring it below.
 	handlerAvgStart = 8 * claimAheadBelow
+	// claimAheadFactor × MaxWorkers is how many jobs a queue that claims ahead holds at
+	// most. Against 2 × with claims of MaxWorkers, alternated in one run (2026-12-07,
+	// 5 rounds): drain ÷ floor 0.45–0.49 → 0.50–0.58, storm 0.42–0.50 → 0.47–0.57
+	// (bench/README.md, "Issue 45 round 11").
+	claimAheadFactor = 4
 )
 
 // claimsAhead reports whether the queue claims ahead of its free slots now. Only while
@@ -215,11 +220,11 @@ func (q *QueueRunner) claimsAhead() bool {
 		q.flow.Load() == nil && q.Jobs.Runners() <= max
 }
 
-// held is how many of the queue's jobs the worker holds at most: MaxWorkers, twice that
-// while it claims ahead.
+// held is how many of the queue's jobs the worker holds at most: MaxWorkers, or
+// claimAheadFactor times that while it claims ahead.
 func (q *QueueRunner) held() int64 {
 	if q.claimsAhead() {
-		return 2 * q.Max.Load()
+		return claimAheadFactor * q.Max.Load()
 	}
 	return q.Max.Load()
 }
@@ -239,14 +244,15 @@ func (q *QueueRunner) reserve(limit int64) int64 {
 	}
 }
 
-// claimSize is the most jobs one claim asks for: every free slot of the worker, or, on
-// a slotted queue, at most the queue's global limit (a claim cannot take more), so that
-// the other claim loop keeps slots to claim with while this one's claim is in flight.
+// claimSize is the most jobs one claim asks for: every free slot of the worker (those
+// it may claim ahead included), or, on a slotted queue, at most the queue's global limit
+// (a claim cannot take more), so that the other claim loop keeps slots to claim with
+// while this one's claim is in flight.
 func (q *QueueRunner) claimSize() int64 {
 	if f := q.flow.Load(); f != nil && slotted(f.limits) {
 		return int64(f.limits.Concurrency)
 	}
-	return q.Max.Load()
+	return q.held()
 }
 
 // claimsDrained returns once every claim that was in flight when it was called has

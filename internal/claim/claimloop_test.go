@@ -408,11 +408,14 @@ func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
 	if !q.claimsAhead() {
 		t.Fatalf("after 32 handlers of 50µs the queue does not claim ahead (average %v)", time.Duration(q.handlerAvg.Load()))
 	}
-	if n := q.reserve(100); n != 4 {
-		t.Fatalf("with 4 jobs held and short handlers, reserved %d, want 4 more (2 × MaxWorkers)", n)
+	if n := q.claimSize(); n != 16 {
+		t.Fatalf("a queue claiming ahead asks for %d jobs at most in a claim, want 16 (4 × MaxWorkers)", n)
+	}
+	if n := q.reserve(100); n != 12 {
+		t.Fatalf("with 4 jobs held and short handlers, reserved %d, want 12 more (4 × MaxWorkers held)", n)
 	}
 	if n := q.reserve(100); n != 0 {
-		t.Fatalf("with 8 held, reserved %d more, want 0", n)
+		t.Fatalf("with 16 held, reserved %d more, want 0", n)
 	}
 	q.flow.Store(&flowQueue{limits: jobtype.QueueLimits{Rate: 10, RatePeriod: time.Second}})
 	if q.claimsAhead() {
@@ -436,10 +439,13 @@ func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
 	if q.claimsAhead() {
 		t.Fatalf("after 16 handlers of 20ms the queue still claims ahead (average %v)", time.Duration(q.handlerAvg.Load()))
 	}
-	for range 5 {
+	for range 13 {
 		q.Finished(20 * time.Millisecond)
 	}
+	if n := q.claimSize(); n != 4 {
+		t.Fatalf("after handlers turned long a claim asks for %d jobs at most, want MaxWorkers (4)", n)
+	}
 	if n := q.reserve(100); n != 1 {
-		t.Fatalf("with 3 of 8 held after handlers turned long, reserved %d, want 1 (back to MaxWorkers 4)", n)
+		t.Fatalf("with 3 of 16 held after handlers turned long, reserved %d, want 1 (back to MaxWorkers 4)", n)
 	}
 }

@@ -3,7 +3,8 @@
 // skiplock package keeps depending on pgx and the standard library only.
 //
 // Accepted: the standard five fields (minute, hour, day of month, month, day of week),
-// with ranges, lists, steps and names (`*/15 9-17 * * MON-FRI`); the descriptors
+// with ranges, lists, steps and names (`*/15 9-17 * * MON-FRI`), Sunday as 0 or 7 as in
+// crontab(5) (`0 0 * * 6-7`); the descriptors
 // @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly and @every <duration>;
 // and a time zone prefix, `CRON_TZ=Europe/Paris 0 9 * * *` (TZ= too). Without a zone the
 // schedule runs in UTC, or in the location given to [ParseIn].
@@ -11,6 +12,7 @@ package cron
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,7 +80,7 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 			return fail("@every %s: use whole seconds (robfig would cut it to %s)", every, every.Truncate(time.Second))
 		}
 	}
-	s, err := robfig.ParseStandard(spec)
+	s, err := robfig.ParseStandard(sundayAsZero(spec))
 	if err != nil {
 		return fail("%w", err)
 	}
@@ -91,6 +93,71 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 		}
 	}
 	return &Schedule{expr: expr, sched: s}, nil
+}
+
+// sundayAsZero returns spec with 7 in its day-of-week field written as 0: crontab(5)
+// takes both for Sunday, robfig's parser 0 only. A 7 alone becomes 0; a range or a
+// stepped range with 7 as a bound becomes the list of its days. Anything else (names,
+// descriptors, other fields, numbers out of range, which the parser then refuses) is
+// left as it is.
+func sundayAsZero(spec string) string {
+	fields := strings.Fields(spec)
+	dow := len(fields) - 1
+	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
+		fields = fields[1:]
+	}
+	if len(fields) != 5 {
+		return spec
+	}
+	items := strings.Split(fields[4], ",")
+	changed := false
+	for i, item := range items {
+		if days, ok := expandSeven(item); ok {
+			items[i], changed = days, true
+		}
+	}
+	if !changed {
+		return spec
+	}
+	all := strings.Fields(spec)
+	all[dow] = strings.Join(items, ",")
+	return strings.Join(all, " ")
+}
+
+// expandSeven rewrites one item of a day-of-week list that names 7 (7, N-7, N-7/S, or
+// 7/S) into the days it names, 7 as 0; false for any other item, left to the parser.
+func expandSeven(item string) (string, bool) {
+	rng, stepText, stepped := strings.Cut(item, "/")
+	lo, hi, isRange := strings.Cut(rng, "-")
+	from, err := strconv.Atoi(lo)
+	if err != nil {
+		return "", false
+	}
+	to := from
+	if isRange {
+		if to, err = strconv.Atoi(hi); err != nil {
+			return "", false
+		}
+	}
+	step := 1
+	if stepped {
+		if step, err = strconv.Atoi(stepText); err != nil {
+			return "", false
+		}
+	}
+	if to != 7 || from < 0 || from > to || step < 1 {
+		return "", false
+	}
+	var days []string
+	seen := map[int]bool{}
+	for d := from; d <= to; d += step {
+		day := d % 7
+		if !seen[day] {
+			seen[day] = true
+			days = append(days, strconv.Itoa(day))
+		}
+	}
+	return strings.Join(days, ","), true
 }
 
 // MustParse is Parse that panics on a bad expression, for schedules written in code.

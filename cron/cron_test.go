@@ -87,3 +87,42 @@ func TestParseIn_AFixedZone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Date(2030, 3, 15, 22, 0, 0, 0, time.UTC), d.Next(at).UTC(), "a descriptor runs in loc too")
 }
+
+// 7 is Sunday in the day-of-week field, as in crontab(5), alone, as a range's end and in
+// a stepped range; robfig's parser refused it ("above maximum (6)").
+func TestParse_SevenIsSunday(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2030, 3, 15, 10, 7, 30, 0, time.UTC) // a Friday
+	sat := time.Date(2030, 3, 16, 0, 0, 0, 0, time.UTC)
+	sun := time.Date(2030, 3, 17, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		expr string
+		want []time.Time // the next runs from at
+	}{
+		{"0 0 * * 7", []time.Time{sun, sun.AddDate(0, 0, 7)}},
+		{"0 0 * * 6-7", []time.Time{sat, sun, sat.AddDate(0, 0, 7)}},
+		{"0 0 * * 5-7/2", []time.Time{sun, sun.AddDate(0, 0, 5), sun.AddDate(0, 0, 7)}}, // Fri, Sun
+		{"0 0 * * 1,7", []time.Time{sun, sun.AddDate(0, 0, 1), sun.AddDate(0, 0, 7)}},
+		{"CRON_TZ=UTC 0 0 * * 7", []time.Time{sun}},
+	} {
+		s, err := cron.Parse(tc.expr)
+		require.NoError(t, err, tc.expr)
+		next := at
+		for _, want := range tc.want {
+			next = s.Next(next)
+			assert.True(t, want.Equal(next), "%s: got %s, want %s", tc.expr, next, want)
+		}
+		assert.Contains(t, s.String(), "7", "%s: the expression is stored as written", tc.expr)
+	}
+	for _, bad := range []string{"0 0 * * 8", "0 0 * * 7-8", "0 0 * * 7-5"} {
+		_, err := cron.Parse(bad)
+		assert.Error(t, err, "%q names no day of the week", bad)
+	}
+	// Other items keep the parser's reading: 1/2 is 1-6/2 (no Sunday), 0-6 every day.
+	s, err := cron.Parse("0 0 * * 1/2")
+	require.NoError(t, err)
+	assert.True(t, time.Date(2030, 3, 18, 0, 0, 0, 0, time.UTC).Equal(s.Next(sat)), "1/2 ran on %s", s.Next(sat))
+	s, err = cron.Parse("0 0 * * 0-7")
+	require.NoError(t, err)
+	assert.True(t, sat.Equal(s.Next(at)) && sun.Equal(s.Next(sat)), "0-7 is every day")
+}

@@ -308,20 +308,12 @@ func insertUnnestSQL(gate string) string {
 SELECT q, k, p::jsonb, pr, ma, COALESCE(ra, now()), uk, tm, md::jsonb, pk, ck::jsonb
 FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::text[])
 	AS t(q, k, p, pr, ma, ra, uk, us, tm, md, pk, ck)
-WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (
-		SELECT 1 FROM {s}.jobs d
-		WHERE d.unique_key = t.uk AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))
-		UNION ALL
-		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = t.uk AND a.status = ANY (string_to_array(t.us, ','))))` + gate + `
+WHERE (uk IS NULL OR us IS NULL OR NOT EXISTS (` + finishedHolderSQL("t.uk", "string_to_array(t.us, ',')") + `))` + gate + `
 ` + onConflictUnique
 }
 
 // deleteFinishedHeldSQL deletes the jobs of ids $1 that this transaction has just
 // inserted whose key a finished job holds in a state of the matching comma-separated
 // list of $2, in the hot table or the archive (insertManyRecheck).
-const deleteFinishedHeldSQL = `DELETE FROM {s}.jobs j USING unnest($1::bigint[], $2::text[]) AS t(id, us)
-WHERE j.id = t.id AND EXISTS (
-	SELECT 1 FROM {s}.jobs d
-	WHERE d.unique_key = j.unique_key AND d.status NOT IN ('queued', 'running') AND d.status = ANY (string_to_array(t.us, ','))
-	UNION ALL
-	SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = j.unique_key AND a.status = ANY (string_to_array(t.us, ',')))`
+var deleteFinishedHeldSQL = `DELETE FROM {s}.jobs j USING unnest($1::bigint[], $2::text[]) AS t(id, us)
+WHERE j.id = t.id AND EXISTS (` + finishedHolderSQL("j.unique_key", "string_to_array(t.us, ',')") + `)`

@@ -146,13 +146,17 @@ const onConflictUnique = `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL 
 const readCommittedGate = `
 	AND current_setting('transaction_isolation') = 'read committed'`
 
-// finishedHolderSQL finds a finished job that holds key $7 in one of the finished states
-// $8 that count, in the hot table (jobs_unique_key_done_idx) and the archive
-// (jobs_archive_unique_key_idx). Active holders are the ON CONFLICT's business.
-const finishedHolderSQL = `SELECT 1 FROM {s}.jobs d
-		WHERE d.unique_key = $7 AND d.status NOT IN ('queued', 'running') AND d.status = ANY ($8::text[])
+// finishedHolderSQL is the query of a finished job that holds the unique key key in one
+// of the finished states states that count (SQL expressions of the enclosing statement: a
+// text, a text[]), in the hot table (jobs_unique_key_done_idx) and the archive
+// (jobs_archive_unique_key_idx). Active holders are the ON CONFLICT's business. The
+// single insert, the bulk insert and the bulk recheck share it.
+func finishedHolderSQL(key, states string) string {
+	return `SELECT 1 FROM {s}.jobs d
+		WHERE d.unique_key = ` + key + ` AND d.status NOT IN ('queued', 'running') AND d.status = ANY (` + states + `)
 		UNION ALL
-		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = $7 AND a.status = ANY ($8::text[])`
+		SELECT 1 FROM {s}.jobs_archive a WHERE a.unique_key = ` + key + ` AND a.status = ANY (` + states + `)`
+}
 
 // insertUniqueSQL is the single-job insert with a unique key $7: nothing is inserted when
 // a finished job holds the key in a state of $8 (NULL: no finished state counts, and the
@@ -168,7 +172,7 @@ func insertUniqueSQL(gated, notify bool) string {
 	}
 	ins := `INSERT INTO {s}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, timeout_ms, metadata, partition_key, concurrency_keys)
 SELECT $1::text, $2::text, $3::jsonb, $4::smallint, COALESCE($5::timestamptz, now() + $13::interval), $6::integer, $7::text, $9::bigint, $10::jsonb, $11::text, $12::jsonb
-WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL + `))` + gate + `
+WHERE ($8::text[] IS NULL OR NOT EXISTS (` + finishedHolderSQL("$7", "$8::text[]") + `))` + gate + `
 ` + onConflictUnique + `
 RETURNING ` + jobColumns
 	if !notify {

@@ -119,7 +119,7 @@ func (p *Poller) poll(ctx context.Context) error {
 	candidates := make([]bool, len(queues))
 	for i, q := range queues {
 		names[i] = q.name
-		candidates[i] = q.active.Load() < q.held() && !q.more.Load()
+		candidates[i] = q.active.Load() < q.Max.Load() && !q.more.Load() // without a backlog a queue does not claim ahead: held() is Max
 	}
 	var gen uint64
 	if p.pause != nil {

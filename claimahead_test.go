@@ -29,10 +29,10 @@ func (aheadArgs) Kind() string { return "ahead" }
 // they start, whatever their context, then wait for gate (or their context). Each
 // handler counts itself in running (the most at once in most).
 type aheadWorker struct {
-	w             *skiplock.Worker
-	gate          chan struct{}
-	running, most atomic.Int32
-	warmed        atomic.Int32 // handlers of jobs N < warm run
+	w    *skiplock.Worker
+	gate chan struct{}
+	atOnce
+	warmed atomic.Int32 // handlers of jobs N < warm run
 }
 
 func newAheadWorker(t *testing.T, b *bundle, warm int, cfg skiplock.WorkerConfig) *aheadWorker {
@@ -44,10 +44,7 @@ func newAheadWorker(t *testing.T, b *bundle, warm int, cfg skiplock.WorkerConfig
 	cfg.SweepInterval, cfg.Logger = -1, testLogger()
 	a := &aheadWorker{w: newWorker(t, b, cfg), gate: make(chan struct{})}
 	require.NoError(t, skiplock.Handle(a.w, func(ctx context.Context, job *skiplock.Job[aheadArgs]) error {
-		n := a.running.Add(1)
-		defer a.running.Add(-1)
-		for m := a.most.Load(); n > m && !a.most.CompareAndSwap(m, n); m = a.most.Load() {
-		}
+		defer a.enter()()
 		if job.Args.N < warm {
 			a.warmed.Add(1)
 			return nil
@@ -140,11 +137,10 @@ func TestWorker_AFleetClaimingAheadRunsEveryJobOnce(t *testing.T) {
 	b := setup(t)
 	const jobs, slots = 20000, 8
 	var runs sync.Map // job id → *atomic.Int32
-	type counted struct{ running, most atomic.Int32 }
 	workers := make([]*skiplock.Worker, 3)
-	counts := make([]*counted, 3)
+	counts := make([]*atOnce, 3)
 	for i := range workers {
-		c := &counted{}
+		c := &atOnce{}
 		counts[i] = c
 		workers[i] = newWorker(t, b, skiplock.WorkerConfig{
 			ID:     fmt.Sprintf("ahead-%d-%s", i, b.schema),
@@ -153,10 +149,7 @@ func TestWorker_AFleetClaimingAheadRunsEveryJobOnce(t *testing.T) {
 			ShutdownTimeout: time.Millisecond, SweepInterval: -1, Logger: testLogger(),
 		})
 		require.NoError(t, skiplock.Handle(workers[i], func(ctx context.Context, job *skiplock.Job[aheadArgs]) error {
-			n := c.running.Add(1)
-			defer c.running.Add(-1)
-			for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
-			}
+			defer c.enter()()
 			v, _ := runs.LoadOrStore(job.ID, new(atomic.Int32))
 			v.(*atomic.Int32).Add(1)
 			return nil

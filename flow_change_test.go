@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,15 +199,12 @@ func TestFlow_ALimitSetWhileAWorkerStartsIsInForceFromItsFirstClaim(t *testing.T
 	listenURL := u.String()
 
 	// Each job runs until the test releases it, so jobs started above the limit overlap.
-	var running, most atomic.Int64
+	var handlers atOnce
 	release := make(chan struct{})
 	w := newWorker(t, b, skiplock.WorkerConfig{ListenURL: listenURL, PollInterval: 50 * time.Millisecond,
 		Queues: map[string]skiplock.QueueConfig{"startlim": {MaxWorkers: 5}}, Logger: testLogger()})
 	require.NoError(t, skiplock.Handle(w, func(ctx context.Context, job *skiplock.Job[startLimitArgs]) error {
-		n := running.Add(1)
-		defer running.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
+		defer handlers.enter()()
 		select {
 		case <-release:
 			return nil
@@ -238,5 +234,5 @@ func TestFlow_ALimitSetWhileAWorkerStartsIsInForceFromItsFirstClaim(t *testing.T
 	eventually(t, 30*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE queue = 'startlim'`) == 20
 	}, "the 20 jobs ran")
-	assert.Equal(t, int64(1), most.Load(), "jobs of the queue ran at once above the limit set while the worker started")
+	assert.Equal(t, int32(1), handlers.most.Load(), "jobs of the queue ran at once above the limit set while the worker started")
 }

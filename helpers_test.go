@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +206,15 @@ next:
 		return l
 	}
 	return ""
+}
+
+// atOnce counts the handlers running at once (running) and the most seen (most).
+type atOnce struct{ running, most atomic.Int32 }
+
+// enter counts one more handler running and returns the call that counts it out.
+func (a *atOnce) enter() (leave func()) {
+	n := a.running.Add(1)
+	for m := a.most.Load(); n > m && !a.most.CompareAndSwap(m, n); m = a.most.Load() {
+	}
+	return func() { a.running.Add(-1) }
 }

@@ -101,10 +101,10 @@ func ParseIn(expr string, loc *time.Location) (*Schedule, error) {
 // descriptors, other fields, numbers out of range, which the parser then refuses) is
 // left as it is.
 func sundayAsZero(spec string) string {
-	fields := strings.Fields(spec)
-	dow := len(fields) - 1
+	all := strings.Fields(spec)
+	fields := all // without the zone prefix; shares all's array
 	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
-		fields = fields[1:]
+		fields = all[1:]
 	}
 	if len(fields) != 5 {
 		return spec
@@ -119,8 +119,7 @@ func sundayAsZero(spec string) string {
 	if !changed {
 		return spec
 	}
-	all := strings.Fields(spec)
-	all[dow] = strings.Join(items, ",")
+	fields[4] = strings.Join(items, ",")
 	return strings.Join(all, " ")
 }
 

@@ -153,6 +153,8 @@ RETURNING id, 0::bigint, 0, payload`,
 		complete: `DELETE FROM sw_bare WHERE id = ANY ($1::bigint[]) AND $2::bigint[] IS NOT NULL AND $3::text IS NOT NULL`,
 		body:     "sw_bare", like: "sw\\_bare%",
 	},
+	swSplit("split", true),
+	swSplit("splitdel", false),
 	swReady("ready", "90"),
 	swReady("ready50", "50"),
 	{
@@ -229,5 +231,68 @@ WHERE id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING id, fence, 0, payload`),
 		complete: r.Replace(`DELETE FROM {b} WHERE ` + swFence),
 		body:     body, like: strings.ReplaceAll("sw_"+name+"_", "_", "\\_") + "%",
+	}
+}
+
+// swSplit is the narrow-hot-row variant: the job's row split in two tables, the columns a
+// claim or a lease reads or writes, with skiplock's indexes on status, in a hot table, and
+// the job's body (kind, payload, metadata, errors, output, times) in a cold one beside it
+// that no claim updates. The claim updates the hot row and reads the payload from the
+// cold one; the success deletes both, and with archive moves the joined row to an archive
+// table (today's jobs_archive shape, as the archive variant), without it deletes them only.
+func swSplit(name string, archive bool) swVariant {
+	hot, cold, arch := "sw_"+name+"_hot", "sw_"+name+"_cold", "sw_"+name+"_archive"
+	r := strings.NewReplacer("{h}", hot, "{c}", cold, "{a}", arch)
+	setup := r.Replace(`CREATE TABLE {h} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	queue text NOT NULL DEFAULT 'default', status text NOT NULL DEFAULT 'queued',
+	priority smallint NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
+	attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 20,
+	locked_at timestamptz, locked_by text, unique_key text, lease_until timestamptz,
+	fence bigint NOT NULL DEFAULT 0, timeout_ms bigint, partition_key text, limited boolean,
+	CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')),
+	CHECK (max_attempts >= 1), CHECK (char_length(queue) BETWEEN 1 AND 64),
+	CHECK (timeout_ms IS NULL OR timeout_ms > 0),
+	CHECK (partition_key IS NULL OR char_length(partition_key) BETWEEN 1 AND 255)) WITH (` + swStorage + `);` +
+		strings.Replace(swStatusIndexes(hot, true), "(kind, queue)", "(queue)", 1) + `
+CREATE TABLE {c} (id bigint PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL DEFAULT '{}',
+	last_error text, errors jsonb, created_at timestamptz NOT NULL DEFAULT now(), finished_at timestamptz,
+	metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
+	CHECK (char_length(kind) BETWEEN 1 AND 255), CHECK (errors IS NULL OR jsonb_typeof(errors) = 'array'));`)
+	reset := r.Replace(`TRUNCATE {h}, {c}`)
+	complete := r.Replace(`WITH done AS (DELETE FROM {h} WHERE ` + swFence + ` RETURNING id)
+DELETE FROM {c} WHERE id = ANY (ARRAY(SELECT id FROM done))`)
+	desc := "the job's row split in two: a narrow hot table (the claim's and the lease's columns, skiplock's indexes on status) and a cold one (kind, payload, metadata, errors, output, times) that no claim updates; the claim updates the hot row and reads the payload beside it, the success deletes both"
+	if archive {
+		setup += r.Replace(`
+CREATE TABLE {a} (id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
+	payload jsonb NOT NULL, status text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL,
+	attempts integer NOT NULL, max_attempts integer NOT NULL, locked_by text, last_error text,
+	errors jsonb, unique_key text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL,
+	fence bigint NOT NULL DEFAULT 0, metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
+	started_at timestamptz);
+CREATE INDEX {a}_finished_idx ON {a} USING brin (finished_at);`)
+		reset = r.Replace(`TRUNCATE {h}, {c}, {a}`)
+		complete = r.Replace(`WITH done AS (DELETE FROM {h} WHERE ` + swFence + ` RETURNING *),
+body AS (DELETE FROM {c} WHERE id = ANY (ARRAY(SELECT id FROM done)) RETURNING *)
+INSERT INTO {a} (id, queue, kind, payload, status, priority, run_at, attempts,
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
+	metadata, progress, output, started_at)
+SELECT d.id, d.queue, b.kind, b.payload, 'succeeded', d.priority, d.run_at, d.attempts,
+	d.max_attempts, d.locked_by, b.last_error, b.errors, d.unique_key, b.created_at, now(), d.fence,
+	b.metadata, b.progress, b.output, d.locked_at
+FROM done d JOIN body b USING (id)`)
+		desc += ", and moves the joined row to an archive table (the archive variant's)"
+	}
+	return swVariant{
+		name: name, desc: desc, setup: setup, reset: reset,
+		insert: r.Replace(`WITH h AS (INSERT INTO {h} DEFAULT VALUES RETURNING id)
+INSERT INTO {c} (id, kind, payload) SELECT id, 'noop', $1 FROM h`),
+		claim: r.Replace(`UPDATE {h} SET ` + swClaimSet + `
+WHERE ctid = ANY (ARRAY(SELECT ctid FROM {h}
+	WHERE status = 'queued' AND queue = $1 AND run_at <= now()
+	ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
+RETURNING id, fence, 0, (SELECT c.payload FROM {c} c WHERE c.id = {h}.id)`),
+		complete: complete,
+		body:     hot, like: strings.ReplaceAll("sw_"+name+"_", "_", "\\_") + "%",
 	}
 }

@@ -131,7 +131,7 @@ type QueueRunner struct {
 func NewQueueRunner(name string, maxWorkers int, cfg ClaimLoopConfig) *QueueRunner {
 	q := &QueueRunner{cfg: cfg, name: name, Jobs: NewHandoff()}
 	q.Max.Store(int64(maxWorkers))
-	q.handlerAvg.Store(int64(handlerAvgStart))
+	q.handlerAvg.Store(int64(handlerAvgStart * ClaimAheadBelow))
 	for range fetchersPerQueue {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
 	}
@@ -185,7 +185,7 @@ func (q *QueueRunner) Finished(d time.Duration) {
 // job's handler returns: with handlers much shorter than a claim's round trip, a
 // queue's slots spend most of their time waiting for claims, and MaxWorkers bounds the
 // drain at about MaxWorkers ÷ (a claim's round trip) jobs a second. A queue with a
-// backlog whose handlers take under claimAheadBelow on average, and which has no limits (flow
+// backlog whose handlers take under ClaimAheadBelow on average, and which has no limits (flow
 // control: its claims hold its global slots, its keys' and its rate's tokens), claims up
 // to (claimAheadFactor - 1) × MaxWorkers jobs more than it runs, in claims as large as
 // that: they wait in the hand-off for the first runner free, for about three handlers'
@@ -193,17 +193,21 @@ func (q *QueueRunner) Finished(d time.Duration) {
 // heartbeat); at shutdown they run while the worker waits for its handlers, and those
 // still waiting when it cuts the handlers off do not start (internal/execute: put back).
 const (
-	// claimAheadBelow is the average handler duration under which a queue claims ahead.
-	claimAheadBelow = time.Millisecond
-	// handlerAvgStart is the average a queue starts with, well above claimAheadBelow:
-	// about sixteen short jobs bring it below.
-	handlerAvgStart = 8 * claimAheadBelow
+	// handlerAvgStart is the average a queue starts with, in multiples of
+	// ClaimAheadBelow: well above it, so about sixteen short jobs bring it below.
+	handlerAvgStart = 8
 	// claimAheadFactor × MaxWorkers is how many jobs a queue that claims ahead holds at
 	// most. Against 2 × with claims of MaxWorkers, alternated in one run (2026-12-07,
 	// 5 rounds): drain ÷ floor 0.45–0.49 → 0.50–0.58, storm 0.42–0.50 → 0.47–0.57
 	// (bench/README.md, "Issue 45 round 11").
 	claimAheadFactor = 4
 )
+
+// ClaimAheadBelow is the average handler duration under which a queue claims ahead. It is
+// a variable only for the chaos worker (internal/chaos/worker), whose handlers write two
+// audit rows each (over a millisecond together): it raises it before it starts its
+// Worker, so that the fault runs claim ahead too. Nothing else changes it.
+var ClaimAheadBelow = time.Millisecond
 
 // claimsAhead reports whether the queue claims ahead of its free slots now. Only while
 // it has a backlog (its last claim filled its batch): a queue that keeps up claims each
@@ -216,7 +220,7 @@ const (
 // more than MaxWorkers.
 func (q *QueueRunner) claimsAhead() bool {
 	max := q.Max.Load()
-	return max > 1 && q.more.Load() && q.handlerAvg.Load() < int64(claimAheadBelow) &&
+	return max > 1 && q.more.Load() && q.handlerAvg.Load() < int64(ClaimAheadBelow) &&
 		q.flow.Load() == nil && q.Jobs.Runners() <= max
 }
 

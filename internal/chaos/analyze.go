@@ -24,7 +24,7 @@ const jobRowsSQL = `SELECT (payload->>'seq')::bigint, id, status, attempts, coal
 UNION ALL
 SELECT (payload->>'seq')::bigint, id, status, attempts, coalesce(locked_by, ''), queue FROM skiplock.jobs WHERE kind = 'chaos'`
 
-const executionsSQL = `SELECT exec_id, job_id, attempt, worker_id, started_at, ended_at, aborted
+const executionsSQL = `SELECT exec_id, job_id, attempt, worker_id, started_at, ended_at, aborted, claimed_at
 FROM chaos.executions ORDER BY job_id, started_at`
 
 type jobRow struct {
@@ -43,8 +43,9 @@ type execution struct {
 	start    time.Time
 	ended    *time.Time
 	aborted  bool
-	end      time.Time // ended, or the exit of its worker when no end was recorded
-	cutByDie bool      // no end recorded and its worker was killed or crashed
+	end      time.Time  // ended, or the exit of its worker when no end was recorded
+	cutByDie bool       // no end recorded and its worker was killed or crashed
+	claimed  *time.Time // the start of the claim that began the attempt (claimahead.go); nil when unknown
 }
 
 // String names the execution for reports: id, attempt, worker and times.
@@ -157,7 +158,7 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		}
 		execs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
 			var e execution
-			err := row.Scan(&e.id, &e.job, &e.attempt, &e.worker, &e.start, &e.ended, &e.aborted)
+			err := row.Scan(&e.id, &e.job, &e.attempt, &e.worker, &e.start, &e.ended, &e.aborted, &e.claimed)
 			return &e, err
 		})
 		return err
@@ -261,6 +262,13 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		return e.end
 	}
 	rep.LimitedMax = maxConcurrent(execs, limited, limitedEnd)
+	plain := map[int64]bool{}
+	for i := range jobs {
+		if jobs[i].queue != audit.LimitedQueue { // the default queue
+			plain[jobs[i].id] = true
+		}
+	}
+	r.claimAheadFigures(rep, execs, plain, procs, limitedEnd)
 	rep.LimitChanges = r.limitChanges
 	rep.LimitPeriods = limitPeriods(r.limitChanges)
 	rep.LimitedOver = checkLimitPeriods(rep.LimitPeriods, concurrencyEvents(execs, limited, limitedEnd), r.rec.t0, example)

@@ -176,6 +176,15 @@ type Options struct {
 	// MaxWork bounds the work (a sleep) of one handler execution: each sleeps a random
 	// time in [0, MaxWork]. Defaults to 20ms.
 	MaxWork time.Duration
+	// NoClaimAhead runs every worker with the library's claim-ahead threshold. By default
+	// the workers of odd slots raise it (the worker's -claim-ahead-below,
+	// ClaimAheadBelow), so that their default queue claims ahead of its free slots
+	// whenever its last claim filled its batch: the handlers here write two audit rows
+	// each, which keeps their average above the library's 1 ms. The run then reads the
+	// largest claim of the default queue's jobs ([Report].ClaimMax: above Concurrency
+	// only while claiming ahead) and counts, per worker, the most of their executions at
+	// once ([Report].RunningMax), which must stay within Concurrency whatever it held.
+	NoClaimAhead bool
 	// LimitedWork bounds the work of one execution of the limited queue's jobs (one in
 	// audit.LimitedEvery), longer than MaxWork so that they pile up against the queue's
 	// limit while the run changes it. Defaults to 2 × MaxWork.
@@ -598,6 +607,9 @@ func (r *runner) run(ctx context.Context) (Report, error) {
 		"-limited-work", r.opts.LimitedWork.String(),
 		"-durable-work", r.opts.DurableWork.String(),
 	}, r.rec)
+	if !r.opts.NoClaimAhead {
+		r.fleet.oddArgs = []string{"-claim-ahead-below", claimAheadBelow.String()}
+	}
 	for slot := range r.opts.Workers {
 		p, err := r.fleet.start(slot)
 		if err != nil {

@@ -107,6 +107,13 @@ func TestChaos_Reduced(t *testing.T) {
 	assert.Zero(t, rep.SameAttempt, "attempts executed twice")
 	assert.Zero(t, rep.NoFinalExecution+rep.AfterFinal, "stale or phantom completions")
 	assert.Empty(t, rep.Crashes, "worker crashes")
+	// The workers of odd slots claim ahead of their free slots (a raised threshold):
+	// one of their claims took more jobs than the queue's 32 slots, at most four times
+	// that, and no worker ever ran more than 32 handlers of the queue at once.
+	assert.Greater(t, rep.ClaimMax, rep.Options.Concurrency, "a claim ahead of the free slots")
+	assert.LessOrEqual(t, rep.ClaimMax, 4*rep.Options.Concurrency, "a claim ahead holds at most 4 x MaxWorkers")
+	assert.Positive(t, rep.RunningMax, "the default queue ran")
+	assert.LessOrEqual(t, rep.RunningMax, rep.Options.Concurrency, "handlers at once in one worker (MaxWorkers)")
 	assert.Equal(t, int64(3000/audit.LimitedEvery), rep.LimitedJobs, "jobs of the limited queue")
 	assert.Positive(t, rep.LimitedMax, "the limited queue ran")
 	assert.LessOrEqual(t, rep.LimitedMax, audit.LimitedConcurrency, "the limited queue's global limit")

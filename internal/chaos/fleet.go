@@ -37,6 +37,7 @@ type proc struct {
 type fleet struct {
 	bin     string
 	args    []string // flags common to every worker
+	oddArgs []string // flags of the workers of odd slots only, after args
 	urls    []string // by slot: each slot reaches the database through its own proxy
 	logDir  string
 	rec     *recorder
@@ -80,7 +81,11 @@ func (f *fleet) startLocked(slot int) (*proc, error) {
 		gen = old.gen + 1
 	}
 	p := &proc{slot: slot, gen: gen, id: fmt.Sprintf("w%d-g%d", slot, gen), done: make(chan struct{})}
-	if err := f.launchLocked(p, f.urls[slot], nil); err != nil {
+	var extra []string
+	if slot%2 == 1 {
+		extra = f.oddArgs
+	}
+	if err := f.launchLocked(p, f.urls[slot], extra); err != nil {
 		return nil, err
 	}
 	f.current[slot] = p

@@ -113,6 +113,17 @@ type Report struct {
 	RerunsDBFault     int64 // after a database fault, a black-holed worker, a deploy or a CPU starvation
 	RerunsUnexplained int64
 
+	// ClaimMax is the most default-queue jobs executed from one claim of a worker of an
+	// odd slot (its executions that share the claim's start, claimed_at: a floor of that
+	// claim's size), ClaimMaxPlain the same for the even slots. A claim
+	// takes more than Options.Concurrency only while its worker claims ahead
+	// (Options.NoClaimAhead). RunningMax is the most executions of default-queue jobs that
+	// ran at once in one worker (RunningMaxWorker): it must never exceed
+	// Options.Concurrency, its MaxWorkers, whatever the worker held.
+	ClaimMax, ClaimMaxPlain int
+	RunningMax              int
+	RunningMaxWorker        string
+
 	// LimitedJobs is how many jobs went to the queue with a global concurrency limit
 	// (audit.LimitedQueue), LimitedMax the most of their executions seen running at once:
 	// it must never exceed audit.LimitedConcurrency.
@@ -186,6 +197,10 @@ func (r *Report) Broken() []string {
 	out = append(out, r.HeldPool.broken()...)
 	if r.LimitedMax > audit.LimitedConcurrency && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d jobs of the limited queue ran at once, above its limit of %d", r.LimitedMax, audit.LimitedConcurrency))
+	}
+	if r.RunningMax > r.Options.Concurrency && !r.lossy() {
+		out = append(out, fmt.Sprintf("worker %s ran %d handlers of the default queue at once, above its MaxWorkers of %d",
+			r.RunningMaxWorker, r.RunningMax, r.Options.Concurrency))
 	}
 	if r.LimitedOver > 0 && !r.lossy() {
 		out = append(out, fmt.Sprintf("%d starts of the limited queue's jobs above the limit in force", r.LimitedOver))
@@ -291,6 +306,17 @@ func (r *Report) Print(w io.Writer) {
 	row("  re-runs after a kill", r.RerunsKill, "allowed")
 	row("  re-runs after a db fault (restart, terminate, failover), black hole, deploy or starvation", r.RerunsDBFault, "allowed")
 	row("  re-runs no injected fault explains", r.RerunsUnexplained, warn0(r.RerunsUnexplained))
+	runningOK := "ok"
+	if r.RunningMax > r.Options.Concurrency {
+		runningOK = "BROKEN"
+	}
+	row(fmt.Sprintf("default queue: most handlers at once in one worker, MaxWorkers %d", r.Options.Concurrency), r.RunningMax, runningOK)
+	ahead := "claiming ahead"
+	if r.Options.NoClaimAhead {
+		ahead = "claim-ahead threshold as shipped"
+	}
+	row(fmt.Sprintf("  most of its jobs in one claim, odd slots (%s)", ahead), r.ClaimMax, "")
+	row("  the same, even slots (claim-ahead threshold as shipped)", r.ClaimMaxPlain, "")
 	limitedOK := "ok"
 	if r.LimitedMax > audit.LimitedConcurrency {
 		limitedOK = "BROKEN"

@@ -62,7 +62,8 @@ CREATE TABLE chaos.executions (
 	pid        integer     NOT NULL,
 	started_at timestamptz NOT NULL,
 	ended_at   timestamptz,
-	aborted    boolean     NOT NULL DEFAULT false
+	aborted    boolean     NOT NULL DEFAULT false,
+	claimed_at timestamptz
 );
 CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
 
@@ -78,6 +79,14 @@ CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
 // the harness took for work lasting until the worker exited.
 const StartSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (exec_id) DO NOTHING`
+
+// StartClaimedSQL is StartSQL that also records, as claimed_at ($8), when the claim that
+// began the attempt ran: the job's LockedAt as the claim returned it (the claim
+// statement's now()), which every job of one claim shares and a heartbeat's refresh of
+// the row does not change. NULL when unknown.
+const StartClaimedSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at, claimed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (exec_id) DO NOTHING`
 
 // EndSQL records the end of an execution's work. Parameters: exec_id, ended_at.

@@ -44,6 +44,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/chaos/audit"
+	"github.com/skiplock/skiplock/internal/claim"
 )
 
 // writeTimeout bounds how long a handler keeps retrying an audit write through a lost
@@ -71,8 +72,12 @@ func main() {
 		endsPath    = flag.String("ends", "", "file to append each execution's end to (audit.EndLine) before writing it to the table")
 		spinOnly    = flag.Bool("spin", false, "run no worker: keep one CPU busy until killed (the harness's CPU stressor)")
 		held        = flag.Duration("held", 0, "run the held-pool worker instead (held.go): handlers on the held queue hold a transaction on the pool this long")
+		aheadBelow  = flag.Duration("claim-ahead-below", 0, "claim ahead of the free slots while the handlers average under this (0: the library's 1ms, which these handlers, writing two audit rows each, never reach)")
 	)
 	flag.Parse()
+	if *aheadBelow > 0 {
+		claim.ClaimAheadBelow = *aheadBelow // before any Worker starts
+	}
 	if *spinOnly {
 		spin()
 	}
@@ -233,7 +238,11 @@ func (h *handler) execute(ctx context.Context, job *skiplock.JobRow, seq int64) 
 	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
 	start := time.Now()
 	args := []any{execID, job.ID, seq, job.Attempts, h.id, h.pid, start}
-	_, err := h.pool.Exec(ctx, audit.StartSQL, args...)
+	var claimed *time.Time
+	if !job.LockedAt.IsZero() {
+		claimed = &job.LockedAt
+	}
+	_, err := h.pool.Exec(ctx, audit.StartClaimedSQL, append(args, claimed)...)
 	if err != nil {
 		// The insert may have committed before the connection broke, or may reach the
 		// server later: record the execution as one that did no work (in the file too, as

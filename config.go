@@ -171,7 +171,8 @@ type WorkerConfig struct {
 	// most 255 bytes of UTF-8 without NUL. Defaults to hostname-pid-random. A worker
 	// started with an id takes back, before its first claim, the running jobs left under
 	// it (by an earlier process with the same id that died): two live processes sharing
-	// an id would take each other's jobs.
+	// an id would take each other's jobs, and each logs so at Error once it sees the
+	// other renew their registration (docs/many-hosts.md, "Worker IDs").
 	ID string
 	// PollInterval is the fallback poll: this often, one statement asks which of the
 	// worker's queues have due jobs, and wakes their claim loops, even when no

@@ -7,6 +7,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -480,4 +481,30 @@ func TestOwnership_AClaimWhoseReplyNeverArrivedIsPutBack(t *testing.T) {
 	j, err := b.client.Get(b.ctx, job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Attempts, "the lost claim's attempt was given back")
+}
+
+// Two live processes with one WorkerConfig.ID take each other's running jobs for orphans,
+// so jobs run twice (config.go, ID: "it must be unique among live workers"). Each
+// registration reads the row's expires_at before it writes its own: a value this worker
+// did not write means another process renews the row, which the worker logs. A worker
+// alone with an explicit id, through several renewals, logs nothing of the kind.
+func TestWorker_TwoLiveWorkersSharingAnIDLogIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const shared = "two processes share this worker id"
+	id := "shared-" + b.schema
+	start := func(logs *logCapture) {
+		w := newWorker(t, b, skiplock.WorkerConfig{ID: id, SweepInterval: -1, Logger: slog.New(logs)})
+		require.NoError(t, skiplock.Handle(w, func(context.Context, *skiplock.Job[auditArgs]) error { return nil }))
+		runWorker(t, w)
+	}
+	first, second := &logCapture{}, &logCapture{}
+	start(first)
+	time.Sleep(6 * time.Second) // a renewal every 1.7-3 s
+	require.Empty(t, first.find(shared), "a worker alone with its id")
+
+	start(second)
+	eventually(t, 30*time.Second, func() bool {
+		return first.find(shared, "worker="+id) != "" || second.find(shared, "worker="+id) != ""
+	}, "no log of two live workers sharing id %q", id)
 }

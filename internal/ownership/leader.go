@@ -81,6 +81,8 @@ RETURNING l.leader_id`
 //   - id = ANY(deadIDs) is the index condition: with none judged dead (nearly always)
 //     the step reads nothing.
 //   - Never this worker's own row: two writes in one statement must not touch the same row.
+//   - me returns the expires_at it wrote, which the statement's caller compares with the
+//     value the next statement finds there (sharedID).
 func registrationCTEs(id, queues, ttl, deadIDs, deadSeen string) string {
 	return `pruned AS (
 	DELETE FROM {s}.workers w WHERE w.id = ANY (` + deadIDs + `::text[]) AND w.id <> ` + id + `
@@ -90,7 +92,16 @@ func registrationCTEs(id, queues, ttl, deadIDs, deadSeen string) string {
 	INSERT INTO {s}.workers AS w (id, queues, started_at, expires_at)
 	VALUES (` + id + `, ` + queues + `::text[], now(), now() + ` + ttl + `::interval)
 	ON CONFLICT (id) DO UPDATE SET queues = excluded.queues, expires_at = excluded.expires_at
+	RETURNING w.expires_at
 )`
+}
+
+// renewalSQL is what a registering statement returns after its own answers: the
+// expires_at this worker's row held before the statement (the statement's snapshot; NULL:
+// no row) and the one the statement wrote (sharedID compares them). id is the statement's
+// placeholder of the worker id.
+func renewalSQL(id string) string {
+	return `(SELECT w.expires_at FROM {s}.workers w WHERE w.id = ` + id + `), (SELECT expires_at FROM me)`
 }
 
 // peersSQL counts the other live workers that serve at least one of queues. It reads
@@ -105,18 +116,20 @@ func peersSQL(id, queues string) string {
 // same statement and commit, so that registering costs the database no statement of its
 // own: $4 is the worker's queues, $5 how long the registration lasts, $6 and $7 the
 // workers whose rows may be pruned and the expires_at seen of each. It returns whether
-// this process leads, and how many other live workers serve at least one of its queues.
+// this process leads, how many other live workers serve at least one of its queues, and
+// renewalSQL's two values.
 var fleetElectSQL = `WITH ` + registrationCTEs("$2", "$4", "$5", "$6", "$7") + `, lead AS (
 	` + electSQL + `
 )
-SELECT EXISTS (SELECT FROM lead), ` + peersSQL("$2", "$4")
+SELECT EXISTS (SELECT FROM lead), ` + peersSQL("$2", "$4") + `, ` + renewalSQL("$2")
 
 // registerSQL is the registration alone, for a worker that takes no part in the election
 // (no per-fleet task): $1 is the worker id, $2 its queues, $3 how long the registration
 // lasts, $4 and $5 the workers whose rows may be pruned and the expires_at seen of each.
-// It returns how many other live workers serve at least one of its queues.
+// It returns how many other live workers serve at least one of its queues, and
+// renewalSQL's two values.
 var registerSQL = `WITH ` + registrationCTEs("$1", "$2", "$3", "$4", "$5") + `
-SELECT ` + peersSQL("$1", "$2")
+SELECT ` + peersSQL("$1", "$2") + `, ` + renewalSQL("$1")
 
 // leaveSQL deletes this worker's registration when it stops.
 const leaveSQL = `DELETE FROM {s}.workers WHERE id = $1`
@@ -168,6 +181,11 @@ type Elector struct {
 	reclaimKick   chan struct{} // renewedAt kicks reclaimLoop; nil without Reclaim
 	expireOnLeave func() bool
 	expire        string // expireWorkerSQL, rendered
+	// wrote is the expires_at this worker's last registering statement wrote (zero: none,
+	// or its outcome unknown), sharedLogged when sharedID last logged; owned by the
+	// election loop's goroutine.
+	wrote        time.Time
+	sharedLogged time.Time
 
 	mu      sync.Mutex
 	term    context.Context    // nil while not leading
@@ -304,14 +322,20 @@ func (e *Elector) try(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
 	if e.registerOnly {
 		var others int
+		var found *time.Time
+		var wrote time.Time
 		dead, seen := e.Reclaim.prunable()
-		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, dead, seen}, &others)
+		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, dead, seen}, &others, &found, &wrote)
 		cancel()
 		if err == nil {
+			e.sharedID(found, wrote)
 			e.fleet(others + 1)
 			e.renewedAt(ctx, sent)
-		} else if ctx.Err() == nil {
-			e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
+		} else {
+			e.wrote = time.Time{}
+			if ctx.Err() == nil {
+				e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
+			}
 		}
 		return
 	}
@@ -319,9 +343,14 @@ func (e *Elector) try(ctx context.Context) {
 	if e.queues != nil {
 		var leads bool
 		var others int
+		var found *time.Time
+		var wrote time.Time
 		dead, seen := e.Reclaim.prunable()
-		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, dead, seen}, &leads, &others)
-		if err == nil {
+		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, dead, seen}, &leads, &others, &found, &wrote)
+		if err != nil {
+			e.wrote = time.Time{} // the statement may have written the row: nothing to compare next time
+		} else {
+			e.sharedID(found, wrote)
 			e.fleet(others + 1)
 			e.renewedAt(ctx, sent)
 			if !leads {
@@ -345,6 +374,28 @@ func (e *Elector) try(ctx context.Context) {
 		// The term, if any, runs on until its expiry timer ends it.
 		e.logger.Warn("skiplock: leader election statement failed; trying again", "role", e.role, "err", err)
 	}
+}
+
+// sharedIDLogEvery bounds how often sharedID logs.
+const sharedIDLogEvery = time.Minute
+
+// sharedID checks, after a registering statement that committed, that no other process
+// renews this worker's row: found is the expires_at the statement found there, wrote the
+// one it wrote. Found differs from what this worker's previous statement wrote only when
+// another statement wrote the row since, and no other process writes it but one with the
+// same worker id (the others only prune it when its worker is judged dead). Two live
+// processes sharing an id each take the other's running jobs for orphans and put them
+// back, so jobs run twice; and both lead the maintenance. It logs that, at most every
+// sharedIDLogEvery. After a statement whose outcome is unknown there is nothing to
+// compare (wrote is zero).
+func (e *Elector) sharedID(found *time.Time, wrote time.Time) {
+	if found != nil && !e.wrote.IsZero() && !found.Equal(e.wrote) && time.Since(e.sharedLogged) >= sharedIDLogEvery {
+		e.sharedLogged = time.Now()
+		e.logger.Error("skiplock: another live process renews this worker's registration: two processes share this worker id, "+
+			"and each takes the other's running jobs for orphans (they run twice); give each process its own WorkerConfig.ID, or leave it empty",
+			"worker", e.id)
+	}
+	e.wrote = wrote
 }
 
 // renewedAt records that this worker's row was renewed by a statement sent at sent, and

@@ -78,6 +78,15 @@ func (b *bundle) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
+// text runs a query that returns one text value against the test's schema, for a failing
+// assertion's message.
+func (b *bundle) text(t *testing.T, query string, args ...any) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.pool.QueryRow(b.ctx, b.q(query), args...).Scan(&s))
+	return s
+}
+
 // q puts the test schema into a query written with {s}.
 func (b *bundle) q(query string) string {
 	out := ""

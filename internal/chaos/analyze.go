@@ -247,11 +247,13 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 			return err
 		}
 	}
-	limited := map[int64]bool{}
+	limited, plain := map[int64]bool{}, map[int64]bool{} // the limited queue's jobs, the default queue's
 	for i := range jobs {
 		if jobs[i].queue == audit.LimitedQueue {
 			limited[jobs[i].id] = true
 			rep.LimitedJobs++
+		} else {
+			plain[jobs[i].id] = true
 		}
 	}
 	limitedEnd := func(e *execution) time.Time {
@@ -262,12 +264,6 @@ func (r *runner) analyze(ctx context.Context, rep *Report) error {
 		return e.end
 	}
 	rep.LimitedMax = maxConcurrent(execs, limited, limitedEnd)
-	plain := map[int64]bool{}
-	for i := range jobs {
-		if jobs[i].queue != audit.LimitedQueue { // the default queue
-			plain[jobs[i].id] = true
-		}
-	}
 	r.claimAheadFigures(rep, execs, plain, procs, limitedEnd)
 	rep.LimitChanges = r.limitChanges
 	rep.LimitPeriods = limitPeriods(r.limitChanges)

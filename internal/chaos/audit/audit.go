@@ -68,7 +68,10 @@ CREATE TABLE chaos.executions (
 CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
 
 // StartSQL records that an execution is about to do its work.
-// Parameters: exec_id, job_id, seq, attempt, worker_id, pid, started_at.
+// Parameters: exec_id, job_id, seq, attempt, worker_id, pid, started_at, claimed_at.
+// claimed_at is when the claim that began the attempt ran: the job's LockedAt as the
+// claim returned it (the claim statement's now()), which every job of one claim shares
+// and a heartbeat's refresh of the row does not change; NULL when unknown.
 //
 // An insert whose reply was lost may still reach the server later: the black-holed
 // network path of a chaos run holds the bytes and forwards them when it resumes, after
@@ -77,15 +80,7 @@ CREATE INDEX executions_job_idx ON chaos.executions (job_id);`
 // (AbortSQL inserts the row itself when it comes first). Without it, a chaos run at load
 // 10 reported an overlap: the late insert left a row with no end and no abort mark, which
 // the harness took for work lasting until the worker exited.
-const StartSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (exec_id) DO NOTHING`
-
-// StartClaimedSQL is StartSQL that also records, as claimed_at ($8), when the claim that
-// began the attempt ran: the job's LockedAt as the claim returned it (the claim
-// statement's now()), which every job of one claim shares and a heartbeat's refresh of
-// the row does not change. NULL when unknown.
-const StartClaimedSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at, claimed_at)
+const StartSQL = `INSERT INTO chaos.executions (exec_id, job_id, seq, attempt, worker_id, pid, started_at, claimed_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (exec_id) DO NOTHING`
 
@@ -97,8 +92,8 @@ const EndSQL = `UPDATE chaos.executions SET ended_at = $2 WHERE exec_id = $1`
 // Parameters: those of StartSQL. It writes the aborted row whether or not the start row
 // is there yet.
 const AbortSQL = `INSERT INTO chaos.executions AS e
-	(exec_id, job_id, seq, attempt, worker_id, pid, started_at, ended_at, aborted)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, true)
+	(exec_id, job_id, seq, attempt, worker_id, pid, started_at, claimed_at, ended_at, aborted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $7, true)
 ON CONFLICT (exec_id) DO UPDATE SET aborted = true, ended_at = e.started_at`
 
 // EndLine is the line a worker appends to its ends file for an execution whose work

@@ -28,7 +28,7 @@ func TestAudit_AbortHoldsWhicheverStatementLandsFirst(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Date(2026, 12, 1, 18, 52, 13, 553818000, time.UTC)
-	args := func(id string) []any { return []any{id, int64(6996), int64(6995), 1, "w1", 42, start} }
+	args := func(id string) []any { return []any{id, int64(6996), int64(6995), 1, "w1", 42, start, nil} }
 
 	// The abort first, then the late start insert.
 	_, err = tx.Exec(ctx, audit.AbortSQL, args("late-start")...)

@@ -99,7 +99,7 @@ func (hh *heldHandler) run(ctx context.Context, job *skiplock.Job[audit.HeldArgs
 	h := hh.h
 	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
 	start := time.Now()
-	if err := h.write(audit.StartSQL, execID, job.ID, int64(-1), job.Attempts, h.id, h.pid, start); err != nil {
+	if err := h.write(audit.StartSQL, execID, job.ID, int64(-1), job.Attempts, h.id, h.pid, start, claimedAt(job.JobRow)); err != nil {
 		return fmt.Errorf("recording the start of execution %s: %w", execID, err)
 	}
 	waited, early, err := hh.transact(ctx, job)

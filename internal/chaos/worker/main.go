@@ -232,17 +232,22 @@ func (h *handler) runCallback(ctx context.Context, job *skiplock.Job[audit.Callb
 		counts.Succeeded, counts.Failed, counts.Dead, counts.Cancelled)
 }
 
+// claimedAt is the start of the claim that began job's attempt, for audit.StartSQL: nil
+// when unknown.
+func claimedAt(job *skiplock.JobRow) *time.Time {
+	if job.LockedAt.IsZero() {
+		return nil
+	}
+	return &job.LockedAt
+}
+
 // execute records one execution of job in chaos.executions around its work, and returns
 // the execution's id.
 func (h *handler) execute(ctx context.Context, job *skiplock.JobRow, seq int64) (string, error) {
 	execID := fmt.Sprintf("%s-%d", h.id, h.n.Add(1))
 	start := time.Now()
-	args := []any{execID, job.ID, seq, job.Attempts, h.id, h.pid, start}
-	var claimed *time.Time
-	if !job.LockedAt.IsZero() {
-		claimed = &job.LockedAt
-	}
-	_, err := h.pool.Exec(ctx, audit.StartClaimedSQL, append(args, claimed)...)
+	args := []any{execID, job.ID, seq, job.Attempts, h.id, h.pid, start, claimedAt(job)}
+	_, err := h.pool.Exec(ctx, audit.StartSQL, args...)
 	if err != nil {
 		// The insert may have committed before the connection broke, or may reach the
 		// server later: record the execution as one that did no work (in the file too, as

@@ -64,6 +64,32 @@ const swStorage = `fillfactor = 90, autovacuum_vacuum_scale_factor = 0.01, autov
 	autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.05,
 	autovacuum_vacuum_cost_delay = 0`
 
+// swArchiveTable creates the archive table t of the variants that keep succeeded jobs:
+// skiplock's jobs_archive columns and its BRIN index on finished_at.
+func swArchiveTable(t string) string {
+	return strings.ReplaceAll(`
+CREATE TABLE {t} (id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
+	payload jsonb NOT NULL, status text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL,
+	attempts integer NOT NULL, max_attempts integer NOT NULL, locked_by text, last_error text,
+	errors jsonb, unique_key text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL,
+	fence bigint NOT NULL DEFAULT 0, metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
+	started_at timestamptz);
+CREATE INDEX {t}_finished_idx ON {t} USING brin (finished_at);`, "{t}", t)
+}
+
+// swArchiveMove inserts into archive t the rows of from (SQL after FROM: the deleted
+// jobs, with every one of skiplock's columns by its own name) as succeeded, as
+// skiplock's archive move does (internal/record, completion.go).
+func swArchiveMove(t, from string) string {
+	return `INSERT INTO ` + t + ` (id, queue, kind, payload, status, priority, run_at, attempts,
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
+	metadata, progress, output, started_at)
+SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
+	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
+	metadata, progress, output, locked_at
+FROM ` + from
+}
+
 // swStatusIndexes are skiplock's indexes on jobs (migrations 001, 003, 005) apart from the
 // primary key, for table t. unique: jobs_unique_key_idx is unique (a partitioned table
 // cannot have it so: its key lacks the partition column).
@@ -111,14 +137,7 @@ RETURNING id, fence, 0, payload`,
 		name: "archive",
 		desc: "today's shape with skiplock's default success: the success DELETEs the row and INSERTs it into an archive table (skiplock's jobs_archive columns, a BRIN index on finished_at) in one statement",
 		setup: `CREATE TABLE sw_arch (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ` + swColumns + `) WITH (` + swStorage + `);` +
-			swStatusIndexes("sw_arch", true) + `
-CREATE TABLE sw_arch_archive (id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
-	payload jsonb NOT NULL, status text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL,
-	attempts integer NOT NULL, max_attempts integer NOT NULL, locked_by text, last_error text,
-	errors jsonb, unique_key text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL,
-	fence bigint NOT NULL DEFAULT 0, metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
-	started_at timestamptz);
-CREATE INDEX sw_arch_archive_finished_idx ON sw_arch_archive USING brin (finished_at);`,
+			swStatusIndexes("sw_arch", true) + swArchiveTable("sw_arch_archive"),
 		reset:  `TRUNCATE sw_arch, sw_arch_archive`,
 		insert: `INSERT INTO sw_arch (kind, payload) VALUES ('noop', $1)`,
 		claim: `UPDATE sw_arch SET ` + swClaimSet + `
@@ -127,13 +146,7 @@ WHERE ctid = ANY (ARRAY(SELECT ctid FROM sw_arch
 	ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
 RETURNING id, fence, 0, payload`,
 		complete: `WITH done AS (DELETE FROM sw_arch WHERE ` + swFence + ` RETURNING *)
-INSERT INTO sw_arch_archive (id, queue, kind, payload, status, priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
-	metadata, progress, output, started_at)
-SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, now(), fence,
-	metadata, progress, output, locked_at
-FROM done`,
+` + swArchiveMove("sw_arch_archive", "done"),
 		body: "sw_arch", like: "sw\\_arch%",
 	},
 	{
@@ -263,24 +276,11 @@ CREATE TABLE {c} (id bigint PRIMARY KEY, kind text NOT NULL, payload jsonb NOT N
 DELETE FROM {c} WHERE id = ANY (ARRAY(SELECT id FROM done))`)
 	desc := "the job's row split in two: a narrow hot table (the claim's and the lease's columns, skiplock's indexes on status) and a cold one (kind, payload, metadata, errors, output, times) that no claim updates; the claim updates the hot row and reads the payload beside it, the success deletes both"
 	if archive {
-		setup += r.Replace(`
-CREATE TABLE {a} (id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
-	payload jsonb NOT NULL, status text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL,
-	attempts integer NOT NULL, max_attempts integer NOT NULL, locked_by text, last_error text,
-	errors jsonb, unique_key text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL,
-	fence bigint NOT NULL DEFAULT 0, metadata jsonb NOT NULL DEFAULT '{}', progress jsonb, output jsonb,
-	started_at timestamptz);
-CREATE INDEX {a}_finished_idx ON {a} USING brin (finished_at);`)
+		setup += swArchiveTable(arch)
 		reset = r.Replace(`TRUNCATE {h}, {c}, {a}`)
 		complete = r.Replace(`WITH done AS (DELETE FROM {h} WHERE ` + swFence + ` RETURNING *),
 body AS (DELETE FROM {c} WHERE id = ANY (ARRAY(SELECT id FROM done)) RETURNING *)
-INSERT INTO {a} (id, queue, kind, payload, status, priority, run_at, attempts,
-	max_attempts, locked_by, last_error, errors, unique_key, created_at, finished_at, fence,
-	metadata, progress, output, started_at)
-SELECT d.id, d.queue, b.kind, b.payload, 'succeeded', d.priority, d.run_at, d.attempts,
-	d.max_attempts, d.locked_by, b.last_error, b.errors, d.unique_key, b.created_at, now(), d.fence,
-	b.metadata, b.progress, b.output, d.locked_at
-FROM done d JOIN body b USING (id)`)
+` + swArchiveMove(arch, "done JOIN body USING (id)"))
 		desc += ", and moves the joined row to an archive table (the archive variant's)"
 	}
 	return swVariant{

@@ -320,42 +320,26 @@ func (e *Elector) Run(ctx context.Context) {
 func (e *Elector) try(ctx context.Context) {
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, leaderStatementTimeout)
+	var reg registration
 	if e.registerOnly {
-		var others int
-		var found *time.Time
-		var wrote time.Time
 		dead, seen := e.Reclaim.prunable()
-		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, dead, seen}, &others, &found, &wrote)
+		err := e.conn.queryRow(cctx, e.registerSQL, []any{e.id, e.queues(), workerTTL, dead, seen}, reg.dest()...)
 		cancel()
-		if err == nil {
-			e.sharedID(found, wrote)
-			e.fleet(others + 1)
-			e.renewedAt(ctx, sent)
-		} else {
-			e.wrote = time.Time{}
-			if ctx.Err() == nil {
-				e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
-			}
+		e.afterRegistration(ctx, sent, reg, err)
+		if err != nil && ctx.Err() == nil {
+			e.logger.Warn("skiplock: registering this worker failed; trying again", "err", err)
 		}
 		return
 	}
 	var err error
 	if e.queues != nil {
 		var leads bool
-		var others int
-		var found *time.Time
-		var wrote time.Time
 		dead, seen := e.Reclaim.prunable()
-		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, dead, seen}, &leads, &others, &found, &wrote)
-		if err != nil {
-			e.wrote = time.Time{} // the statement may have written the row: nothing to compare next time
-		} else {
-			e.sharedID(found, wrote)
-			e.fleet(others + 1)
-			e.renewedAt(ctx, sent)
-			if !leads {
-				err = pgx.ErrNoRows // what electSQL alone answers when another process leads
-			}
+		err = e.conn.queryRow(cctx, e.electFleet, []any{e.role, e.id, leaderTTL, e.queues(), workerTTL, dead, seen},
+			append([]any{&leads}, reg.dest()...)...)
+		e.afterRegistration(ctx, sent, reg, err)
+		if err == nil && !leads {
+			err = pgx.ErrNoRows // what electSQL alone answers when another process leads
 		}
 	} else {
 		var got string
@@ -374,6 +358,31 @@ func (e *Elector) try(ctx context.Context) {
 		// The term, if any, runs on until its expiry timer ends it.
 		e.logger.Warn("skiplock: leader election statement failed; trying again", "role", e.role, "err", err)
 	}
+}
+
+// registration is what a registering statement (registerSQL, fleetElectSQL) answers
+// after the election's own answer: the other live workers serving this one's queues, and
+// renewalSQL's two values.
+type registration struct {
+	others int
+	found  *time.Time
+	wrote  time.Time
+}
+
+// dest is the scan destinations of r's columns.
+func (r *registration) dest() []any { return []any{&r.others, &r.found, &r.wrote} }
+
+// afterRegistration takes in a registering statement sent at sent: with err nil, its
+// answers r (sharedID, the fleet's size, the renewal); otherwise the statement may or
+// may not have written the row, so the next one has nothing to compare with.
+func (e *Elector) afterRegistration(ctx context.Context, sent time.Time, r registration, err error) {
+	if err != nil {
+		e.wrote = time.Time{}
+		return
+	}
+	e.sharedID(r.found, r.wrote)
+	e.fleet(r.others + 1)
+	e.renewedAt(ctx, sent)
 }
 
 // sharedIDLogEvery bounds how often sharedID logs.

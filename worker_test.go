@@ -104,9 +104,10 @@ func TestWorker_ManyWorkersRunEachJobExactlyOnce(t *testing.T) {
 	assert.Equal(t, jobs, b.count(t, `SELECT count(*) FROM {s}.audit`), "executions")
 	assert.Equal(t, jobs, b.count(t, `SELECT count(DISTINCT job_id) FROM {s}.audit`), "distinct jobs")
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs`), "hot table empty")
-	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1 OR status <> 'succeeded'`),
-		"jobs that needed another attempt: %s", b.text(t, `SELECT coalesce(string_agg(format('job %s attempts %s errors %s', id, attempts, errors), '; '), '')
+	if n := b.count(t, `SELECT count(*) FROM {s}.jobs_archive WHERE attempts <> 1 OR status <> 'succeeded'`); n != 0 {
+		t.Errorf("%d jobs needed another attempt or did not succeed, want 0: %s", n, b.text(t, `SELECT string_agg(format('job %s attempts %s errors %s', id, attempts, errors), '; ')
 		FROM {s}.jobs_archive WHERE attempts <> 1 OR status <> 'succeeded'`))
+	}
 	assert.Equal(t, 3, b.count(t, `SELECT count(DISTINCT worker) FROM {s}.audit`), "all three workers took part")
 	// No job was ever held by two workers at once: no overlapping executions.
 	assert.Equal(t, 0, b.count(t, `SELECT count(*) FROM {s}.audit a JOIN {s}.audit o

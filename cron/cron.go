@@ -148,7 +148,7 @@ func expandSeven(item string) (string, bool) {
 		return "", false
 	}
 	var days []string
-	seen := map[int]bool{}
+	var seen [7]bool // 0 and 7 are both Sunday
 	for d := from; d <= to; d += step {
 		day := d % 7
 		if !seen[day] {

@@ -185,13 +185,14 @@ func (q *QueueRunner) Finished(d time.Duration) {
 // job's handler returns: with handlers much shorter than a claim's round trip, a
 // queue's slots spend most of their time waiting for claims, and MaxWorkers bounds the
 // drain at about MaxWorkers ÷ (a claim's round trip) jobs a second. A queue with a
-// backlog whose handlers take under ClaimAheadBelow on average, and which has no limits (flow
-// control: its claims hold its global slots, its keys' and its rate's tokens), claims up
-// to (claimAheadFactor - 1) × MaxWorkers jobs more than it runs, in claims as large as
-// that: they wait in the hand-off for the first runner free, for about three handlers'
-// durations at most. The runners stay MaxWorkers: no more handlers run at once. The jobs waiting are the worker's like any it runs (its lease, its
-// heartbeat); at shutdown they run while the worker waits for its handlers, and those
-// still waiting when it cuts the handlers off do not start (internal/execute: put back).
+// backlog whose handlers take under ClaimAheadBelow on average, and which has no limits
+// (flow control: its claims hold its global slots, its keys' and its rate's tokens),
+// claims up to (claimAheadFactor - 1) × MaxWorkers jobs more than it runs, in claims as
+// large as that: they wait in the hand-off for the first runner free, for about three
+// handlers' durations at most. The runners stay MaxWorkers: no more handlers run at
+// once. The jobs waiting are the worker's like any it runs (its lease, its heartbeat);
+// at shutdown they run while the worker waits for its handlers, and those still waiting
+// when it cuts the handlers off do not start (internal/execute: put back).
 const (
 	// handlerAvgStart is the average a queue starts with, in multiples of
 	// ClaimAheadBelow: well above it, so about sixteen short jobs bring it below.
@@ -215,9 +216,9 @@ var ClaimAheadBelow = time.Millisecond
 // claim statement that finds nothing for every wake-up (bench latency: +0.1 ms p50,
 // 2026-12-07). Never with one slot: its jobs start one at a time in claim order
 // (docs/workers.md, "Claim order"), which two claims in flight, either of which may
-// come back first, would not keep. Not while the queue has more runners than MaxWorkers (it was lowered at run
-// time: runners, once started, stay), which would run the jobs claimed ahead at once,
-// more than MaxWorkers.
+// come back first, would not keep. Not while the queue has more runners than MaxWorkers
+// (it was lowered at run time: runners, once started, stay), which would run the jobs
+// claimed ahead at once, more than MaxWorkers.
 func (q *QueueRunner) claimsAhead() bool {
 	max := q.Max.Load()
 	return max > 1 && q.more.Load() && q.handlerAvg.Load() < int64(ClaimAheadBelow) &&

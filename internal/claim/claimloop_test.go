@@ -386,7 +386,7 @@ func TestResumeAt_IsTheFirstJobOfTheHighestPriority(t *testing.T) {
 	assert.False(t, ok)
 }
 
-// A queue claims ahead of its free slots, up to MaxWorkers jobs more, only while it has
+// A queue claims ahead of its free slots, up to 3 × MaxWorkers jobs more, only while it has
 // a backlog, its handlers are short on average, it has no limits, more than one slot
 // and no more runners than slots; a run of long handlers brings it back to MaxWorkers.
 func TestQueueRunner_ClaimsAheadOnlyWhileHandlersAreShort(t *testing.T) {
